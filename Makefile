@@ -1,0 +1,39 @@
+# memwork: two set-up commands for a fresh machine -- `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.memwork-installed
+
+.PHONY: demo test lint format bench install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The main job on embedded defaults (no services to start, no variables to export).
+demo: $(STAMP)
+	$(BIN)/memwork demo
+
+## The whole suite: unit tests, integration tests on real servers, notebooks, lint.
+test: $(STAMP)
+	$(BIN)/ruff check memwork tests benchmarks
+	$(BIN)/ruff format --check memwork tests benchmarks
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check memwork tests benchmarks
+	$(BIN)/ruff format --check memwork tests benchmarks
+
+format: $(STAMP)
+	$(BIN)/ruff format memwork tests benchmarks
+	$(BIN)/ruff check --fix memwork tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/defrag_bench.py
+
+clean:
+	rm -rf $(VENV) .memwork .pytest_cache

@@ -1,0 +1,3 @@
+"""CLI commands: defrag (filled in by its issue)."""
+
+commands: list = []

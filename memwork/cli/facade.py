@@ -1,0 +1,3 @@
+"""CLI commands: facade (filled in by its issue)."""
+
+commands: list = []

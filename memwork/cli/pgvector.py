@@ -1,0 +1,3 @@
+"""CLI commands: pgvector (filled in by its issue)."""
+
+commands: list = []

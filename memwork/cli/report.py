@@ -1,0 +1,3 @@
+"""CLI commands: report (filled in by its issue)."""
+
+commands: list = []

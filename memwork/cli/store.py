@@ -1,0 +1,3 @@
+"""CLI commands: store (filled in by its issue)."""
+
+commands: list = []

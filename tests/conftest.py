@@ -1,0 +1,115 @@
+"""Shared fixtures: real servers only (embedded PostgreSQL + pgvector, MariaDB, Redis, SQLite).
+
+A test whose server is unreachable skips locally; with ``MEMWORK_REQUIRE_SERVICES=1`` (set by
+``.ci/run``) that skip becomes a failure, so CI can never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+REQUIRE_SERVICES = os.environ.get("MEMWORK_REQUIRE_SERVICES") == "1"
+MARIADB_ADMIN_URL = os.environ.get("MEMWORK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
+REDIS_URL = os.environ.get("MEMWORK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def service_missing(name: str, reason: object) -> None:
+    """Skip (locally) or fail (under MEMWORK_REQUIRE_SERVICES=1) because a server is unreachable."""
+    message = f"{name} unreachable: {reason}"
+    if REQUIRE_SERVICES:
+        pytest.fail(f"{message} (MEMWORK_REQUIRE_SERVICES=1 turns this skip into a failure)")
+    pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own MEMWORK_HOME so nothing is written into the repository."""
+    home = tmp_path / "memwork-home"
+    monkeypatch.setenv("MEMWORK_HOME", str(home))
+    return home
+
+
+# ---- embedded PostgreSQL + pgvector ---------------------------------------------------------------
+@pytest.fixture(scope="session")
+def pg_server():
+    """One embedded PostgreSQL 18 + pgvector for the whole session (short path: Unix socket limits)."""
+    from memwork import embedded_pg
+
+    data_root = Path(tempfile.mkdtemp(prefix="mwpg-", dir="/tmp"))
+    data_dir = data_root / "pgdata"
+    try:
+        server = embedded_pg.start(data_dir, cleanup_mode=None)
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        service_missing("embedded PostgreSQL", exc)
+    old = os.environ.get("MEMWORK_PGDATA")
+    os.environ["MEMWORK_PGDATA"] = str(data_dir)
+    yield server
+    if old is None:
+        os.environ.pop("MEMWORK_PGDATA", None)
+    else:
+        os.environ["MEMWORK_PGDATA"] = old
+    embedded_pg.stop(data_dir)
+    shutil.rmtree(data_root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """A fresh database (with the vector extension) on the embedded server; dropped afterwards."""
+    import psycopg
+
+    from memwork import embedded_pg
+    from memwork.db import dispose_all
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    url = embedded_pg.server_url(name)
+    yield url
+    dispose_all()
+    with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# ---- MariaDB ------------------------------------------------------------------------------------
+@pytest.fixture
+def mysql_url() -> str:
+    """A fresh database on the machine's MariaDB (127.0.0.1:3306); dropped afterwards."""
+    import pymysql
+
+    from memwork.db import dispose_all
+
+    try:
+        conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", connect_timeout=3)
+    except Exception as exc:
+        service_missing("MariaDB at 127.0.0.1:3306", exc)
+    name = f"mw_{uuid.uuid4().hex[:12]}"
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
+    yield f"mysql://root@127.0.0.1:3306/{name}"
+    dispose_all()
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+    conn.close()
+
+
+# ---- Redis --------------------------------------------------------------------------------------
+@pytest.fixture
+def redis_url() -> str:
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except Exception as exc:
+        service_missing("Redis at 127.0.0.1:6379", exc)
+    return REDIS_URL
+
+
+# ---- SQLite -------------------------------------------------------------------------------------
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'memwork.db'}"
