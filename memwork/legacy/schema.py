@@ -1,0 +1,70 @@
+"""The legacy conversation-memory tables (MySQL/MariaDB in production, SQLite embedded).
+
+The seed names ``h5_conversation_messages`` and ``h5_user_memory_items`` but not their columns; these
+are the columns such a product has. ``id`` of a memory item is a string (UUID-like) so it travels
+unchanged into ``memory_embeddings.source_memory_id`` (TEXT). Timestamps are UTC, microsecond
+precision (``DATETIME(6)`` on MySQL) so the ``(updated_at, id)`` keyset is total and stable.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects import mysql
+
+metadata = MetaData()
+
+_BigIntId = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrement needs INTEGER
+_Timestamp = DateTime(timezone=False).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+_LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+
+MESSAGE_ROLES = ("user", "assistant", "system", "tool")
+ITEM_TYPES = ("fact", "preference", "goal", "profile", "event", "skill", "note")
+ITEM_STATUSES = ("active", "archived", "deleted")
+
+messages = Table(
+    "h5_conversation_messages",
+    metadata,
+    Column("id", _BigIntId, primary_key=True, autoincrement=True),
+    Column("user_id", String(64), nullable=False),
+    Column("session_id", String(128), nullable=False),
+    Column("role", String(16), nullable=False),
+    Column("content", _LongText, nullable=False),
+    Column("created_at", _Timestamp, nullable=False),
+    Column("analyzed_at", _Timestamp, nullable=True),  # NULL while pending analysis
+    Index("ix_h5_msg_user_pending", "user_id", "analyzed_at"),
+    Index("ix_h5_msg_session", "session_id", "id"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
+
+memory_items = Table(
+    "h5_user_memory_items",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("user_id", String(64), nullable=False),
+    Column("content", _LongText, nullable=False),
+    Column("type", String(32), nullable=False, server_default="fact"),
+    Column("status", String(16), nullable=False, server_default="active"),
+    Column("confidence", Float, nullable=False, server_default="0.5"),
+    Column("metadata", JSON, nullable=True),
+    Column("source_session_id", String(128), nullable=True),
+    Column("source_message_id", String(64), nullable=True),
+    Column("created_at", _Timestamp, nullable=False),
+    Column("updated_at", _Timestamp, nullable=False),
+    Index("ix_h5_items_updated_id", "updated_at", "id"),  # keyset reads (backfill)
+    Index("ix_h5_items_user_status", "user_id", "status", "updated_at"),
+    mysql_engine="InnoDB",
+    mysql_charset="utf8mb4",
+)
