@@ -75,3 +75,21 @@ class HashEmbedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         return np.vstack([self.embed_one(t) for t in texts]).astype(np.float32, copy=False)
+
+
+def load_embedder(spec: str | None) -> Embedder | None:
+    """Build an embedder from a short spec string (CLI ``--embedder``).
+
+    ``None``/``""``/``none`` -> None; ``hash`` or ``hash:DIM`` -> :class:`HashEmbedder`.
+    (The real sentence embedder and module embedders are added to this function by the pgvector work.)
+    """
+    if spec is None or spec.strip().lower() in ("", "none"):
+        return None
+    name, _, arg = spec.strip().partition(":")
+    if name == "hash":
+        try:
+            dimension = int(arg) if arg else 384
+        except ValueError:
+            raise UsageError("embedder", spec, "hash takes an integer dimension, e.g. hash:384") from None
+        return HashEmbedder(dimension)
+    raise UsageError("embedder", spec, "unknown embedder; known: none, hash[:DIM]")

@@ -15,7 +15,9 @@ def check_identifier(name: str, *, field: str = "table") -> str:
     memwork never interpolates user text into SQL except through this check.
     """
     if not isinstance(name, str) or not _IDENT_RE.match(name):
-        raise InvalidIdentifier(field, name, "must be a plain identifier: a letter or _, then letters, digits, _")
+        raise InvalidIdentifier(
+            field, name, "must be a plain identifier: a letter or _, then letters, digits, _"
+        )
     return name
 
 

@@ -24,7 +24,9 @@ def store_option(required: bool = True) -> Callable[[F], F]:
 
 
 def scope_option(f: F) -> F:
-    return click.option("--scope", default=None, help="Only this scope (agent, bank or user). Default: every scope.")(f)
+    return click.option(
+        "--scope", default=None, help="Only this scope (agent, bank or user). Default: every scope."
+    )(f)
 
 
 def json_option(f: F) -> F:
@@ -32,7 +34,9 @@ def json_option(f: F) -> F:
 
 
 def apply_option(f: F) -> F:
-    return click.option("--apply", "apply", is_flag=True, help="Really change things (default is a dry run).")(f)
+    return click.option(
+        "--apply", "apply", is_flag=True, help="Really change things (default is a dry run)."
+    )(f)
 
 
 def database_url_option(envvar: str | None = None, required: bool = False, help: str | None = None):
@@ -106,7 +110,9 @@ def progress(description: str, total: int | None, *, quiet: bool) -> Iterator[Ca
         yield lambda n=1: bar.advance(task, n)
 
 
-def iter_with_progress(items: Iterable[T], description: str, total: int | None, *, quiet: bool) -> Iterator[T]:
+def iter_with_progress(
+    items: Iterable[T], description: str, total: int | None, *, quiet: bool
+) -> Iterator[T]:
     with progress(description, total, quiet=quiet) as advance:
         for item in items:
             yield item
