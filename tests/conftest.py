@@ -113,3 +113,27 @@ def redis_url() -> str:
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'memwork.db'}"
+
+
+# ---- memory stores (one of each kind) -------------------------------------------------------------
+STORE_KINDS = ["filesystem", "sqlite", "postgresql"]
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The ``--store`` string of an empty store of each kind: a directory, SQLite, embedded PostgreSQL."""
+    if request.param == "filesystem":
+        return str(tmp_path / "fs-store")
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def any_store(store_spec: str):
+    """An empty, open :class:`memwork.stores.Store` of each kind (the same one ``store_spec`` names)."""
+    from memwork.stores import open_store
+
+    store = open_store(store_spec)
+    yield store
+    store.close()

@@ -10,7 +10,7 @@ validation, stub following and hit counting behave the same in every store.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -57,6 +57,16 @@ class Store(ABC):
 
         This is what undo and import use to restore an entry byte for byte.
         """
+
+    def put_many(self, entries: Iterable[Entry]) -> int:
+        """:meth:`put` for many entries (import, undo, benchmarks); stores override it to batch.
+
+        Returns how many entries were written."""
+        count = 0
+        for entry in entries:
+            self.put(entry)
+            count += 1
+        return count
 
     @abstractmethod
     def _delete(self, path: str, scope: str) -> bool:

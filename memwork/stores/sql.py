@@ -1,0 +1,311 @@
+"""A memory store in one SQL table, through SQLAlchemy Core: SQLite, PostgreSQL + pgvector, MySQL.
+
+The table is the defrag guide's ``agent_memories`` plus ``scope`` and ``hits``, unique on
+``(scope, file_path)``. On PostgreSQL metadata is JSONB (GIN index, expression indexes on ``type``
+and ``stub``) and the embedding a ``vector(dimension)`` with an HNSW ``vector_cosine_ops`` index; on
+SQLite and MySQL metadata is JSON text and the embedding a little-endian float32 blob. Timestamps are
+stored as naive UTC (the guide's ``TIMESTAMP``). Paths compare by code point everywhere (``C`` /
+``utf8mb4_bin`` collation), so every store lists entries in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Engine,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+from memwork.db import dialect_of, get_engine
+from memwork.embedded_pg import resolve_url
+from memwork.entry import (
+    DEFAULT_SCOPE,
+    Entry,
+    check_content_size,
+    normalize_path,
+    validate_scope,
+)
+from memwork.errors import EntryNotFound, UsageError
+from memwork.identifiers import check_identifier
+from memwork.redaction import redact_url
+from memwork.stores.base import EntryInfo, Store
+
+DEFAULT_TABLE = "agent_memories"
+DEFAULT_DIMENSION = 384
+_BATCH = 500
+_STREAM = 2000
+
+
+def _pg_vector_type(dimension: int) -> Any:
+    """pgvector's SQLAlchemy type, reading straight into a float32 array (no list of floats)."""
+    from pgvector.sqlalchemy import VECTOR
+
+    class FastVector(VECTOR):
+        cache_ok = True
+
+        def result_processor(self, dialect: Any, coltype: Any) -> Any:
+            def process(value: Any) -> np.ndarray | None:
+                if value is None:
+                    return None
+                return np.array(value[1:-1].split(","), dtype=np.float32)
+
+            return process
+
+    return FastVector(dimension)
+
+
+def build_table(name: str, dialect: str, dimension: int) -> Table:
+    """The store's table for one dialect (indexes that only PostgreSQL has are added only there)."""
+    check_identifier(name, field="table")
+    meta = MetaData()
+    path_type: Any = String(500)
+    scope_type: Any = String(128)
+    json_type: Any = JSON()
+    emb_type: Any = LargeBinary()
+    stamp: Any = DateTime(timezone=False)
+    if dialect == "postgresql":
+        path_type, scope_type = postgresql.VARCHAR(500, collation="C"), postgresql.VARCHAR(128, collation="C")
+        json_type, emb_type = postgresql.JSONB(), _pg_vector_type(dimension)
+    elif dialect == "mysql":
+        path_type = mysql.VARCHAR(500, charset="utf8mb4", collation="utf8mb4_bin")
+        scope_type = mysql.VARCHAR(128, charset="utf8mb4", collation="utf8mb4_bin")
+        emb_type, stamp = mysql.LONGBLOB(), mysql.DATETIME(fsp=6)
+    table = Table(
+        name,
+        meta,
+        Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+        Column("scope", scope_type, nullable=False, server_default=DEFAULT_SCOPE),
+        Column("file_path", path_type, nullable=False),
+        Column("content", Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb"), nullable=False),
+        Column("title", String(200), nullable=False, server_default=""),
+        Column("embedding", emb_type, nullable=True),
+        Column("metadata", json_type, nullable=False),
+        Column("size", Integer, nullable=False),
+        Column("hits", Integer, nullable=False, server_default="0"),
+        Column("updated_at", stamp, nullable=False),
+        Column("created_at", stamp, nullable=False),
+        UniqueConstraint("scope", "file_path", name=f"uq_{name}_scope_path"[:63]),
+        Index(f"ix_{name}_updated_at"[:63], "updated_at"),
+    )
+    if dialect == "postgresql":
+        md = table.c.metadata
+        Index(f"ix_{name}_metadata"[:63], md, postgresql_using="gin")
+        Index(f"ix_{name}_meta_type"[:63], md["type"].astext)
+        Index(f"ix_{name}_meta_stub"[:63], md["stub"].astext)
+        Index(
+            f"ix_{name}_embedding"[:63],
+            table.c.embedding,
+            postgresql_using="hnsw",
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        )
+    return table
+
+
+class SQLStore(Store):
+    """Entries as rows of one table; the table and its indexes are created on open (idempotent)."""
+
+    def __init__(self, url: str, *, dimension: int = DEFAULT_DIMENSION, table: str = DEFAULT_TABLE) -> None:
+        if not isinstance(dimension, int) or not 1 <= dimension <= 16000:
+            raise UsageError("dimension", dimension, "must be an integer from 1 to 16000")
+        self.url = resolve_url(url)
+        self.dialect = dialect_of(self.url)
+        self.kind = self.dialect
+        self.dimension = dimension
+        self.table = build_table(table, self.dialect, dimension)
+        self.engine: Engine = get_engine(self.url)
+        self._create()
+
+    def describe(self) -> str:
+        shown = self.url if self.dialect == "sqlite" else redact_url(self.url)
+        return f"{self.kind}:{shown} table={self.table.name}"
+
+    def _create(self) -> None:
+        with self.engine.begin() as conn:
+            self.table.metadata.create_all(conn, checkfirst=True)
+        if self.dialect == "postgresql":
+            self._check_pg_dimension()
+
+    def _check_pg_dimension(self) -> None:
+        query = (
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = to_regclass(:t) AND attname = 'embedding'"
+        )
+        from sqlalchemy import text
+
+        with self.engine.connect() as conn:
+            found = conn.execute(text(query), {"t": self.table.name}).scalar()
+        expected = f"vector({self.dimension})"
+        if found and found != expected:
+            raise UsageError("dimension", self.dimension, f"table {self.table.name} already holds {found}")
+
+    # ---- conversions ----------------------------------------------------------------------------
+    def _row_values(self, entry: Entry) -> dict[str, Any]:
+        path, scope = normalize_path(entry.path), validate_scope(entry.scope)
+        size = check_content_size(entry.content)
+        if len(path) > 500:
+            raise UsageError("path", path[:80] + "...", "longer than 500 characters")
+        if len(entry.title or "") > 200:
+            raise UsageError("title", entry.title[:80] + "...", "longer than 200 characters")
+        return {
+            "scope": scope,
+            "file_path": path,
+            "content": entry.content,
+            "title": entry.title or "",
+            "embedding": self._dump_embedding(entry.embedding),
+            "metadata": entry.metadata,
+            "size": size,
+            "hits": int(entry.hits),
+            "updated_at": _naive_utc(entry.updated_at),
+            "created_at": _naive_utc(entry.created_at),
+        }
+
+    def _dump_embedding(self, embedding: np.ndarray | None) -> Any:
+        if embedding is None:
+            return None
+        if embedding.shape[0] != self.dimension:
+            raise UsageError(
+                "embedding", f"<{embedding.shape[0]} floats>", f"must have {self.dimension} dimensions"
+            )
+        if self.dialect == "postgresql":
+            return embedding
+        return embedding.astype("<f4").tobytes()
+
+    def _entry(self, row: Any) -> Entry:
+        emb = row.embedding
+        if emb is not None and not isinstance(emb, np.ndarray):
+            emb = np.frombuffer(emb, dtype="<f4").astype(np.float32)
+        return Entry(
+            path=row.file_path,
+            scope=row.scope,
+            content=row.content,
+            title=row.title or "",
+            metadata=row.metadata or {},
+            embedding=emb,
+            size=row.size,
+            created_at=row.created_at.replace(tzinfo=UTC),
+            updated_at=row.updated_at.replace(tzinfo=UTC),
+            hits=row.hits,
+        )
+
+    def _where(self, stmt: Any, scope: str | None, prefix: str | None) -> Any:
+        c = self.table.c
+        if scope is not None:
+            stmt = stmt.where(c.scope == validate_scope(scope))
+        if prefix:
+            stmt = stmt.where(c.file_path.startswith(prefix, autoescape=True))
+        return stmt
+
+    # ---- primitives -----------------------------------------------------------------------------
+    def get(self, path: str, *, scope: str = DEFAULT_SCOPE) -> Entry | None:
+        c = self.table.c
+        stmt = select(self.table).where(c.scope == validate_scope(scope), c.file_path == normalize_path(path))
+        with self.engine.connect() as conn:
+            row = conn.execute(stmt).first()
+        return None if row is None else self._entry(row)
+
+    def put(self, entry: Entry) -> Entry:
+        self.put_many([entry])
+        return entry
+
+    def put_many(self, entries: Iterable[Entry]) -> int:
+        """Upsert in batches of 500 rows, one transaction per batch."""
+        count = 0
+        batch: list[dict[str, Any]] = []
+        for entry in entries:
+            batch.append(self._row_values(entry))
+            if len(batch) >= _BATCH:
+                count += self._upsert(batch)
+                batch = []
+        if batch:
+            count += self._upsert(batch)
+        return count
+
+    def _upsert(self, rows: list[dict[str, Any]]) -> int:
+        columns = [k for k in rows[0] if k not in ("scope", "file_path")]
+        if self.dialect == "mysql":
+            stmt = mysql.insert(self.table)
+            stmt = stmt.on_duplicate_key_update({k: stmt.inserted[k] for k in columns})
+        else:
+            insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
+            stmt = insert(self.table)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["scope", "file_path"], set_={k: stmt.excluded[k] for k in columns}
+            )
+        with self.engine.begin() as conn:
+            conn.execute(stmt, rows)
+        return len(rows)
+
+    def _delete(self, path: str, scope: str) -> bool:
+        c = self.table.c
+        stmt = self.table.delete().where(
+            c.scope == validate_scope(scope), c.file_path == normalize_path(path)
+        )
+        with self.engine.begin() as conn:
+            return conn.execute(stmt).rowcount > 0
+
+    def iter_entries(self, *, scope: str | None = None, prefix: str | None = None) -> Iterator[Entry]:
+        c = self.table.c
+        stmt = self._where(select(self.table), scope, prefix).order_by(c.scope, c.file_path)
+        with self.engine.connect() as conn:
+            result = conn.execution_options(stream_results=True, yield_per=_STREAM).execute(stmt)
+            for row in result:
+                yield self._entry(row)
+
+    def scopes(self) -> list[str]:
+        c = self.table.c
+        with self.engine.connect() as conn:
+            return list(conn.execute(select(c.scope).distinct().order_by(c.scope)).scalars())
+
+    def bump_hits(self, path: str, *, scope: str = DEFAULT_SCOPE, by: int = 1) -> None:
+        c = self.table.c
+        path, scope = normalize_path(path), validate_scope(scope)
+        stmt = update(self.table).where(c.scope == scope, c.file_path == path).values(hits=c.hits + by)
+        with self.engine.begin() as conn:
+            if conn.execute(stmt).rowcount == 0:
+                raise EntryNotFound(path, scope)
+
+    # ---- faster versions of the guide's methods ----------------------------------------------
+    def list(self, prefix: str | None = None, *, scope: str | None = None) -> list[EntryInfo]:
+        """Like the base method, without loading content or embeddings."""
+        c = self.table.c
+        stmt = select(c.file_path, c.title, c.size, c.updated_at, c.scope)
+        stmt = self._where(stmt, scope, prefix).order_by(c.scope, c.file_path)
+        with self.engine.connect() as conn:
+            return [
+                EntryInfo(r.file_path, r.title or "", r.size, r.updated_at.replace(tzinfo=UTC), r.scope)
+                for r in conn.execute(stmt)
+            ]
+
+    def total_size(self, *, scope: str | None = None) -> int:
+        stmt = self._where(select(func.coalesce(func.sum(self.table.c.size), 0)), scope, None)
+        with self.engine.connect() as conn:
+            return int(conn.execute(stmt).scalar() or 0)
+
+    def count(self, *, scope: str | None = None) -> int:
+        """Number of entries (stubs included)."""
+        stmt = self._where(select(func.count()).select_from(self.table), scope, None)
+        with self.engine.connect() as conn:
+            return int(conn.execute(stmt).scalar() or 0)
+
+
+def _naive_utc(value: datetime) -> datetime:
+    return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value

@@ -1,0 +1,302 @@
+"""Load any store from, and dump it to, JSON lines -- one :meth:`Entry.to_record` per line.
+
+Import checks every line before writing anything (an error names the line, the field and the value)
+and is a dry run unless ``apply=True``. It writes through ``Store.put``, so timestamps and hits
+survive exactly: export -> import into another kind of store -> export gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from memwork.entry import Entry, as_utc, check_content_size, normalize_path, utcnow, validate_scope
+from memwork.errors import UsageError
+from memwork.stores.base import Store
+
+RECORD_FIELDS = (
+    "path",
+    "scope",
+    "title",
+    "content",
+    "metadata",
+    "embedding",
+    "created_at",
+    "updated_at",
+    "hits",
+)
+IGNORED_FIELDS = ("size",)  # derived from content; accepted so other tools' dumps load
+MAX_TITLE_CHARS = 200
+MAX_PATH_CHARS = 500
+_LOOKUP_ONE_BY_ONE = 2000
+
+
+class ImportLineError(UsageError):
+    """A line of an import file that cannot be loaded; nothing was written."""
+
+    def __init__(self, line: int, error: UsageError) -> None:
+        super().__init__(error.field, error.value, error.problem)
+        self.line = line
+        self.args = (f"line {line}: {error}",)
+
+
+@dataclass
+class ImportReport:
+    """What an import found (dry run) or did (``applied``): counts overall and per scope."""
+
+    applied: bool
+    total: int = 0
+    new: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    scopes: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def count(self, scope: str, outcome: str) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+        self.total += 1
+        per = self.scopes.setdefault(scope, {"new": 0, "updated": 0, "unchanged": 0})
+        per[outcome] += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---- export -------------------------------------------------------------------------------------
+def entry_line(entry: Entry) -> str:
+    """One export line: :meth:`Entry.to_record` with metadata keys sorted, so every store gives the
+    same bytes (PostgreSQL's JSONB does not keep key order)."""
+    record = {
+        "path": entry.path,
+        "scope": entry.scope,
+        "title": entry.title,
+        "content": entry.content,
+        "metadata": _sorted_keys(entry.metadata),
+        "embedding": None if entry.embedding is None else entry.embedding.astype(np.float64).tolist(),
+        "created_at": entry.created_at.isoformat(),
+        "updated_at": entry.updated_at.isoformat(),
+        "hits": int(entry.hits),
+    }
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def export_jsonl(store: Store, out: str | os.PathLike[str] | IO[str], *, scope: str | None = None) -> int:
+    """Write every entry (stubs included) of ``store`` -- or of one scope -- as JSON lines to ``out``
+    (a path or a text stream), in (scope, path) order. Returns the number of entries written."""
+    count = 0
+    with _text_out(out) as handle:
+        for entry in store.iter_entries(scope=scope):
+            handle.write(entry_line(entry))
+            handle.write("\n")
+            count += 1
+    return count
+
+
+# ---- import -------------------------------------------------------------------------------------
+def import_jsonl(
+    store: Store, lines_or_path: str | os.PathLike[str] | Iterable[str], *, apply: bool = False
+) -> ImportReport:
+    """Validate every line, compare with what ``store`` holds, and (only with ``apply``) write the new
+    and changed entries. Raises :class:`ImportLineError` on the first bad line, before any write."""
+    entries = parse_jsonl(lines_or_path, dimension=getattr(store, "dimension", None))
+    existing = _existing_fingerprints(store, entries)
+    report = ImportReport(applied=apply)
+    to_write: list[Entry] = []
+    for entry in entries:
+        before = existing.get(entry.key)
+        if before is None:
+            outcome = "new"
+        elif before == fingerprint(entry):
+            outcome = "unchanged"
+        else:
+            outcome = "updated"
+        report.count(entry.scope, outcome)
+        if outcome != "unchanged":
+            to_write.append(entry)
+    if apply and to_write:
+        store.put_many(to_write)
+    return report
+
+
+def parse_jsonl(
+    lines_or_path: str | os.PathLike[str] | Iterable[str], *, dimension: int | None = None
+) -> list[Entry]:
+    """Every entry of a JSON-lines source, validated; blank lines skipped, duplicates rejected."""
+    entries: list[Entry] = []
+    seen: dict[tuple[str, str], int] = {}
+    for number, line in _numbered_lines(lines_or_path):
+        try:
+            entry = parse_record(_load_json(line), dimension=dimension)
+            if entry.key in seen:
+                where = f"already on line {seen[entry.key]} (scope {entry.scope!r})"
+                raise UsageError("path", entry.path, where)
+        except UsageError as exc:
+            raise ImportLineError(number, exc) from None
+        seen[entry.key] = number
+        entries.append(entry)
+    return entries
+
+
+def parse_record(record: Any, *, dimension: int | None = None) -> Entry:
+    """One export record as an :class:`Entry`; a :class:`UsageError` names the first bad field."""
+    if not isinstance(record, dict):
+        raise UsageError("record", type(record).__name__, "must be a JSON object")
+    for key in record:
+        if key not in RECORD_FIELDS and key not in IGNORED_FIELDS:
+            raise UsageError("field", key, f"unknown; expected {', '.join(RECORD_FIELDS)}")
+    if "path" not in record:
+        raise UsageError("path", None, "is required")
+    path = normalize_path(record["path"])
+    if len(path) > MAX_PATH_CHARS:
+        raise UsageError("path", _short(path), f"longer than {MAX_PATH_CHARS} characters")
+    content = record.get("content")
+    if not isinstance(content, str):
+        raise UsageError("content", _short(content), "must be a string")
+    title = record.get("title") or ""
+    if not isinstance(title, str) or len(title) > MAX_TITLE_CHARS:
+        raise UsageError("title", _short(title), f"must be a string of at most {MAX_TITLE_CHARS} characters")
+    metadata = record.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise UsageError("metadata", _short(metadata), "must be a JSON object")
+    hits = record.get("hits") or 0
+    if not isinstance(hits, int) or isinstance(hits, bool) or hits < 0:
+        raise UsageError("hits", hits, "must be a non-negative integer")
+    now = utcnow()
+    created_at = _timestamp(record, "created_at", now)
+    return Entry(
+        path=path,
+        scope=validate_scope(record.get("scope")),
+        title=title,
+        content=content,
+        metadata=metadata,
+        embedding=_embedding(record.get("embedding"), dimension),
+        size=check_content_size(content),
+        created_at=created_at,
+        updated_at=_timestamp(record, "updated_at", created_at),
+        hits=hits,
+    )
+
+
+def fingerprint(entry: Entry) -> bytes:
+    """A digest of everything export writes, to tell unchanged entries from updated ones."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(entry_line(entry.copy(embedding=None)).encode("utf-8"))
+    if entry.embedding is not None:
+        digest.update(entry.embedding.astype("<f4").tobytes())
+    return digest.digest()
+
+
+# ---- store summary ------------------------------------------------------------------------------
+def store_info(store: Store) -> dict[str, Any]:
+    """Entries, stubs, embedded entries and content bytes, overall and per scope."""
+    scopes: dict[str, dict[str, int]] = {}
+    for entry in store.iter_entries():
+        per = scopes.setdefault(entry.scope, {"entries": 0, "stubs": 0, "embedded": 0, "size": 0})
+        per["entries"] += 1
+        per["stubs"] += int(entry.is_stub)
+        per["embedded"] += int(entry.embedding is not None)
+        per["size"] += entry.size
+    totals = {key: sum(s[key] for s in scopes.values()) for key in ("entries", "stubs", "embedded", "size")}
+    return {"store": store.describe(), "kind": store.kind, **totals, "scopes": scopes}
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+def _existing_fingerprints(store: Store, entries: list[Entry]) -> dict[tuple[str, str], bytes]:
+    """Fingerprints of the entries the import would overwrite (few: one get each; many: one scan)."""
+    wanted = {entry.key for entry in entries}
+    found: dict[tuple[str, str], bytes] = {}
+    if len(wanted) <= _LOOKUP_ONE_BY_ONE:
+        for scope, path in wanted:
+            current = store.get(path, scope=scope)
+            if current is not None:
+                found[(scope, path)] = fingerprint(current)
+        return found
+    for scope in sorted({scope for scope, _ in wanted}):
+        for current in store.iter_entries(scope=scope):
+            if current.key in wanted:
+                found[current.key] = fingerprint(current)
+    return found
+
+
+def _numbered_lines(source: str | os.PathLike[str] | Iterable[str]) -> Iterator[tuple[int, str]]:
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        try:
+            handle = path.open(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError("file", str(source), exc.strerror or "cannot be read") from None
+        with handle:
+            yield from _numbered_lines(list(handle))
+        return
+    for number, line in enumerate(source, start=1):
+        if line.strip():
+            yield number, line
+
+
+def _load_json(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        problem = f"not valid JSON ({exc.msg} at column {exc.colno})"
+        raise UsageError("json", _short(line.strip()), problem) from None
+
+
+def _timestamp(record: dict[str, Any], key: str, default: Any) -> Any:
+    value = record.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        raise UsageError(key, value, "must be an ISO 8601 date-time")
+    try:
+        return as_utc(value)
+    except (UsageError, ValueError, OverflowError, OSError):
+        raise UsageError(key, value, "must be an ISO 8601 date-time") from None
+
+
+def _embedding(value: Any, dimension: int | None) -> np.ndarray | None:
+    if value is None:
+        return None
+    try:
+        arr = np.asarray(value, dtype=np.float64) if isinstance(value, list) else None
+    except (TypeError, ValueError):
+        arr = None
+    if arr is None or arr.ndim != 1 or not np.isfinite(arr).all():
+        raise UsageError("embedding", _short(value), "must be null or a list of finite numbers")
+    if arr.size == 0:
+        return None
+    if dimension is not None and arr.size != dimension:
+        raise UsageError("embedding", f"<{arr.size} floats>", f"must have {dimension} dimensions")
+    return arr.astype(np.float32)
+
+
+def _sorted_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _sorted_keys(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, list | tuple):
+        return [_sorted_keys(v) for v in value]
+    return value
+
+
+def _short(value: Any, limit: int = 80) -> Any:
+    text = value if isinstance(value, str) else None
+    if text is None:
+        text = repr(value)
+        if len(text) <= limit:
+            return value
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@contextmanager
+def _text_out(out: str | os.PathLike[str] | IO[str]) -> Iterator[IO[str]]:
+    if isinstance(out, str | os.PathLike):
+        with open(out, "w", encoding="utf-8", newline="\n") as handle:
+            yield handle
+    else:
+        yield out
