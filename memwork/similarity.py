@@ -7,11 +7,14 @@ definition exactly and only changes how the pairs are found (see :func:`find_dup
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
 
 from memwork.errors import UsageError
 
@@ -107,25 +110,220 @@ def _check_unit(field: str, value: object) -> float:
     return float(value)
 
 
-def _sort_key(pair: PairScore) -> tuple[float, int, int]:
-    return (-pair.similarity, pair.i, pair.j)
+# --- exact all-pairs search: cheap candidates, then the exact scores above -----------------------
+
+# Float slack for the filters only; every kept pair is re-checked with the exact float64 score.
+_SIZE_SLACK = 1e-9  # relative, for prefix/size filters (ratios of small integers)
+_COSINE_SLACK = 1e-4  # absolute, float32 blocked dot products vs the float64 cosine
+_BLOCK_BYTES = 64 * 2**20  # float32 similarity block of the cosine join
+_SPARSE_BUDGET = 8_000_000  # candidate entries per sparse block of the Jaccard join
+_VERIFY_CHUNK = 32_768  # pairs re-scored per chunk (bounds the gathered float64 rows)
+
+
+def _blas_threads() -> int:
+    """BLAS threads for the cosine join: ``MEMWORK_THREADS`` or the CPU count (no oversubscription)."""
+    raw = os.environ.get("MEMWORK_THREADS", "")
+    if raw.strip().isdigit() and int(raw) > 0:
+        return int(raw)
+    return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class _Tokens:
+    """Binary document x token matrix; columns are token ranks, rarest first (the prefix order)."""
+
+    matrix: sp.csr_matrix
+    sizes: np.ndarray
+
+    @classmethod
+    def build(cls, texts: Sequence[str]) -> _Tokens:
+        vocab: dict[str, int] = {}
+        ids: list[int] = []
+        sizes = np.zeros(len(texts), dtype=np.int64)
+        for k, text in enumerate(texts):
+            tokens = tokenize(text)
+            sizes[k] = len(tokens)
+            ids.extend(vocab.setdefault(token, len(vocab)) for token in tokens)
+        token_ids = np.asarray(ids, dtype=np.int64)
+        freq = np.bincount(token_ids, minlength=len(vocab))
+        rank = np.empty(len(vocab), dtype=np.int64)
+        rank[np.lexsort((np.arange(len(vocab)), freq))] = np.arange(len(vocab))
+        indptr = np.concatenate(([0], np.cumsum(sizes)))
+        data = np.ones(len(token_ids), dtype=np.int32)
+        matrix = sp.csr_matrix((data, rank[token_ids], indptr), shape=(len(texts), max(1, len(vocab))))
+        matrix.sort_indices()
+        return cls(matrix, sizes)
+
+    def prefixes(self, threshold: float) -> sp.csr_matrix:
+        """Each row's first ``|x| - ceil(t|x|) + 1`` rarest tokens (AllPairs prefix, slack-widened)."""
+        sizes = self.sizes
+        need = np.ceil(threshold * sizes - _SIZE_SLACK * sizes).astype(np.int64)
+        plen = np.clip(sizes - need + 1, 0, sizes)
+        start = self.matrix.indptr[:-1]
+        position = np.arange(self.matrix.nnz) - np.repeat(start, sizes)
+        keep = position < np.repeat(plen, sizes)
+        indptr = np.concatenate(([0], np.cumsum(plen)))
+        cols = self.matrix.indices[keep]
+        data = np.ones(len(cols), dtype=np.int32)
+        return sp.csr_matrix((data, cols, indptr), shape=self.matrix.shape)
+
+    def jaccard(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """Exact Jaccard of pairs ``(i[k], j[k])``: same integer ratio as :func:`jaccard`."""
+        out = np.empty(len(i), dtype=np.float64)
+        for lo in range(0, len(i), _VERIFY_CHUNK):
+            hi = min(lo + _VERIFY_CHUNK, len(i))
+            a, b = i[lo:hi], j[lo:hi]
+            inter = np.asarray(self.matrix[a].multiply(self.matrix[b]).sum(axis=1)).ravel()
+            union = (self.sizes[a] + self.sizes[b] - inter).astype(np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[lo:hi] = np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+        return out
+
+
+def _jaccard_candidates(tokens: _Tokens, threshold: float) -> np.ndarray:
+    """Pair codes ``i*n+j`` (i<j) that may reach ``threshold``: shared prefix token + size filter."""
+    n = len(tokens.sizes)
+    prefix = tokens.prefixes(threshold)
+    inverted = prefix.T.tocsr()
+    posting = np.diff(inverted.indptr)
+    row_cost = np.asarray(prefix @ posting.astype(np.int64)).ravel()
+    found: list[np.ndarray] = []
+    for a, b in _budget_blocks(row_cost, _SPARSE_BUDGET):
+        block = (prefix[a:b] @ inverted).tocoo()
+        rows = block.row.astype(np.int64) + a
+        cols = block.col.astype(np.int64)
+        upper = cols > rows
+        rows, cols = rows[upper], cols[upper]
+        small = np.minimum(tokens.sizes[rows], tokens.sizes[cols])
+        large = np.maximum(tokens.sizes[rows], tokens.sizes[cols])
+        fits = small >= threshold * large - _SIZE_SLACK * large
+        found.append(rows[fits] * n + cols[fits])
+    return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
+
+def _budget_blocks(cost: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Split rows into consecutive blocks whose summed cost stays near ``budget``."""
+    blocks: list[tuple[int, int]] = []
+    total = np.cumsum(cost)
+    a = 0
+    while a < len(cost):
+        base = total[a - 1] if a else 0
+        b = int(np.searchsorted(total, base + budget, side="right"))
+        b = max(b, a + 1)
+        blocks.append((a, min(b, len(cost))))
+        a = b
+    return blocks
+
+
+@dataclass
+class _Vectors:
+    """The embedded subset: float64 rows for exact scores, positions back into the input."""
+
+    rows: np.ndarray
+    norms: np.ndarray
+    index: np.ndarray  # input position of each row
+    slot: np.ndarray  # row of each input position, -1 when not embedded
+
+    @classmethod
+    def build(cls, embeddings: Sequence[np.ndarray | None]) -> _Vectors:
+        index = np.array([k for k, e in enumerate(embeddings) if e is not None], dtype=np.int64)
+        try:
+            flat = [np.asarray(embeddings[k], dtype=np.float64).ravel() for k in index]
+            rows = np.stack(flat) if flat else np.zeros((0, 1))
+        except ValueError:
+            raise UsageError("embeddings", len(embeddings), "vectors must share one dimension") from None
+        if not np.isfinite(rows).all():
+            raise UsageError("embeddings", "non-finite", "vectors must hold finite numbers")
+        slot = np.full(len(embeddings), -1, dtype=np.int64)
+        slot[index] = np.arange(len(index))
+        return cls(rows, _row_norms(rows), index, slot)
+
+    def cosine(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """Exact cosine of input pairs (NaN where one is not embedded), bitwise as :func:`cosine`."""
+        out = np.full(len(i), np.nan)
+        a_all, b_all = self.slot[i], self.slot[j]
+        both = np.flatnonzero((a_all >= 0) & (b_all >= 0))
+        for lo in range(0, len(both), _VERIFY_CHUNK):
+            sel = both[lo : lo + _VERIFY_CHUNK]
+            a, b = a_all[sel], b_all[sel]
+            out[sel] = _cosine_rows(self.rows[a], self.rows[b], self.norms[a], self.norms[b])
+        return out
+
+    def candidates(self, low: float, high: float | None) -> np.ndarray:
+        """Pair codes (input positions) whose float32 cosine lies in ``[low-ε, high+ε)``."""
+        m, n = len(self.index), len(self.slot)
+        if m < 2:
+            return np.empty(0, dtype=np.int64)
+        unit = np.divide(
+            self.rows, self.norms[:, None], out=np.zeros_like(self.rows), where=self.norms[:, None] > 0
+        )
+        unit32 = np.ascontiguousarray(unit, dtype=np.float32)
+        del unit
+        step = max(1, min(m, _BLOCK_BYTES // (4 * m)))
+        buffer = np.empty(step * m, dtype=np.float32)
+        mask = np.empty(step * m, dtype=np.bool_)
+        other = np.empty(step * m, dtype=np.bool_) if high is not None else None
+        found: list[np.ndarray] = []
+        with threadpool_limits(limits=_blas_threads(), user_api="blas"):
+            for a in range(0, m, step):
+                b = min(a + step, m)
+                shape = (b - a, m - a)
+                size = shape[0] * shape[1]
+                block = np.matmul(unit32[a:b], unit32[a:].T, out=buffer[:size].reshape(shape))
+                hits = np.greater_equal(block, low - _COSINE_SLACK, out=mask[:size].reshape(shape))
+                if other is not None and high is not None:
+                    hits &= np.less(block, high + _COSINE_SLACK, out=other[:size].reshape(shape))
+                r, c = np.nonzero(hits)
+                upper = c > r
+                rows = self.index[r[upper] + a]
+                cols = self.index[c[upper] + a]
+                found.append(np.minimum(rows, cols) * n + np.maximum(rows, cols))
+        return np.concatenate(found)
+
+
+def _all_pairs(n: int) -> np.ndarray:
+    i, j = np.triu_indices(n, 1)
+    return i.astype(np.int64) * n + j
+
+
+def _to_pairs(i: np.ndarray, j: np.ndarray, text: np.ndarray, sem: np.ndarray) -> list[PairScore]:
+    """PairScore list sorted by (-similarity, i, j); NaN semantic means not embedded."""
+    sim = np.where(np.isnan(sem), text, np.fmax(text, sem))
+    order = np.lexsort((j, i, -sim))
+    has_sem = ~np.isnan(sem)
+    return [
+        PairScore(int(i[k]), int(j[k]), float(text[k]), float(sem[k]) if has_sem[k] else None)
+        for k in order.tolist()
+    ]
+
+
+def _check_lengths(field: str, got: int, want: int) -> None:
+    if got != want:
+        raise UsageError(field, got, f"need one per entry ({want})")
 
 
 def find_duplicate_pairs(
     texts: Sequence[str], embeddings: Sequence[np.ndarray | None], threshold: float
 ) -> list[PairScore]:
-    """Every pair with ``max(jaccard, cosine) >= threshold``, sorted by (-similarity, i, j)."""
+    """Exactly every pair with ``max(jaccard, cosine) >= threshold``, sorted by (-similarity, i, j).
+
+    Equal to the guide's all-pairs loop, found as candidates then re-scored exactly: a prefix-filter
+    set-similarity join (AllPairs) for Jaccard and blocked float32 matrix products for cosine.
+    """
     threshold = _check_unit("similarity_threshold", threshold)
-    if len(texts) != len(embeddings):
-        raise UsageError("embeddings", len(embeddings), f"need one per text ({len(texts)})")
-    tokens = [tokenize(t) for t in texts]
-    pairs = []
-    for i in range(len(texts)):
-        for j in range(i + 1, len(texts)):
-            pair = PairScore(i, j, jaccard(tokens[i], tokens[j]), cosine(embeddings[i], embeddings[j]))
-            if pair.similarity >= threshold:
-                pairs.append(pair)
-    return sorted(pairs, key=_sort_key)
+    n = len(texts)
+    _check_lengths("embeddings", len(embeddings), n)
+    tokens = _Tokens.build(texts)
+    vectors = _Vectors.build(embeddings)
+    if threshold == 0.0:
+        codes = _all_pairs(n)
+    else:
+        text_codes = _jaccard_candidates(tokens, threshold)
+        codes = np.union1d(text_codes, vectors.candidates(threshold, None))
+    i, j = codes // max(n, 1), codes % max(n, 1)
+    text, sem = tokens.jaccard(i, j), vectors.cosine(i, j)
+    keep = (text >= threshold) | (sem >= threshold)
+    return _to_pairs(i[keep], j[keep], text[keep], sem[keep])
 
 
 def find_related_pairs(
@@ -134,20 +332,23 @@ def find_related_pairs(
     max_similarity: float,
     texts: Sequence[str] | None = None,
 ) -> list[PairScore]:
-    """Every embedded pair with ``min <= cosine < max`` (cosine only, no keyword boost)."""
+    """Exactly every embedded pair with ``min <= cosine < max`` (cosine only, no keyword boost).
+
+    ``text_similarity`` is the pair's Jaccard when ``texts`` are given, else 0.0; sorting uses the
+    hybrid ``similarity`` like :func:`find_duplicate_pairs`.
+    """
     low = _check_unit("min_similarity", min_similarity)
     high = _check_unit("max_similarity", max_similarity)
     if low > high:
         raise UsageError("min_similarity", min_similarity, f"must not exceed max_similarity ({high})")
-    if texts is not None and len(texts) != len(embeddings):
-        raise UsageError("texts", len(texts), f"need one per embedding ({len(embeddings)})")
-    tokens = [tokenize(t) for t in texts] if texts is not None else None
-    pairs = []
-    for i in range(len(embeddings)):
-        for j in range(i + 1, len(embeddings)):
-            score = cosine(embeddings[i], embeddings[j])
-            if score is None or not low <= score < high:
-                continue
-            text = jaccard(tokens[i], tokens[j]) if tokens is not None else 0.0
-            pairs.append(PairScore(i, j, text, score))
-    return sorted(pairs, key=_sort_key)
+    n = len(embeddings)
+    if texts is not None:
+        _check_lengths("texts", len(texts), n)
+    vectors = _Vectors.build(embeddings)
+    codes = np.unique(vectors.candidates(low, high)) if low < high else np.empty(0, dtype=np.int64)
+    i, j = codes // max(n, 1), codes % max(n, 1)
+    sem = vectors.cosine(i, j)
+    keep = (sem >= low) & (sem < high)
+    i, j, sem = i[keep], j[keep], sem[keep]
+    text = _Tokens.build(texts).jaccard(i, j) if texts is not None else np.zeros(len(i))
+    return _to_pairs(i, j, text, sem)

@@ -1,0 +1,287 @@
+"""Similarity primitives and the exact all-pairs search, against the guide's plain pairwise loop."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memwork import similarity
+from memwork.errors import UsageError
+from memwork.similarity import (
+    PairScore,
+    cosine,
+    find_duplicate_pairs,
+    find_related_pairs,
+    jaccard,
+    tokenize,
+)
+
+# --- reference: the guide's algorithm, one pair at a time ----------------------------------------
+
+
+def brute_duplicates(texts, embeddings, threshold):
+    """The guide's double loop: every pair, hybrid max(Jaccard, cosine) >= threshold."""
+    pairs = []
+    for i in range(len(texts)):
+        for j in range(i + 1, len(texts)):
+            pair = PairScore(i, j, jaccard(texts[i], texts[j]), cosine(embeddings[i], embeddings[j]))
+            if pair.similarity >= threshold:
+                pairs.append(pair)
+    return sorted(pairs, key=lambda p: (-p.similarity, p.i, p.j))
+
+
+def brute_related(embeddings, low, high, texts=None):
+    """Every embedded pair with low <= cosine < high."""
+    pairs = []
+    for i in range(len(embeddings)):
+        for j in range(i + 1, len(embeddings)):
+            score = cosine(embeddings[i], embeddings[j])
+            if score is not None and low <= score < high:
+                text = jaccard(texts[i], texts[j]) if texts is not None else 0.0
+                pairs.append(PairScore(i, j, text, score))
+    return sorted(pairs, key=lambda p: (-p.similarity, p.i, p.j))
+
+
+# --- tokenize -------------------------------------------------------------------------------------
+
+
+def test_tokenize_english_words_lowercased_set():
+    assert tokenize("The cat saw the CAT") == {"the", "cat", "saw"}
+
+
+def test_tokenize_punctuation_splits_and_keeps_underscore_and_digits():
+    assert tokenize("foo-bar, baz.qux! snake_case v2 (x)") == {
+        "foo",
+        "bar",
+        "baz",
+        "qux",
+        "snake_case",
+        "v2",
+        "x",
+    }
+
+
+def test_tokenize_empty_and_symbols_only():
+    assert tokenize("") == frozenset()
+    assert tokenize("  -- !! ... ") == frozenset()
+
+
+def test_tokenize_chinese_bigrams():
+    assert tokenize("数据库迁移") == {"数据", "据库", "库迁", "迁移"}
+
+
+def test_tokenize_single_cjk_char_is_unigram():
+    assert tokenize("我 是") == {"我", "是"}
+
+
+def test_tokenize_japanese_kana_and_kanji_bigrams():
+    assert tokenize("東京タワー") == {"東京", "京タ", "タワ", "ワー"}
+    assert tokenize("すし、ラーメン") == {"すし", "ラー", "ーメ", "メン"}
+
+
+def test_tokenize_hangul_bigrams():
+    assert tokenize("한국어") == {"한국", "국어"}
+
+
+def test_tokenize_mixed_scripts_split_runs():
+    # a \w+ word mixing Latin and CJK: Latin part stays a word, CJK runs become bigrams
+    assert tokenize("用Python写代码 and PostgreSQL数据库") == {
+        "用",
+        "python",
+        "写代",
+        "代码",
+        "and",
+        "postgresql",
+        "数据",
+        "据库",
+    }
+
+
+def test_tokenize_chinese_jaccard_is_graded():
+    a, b = "数据库迁移方案", "数据库备份方案"
+    assert 0.0 < jaccard(a, b) < 1.0
+
+
+# --- jaccard / cosine -----------------------------------------------------------------------------
+
+
+def test_jaccard_values_and_edges():
+    assert jaccard("a b", "b c") == pytest.approx(1 / 3)
+    assert jaccard("", "") == 0.0
+    assert jaccard("a", "") == 0.0
+    assert jaccard("A b", "a B") == 1.0
+    assert jaccard(frozenset({"a"}), "a") == 1.0
+
+
+def test_cosine_edges():
+    assert cosine(None, [1.0]) is None
+    assert cosine([1.0], None) is None
+    assert cosine([0.0, 0.0], [1.0, 2.0]) == 0.0
+    assert cosine([1.0, 0.0], [0.0, 1.0]) == 0.0
+    assert cosine([1.0, 1.0], [-1.0, -1.0]) == pytest.approx(-1.0)
+    assert cosine([1.0, 0.0], [1.0, 1.0]) == pytest.approx(1 / math.sqrt(2))
+    assert cosine(np.array([3.0, 4.0], dtype=np.float32), [3.0, 4.0]) == 1.0
+
+
+def test_cosine_is_clipped():
+    v = np.array([0.1, 0.2, 0.3])
+    assert -1.0 <= cosine(v, v * 7) <= 1.0
+
+
+def test_cosine_dimension_mismatch_is_usage_error():
+    with pytest.raises(UsageError):
+        cosine([1.0, 2.0], [1.0])
+
+
+def test_pair_score_similarity_is_max_of_present():
+    assert PairScore(0, 1, 0.3, None).similarity == 0.3
+    assert PairScore(0, 1, 0.3, 0.9).similarity == 0.9
+    assert PairScore(0, 1, 0.95, 0.9).similarity == 0.95
+
+
+# --- validation -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.01, float("nan"), float("inf"), "0.5", None, True])
+def test_duplicate_threshold_outside_unit_interval_is_usage_error(bad):
+    with pytest.raises(UsageError) as err:
+        find_duplicate_pairs(["a"], [None], bad)
+    assert err.value.field == "similarity_threshold"
+
+
+def test_related_bounds_validated_and_named():
+    with pytest.raises(UsageError) as err:
+        find_related_pairs([None], 1.2, 1.0)
+    assert err.value.field == "min_similarity"
+    with pytest.raises(UsageError) as err:
+        find_related_pairs([None], 0.5, -1)
+    assert err.value.field == "max_similarity"
+    with pytest.raises(UsageError) as err:
+        find_related_pairs([None], 0.9, 0.6)
+    assert err.value.field == "min_similarity"
+
+
+def test_length_mismatch_is_usage_error():
+    with pytest.raises(UsageError):
+        find_duplicate_pairs(["a", "b"], [None], 0.5)
+    with pytest.raises(UsageError):
+        find_related_pairs([None], 0.5, 0.8, texts=["a", "b"])
+
+
+def test_mixed_dimensions_is_usage_error():
+    with pytest.raises(UsageError):
+        find_duplicate_pairs(["a", "b"], [np.ones(3), np.ones(4)], 0.5)
+
+
+# --- behaviour on small hand-made cases -----------------------------------------------------------
+
+
+def test_empty_and_single_inputs():
+    assert find_duplicate_pairs([], [], 0.5) == []
+    assert find_duplicate_pairs(["a"], [np.ones(3)], 0.5) == []
+    assert find_related_pairs([], 0.6, 0.85) == []
+
+
+def test_jaccard_boundary_half_is_included():
+    texts = ["a b c", "a b d", "q"]  # J(0,1) = 2/4 = 0.5 exactly
+    pairs = find_duplicate_pairs(texts, [None] * 3, 0.5)
+    assert pairs == [PairScore(0, 1, 0.5, None)]
+
+
+def test_threshold_zero_returns_every_pair():
+    pairs = find_duplicate_pairs(["", "a", "b"], [None, None, None], 0.0)
+    assert [(p.i, p.j) for p in pairs] == [(0, 1), (0, 2), (1, 2)]
+
+
+def test_semantic_only_duplicate_and_sort_order():
+    texts = ["alpha beta", "gamma delta", "alpha beta"]
+    emb = [np.array([1.0, 0.0]), np.array([0.99, 0.01]), None]
+    pairs = find_duplicate_pairs(texts, emb, 0.85)
+    assert [(p.i, p.j) for p in pairs] == [(0, 2), (0, 1)]
+    assert pairs[0].semantic_similarity is None and pairs[0].similarity == 1.0
+    assert pairs[1].text_similarity == 0.0 and pairs[1].semantic_similarity > 0.99
+
+
+def test_related_excludes_upper_bound_and_unembedded():
+    emb = [np.array([1.0, 0.0]), np.array([1.0, 1.0]), None, np.array([1.0, 0.0])]
+    pairs = find_related_pairs(emb, 0.6, 0.85, texts=["a b", "a c", "a", "z"])
+    assert [(p.i, p.j) for p in pairs] == [(0, 1), (1, 3)]
+    assert pairs[0].text_similarity == pytest.approx(1 / 3)
+    assert find_related_pairs(emb, 0.6, 1.0)[0].i == 0  # (0,3) has cosine 1.0: excluded by < 1.0
+
+
+def test_batch_cosine_matches_scalar_bitwise():
+    rng = np.random.default_rng(7)
+    emb = [rng.standard_normal(384).astype(np.float32) for _ in range(40)]
+    pairs = find_related_pairs(emb, 0.0, 1.0)
+    for p in pairs:
+        assert p.semantic_similarity == cosine(emb[p.i], emb[p.j])
+
+
+def test_blocked_cosine_join_with_tiny_blocks(monkeypatch):
+    monkeypatch.setattr(similarity, "_BLOCK_BYTES", 64)
+    monkeypatch.setattr(similarity, "_SPARSE_BUDGET", 3)
+    monkeypatch.setattr(similarity, "_VERIFY_CHUNK", 5)
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((6, 16))
+    emb = [base[k % 6] + 0.05 * rng.standard_normal(16) for k in range(30)]
+    words = ["red", "green", "blue", "cat", "dog", "sun", "moon"]
+    texts = [" ".join(rng.choice(words, 4)) for _ in range(30)]
+    assert find_duplicate_pairs(texts, emb, 0.8) == brute_duplicates(texts, emb, 0.8)
+    assert find_related_pairs(emb, 0.3, 0.9, texts) == brute_related(emb, 0.3, 0.9, texts)
+
+
+# --- properties: equal to the brute-force reference -----------------------------------------------
+
+WORDS = ["a", "b", "c", "d", "e", "f", "数据", "库", "東京", "x_y"]
+texts_st = st.lists(st.sampled_from(WORDS), max_size=6).map(" ".join)
+component = st.sampled_from([-2.0, -1.0, -0.5, 0.0, 0.0, 0.5, 1.0, 2.0, 3.0])
+threshold_st = st.one_of(
+    st.sampled_from([0.0, 1 / 3, 0.25, 0.5, 2 / 3, 0.75, 0.8, 0.85, 0.9, 1.0]),
+    st.floats(min_value=0.0, max_value=1.0),
+)
+
+
+@st.composite
+def stores(draw, max_size=14):
+    n = draw(st.integers(min_value=0, max_value=max_size))
+    dim = draw(st.integers(min_value=1, max_value=5))
+    pool = draw(st.lists(texts_st, min_size=1, max_size=5))  # shared texts -> duplicates
+    texts = [draw(st.one_of(st.sampled_from(pool), texts_st)) for _ in range(n)]
+    vec_pool = draw(st.lists(st.lists(component, min_size=dim, max_size=dim), min_size=1, max_size=4))
+    vector = st.one_of(st.none(), st.sampled_from(vec_pool), st.lists(component, min_size=dim, max_size=dim))
+    embeddings = [draw(vector) for _ in range(n)]
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    return texts, [None if v is None else np.array(v, dtype=dtype) for v in embeddings]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stores(), threshold_st)
+def test_find_duplicate_pairs_equals_brute_force(store, threshold):
+    texts, embeddings = store
+    assert find_duplicate_pairs(texts, embeddings, threshold) == brute_duplicates(
+        texts, embeddings, threshold
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stores(), threshold_st, threshold_st, st.booleans())
+def test_find_related_pairs_equals_brute_force(store, a, b, with_texts):
+    texts, embeddings = store
+    low, high = min(a, b), max(a, b)
+    given_texts = texts if with_texts else None
+    got = find_related_pairs(embeddings, low, high, given_texts)
+    assert got == brute_related(embeddings, low, high, given_texts)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(texts_st, max_size=25), threshold_st)
+def test_text_only_join_equals_brute_force(texts, threshold):
+    embeddings = [None] * len(texts)
+    assert find_duplicate_pairs(texts, embeddings, threshold) == brute_duplicates(
+        texts, embeddings, threshold
+    )
