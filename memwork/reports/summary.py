@@ -1,0 +1,64 @@
+"""How a notebook hands its machine-readable result to the runner: :func:`record`.
+
+The runner sets ``MEMWORK_REPORT_DIR`` for the kernel; :func:`record` writes ``summary.json`` there.
+Outside the runner (JupyterLab, nbval) nothing is written, so running a notebook by hand never
+litters the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+REPORT_DIR_ENV = "MEMWORK_REPORT_DIR"
+SUMMARY_FILE = "summary.json"
+VERDICTS = ("PASS", "FAIL", "GO", "NO-GO", "INFO", "ERROR")
+FAILING_VERDICTS = ("FAIL", "NO-GO", "ERROR")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe copy: numpy scalars to Python, NaN/inf to None, datetimes to ISO text."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "to_dict") and not isinstance(value, type):
+        return _plain(value.to_dict())
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            value = value.item()
+        except (ValueError, TypeError):
+            return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def record(summary: dict[str, Any]) -> dict[str, Any]:
+    """Record a report's result (must hold ``verdict``); written to summary.json under the runner."""
+    if "verdict" not in summary:
+        raise ValueError("summary: needs a 'verdict' key")
+    verdict = str(summary["verdict"]).upper()
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict={summary['verdict']!r}: must be one of {', '.join(VERDICTS)}")
+    data = _plain({**summary, "verdict": verdict})
+    target = os.environ.get(REPORT_DIR_ENV)
+    if target:
+        path = Path(target) / SUMMARY_FILE
+        path.write_text(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False), encoding="utf-8")
+    return data
+
+
+def load_summary(path: Path | str) -> dict[str, Any]:
+    """A summary.json (or a run folder holding one) as a dict."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / SUMMARY_FILE
+    return json.loads(path.read_text(encoding="utf-8"))

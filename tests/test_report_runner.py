@@ -1,0 +1,120 @@
+"""The report runner on a tiny notebook: artifacts, parameters, failures, manifest, index, CLI."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from memwork.cli import main
+from memwork.errors import ReportExecutionError, UsageError
+from memwork.reports import build_index, collect_runs, read_parameters, run_report, verify_manifest
+from memwork.reports.html import external_references, strip_external
+from memwork.reports.params import parse_parameters
+
+TINY = str(Path(__file__).parent / "data" / "tiny_report.ipynb")
+
+
+def test_parameters_cell_is_parsed_with_types_defaults_and_help():
+    params = parse_parameters("a: int = 3  # how many\nb: str | None = None  # optional\nc: float = 0.5\n")
+    assert params["a"].annotation == "int" and params["a"].default == 3 and params["a"].help == "how many"
+    assert params["b"].annotation == "str | None" and params["c"].help == ""
+    assert list(read_parameters(TINY)) == ["n", "verdict", "boom", "ratio"]
+
+
+def test_run_writes_every_artifact_and_a_manifest_that_matches(tmp_path):
+    run = run_report(TINY, {"n": "4", "ratio": "0.25"}, tmp_path)
+    assert run.verdict == "PASS" and run.exit_code == 0
+    assert run.parameters == {"n": 4, "ratio": 0.25}  # coerced from the annotations
+    assert run.run_dir.parent == tmp_path and run.run_dir.name.endswith("-tiny_report")
+    summary = json.loads(run.summary_path.read_text())
+    assert summary["n"] == 4 and summary["verdict"] == "PASS"
+    manifest = json.loads(run.manifest_path.read_text())
+    assert {a["file"] for a in manifest["artifacts"]} == {
+        "tiny_report.ipynb",
+        "tiny_report.html",
+        "summary.json",
+    }
+    assert all(len(a["sha256"]) == 64 for a in manifest["artifacts"])
+    assert verify_manifest(run.run_dir) == []
+    run.summary_path.write_text("{}")
+    assert verify_manifest(run.run_dir) == ["summary.json"]
+
+
+def test_html_is_self_contained_with_inline_figures_hidden_code_and_provenance(tmp_path):
+    run = run_report(TINY, {"n": 2}, tmp_path)
+    page = run.html_path.read_text()
+    assert external_references(page) == []
+    assert "<script" not in page.lower()
+    assert re.search(r"<img[^>]+src=\"data:image/png;base64,", page)
+    assert "ax.bar(" not in page  # code hidden by default
+    for text in ("git commit", "papermill", "python", "Parameters", "PASS", "duration"):
+        assert text in page
+
+
+def test_strip_external_removes_cdn_scripts_links_and_fonts():
+    page = (
+        '<html><head><script src="https://cdn.example/require.js"></script>'
+        '<link rel="stylesheet" href="https://fonts.example/x.css"><style>@import url("https://x/y.css");'
+        " .a{background:url(https://x/i.png)}</style></head>"
+        '<body><img src="//cdn.example/a.png"></body></html>'
+    )
+    assert external_references(page)
+    assert external_references(strip_external(page)) == []
+
+
+def test_unknown_parameter_is_rejected_before_running(tmp_path):
+    with pytest.raises(UsageError, match="nope"):
+        run_report(TINY, {"nope": 1}, tmp_path)
+    assert not any(tmp_path.iterdir())  # nothing ran, nothing written
+    with pytest.raises(UsageError, match="expected int"):
+        run_report(TINY, {"n": "many"}, tmp_path)
+
+
+def test_bad_value_fails_in_validation_cell_with_one_line_and_keeps_artifacts(tmp_path):
+    with pytest.raises(ReportExecutionError) as info:
+        run_report(TINY, {"n": -1}, tmp_path)
+    message = str(info.value)
+    assert "ValueError: n=-1: must be >= 0" in message and "\n" not in message
+    assert info.value.exit_code == 2
+    run = info.value.run
+    for path in (run.notebook_path, run.html_path, run.summary_path, run.manifest_path):
+        assert path.exists()
+    assert json.loads(run.summary_path.read_text())["verdict"] == "ERROR"
+
+
+def test_failing_cell_error_is_one_line(tmp_path):
+    with pytest.raises(ReportExecutionError) as info:
+        run_report(TINY, {"boom": "yes"}, tmp_path)
+    assert "RuntimeError: boom requested second line" in str(info.value)
+
+
+def test_index_lists_every_run_with_its_verdict(tmp_path):
+    run_report(TINY, {"verdict": "FAIL"}, tmp_path)
+    run_report(TINY, {}, tmp_path)
+    path = build_index(tmp_path)
+    rows = collect_runs(tmp_path)
+    assert sorted(r["verdict"] for r in rows) == ["FAIL", "PASS"]
+    page = path.read_text()
+    assert page.count("-tiny_report</a>") == 2 and external_references(page) == []
+
+
+def test_cli_exit_codes_and_json(tmp_path):
+    runner = CliRunner()
+    ok = runner.invoke(main, ["report", TINY, "-p", "n", "2", "--out", str(tmp_path), "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.stdout)["summary"]["verdict"] == "PASS"
+    failed = runner.invoke(main, ["report", TINY, "-p", "verdict", "FAIL", "--out", str(tmp_path)])
+    assert failed.exit_code == 1
+    unknown = runner.invoke(main, ["report", TINY, "-p", "bogus", "1", "--out", str(tmp_path)])
+    assert unknown.exit_code == 2 and "bogus" in unknown.stderr
+    bad = runner.invoke(main, ["report", TINY, "-p", "n", "-5", "--out", str(tmp_path)])
+    assert bad.exit_code == 2
+    assert "ValueError: n=-5: must be >= 0" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    index = runner.invoke(main, ["report", "index", "--out", str(tmp_path), "--json"])
+    assert index.exit_code == 0 and len(json.loads(index.stdout)["runs"]) == 3
+    missing = runner.invoke(main, ["report", "no_such_report", "--out", str(tmp_path)])
+    assert missing.exit_code == 2
