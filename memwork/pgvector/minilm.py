@@ -1,0 +1,32 @@
+"""Embedding module for the real sentence embedder (all-MiniLM-L6-v2, 384 dims, offline).
+
+``MEMORY_PGVECTOR_EMBEDDING_MODULE=memwork.pgvector.minilm`` makes runtime queries use the same model
+the backfill used with ``--embedder minilm``. Needs the optional ``embed`` extra; the model loads on
+first use so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from memwork.embed import MINILM_DIMENSION, MINILM_MODEL_ID, SentenceEmbedder
+
+MODEL_ID = MINILM_MODEL_ID
+DIMENSIONS = MINILM_DIMENSION
+
+
+@cache
+def _embedder() -> SentenceEmbedder:
+    return SentenceEmbedder()
+
+
+def embed_query(query: str, input: Mapping[str, Any] | None = None) -> list[float]:
+    """The vector of the request's query text."""
+    return _embedder().embed([query or ""])[0].tolist()
+
+
+def embed_memory(memory: Mapping[str, Any]) -> list[float]:
+    """The vector of a memory item's content."""
+    return _embedder().embed([str(memory.get("content") or "")])[0].tolist()

@@ -1,0 +1,149 @@
+"""The ``memory_embeddings`` table: SQL generation (pure, for dry runs) and idempotent apply.
+
+The shape is the seed's, plus what a safe migration needs: a unique index on ``source_memory_id``
+(the backfill's idempotency key), an index on ``user_id`` (every lookup is per user), the
+``embedding_model`` that made each vector (so mixed models can be detected), an optional HNSW index,
+and the small ``memwork_backfill_checkpoints`` table the backfill commits its cursor into.
+Every statement uses ``IF NOT EXISTS``, so applying twice is harmless.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from memwork.errors import UsageError
+from memwork.identifiers import check_identifier, quote_identifier
+
+DEFAULT_TABLE = "memory_embeddings"
+DEFAULT_DIMENSIONS = 1536
+MAX_DIMENSIONS = 16000  # pgvector's limit for the vector type
+CHECKPOINT_TABLE = "memwork_backfill_checkpoints"
+
+
+@dataclass(frozen=True)
+class IndexNames:
+    """Index names derived from the table name, kept within PostgreSQL's 63-byte limit."""
+
+    source: str
+    user: str
+    vector: str
+
+
+def index_names(table: str) -> IndexNames:
+    """``<table>_source_memory_id_key`` etc.; long table names are cut so names never get truncated
+    silently by the server (which would make a second run miss the existing index)."""
+    check_identifier(table)
+
+    def name(suffix: str) -> str:
+        return check_identifier(table[: 63 - len(suffix)] + suffix, field="index")
+
+    return IndexNames(name("_source_memory_id_key"), name("_user_id_idx"), name("_embedding_hnsw_idx"))
+
+
+def check_dimensions(dimensions: object) -> int:
+    """An integer from 1 to 16000 (pgvector's limit), or a usage error naming the value."""
+    if isinstance(dimensions, bool) or not isinstance(dimensions, int):
+        raise UsageError("dimensions", dimensions, "must be an integer")
+    if not 1 <= dimensions <= MAX_DIMENSIONS:
+        raise UsageError("dimensions", dimensions, f"must be from 1 to {MAX_DIMENSIONS}")
+    return dimensions
+
+
+def checkpoint_table_sql() -> str:
+    """The backfill's checkpoint table: one row per destination table, written with each batch."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {quote_identifier(CHECKPOINT_TABLE)} (\n"
+        "  target_table TEXT PRIMARY KEY,\n"
+        "  cursor_updated_at TEXT NOT NULL,\n"
+        "  cursor_id TEXT NOT NULL,\n"
+        "  rows_written BIGINT NOT NULL DEFAULT 0,\n"
+        "  embedding_model TEXT,\n"
+        "  dimensions INTEGER,\n"
+        "  updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW()\n"
+        ")"
+    )
+
+
+def schema_sql(
+    table: str = DEFAULT_TABLE,
+    dimensions: int = DEFAULT_DIMENSIONS,
+    create_extension: bool = False,
+    create_vector_index: bool = False,
+) -> list[str]:
+    """The statements that create the table and its indexes, in execution order (no side effects)."""
+    quoted = quote_identifier(table)
+    dims = check_dimensions(dimensions)
+    names = index_names(table)
+    statements: list[str] = []
+    if create_extension:
+        statements.append("CREATE EXTENSION IF NOT EXISTS vector")
+    statements.append(
+        f"CREATE TABLE IF NOT EXISTS {quoted} (\n"
+        "  id BIGSERIAL PRIMARY KEY,\n"
+        "  user_id TEXT NOT NULL,\n"
+        "  content TEXT NOT NULL,\n"
+        f"  embedding VECTOR({dims}) NOT NULL,\n"
+        "  embedding_model TEXT,\n"
+        "  type TEXT NOT NULL DEFAULT 'fact',\n"
+        "  source_memory_id TEXT,\n"
+        "  source_session_id TEXT,\n"
+        "  source_message_id TEXT,\n"
+        "  metadata JSONB NOT NULL DEFAULT '{}'::jsonb,\n"
+        "  created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),\n"
+        "  updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW()\n"
+        ")"
+    )
+    statements.append(
+        f"CREATE UNIQUE INDEX IF NOT EXISTS {quote_identifier(names.source, field='index')} "
+        f"ON {quoted} (source_memory_id)"
+    )
+    statements.append(
+        f"CREATE INDEX IF NOT EXISTS {quote_identifier(names.user, field='index')} ON {quoted} (user_id)"
+    )
+    if create_vector_index:
+        statements.append(
+            f"CREATE INDEX IF NOT EXISTS {quote_identifier(names.vector, field='index')} "
+            f"ON {quoted} USING hnsw (embedding vector_cosine_ops)"
+        )
+    statements.append(checkpoint_table_sql())
+    return statements
+
+
+def ensure_schema(
+    url: str,
+    table: str = DEFAULT_TABLE,
+    dimensions: int = DEFAULT_DIMENSIONS,
+    create_extension: bool = False,
+    create_vector_index: bool = False,
+) -> list[str]:
+    """Run :func:`schema_sql` in one transaction against ``url``; returns the statements run.
+
+    Refuses (usage error) when the table already exists with another vector dimension, because
+    ``CREATE TABLE IF NOT EXISTS`` would otherwise report success on a table that cannot take the
+    vectors the caller means to store.
+    """
+    import psycopg
+
+    from memwork.db import libpq_url
+
+    statements = schema_sql(table, dimensions, create_extension, create_vector_index)
+    with psycopg.connect(libpq_url(url)) as conn:
+        existing = table_dimensions(conn, table)
+        if existing is not None and existing != dimensions:
+            raise UsageError("dimensions", dimensions, f"table {table} already has vector({existing})")
+        for statement in statements:
+            conn.execute(statement)
+    return statements
+
+
+def table_dimensions(conn, table: str) -> int | None:  # type: ignore[no-untyped-def]
+    """The ``embedding`` column's declared dimension, or None when the table does not exist."""
+    check_identifier(table)
+    row = conn.execute(
+        "SELECT a.atttypmod FROM pg_attribute a "
+        "WHERE a.attrelid = to_regclass(%s) AND a.attname = 'embedding' AND NOT a.attisdropped",
+        (quote_identifier(table),),
+    ).fetchone()
+    if row is None:
+        return None
+    return int(row[0]) if row[0] and row[0] > 0 else 0
