@@ -11,4 +11,15 @@ try:
 except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0+source"
 
-__all__ = ["Entry", "__version__"]
+__all__ = ["Entry", "MemoryFacade", "__version__", "facade_from_env"]
+
+_LAZY = {"MemoryFacade": "memwork.facade.facade", "facade_from_env": "memwork.facade.facade"}
+
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    """Import the facade only when asked for, so ``import memwork`` stays light."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'memwork' has no attribute {name!r}")

@@ -1,0 +1,90 @@
+"""The legacy conversation-memory backend: the facade's default, over :mod:`memwork.legacy.backend`.
+
+Selected as ``MEMORY_BACKEND=legacy``; reports itself as ``legacy-conversation-memory`` (the seed's
+``selectedBackend``). Its database is ``MEMORY_LEGACY_DATABASE_URL``, never the app's
+``DATABASE_URL``. Runtime never creates schema in a configured database (run ``memwork legacy init``);
+only memwork's own default SQLite file in the workspace is created on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from memwork.backends.base import Availability, Backend
+from memwork.db import sqlalchemy_url
+from memwork.errors import UsageError
+from memwork.facade.inputs import validate
+from memwork.facade.policy import LEGACY_URL_VAR, legacy_url_from_env
+from memwork.facade.safety import describe_error
+from memwork.legacy.backend import LegacyMemoryStore
+from memwork.legacy.extractor import Extractor
+
+
+class LegacyConversationMemoryBackend(Backend):
+    """resolve = active memories; write = saveAndAnalyze; compact = analyzeUser."""
+
+    name: ClassVar[str] = "legacy-conversation-memory"
+    aliases: ClassVar[tuple[str, ...]] = ("legacy",)
+    role: ClassVar[str] = "existing conversation memory (h5_* tables)"
+
+    def __init__(self, store: LegacyMemoryStore, *, problem: str | None = None) -> None:
+        self.store = store
+        self.problem = problem
+
+    def availability(self) -> Availability:
+        """Configured and a supported URL; no connection is opened (a dead server fails per call)."""
+        if self.problem:
+            return Availability.no(self.problem)
+        try:
+            sqlalchemy_url(self.store.database_url)
+        except UsageError as exc:
+            return Availability.no(f"{LEGACY_URL_VAR}: {exc.problem}")
+        return Availability.ok()
+
+    def resolve(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        clean = validate("resolve", request)
+        return self.store.resolve(clean["userId"], clean["limit"])
+
+    def write(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        clean = validate("write", request)
+        return self.store.save_and_analyze(clean["userId"], clean["sessionId"], clean["messages"])
+
+    def compact(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        clean = validate("compact", request)
+        return self.store.analyze_user(clean["userId"], clean["sessionId"])
+
+    def purge_user(self, user_id: str) -> dict[str, int]:
+        return self.store.purge_user(user_id)
+
+
+EXTRACTOR_VAR = "MEMORY_LEGACY_EXTRACTOR"
+
+
+def load_extractor(spec: str) -> Extractor:
+    """``package.module:function`` -> the callable (the env way to plug in e.g. an LLM extractor)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UsageError(EXTRACTOR_VAR, spec, "expected package.module:function")
+    target = getattr(importlib.import_module(module_name), attr, None)
+    if not callable(target):
+        raise UsageError(EXTRACTOR_VAR, spec, "does not name a callable")
+    return target
+
+
+def from_env(env: Mapping[str, str], extractor: Extractor | None = None) -> LegacyConversationMemoryBackend:
+    """The registry factory: ``MEMORY_LEGACY_DATABASE_URL`` or the workspace's ``legacy.db``.
+
+    A broken ``MEMORY_LEGACY_EXTRACTOR`` makes the backend unavailable with the reason, not a crash.
+    """
+    explicit = bool((env.get(LEGACY_URL_VAR) or "").strip())
+    problem = None
+    spec = (env.get(EXTRACTOR_VAR) or "").strip()
+    if extractor is None and spec:
+        try:
+            extractor = load_extractor(spec)
+        except Exception as exc:
+            problem = f"{EXTRACTOR_VAR}: {describe_error(exc)}"
+    store = LegacyMemoryStore(legacy_url_from_env(env), extractor=extractor, auto_create=not explicit)
+    return LegacyConversationMemoryBackend(store, problem=problem)

@@ -1,0 +1,211 @@
+"""The backend registry: built-ins and third-party plugins registered the same way.
+
+Built-ins are :class:`importlib.metadata.EntryPoint` objects of group ``memwork.backends``, exactly
+what a plugin declares in its ``pyproject.toml``::
+
+    [project.entry-points."memwork.backends"]
+    qdrant = "memwork_qdrant:from_env"
+
+An entry point names a factory ``from_env(env: Mapping[str, str]) -> backend`` (or an object with a
+``from_env`` attribute). Installed plugins are discovered lazily, on first use, with stdlib
+``importlib.metadata``. A plugin that fails to load or duplicates a name is reported in
+:meth:`Registry.problems` instead of crashing the host; a plugin may replace a placeholder slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+from memwork.backends import placeholders
+from memwork.errors import UnknownBackend, UsageError
+from memwork.facade.safety import describe_error
+
+GROUP = "memwork.backends"
+
+BUILTIN_ENTRY_POINTS: tuple[EntryPoint, ...] = (
+    EntryPoint("legacy", "memwork.backends.legacy:from_env", GROUP),
+    EntryPoint("pgvector", "memwork.facade.registry:pgvector_slot", GROUP),
+    *(
+        EntryPoint(slot.name, f"memwork.backends.placeholders:{slot.name.replace('-', '_')}", GROUP)
+        for slot in placeholders.SLOTS
+        if slot.name != "pgvector"
+    ),
+)
+
+
+class DuplicateBackend(UsageError):
+    """A second backend under a name (or alias) that is already registered."""
+
+
+@dataclass(frozen=True)
+class PluginProblem:
+    """A plugin that could not be registered: failed import, failing factory or duplicate name."""
+
+    name: str
+    origin: str
+    problem: str
+
+
+def pgvector_slot(env: Mapping[str, str]) -> Any:
+    """The real pgvector adapter when ``memwork.backends.pgvector`` exists, else the placeholder."""
+    try:
+        module = importlib.import_module("memwork.backends.pgvector")
+    except ModuleNotFoundError as exc:
+        if exc.name == "memwork.backends.pgvector":
+            return placeholders.placeholder("pgvector")
+        return placeholders.placeholder("pgvector", f"adapter import failed: {describe_error(exc)}")
+    except Exception as exc:
+        return placeholders.placeholder("pgvector", f"adapter import failed: {describe_error(exc)}")
+    factory = getattr(module, "from_env", None)
+    if not callable(factory):
+        return placeholders.placeholder("pgvector")
+    try:
+        return factory(env)
+    except Exception as exc:
+        return placeholders.placeholder("pgvector", f"adapter failed to start: {describe_error(exc)}")
+
+
+def _keys_of(backend: Any, registered_as: str) -> list[str]:
+    keys = [getattr(backend, "name", None) or registered_as, *getattr(backend, "aliases", ())]
+    if registered_as not in keys:
+        keys.append(registered_as)
+    return list(dict.fromkeys(keys))
+
+
+class Registry:
+    """Ordered backends (built-ins first, legacy first), looked up by name or alias."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        *,
+        plugins: Iterable[EntryPoint] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``plugins`` replaces discovery of installed entry points (None: discover lazily);
+        ``overrides`` maps a built-in entry point name to a ready instance (e.g. a legacy backend
+        with a custom extractor)."""
+        self._env = dict(os.environ if env is None else env)
+        self._plugins = None if plugins is None else list(plugins)
+        self._backends: dict[str, Any] = {}
+        self._index: dict[str, str] = {}
+        self._origins: dict[str, str] = {}
+        self._problems: list[PluginProblem] = []
+        self._overrides = dict(overrides or {})
+        self._loaded = False
+        self._lock = threading.RLock()
+
+    # ---- loading -------------------------------------------------------------------------------
+    def _ensure_loaded(self) -> None:
+        with self._lock:
+            if self._loaded:
+                return
+            self._loaded = True
+            for ep in BUILTIN_ENTRY_POINTS:
+                if ep.name in self._overrides:
+                    self._add(self._overrides[ep.name], ep.name, "builtin", replace_placeholder=False)
+                else:
+                    self._load_entry_point(ep, "builtin")
+            for ep in self._discover():
+                self._load_entry_point(ep, f"entry point {ep.value}")
+
+    def _discover(self) -> list[EntryPoint]:
+        if self._plugins is not None:
+            return self._plugins
+        try:
+            return list(entry_points(group=GROUP))
+        except Exception as exc:  # a broken distribution's metadata must not break the host
+            self._problems.append(PluginProblem("*", GROUP, f"discovery failed: {describe_error(exc)}"))
+            return []
+
+    def _load_entry_point(self, ep: EntryPoint, origin: str) -> None:
+        try:
+            target = ep.load()
+            factory: Callable[[Mapping[str, str]], Any] = getattr(target, "from_env", target)
+            backend = factory(self._env)
+        except Exception as exc:
+            self._problems.append(PluginProblem(ep.name, origin, f"failed to load: {describe_error(exc)}"))
+            return
+        try:
+            self._add(backend, ep.name, origin, replace_placeholder=origin != "builtin")
+        except DuplicateBackend as exc:
+            self._problems.append(PluginProblem(ep.name, origin, exc.problem))
+
+    def _add(self, backend: Any, registered_as: str, origin: str, *, replace_placeholder: bool) -> None:
+        keys = _keys_of(backend, registered_as)
+        owners = {self._index[k] for k in keys if k in self._index}
+        replaceable = all(getattr(self._backends[o], "placeholder", False) for o in owners)
+        if owners and not (replace_placeholder and replaceable):
+            taken = ", ".join(sorted(owners))
+            raise DuplicateBackend("name", keys[0], f"already registered by {taken}; refused")
+        primary = keys[0]
+        for owner in owners:  # a real adapter takes its placeholder's place, keeping its position
+            self._replace(owner, primary, backend)
+        if not owners:
+            self._backends[primary] = backend
+        self._origins[primary] = origin
+        for key in keys:
+            self._index[key] = primary
+
+    def _replace(self, owner: str, primary: str, backend: Any) -> None:
+        order = list(self._backends.items())
+        self._backends = {(primary if k == owner else k): (backend if k == owner else v) for k, v in order}
+        for key, target in list(self._index.items()):
+            if target == owner:
+                self._index[key] = primary
+
+    # ---- public API ----------------------------------------------------------------------------
+    def register(self, backend: Any, *, replace_placeholder: bool = False) -> Any:
+        """Add a backend instance; refuses a name already taken (unless replacing a placeholder)."""
+        self._ensure_loaded()
+        with self._lock:
+            self._add(
+                backend, getattr(backend, "name", "") or "", "code", replace_placeholder=replace_placeholder
+            )
+        return backend
+
+    def backends(self) -> list[Any]:
+        """Every registered backend, legacy first, then the slots, then plugins."""
+        self._ensure_loaded()
+        return list(self._backends.values())
+
+    def names(self) -> list[str]:
+        self._ensure_loaded()
+        return list(self._backends)
+
+    def problems(self) -> list[PluginProblem]:
+        """Plugins that failed to load or were refused."""
+        self._ensure_loaded()
+        return list(self._problems)
+
+    def origin(self, name: str) -> str:
+        self._ensure_loaded()
+        return self._origins.get(self._index.get(name, name), "unknown")
+
+    def find(self, name: str) -> Any | None:
+        """The backend registered under ``name`` or one of its aliases, else None."""
+        self._ensure_loaded()
+        primary = self._index.get(name)
+        return None if primary is None else self._backends[primary]
+
+    def get(self, name: str) -> Any:
+        """Like :meth:`find` but raises :class:`UnknownBackend` naming what exists."""
+        backend = self.find(name)
+        if backend is None:
+            known = ", ".join(sorted(self._index))
+            raise UnknownBackend("backend", name, f"unknown backend; known: {known}")
+        return backend
+
+    def close(self) -> None:
+        for backend in self._backends.values():
+            close = getattr(backend, "close", None)
+            if callable(close):
+                with contextlib.suppress(Exception):  # closing is best effort
+                    close()

@@ -1,0 +1,54 @@
+"""Fail-open plumbing: run a backend call in a worker thread with a deadline, describe errors safely.
+
+Each call gets its own daemon thread rather than a ``ThreadPoolExecutor`` worker: the executor joins
+its workers at interpreter exit, so one hung backend would hang the host's shutdown. A timed-out call
+keeps running in its abandoned daemon thread; its result is discarded.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from memwork.errors import BackendTimeout
+from memwork.redaction import redact_url
+
+T = TypeVar("T")
+_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+MAX_REASON_CHARS = 300
+
+
+def redact_text(text: str) -> str:
+    """Free text with every URL's password hidden (reasons come from third-party code)."""
+    return _URL_RE.sub(lambda m: redact_url(m.group(0)) or "", text)
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: first line of the message`` -- URLs redacted, SQL and parameters (later lines) dropped."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = redact_text(text)
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return line[:MAX_REASON_CHARS]
+
+
+def call_with_timeout(fn: Callable[[], T], timeout_s: float, what: str) -> T:
+    """``fn()`` in a daemon thread: its exception re-raised, :class:`BackendTimeout` after the deadline."""
+    box: dict[str, object] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["result"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name=f"memwork-{what}", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise BackendTimeout(f"{what} timed out after {round(timeout_s * 1000)} ms")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["result"]  # type: ignore[return-value]

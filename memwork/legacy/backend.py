@@ -1,0 +1,334 @@
+"""The legacy conversation-memory store over SQLAlchemy Core (MySQL/MariaDB via PyMySQL, or SQLite).
+
+* ``save_and_analyze`` (the facade's ``write``) saves the messages, then analyzes the user's pending
+  messages: the extractor proposes items, items the user already has are skipped (Jaccard of
+  :func:`memwork.similarity.tokenize`), the messages are marked analyzed -- one transaction.
+* ``analyze_user`` (``compact``) analyzes pending messages, archives superseded items (same
+  ``metadata.key``, older) and merges duplicate items (same type, similar text), and reports it all.
+* ``resolve`` returns active memories newest first, the profile and the active goals.
+
+Pending messages are read ``FOR UPDATE SKIP LOCKED`` on MariaDB so two concurrent analyzers of one
+user never extract the same message twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, and_, create_mock_engine, delete, insert, inspect, select, update
+
+from memwork.db import get_engine, sqlalchemy_url
+from memwork.errors import UsageError
+from memwork.legacy.extractor import ExtractedItem, Extractor, extract_rules
+from memwork.legacy.schema import ITEM_TYPES, memory_items, messages, metadata
+from memwork.similarity import find_duplicate_pairs, jaccard, tokenize
+
+DUPLICATE_THRESHOLD = 0.8  #: Jaccard at or above which two items say the same thing
+MAX_PENDING_PER_RUN = 1000
+PROFILE_LIMIT = 200
+
+_clock_lock = threading.Lock()
+_last_now = datetime.min
+
+
+def now() -> datetime:
+    """Naive UTC, strictly increasing within the process so newest-first order is total."""
+    global _last_now
+    with _clock_lock:
+        value = datetime.now(UTC).replace(tzinfo=None)
+        if value <= _last_now:
+            value = _last_now + timedelta(microseconds=1)
+        _last_now = value
+        return value
+
+
+# ---- schema -------------------------------------------------------------------------------------
+def schema_ddl(database_url: str) -> list[str]:
+    """The CREATE TABLE / CREATE INDEX statements for this URL's dialect, without connecting."""
+    statements: list[str] = []
+    mock = create_mock_engine(sqlalchemy_url(database_url), lambda sql, *a, **k: statements.append(sql))
+    metadata.create_all(mock, checkfirst=False)
+    return [str(s.compile(dialect=mock.dialect)).strip() + ";" for s in statements]
+
+
+@dataclass(frozen=True)
+class InitResult:
+    statements: list[str]
+    applied: bool
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+
+
+def init_schema(database_url: str, *, apply: bool = False) -> InitResult:
+    """Dry run: the DDL. ``apply=True``: create the missing tables, report which already existed."""
+    statements = schema_ddl(database_url)
+    if not apply:
+        return InitResult(statements, applied=False)
+    engine = get_engine(database_url)
+    before = set(inspect(engine).get_table_names())
+    metadata.create_all(engine, checkfirst=True)
+    names = [t.name for t in metadata.sorted_tables]
+    return InitResult(
+        statements,
+        applied=True,
+        created=[n for n in names if n not in before],
+        existing=[n for n in names if n in before],
+    )
+
+
+# ---- the store ----------------------------------------------------------------------------------
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def item_payload(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A memory item row in the seed's JSON style (camelCase keys, ISO timestamps)."""
+    return {
+        "id": row["id"],
+        "content": row["content"],
+        "type": row["type"],
+        "confidence": row["confidence"],
+        "metadata": row["metadata"] or {},
+        "sourceSessionId": row["source_session_id"],
+        "sourceMessageId": row["source_message_id"],
+        "createdAt": _iso(row["created_at"]),
+        "updatedAt": _iso(row["updated_at"]),
+    }
+
+
+def _normalise(item: Any) -> ExtractedItem:
+    """Accept what a pluggable extractor returns: ExtractedItem or a dict of the same keys."""
+    if isinstance(item, ExtractedItem):
+        result = item
+    elif isinstance(item, Mapping):
+        known = {k: item[k] for k in ExtractedItem.__dataclass_fields__ if k in item}
+        result = ExtractedItem(**known)
+    else:
+        raise UsageError("extractor", type(item).__name__, "must yield ExtractedItem or dict items")
+    if not isinstance(result.content, str) or not result.content.strip():
+        raise UsageError("extractor.content", result.content, "must be non-empty text")
+    if result.type not in ITEM_TYPES:
+        raise UsageError("extractor.type", result.type, f"must be one of {', '.join(ITEM_TYPES)}")
+    return result
+
+
+@dataclass
+class Report:
+    """What one analysis or compaction changed."""
+
+    analyzedMessages: int = 0
+    created: list[dict[str, Any]] = field(default_factory=list)
+    duplicatesSkipped: int = 0
+    superseded: list[dict[str, Any]] = field(default_factory=list)
+    merged: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["changed"] = bool(self.analyzedMessages or self.created or self.superseded or self.merged)
+        return data
+
+
+class LegacyMemoryStore:
+    """The two ``h5_*`` tables behind one URL. ``auto_create`` is only for memwork's own SQLite file."""
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        extractor: Extractor | None = None,
+        auto_create: bool = False,
+        duplicate_threshold: float = DUPLICATE_THRESHOLD,
+    ) -> None:
+        self.database_url = database_url
+        self.extractor: Extractor = extractor or extract_rules
+        self.auto_create = auto_create
+        self.duplicate_threshold = duplicate_threshold
+        self._schema_ready = not auto_create
+        self._lock = threading.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        engine = get_engine(self.database_url)
+        if not self._schema_ready:
+            with self._lock:
+                if not self._schema_ready:
+                    metadata.create_all(engine, checkfirst=True)
+                    self._schema_ready = True
+        return engine
+
+    # ---- write ---------------------------------------------------------------------------------
+    def save_and_analyze(
+        self, user_id: str, session_id: str, new_messages: Sequence[Mapping[str, str]]
+    ) -> dict[str, Any]:
+        """Save the messages, then analyze the user's pending messages, in one transaction."""
+        with self.engine.begin() as conn:
+            ids = [self._save_message(conn, user_id, session_id, m) for m in new_messages]
+            report = self._analyze(conn, user_id)
+        return {"saved": len(ids), "messageIds": [str(i) for i in ids], **report.to_dict()}
+
+    def _save_message(
+        self, conn: Connection, user_id: str, session_id: str, message: Mapping[str, str]
+    ) -> int:
+        row = {
+            "user_id": user_id,
+            "session_id": session_id,
+            "role": message["role"],
+            "content": message["content"],
+            "created_at": now(),
+            "analyzed_at": None,
+        }
+        return conn.execute(insert(messages).values(**row)).inserted_primary_key[0]
+
+    # ---- analysis ------------------------------------------------------------------------------
+    def _pending(self, conn: Connection, user_id: str) -> list[Mapping[str, Any]]:
+        query = (
+            select(messages)
+            .where(and_(messages.c.user_id == user_id, messages.c.analyzed_at.is_(None)))
+            .order_by(messages.c.id)
+            .limit(MAX_PENDING_PER_RUN)
+            .with_for_update(skip_locked=True)
+        )
+        return [row._mapping for row in conn.execute(query)]
+
+    def _active(self, conn: Connection, user_id: str, item_type: str | None = None, limit: int | None = None):
+        query = select(memory_items).where(
+            and_(memory_items.c.user_id == user_id, memory_items.c.status == "active")
+        )
+        if item_type is not None:
+            query = query.where(memory_items.c.type == item_type)
+        query = query.order_by(memory_items.c.updated_at.desc(), memory_items.c.id.desc())
+        if limit is not None:
+            query = query.limit(limit)
+        return [dict(row._mapping) for row in conn.execute(query)]
+
+    def _analyze(self, conn: Connection, user_id: str) -> Report:
+        pending = self._pending(conn, user_id)
+        report = Report(analyzedMessages=len(pending))
+        if not pending:
+            return report
+        inputs = [
+            {"role": m["role"], "content": m["content"], "id": str(m["id"]), "sessionId": m["session_id"]}
+            for m in pending
+        ]
+        known = [tokenize(row["content"]) for row in self._active(conn, user_id)]
+        for item in map(_normalise, self.extractor(inputs)):
+            tokens = tokenize(item.content)
+            if any(jaccard(tokens, other) >= self.duplicate_threshold for other in known):
+                report.duplicatesSkipped += 1
+                continue
+            known.append(tokens)
+            source = pending[item.source_index] if item.source_index is not None else None
+            report.created.append(self._insert_item(conn, user_id, item, source))
+        stamp = now()
+        ids = [m["id"] for m in pending]
+        conn.execute(update(messages).where(messages.c.id.in_(ids)).values(analyzed_at=stamp))
+        return report
+
+    def _insert_item(
+        self, conn: Connection, user_id: str, item: ExtractedItem, source: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        meta = dict(item.metadata)
+        if item.key is not None:
+            meta["key"] = item.key
+        if item.value is not None:
+            meta["value"] = item.value
+        stamp = now()
+        row = {
+            "id": uuid.uuid4().hex,
+            "user_id": user_id,
+            "content": item.content.strip(),
+            "type": item.type,
+            "status": "active",
+            "confidence": float(item.confidence),
+            "metadata": meta,
+            "source_session_id": source["session_id"] if source else None,
+            "source_message_id": str(source["id"]) if source else None,
+            "created_at": stamp,
+            "updated_at": stamp,
+        }
+        conn.execute(insert(memory_items).values(**row))
+        return {"id": row["id"], "type": row["type"], "content": row["content"]}
+
+    def analyze_user(self, user_id: str, session_id: str | None = None) -> dict[str, Any]:
+        """analyzeUser: analyze pending messages, archive superseded items, merge duplicates."""
+        with self.engine.begin() as conn:
+            report = self._analyze(conn, user_id)
+            self._archive_superseded(conn, user_id, report)
+            self._merge_duplicates(conn, user_id, report)
+        return {"sessionId": session_id, **report.to_dict()}
+
+    def _archive(self, conn: Connection, row: Mapping[str, Any], **note: Any) -> None:
+        meta = {**(row["metadata"] or {}), **note}
+        values = {"status": "archived", "metadata": meta, "updated_at": now()}
+        conn.execute(update(memory_items).where(memory_items.c.id == row["id"]).values(**values))
+
+    def _archive_superseded(self, conn: Connection, user_id: str, report: Report) -> None:
+        newest: dict[str, Mapping[str, Any]] = {}
+        for row in self._active(conn, user_id):  # newest first
+            key = (row["metadata"] or {}).get("key")
+            if not key:
+                continue
+            if key not in newest:
+                newest[key] = row
+                continue
+            self._archive(conn, row, supersededBy=newest[key]["id"])
+            report.superseded.append({"kept": newest[key]["id"], "archived": row["id"], "key": key})
+
+    def _merge_duplicates(self, conn: Connection, user_id: str, report: Report) -> None:
+        rows = self._active(conn, user_id)  # newest first: the lower index is kept
+        pairs = find_duplicate_pairs(
+            [r["content"] for r in rows], [None] * len(rows), self.duplicate_threshold
+        )
+        gone: set[int] = set()
+        for pair in pairs:
+            keep, drop = rows[pair.i], rows[pair.j]
+            if pair.i in gone or pair.j in gone or keep["type"] != drop["type"]:
+                continue
+            gone.add(pair.j)
+            self._archive(conn, drop, mergedInto=keep["id"])
+            confidence = max(keep["confidence"], drop["confidence"])
+            conn.execute(
+                update(memory_items).where(memory_items.c.id == keep["id"]).values(confidence=confidence)
+            )
+            report.merged.append({"kept": keep["id"], "archived": drop["id"], "similarity": pair.similarity})
+
+    # ---- read and cleanup ----------------------------------------------------------------------
+    def resolve(self, user_id: str, limit: int) -> dict[str, Any]:
+        """Active memories newest first, the profile and the active goals."""
+        with self.engine.connect() as conn:
+            memories = self._active(conn, user_id, limit=limit)
+            profile_rows = self._active(conn, user_id, "profile", PROFILE_LIMIT)
+            goals = self._active(conn, user_id, "goal", PROFILE_LIMIT)
+        return {
+            "profile": build_profile(profile_rows),
+            "semanticMemories": [],
+            "behaviorSummary": None,
+            "activeGoals": [
+                {"id": g["id"], "content": g["content"], "createdAt": _iso(g["created_at"])} for g in goals
+            ],
+            "memories": [item_payload(row) for row in memories],
+        }
+
+    def purge_user(self, user_id: str) -> dict[str, int]:
+        """Delete every message and item of ``user_id`` (health-check cleanup)."""
+        with self.engine.begin() as conn:
+            items = conn.execute(delete(memory_items).where(memory_items.c.user_id == user_id)).rowcount
+            msgs = conn.execute(delete(messages).where(messages.c.user_id == user_id)).rowcount
+        return {"messages": msgs, "items": items}
+
+
+def build_profile(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """``{"attributes": {key: value}, "statements": [...]}`` from profile items (newest wins)."""
+    attributes: dict[str, Any] = {}
+    statements: list[str] = []
+    for row in rows:
+        meta = row["metadata"] or {}
+        if meta.get("key") and meta.get("value") is not None:
+            attributes.setdefault(meta["key"], meta["value"])
+        statements.append(row["content"])
+    return {"attributes": attributes, "statements": statements} if statements else None
