@@ -1,0 +1,77 @@
+"""The defrag engine: the guide's ten MemoryDefrag actions, made safe.
+
+Library first: :func:`run_action` runs an action against a store; the pure functions below work on
+plain lists of :class:`~memwork.entry.Entry` (benchmarks, notebooks). Every modifying action builds a
+:class:`Plan` first; a dry run returns it, ``apply=True`` executes exactly it and journals every
+change so :func:`undo` can restore the store.
+"""
+
+from __future__ import annotations
+
+from memwork.defrag.actions import ActionResult, run_action
+from memwork.defrag.apply import Change, PlanConflict, compute_changes, execute
+from memwork.defrag.findings import (
+    EntryReport,
+    Pair,
+    analyze,
+    find_archival_candidates,
+    find_duplicates,
+    find_low_quality,
+    find_related,
+)
+from memwork.defrag.journal import list_runs, read_run, undo
+from memwork.defrag.memory import MemoryStore
+from memwork.defrag.merge import STRATEGIES, merge_entries, union_metadata
+from memwork.defrag.params import ACTIONS, DEFAULTS, normalize_action, validate_params
+from memwork.defrag.plan import Operation, Plan
+from memwork.defrag.planners import (
+    Planned,
+    plan_cleanup_stubs,
+    plan_compact,
+    plan_link_related,
+    plan_merge_duplicates,
+)
+from memwork.defrag.review import read_approved_pairs, write_review_csv
+from memwork.defrag.scores import HEALTH_BANDS, Health, health, health_band, quality_issues, quality_score
+
+__all__ = [
+    "ACTIONS",
+    "DEFAULTS",
+    "HEALTH_BANDS",
+    "STRATEGIES",
+    "ActionResult",
+    "Change",
+    "EntryReport",
+    "Health",
+    "MemoryStore",
+    "Operation",
+    "Pair",
+    "Plan",
+    "PlanConflict",
+    "Planned",
+    "analyze",
+    "compute_changes",
+    "execute",
+    "find_archival_candidates",
+    "find_duplicates",
+    "find_low_quality",
+    "find_related",
+    "health",
+    "health_band",
+    "list_runs",
+    "merge_entries",
+    "normalize_action",
+    "plan_cleanup_stubs",
+    "plan_compact",
+    "plan_link_related",
+    "plan_merge_duplicates",
+    "quality_issues",
+    "quality_score",
+    "read_approved_pairs",
+    "read_run",
+    "run_action",
+    "undo",
+    "union_metadata",
+    "validate_params",
+    "write_review_csv",
+]

@@ -1,0 +1,205 @@
+"""Execute a plan: compute every touched entry's after-image first, then write them.
+
+The compute phase only reads the store (``get``: no hits) and is the same code for a dry-run
+simulation (on a :class:`~memwork.defrag.memory.MemoryStore`) and for the real run, so the preview is
+what apply does. The write phase journals each change *before* making it (write-ahead), so a run
+that dies half way can still be undone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from memwork.defrag import merge as m
+from memwork.defrag.plan import Operation, Plan
+from memwork.embed import Embedder
+from memwork.entry import Entry
+from memwork.errors import MemworkError
+from memwork.stores.base import Store
+
+Key = tuple[str, str]
+
+
+class PlanConflict(MemworkError):
+    """The store no longer matches the snapshot a plan was computed from; nothing was written."""
+
+    exit_code = 1
+
+
+@dataclass
+class Change:
+    """One entry's before and after image (None = absent)."""
+
+    scope: str
+    path: str
+    before: Entry | None
+    after: Entry | None
+
+    @property
+    def kind(self) -> str:
+        if self.before is None:
+            return "create"
+        if self.after is None:
+            return "delete"
+        return "update"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scope": self.scope, "path": self.path, "change": self.kind}
+
+
+class ChangeSink(Protocol):
+    def record(self, change: Change) -> None: ...
+
+
+def fingerprint(entry: Entry | None) -> tuple[Any, ...] | None:
+    """What must be unchanged for a plan to still hold (hits may move; timestamps to the second)."""
+    if entry is None:
+        return None
+    return (
+        entry.content,
+        entry.title,
+        json.dumps(entry.metadata, sort_keys=True, default=str),
+        entry.embedded,
+        entry.updated_at.replace(microsecond=0),
+    )
+
+
+class _Overlay:
+    """Reads through to the store once per key and keeps the working after-images."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.before: dict[Key, Entry | None] = {}
+        self.after: dict[Key, Entry | None] = {}
+
+    def load(self, scope: str, path: str) -> Entry | None:
+        key = (scope, path)
+        if key not in self.after:
+            entry = self.store.get(path, scope=scope)
+            self.before[key] = entry
+            self.after[key] = entry.copy() if entry is not None else None
+        return self.after[key]
+
+    def require(self, op: Operation, path: str, *, stub: bool | None) -> Entry:
+        entry = self.load(op.scope, path)
+        if entry is None:
+            raise PlanConflict(f"path={path!r}: {op.describe()}: entry is gone (scope {op.scope!r})")
+        if stub is not None and entry.is_stub != stub:
+            what = "a stub" if stub else "an entry, not a stub"
+            raise PlanConflict(f"path={path!r}: {op.describe()}: expected {what}")
+        return entry
+
+    def set(self, scope: str, path: str, entry: Entry | None) -> None:
+        self.after[(scope, path)] = entry
+
+
+def _run_op(ov: _Overlay, op: Operation, now: datetime, stale: dict[Key, None]) -> None:
+    if op.kind == "merge":
+        assert op.target and op.strategy
+        source = ov.require(op, op.path, stub=False)
+        survivor = ov.require(op, op.target, stub=False)
+        merged = m.merge_entries(survivor, source, op.strategy, now)
+        if merged.content != survivor.content:
+            stale[(op.scope, op.target)] = None
+        ov.set(op.scope, op.target, merged)
+    elif op.kind == "stub":
+        assert op.target
+        ov.set(op.scope, op.path, m.make_stub(ov.require(op, op.path, stub=None), op.target, now))
+    elif op.kind == "repoint":
+        assert op.target
+        ov.set(op.scope, op.path, m.repoint_stub(ov.require(op, op.path, stub=True), op.target))
+    elif op.kind == "link":
+        assert op.target
+        a = ov.require(op, op.path, stub=False)
+        b = ov.require(op, op.target, stub=False)
+        ov.set(op.scope, op.path, m.add_link(a, op.target))
+        ov.set(op.scope, op.target, m.add_link(b, op.path))
+    elif op.kind == "delete":
+        expect_stub = {"cleanup_stubs": True, "compact": False}.get(op.step or "")
+        ov.require(op, op.path, stub=expect_stub)
+        ov.set(op.scope, op.path, None)
+    else:  # pragma: no cover - Operation.kind is a closed set
+        raise ValueError(f"unknown operation {op.kind!r}")
+
+
+def _refresh_embeddings(ov: _Overlay, stale: dict[Key, None], embedder: Embedder | None) -> None:
+    """Re-embed entries whose content changed, or drop their vector and mark them stale."""
+    keys = [k for k in stale if ov.after.get(k) is not None and not ov.after[k].is_stub]  # type: ignore[union-attr]
+    if not keys:
+        return
+    entries = [ov.after[k] for k in keys]
+    if embedder is not None:
+        vectors = embedder.embed([e.content for e in entries])  # type: ignore[union-attr]
+        for entry, vector in zip(entries, vectors, strict=True):
+            entry.embedding = vector  # type: ignore[union-attr]
+            entry.metadata.pop("embedding_stale", None)  # type: ignore[union-attr]
+    else:
+        for entry in entries:
+            entry.embedding = None  # type: ignore[union-attr]
+            entry.metadata["embedding_stale"] = True  # type: ignore[union-attr]
+
+
+def compute_changes(
+    store: Store, plan: Plan, *, now: datetime, embedder: Embedder | None = None
+) -> list[Change]:
+    """Every entry the plan touches, before and after, in write order (entries, stubs, deletions)."""
+    ov = _Overlay(store)
+    stale: dict[Key, None] = {}
+    for op in plan:
+        _run_op(ov, op, now, stale)
+    _refresh_embeddings(ov, stale, embedder)
+    changes = [
+        Change(scope, path, ov.before[(scope, path)], after)
+        for (scope, path), after in ov.after.items()
+        if _differs(ov.before[(scope, path)], after)
+    ]
+
+    def order(change: Change) -> int:
+        if change.after is None:
+            return 2
+        return 1 if change.after.is_stub else 0
+
+    return sorted(changes, key=order)
+
+
+def _differs(before: Entry | None, after: Entry | None) -> bool:
+    if before is None or after is None:
+        return before is not after
+    return before.to_record() != after.to_record()
+
+
+def execute(
+    store: Store,
+    plan: Plan,
+    *,
+    now: datetime,
+    embedder: Embedder | None = None,
+    journal: ChangeSink | None = None,
+    expected: Mapping[Key, Entry | None] | None = None,
+) -> list[Change]:
+    """Apply ``plan`` to ``store`` and return the changes made.
+
+    ``expected`` is the snapshot the plan was computed from: if any touched entry differs from it now
+    (other than in hits), :class:`PlanConflict` is raised before anything is written.
+    """
+    changes = compute_changes(store, plan, now=now, embedder=embedder)
+    if expected is not None:
+        for change in changes:
+            key = (change.scope, change.path)
+            if fingerprint(change.before) != fingerprint(expected.get(key)):
+                raise PlanConflict(
+                    f"path={change.path!r}: changed since the plan was made (scope {change.scope!r});"
+                    " nothing was written, run the action again"
+                )
+    for change in changes:
+        if journal is not None:
+            journal.record(change)
+        if change.after is None:
+            store.delete(change.path, scope=change.scope)
+        else:
+            store.put(change.after)
+    return changes

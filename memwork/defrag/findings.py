@@ -1,0 +1,215 @@
+"""The read-only actions as pure functions over lists of entries (no store needed).
+
+Every function groups entries by scope and never pairs entries of different scopes; stubs are never
+treated as entries (they are only counted by :func:`analyze`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+
+from memwork import similarity
+from memwork.defrag.merge import links_to
+from memwork.defrag.scores import confidence_of, health, quality_issues, quality_score
+from memwork.entry import Entry, utcnow
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two entries of one scope and how similar they are (0-1)."""
+
+    scope: str
+    path_a: str
+    path_b: str
+    similarity: float
+    text_similarity: float
+    semantic_similarity: float | None
+    link_status: str | None = None  # find_related: unlinked / one-way / bidirectional
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "scope": self.scope,
+            "path_a": self.path_a,
+            "path_b": self.path_b,
+            "similarity": round(self.similarity, 6),
+            "text_similarity": round(self.text_similarity, 6),
+            "semantic_similarity": None
+            if self.semantic_similarity is None
+            else round(self.semantic_similarity, 6),
+        }
+        if self.link_status is not None:
+            data["link_status"] = self.link_status
+        return data
+
+
+@dataclass(frozen=True)
+class EntryReport:
+    """One entry as listed by an action: its quality, issues, age and hits."""
+
+    scope: str
+    path: str
+    title: str
+    quality: int
+    issues: tuple[str, ...]
+    age_days: float
+    hits: int
+    size: int
+    confidence: str | None
+    stub: bool = False
+    note: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {
+            "scope": self.scope,
+            "path": self.path,
+            "title": self.title,
+            "quality_score": self.quality,
+            "issues": list(self.issues),
+            "age_days": round(self.age_days, 2),
+            "hits": self.hits,
+            "size": self.size,
+            "confidence": self.confidence,
+            "stub": self.stub,
+        }
+        if self.note:
+            data["note"] = self.note
+        return data | self.extra
+
+
+def age_days(entry: Entry, now: datetime) -> float:
+    """Days since the entry was last updated."""
+    return (now - entry.updated_at) / timedelta(days=1)
+
+
+def report(entry: Entry, now: datetime, note: str | None = None) -> EntryReport:
+    return EntryReport(
+        scope=entry.scope,
+        path=entry.path,
+        title=entry.title,
+        quality=0 if entry.is_stub else quality_score(entry.metadata),
+        issues=() if entry.is_stub else tuple(quality_issues(entry)),
+        age_days=age_days(entry, now),
+        hits=entry.hits,
+        size=entry.size,
+        confidence=confidence_of(entry.metadata),
+        stub=entry.is_stub,
+        note=note,
+    )
+
+
+def by_scope(entries: Iterable[Entry], *, stubs: bool = False) -> dict[str, list[Entry]]:
+    """Entries grouped by scope in (scope, path) order: non-stubs only, or stubs only."""
+    groups: dict[str, list[Entry]] = defaultdict(list)
+    for entry in sorted(entries, key=lambda e: e.key):
+        if entry.is_stub == stubs:
+            groups[entry.scope].append(entry)
+    return dict(groups)
+
+
+def _comparable_embeddings(entries: list[Entry]) -> list[np.ndarray | None]:
+    """Embeddings of the scope's most common dimension; others count as not embedded (cosine of
+    vectors of different models is meaningless)."""
+    dims = Counter(e.embedding.shape[0] for e in entries if e.embedding is not None)
+    if not dims:
+        return [None] * len(entries)
+    dim = max(dims, key=lambda d: (dims[d], d))
+    return [e.embedding if e.embedding is not None and e.embedding.shape[0] == dim else None for e in entries]
+
+
+def analyze(entries: Iterable[Entry]) -> dict[str, Any]:
+    """Health of all entries together and of each scope."""
+    entries = list(entries)
+    scopes: dict[str, list[Entry]] = defaultdict(list)
+    for entry in entries:
+        scopes[entry.scope].append(entry)
+    return {
+        "health": health(entries).to_dict(),
+        "scopes": {name: health(group).to_dict() for name, group in sorted(scopes.items())},
+    }
+
+
+def find_duplicates(entries: Iterable[Entry], threshold: float = 0.85) -> list[Pair]:
+    """Every same-scope pair with ``max(jaccard(content), cosine(embedding)) >= threshold``."""
+    pairs: list[Pair] = []
+    for scope, group in by_scope(entries).items():
+        found = similarity.find_duplicate_pairs(
+            [e.content for e in group], _comparable_embeddings(group), threshold
+        )
+        pairs.extend(
+            Pair(
+                scope,
+                group[p.i].path,
+                group[p.j].path,
+                p.similarity,
+                p.text_similarity,
+                p.semantic_similarity,
+            )
+            for p in found
+        )
+    return _sorted(pairs)
+
+
+def link_status(a: Entry, b: Entry) -> str:
+    """``bidirectional``, ``one-way`` or ``unlinked``."""
+    forward, backward = links_to(a, b.path), links_to(b, a.path)
+    if forward and backward:
+        return "bidirectional"
+    return "one-way" if forward or backward else "unlinked"
+
+
+def find_related(
+    entries: Iterable[Entry], min_similarity: float = 0.60, max_similarity: float = 0.85
+) -> list[Pair]:
+    """Same-scope embedded pairs with ``min <= cosine < max`` (cosine only), with their link status."""
+    pairs: list[Pair] = []
+    for scope, group in by_scope(entries).items():
+        vectors = _comparable_embeddings(group)
+        keep = [k for k, v in enumerate(vectors) if v is not None]
+        found = similarity.find_related_pairs(
+            [vectors[k] for k in keep], min_similarity, max_similarity, texts=[group[k].content for k in keep]
+        )
+        for p in found:
+            a, b = group[keep[p.i]], group[keep[p.j]]
+            sem = p.semantic_similarity if p.semantic_similarity is not None else 0.0
+            pairs.append(Pair(scope, a.path, b.path, sem, p.text_similarity, sem, link_status(a, b)))
+    return _sorted(pairs)
+
+
+def _sorted(pairs: list[Pair]) -> list[Pair]:
+    return sorted(pairs, key=lambda p: (-p.similarity, p.scope, p.path_a, p.path_b))
+
+
+def find_low_quality(
+    entries: Iterable[Entry], confidence_filter: str | None = None, *, now: datetime | None = None
+) -> list[EntryReport]:
+    """Entries with at least one quality issue (only of ``confidence_filter`` when given), worst first."""
+    now = now or utcnow()
+    out = []
+    for group in by_scope(entries).values():
+        for entry in group:
+            if confidence_filter is not None and confidence_of(entry.metadata) != confidence_filter:
+                continue
+            if quality_issues(entry):
+                out.append(report(entry, now))
+    return sorted(out, key=lambda r: (r.quality, r.scope, r.path))
+
+
+def find_archival_candidates(
+    entries: Iterable[Entry], age_days_min: float = 90, *, now: datetime | None = None
+) -> list[EntryReport]:
+    """Entries not updated for at least ``age_days_min`` days, oldest first."""
+    now = now or utcnow()
+    out = [
+        report(entry, now)
+        for group in by_scope(entries).values()
+        for entry in group
+        if age_days(entry, now) >= age_days_min
+    ]
+    return sorted(out, key=lambda r: (-r.age_days, r.scope, r.path))

@@ -1,0 +1,208 @@
+"""The modifying actions' planners: pure functions from entries to a :class:`Plan`.
+
+Merging clusters near-duplicates per scope with union-find, so three or more similar entries merge
+into one survivor and every merged-away entry's stub points straight at it; existing stubs whose
+target is merged away (or that point at another stub) are re-pointed to the final entry. Hence no
+merge sequence can create a redirect cycle or a stub pointing at a stub.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from memwork.defrag.findings import (
+    EntryReport,
+    Pair,
+    age_days,
+    by_scope,
+    find_duplicates,
+    find_related,
+    report,
+)
+from memwork.defrag.merge import choose_survivor
+from memwork.defrag.plan import Operation, Plan
+from memwork.defrag.scores import quality_score
+from memwork.entry import Entry, normalize_path
+from memwork.errors import InvalidPath
+
+
+@dataclass
+class Planned:
+    """A plan with what it was based on: the pairs or entries found, and what was skipped and why."""
+
+    plan: Plan
+    pairs: list[Pair] = field(default_factory=list)
+    entries: list[EntryReport] = field(default_factory=list)
+    skipped: list[EntryReport] = field(default_factory=list)
+    clusters: list[dict[str, object]] = field(default_factory=list)
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def groups(self) -> list[list[str]]:
+        out: dict[str, list[str]] = {}
+        for x in self.parent:
+            out.setdefault(self.find(x), []).append(x)
+        return sorted(sorted(g) for g in out.values() if len(g) > 1)
+
+
+def _target(stub: Entry) -> str | None:
+    try:
+        return normalize_path(stub.redirect_to) if stub.redirect_to else None
+    except InvalidPath:
+        return None
+
+
+def _final_target(start: str, redirects: dict[str, str]) -> str | None:
+    """Follow ``redirects`` from ``start``; None on a cycle."""
+    seen = {start}
+    current = start
+    while current in redirects:
+        current = redirects[current]
+        if current in seen:
+            return None
+        seen.add(current)
+    return current
+
+
+def plan_merge_duplicates(
+    entries: Sequence[Entry],
+    similarity_threshold: float = 0.85,
+    strategy: str = "keep_newer",
+    *,
+    approved: Iterable[tuple[str, str, str]] | None = None,
+) -> Planned:
+    """Merge each cluster of duplicates into one survivor (or only the ``approved`` pairs' clusters)."""
+    plan = Plan("merge_duplicates")
+    live = by_scope(entries)
+    stubs = by_scope(entries, stubs=True)
+    if approved is None:
+        pairs = find_duplicates(entries, similarity_threshold)
+        links = [(p.scope, p.path_a, p.path_b) for p in pairs]
+    else:
+        pairs = []
+        links = list(approved)
+    finders: dict[str, _UnionFind] = {}
+    for scope, a, b in links:
+        finders.setdefault(scope, _UnionFind()).union(a, b)
+    clusters: list[dict[str, object]] = []
+    for scope in sorted(set(live) | set(stubs)):
+        index = {e.path: e for e in live.get(scope, [])}
+        redirects: dict[str, str] = {}
+        for cluster in finders[scope].groups() if scope in finders else []:
+            members = [index[p] for p in cluster if p in index]
+            if len(members) < 2:
+                continue
+            survivor = choose_survivor(members, strategy)
+            sources = [e for e in members if e.path != survivor.path]
+            clusters.append({"scope": scope, "survivor": survivor.path, "merged": [e.path for e in sources]})
+            for source in sources:
+                plan.add(Operation("merge", scope, source.path, survivor.path, strategy))
+            for source in sources:
+                plan.add(Operation("stub", scope, source.path, survivor.path))
+                redirects[source.path] = survivor.path
+        # existing stubs: point each straight at the entry it finally resolves to
+        old = {s.path: t for s in stubs.get(scope, []) if (t := _target(s)) is not None}
+        chain = old | redirects
+        for stub in stubs.get(scope, []):
+            direct = old.get(stub.path)
+            if direct is None:
+                continue
+            final = _final_target(stub.path, chain)
+            if final is not None and final != direct and final in index and final not in redirects:
+                plan.add(Operation("repoint", scope, stub.path, final))
+    return Planned(plan, pairs=pairs, clusters=clusters)
+
+
+def plan_link_related(
+    entries: Sequence[Entry], min_similarity: float = 0.60, max_similarity: float = 0.85
+) -> Planned:
+    """Link every related pair that is not yet linked both ways."""
+    plan = Plan("link_related")
+    pairs = find_related(entries, min_similarity, max_similarity)
+    for pair in pairs:
+        if pair.link_status != "bidirectional":
+            plan.add(Operation("link", pair.scope, pair.path_a, pair.path_b, similarity=pair.similarity))
+    return Planned(plan, pairs=pairs)
+
+
+def _stub_targets(
+    entries: Iterable[Entry], excluding: set[tuple[str, str]] = frozenset()
+) -> set[tuple[str, str]]:  # type: ignore[assignment]
+    return {
+        (e.scope, t)
+        for e in entries
+        if e.is_stub and e.key not in excluding and (t := _target(e)) is not None
+    }
+
+
+def plan_cleanup_stubs(
+    entries: Sequence[Entry], age_days_min: float = 90, max_hits: int = 10, *, now: datetime
+) -> Planned:
+    """Delete stubs at least ``age_days_min`` old with at most ``max_hits`` hits.
+
+    A stub that a kept stub still redirects to is kept (deleting it would break that redirect).
+    """
+    plan = Plan("cleanup_stubs")
+    stubs = [e for group in by_scope(entries, stubs=True).values() for e in group]
+    doomed = {e.key for e in stubs if age_days(e, now) >= age_days_min and e.hits <= max_hits}
+    while True:
+        needed = _stub_targets(stubs, excluding=doomed) & doomed
+        if not needed:
+            break
+        doomed -= needed
+    chosen, skipped = [], []
+    for stub in stubs:
+        if stub.key in doomed:
+            chosen.append(report(stub, now))
+            plan.add(Operation("delete", stub.scope, stub.path, reason="old, rarely read stub"))
+        elif age_days(stub, now) >= age_days_min and stub.hits <= max_hits:
+            skipped.append(report(stub, now, note="another stub redirects here"))
+    return Planned(plan, entries=chosen, skipped=skipped)
+
+
+def plan_compact(
+    entries: Sequence[Entry],
+    min_quality_score: float = 20,
+    min_age_days: float = 30,
+    max_hits: int = 0,
+    *,
+    now: datetime,
+) -> Planned:
+    """Delete entries with quality < ``min_quality_score``, age >= ``min_age_days`` and hits <= ``max_hits``.
+
+    Stubs are never compacted, and an entry a stub redirects to is kept (run cleanup_stubs first).
+    """
+    plan = Plan("compact")
+    targets = _stub_targets(entries)
+    chosen, skipped = [], []
+    for group in by_scope(entries).values():
+        for entry in group:
+            if not (
+                quality_score(entry.metadata) < min_quality_score
+                and age_days(entry, now) >= min_age_days
+                and entry.hits <= max_hits
+            ):
+                continue
+            if entry.key in targets:
+                skipped.append(report(entry, now, note="a stub redirects here"))
+                continue
+            chosen.append(report(entry, now))
+            plan.add(Operation("delete", entry.scope, entry.path, reason="low quality, old, unread"))
+    return Planned(plan, entries=chosen, skipped=skipped)

@@ -1,0 +1,71 @@
+"""The duplicate-review CSV: the notebook writes candidate pairs, a person marks each ``approve`` or
+``reject``, and ``merge_duplicates(approved=PATH)`` merges only the approved ones."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from pathlib import Path
+
+from memwork.defrag.findings import Pair
+from memwork.entry import Entry, normalize_path
+from memwork.errors import InvalidPath, UsageError
+
+COLUMNS = ("scope", "path_a", "path_b", "similarity", "decision")
+DECISIONS = ("approve", "reject", "")
+
+
+def write_review_csv(pairs: Iterable[Pair], path: str | Path) -> Path:
+    """Write ``pairs`` for review, decision column empty. Returns the path."""
+    path = Path(path)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(COLUMNS)
+        for pair in pairs:
+            writer.writerow([pair.scope, pair.path_a, pair.path_b, f"{pair.similarity:.6f}", ""])
+    return path
+
+
+def read_approved_pairs(
+    path: str | Path, entries: Iterable[Entry], *, scope: str | None = None
+) -> list[tuple[str, str, str]]:
+    """The approved ``(scope, path_a, path_b)`` pairs of a review CSV.
+
+    Every row is checked (header, decision, both entries exist and are not stubs); the first bad one
+    is a usage error naming its row number (the header is row 1) and field. Rows of other scopes than
+    ``scope`` (when given) are ignored.
+    """
+    live = {e.key for e in entries if not e.is_stub}
+    stubs = {e.key for e in entries if e.is_stub}
+    approved: list[tuple[str, str, str]] = []
+    with Path(path).open(newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise UsageError("approved", str(path), f"missing column(s) {', '.join(missing)}")
+        for rowno, row in enumerate(reader, start=2):
+            decision = (row.get("decision") or "").strip().lower()
+            if decision not in DECISIONS:
+                raise UsageError(
+                    f"approved row {rowno} decision", row.get("decision"), "use approve, reject or empty"
+                )
+            row_scope = (row.get("scope") or "").strip() or "default"
+            if scope is not None and row_scope != scope:
+                continue
+            paths = []
+            for field in ("path_a", "path_b"):
+                raw = row.get(field) or ""
+                try:
+                    value = normalize_path(raw)
+                except InvalidPath as exc:
+                    raise UsageError(f"approved row {rowno} {field}", raw, exc.problem) from None
+                if (row_scope, value) in stubs:
+                    raise UsageError(f"approved row {rowno} {field}", raw, "is a stub, not an entry")
+                if (row_scope, value) not in live:
+                    raise UsageError(f"approved row {rowno} {field}", raw, f"no entry in scope {row_scope!r}")
+                paths.append(value)
+            if paths[0] == paths[1]:
+                raise UsageError(f"approved row {rowno} path_b", row.get("path_b"), "same entry as path_a")
+            if decision == "approve":
+                approved.append((row_scope, paths[0], paths[1]))
+    return approved
