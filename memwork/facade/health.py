@@ -1,0 +1,121 @@
+"""The synthetic health gate: write -> compact -> resolve for a throw-away user, then cleanup.
+
+Runs through the configured facade (so it proves selection, timeouts and fail-open too) and removes
+the synthetic user's data from every backend that offers ``purge_user(user_id)``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from memwork.facade.contract import backend_name
+from memwork.facade.facade import MemoryFacade
+from memwork.facade.safety import call_with_timeout, describe_error
+
+SYNTHETIC_MESSAGES = [
+    {"role": "user", "content": "My name is Health Check. I like synthetic round trips."},
+    {"role": "assistant", "content": "Noted."},
+]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class HealthReport:
+    userId: str
+    checks: list[Check] = field(default_factory=list)
+    cleanup: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def add(self, name: str, ok: bool, detail: str) -> None:
+        self.checks.append(Check(name, ok, detail))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, **asdict(self)}
+
+
+def _matches(facade: MemoryFacade, expected: str, actual: str | None) -> bool:
+    """``expected`` may be a name or an alias (``legacy`` matches ``legacy-conversation-memory``)."""
+    found = facade.registry.find(expected)
+    return actual is not None and (
+        expected == actual or (found is not None and backend_name(found) == actual)
+    )
+
+
+def _expectations(
+    facade: MemoryFacade,
+    report: HealthReport,
+    status: dict[str, Any],
+    require_enabled: bool,
+    expect_backend: str | None,
+    expect_selected: str | None,
+) -> None:
+    if require_enabled:
+        report.add("enabled", status["enabled"], f"enabled={status['enabled']}")
+    if expect_backend is not None:
+        ok = status["backend"] == expect_backend or _matches(facade, expect_backend, status["backend"])
+        report.add("backend", ok, f"configured backend {status['backend']!r}, expected {expect_backend!r}")
+    if expect_selected is not None:
+        ok = _matches(facade, expect_selected, status["selectedBackend"])
+        detail = f"selected backend {status['selectedBackend']!r}, expected {expect_selected!r}"
+        report.add("selectedBackend", ok, detail)
+
+
+def _round_trip(facade: MemoryFacade, report: HealthReport, session_id: str) -> None:
+    request = {"userId": report.userId, "sessionId": session_id}
+    for operation, payload in (
+        ("write", {**request, "messages": SYNTHETIC_MESSAGES}),
+        ("compact", request),
+        ("resolve", {**request, "query": "health check", "limit": 5}),
+    ):
+        result = getattr(facade, operation)(payload)
+        detail = result.get("reason") or f"source={result.get('source')}"
+        report.add(operation, bool(result.get("ok")), detail)
+        if operation == "resolve" and result.get("ok") and not result.get("skipped"):
+            same = result.get("source") == facade.select("write").name
+            found = bool(result.get("memories") or result.get("semanticMemories"))
+            if same:
+                report.add("roundTrip", found, "written memory resolved" if found else "nothing resolved")
+
+
+def _cleanup(facade: MemoryFacade, user_id: str) -> dict[str, Any]:
+    done: dict[str, Any] = {}
+    for backend in facade.registry.backends():
+        purge = getattr(backend, "purge_user", None)
+        if not callable(purge) or not facade.availability(backend).available:
+            continue
+        try:
+            done[backend_name(backend)] = call_with_timeout(
+                lambda purge=purge: purge(user_id), facade.policy.timeout_s, "purge_user"
+            )
+        except Exception as exc:
+            done[backend_name(backend)] = {"error": describe_error(exc)}
+    return done
+
+
+def run_health(
+    facade: MemoryFacade,
+    *,
+    require_enabled: bool = False,
+    expect_backend: str | None = None,
+    expect_selected_backend: str | None = None,
+) -> HealthReport:
+    """Check the expectations, run the synthetic round trip, remove the synthetic user."""
+    report = HealthReport(userId=f"memwork-health-{uuid.uuid4().hex[:12]}")
+    status = facade.status()
+    _expectations(facade, report, status, require_enabled, expect_backend, expect_selected_backend)
+    try:
+        _round_trip(facade, report, session_id=f"{report.userId}-session")
+    finally:
+        report.cleanup = _cleanup(facade, report.userId)
+    return report
