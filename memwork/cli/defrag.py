@@ -1,3 +1,149 @@
-"""CLI commands: defrag (filled in by its issue)."""
+"""``memwork defrag``: the ten defrag actions, ``undo`` and ``journal`` (thin: parse, call, print)."""
 
-commands: list = []
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from memwork.cli.options import apply_option, emit_json, json_option, scope_option, store_option
+from memwork.errors import UsageError
+
+ACTION_HELP = {
+    "analyze": "Health score (0-100, with its band) and metadata, tag, link and embedding coverage.",
+    "find-duplicates": "Pairs with max(Jaccard, cosine) >= --similarity-threshold (default 0.85).",
+    "find-low-quality": "Entries with quality issues (no metadata/tags/links/embedding, low confidence).",
+    "find-archival-candidates": "Entries not updated for --age-days (default 90).",
+    "find-related": "Pairs with min <= cosine < max similarity (0.60..0.85) and their link status.",
+    "link-related": "Link related pairs both ways (memory://path in metadata.related).",
+    "merge-duplicates": "Merge duplicate clusters into one survivor each, leaving redirect stubs.",
+    "cleanup-stubs": "Delete stubs older than --age-days (90) with at most --max-hits (10) hits.",
+    "compact": "Delete entries with quality < 20, age >= 30 days and hits <= 0 (all adjustable).",
+    "full": "merge-duplicates, then cleanup-stubs, then compact; health before and after.",
+}
+
+#: CLI option -> run_action parameter
+PARAM_OPTIONS = {
+    "similarity_threshold": click.option(
+        "--similarity-threshold", type=float, help="Duplicate threshold, 0..1."
+    ),
+    "min_similarity": click.option("--min-similarity", type=float, help="Related: lowest cosine, 0..1."),
+    "max_similarity": click.option("--max-similarity", type=float, help="Related: cosine below this, 0..1."),
+    "age_days": click.option("--age-days", type=float, help="Minimum age in days (archival, stubs)."),
+    "max_hits": click.option("--max-hits", type=int, help="Most hits a deleted stub/entry may have."),
+    "min_quality_score": click.option("--min-quality-score", type=float, help="Compact below this quality."),
+    "min_age_days": click.option("--min-age-days", type=float, help="Compact: minimum age in days."),
+    "compact_max_hits": click.option("--compact-max-hits", type=int, help="full: compact's --max-hits."),
+    "strategy": click.option("--strategy", help="keep_newer (default), keep_larger or combine."),
+    "confidence_filter": click.option("--confidence-filter", help="Only this confidence: high, medium, low."),
+    "approved": click.option("--approved", help="Review CSV: merge only its approved pairs."),
+}
+
+
+class ActionGroup(click.Group):
+    """Accepts ``find_duplicates`` as well as ``find-duplicates``; unknown actions name themselves."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return super().get_command(ctx, cmd_name.replace("_", "-"))
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):  # type: ignore[no-untyped-def]
+        name = args[0] if args else ""
+        if self.get_command(ctx, name) is None and not name.startswith("-"):
+            known = ", ".join(self.list_commands(ctx))
+            raise UsageError("action", name, f"unknown action; known: {known}")
+        return super().resolve_command(ctx, args)
+
+
+@click.group("defrag", cls=ActionGroup)
+def defrag() -> None:
+    """Analyse and optimise a memory store (the guide's MemoryDefrag actions).
+
+    Modifying actions are a dry run that prints the plan unless --apply; an applied run is journaled
+    and can be undone.
+
+    \b
+    Example:
+        memwork defrag full --store ./memory
+        memwork defrag merge-duplicates --store ./memory --strategy combine --apply
+        memwork defrag undo RUN_ID --store ./memory
+    """
+
+
+def _open(store_spec: str):  # type: ignore[no-untyped-def]
+    from memwork.stores import open_store
+
+    return open_store(store_spec)
+
+
+def _make_action(name: str) -> click.Command:
+    def command(
+        store_spec: str, scope: str | None, embedder: str | None, apply: bool, as_json: bool, **opts: Any
+    ):
+        from memwork.defrag import run_action
+
+        params = {k: v for k, v in opts.items() if v is not None}
+        with _open(store_spec) as store:
+            result = run_action(store, name, scope=scope, apply=apply, embedder=embedder, **params)
+        if as_json:
+            emit_json(result.to_dict())
+        else:
+            from memwork.cli.defrag_view import show_result
+
+            show_result(result)
+
+    command.__doc__ = f"{ACTION_HELP[name]}\n\n\b\nExample:\n    memwork defrag {name} --store ./memory"
+    for option in reversed(PARAM_OPTIONS.values()):
+        command = option(command)
+    command = click.option("--embedder", help="Re-embed merged entries: hash[:DIM] or a model spec.")(command)
+    command = json_option(apply_option(scope_option(store_option()(command))))
+    return click.command(name)(command)
+
+
+for _name in ACTION_HELP:
+    defrag.add_command(_make_action(_name))
+
+
+@defrag.command("undo")
+@click.argument("run_id")
+@store_option()
+@click.option("--force", is_flag=True, help="Undo even if entries changed after the run.")
+@json_option
+def undo_command(run_id: str, store_spec: str, force: bool, as_json: bool) -> None:
+    """Restore every entry an applied run touched, exactly as it was (itself journaled).
+
+    \b
+    Example:
+        memwork defrag undo 20250101T120000Z-1a2b3c --store ./memory
+    """
+    from memwork.defrag import undo
+
+    with _open(store_spec) as store:
+        new_run, changes = undo(run_id, store, force=force)
+    data = {"undone": run_id, "run_id": new_run, "changes": [c.to_dict() for c in changes]}
+    if as_json:
+        emit_json(data)
+    else:
+        click.echo(f"Undid {run_id}: {len(changes)} entries restored (journaled as {new_run}).")
+
+
+@defrag.command("journal")
+@json_option
+def journal_command(as_json: bool) -> None:
+    """List journaled runs (applied actions and undos), oldest first.
+
+    \b
+    Example:
+        memwork defrag journal --json
+    """
+    from memwork.defrag import list_runs
+
+    runs = list_runs()
+    if as_json:
+        emit_json({"runs": runs})
+        return
+    from memwork.cli.defrag_view import show_runs
+
+    show_runs(runs)
+
+
+commands = [defrag]

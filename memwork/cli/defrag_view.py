@@ -1,0 +1,114 @@
+"""Rich tables for ``memwork defrag`` human output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from memwork.defrag import ActionResult
+
+
+def _console() -> Console:
+    return Console()
+
+
+def _health_table(title: str, health: dict[str, Any]) -> Table:
+    table = Table(title=f"{title}: {health['score']}/100 ({health['band']})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("entries", str(health["entries"]))
+    table.add_row("stubs", str(health["stubs"]))
+    table.add_row("total size (bytes)", str(health["total_size"]))
+    for key, value in health["coverage"].items():
+        table.add_row(key.replace("_pct", " %"), f"{value:.1f}")
+    table.add_row("average quality", f"{health['average_quality']:.1f}")
+    return table
+
+
+def show_result(result: ActionResult) -> None:
+    console = _console()
+    summary = result.summary
+    if result.action == "analyze":
+        console.print(_health_table("Health", summary["health"]))
+        if len(summary["scopes"]) > 1:
+            scopes = Table(title="By scope")
+            for col in ("scope", "health", "band", "entries", "stubs"):
+                scopes.add_column(col)
+            for name, h in summary["scopes"].items():
+                scopes.add_row(name, str(h["score"]), h["band"], str(h["entries"]), str(h["stubs"]))
+            console.print(scopes)
+        return
+    if result.pairs:
+        table = Table(title=f"{len(result.pairs)} pairs")
+        for col in ("scope", "path a", "path b", "similarity", "text", "semantic", "links"):
+            table.add_column(col)
+        for p in result.pairs:
+            sem = "-" if p.semantic_similarity is None else f"{p.semantic_similarity:.3f}"
+            table.add_row(
+                p.scope,
+                p.path_a,
+                p.path_b,
+                f"{p.similarity:.3f}",
+                f"{p.text_similarity:.3f}",
+                sem,
+                p.link_status or "",
+            )
+        console.print(table)
+    if result.entries:
+        table = Table(title=f"{len(result.entries)} entries")
+        for col in ("scope", "path", "quality", "age (days)", "hits", "issues"):
+            table.add_column(col)
+        for e in result.entries:
+            table.add_row(
+                e.scope, e.path, str(e.quality), f"{e.age_days:.0f}", str(e.hits), ", ".join(e.issues)
+            )
+        console.print(table)
+    for e in result.skipped:
+        console.print(f"kept {e.scope}:{e.path}: {e.note}")
+    if result.plan is not None:
+        table = Table(title=f"{len(result.plan)} operations" + (" applied" if result.applied else " planned"))
+        for col in ("step", "scope", "operation"):
+            table.add_column(col)
+        for op in result.plan:
+            table.add_row(op.step or "", op.scope, op.describe())
+        console.print(table)
+    if "health_before" in summary:
+        after = summary["health_after"]
+        label = "predicted" if after.get("predicted") else "measured"
+        console.print(
+            f"Health {summary['health_before']['score']} ({summary['health_before']['band']}) -> "
+            f"{after['score']} ({after['band']}, {label}); change {summary['health_change']:+d}"
+        )
+    if result.plan is None:
+        if not result.pairs and not result.entries:
+            console.print("Nothing found.")
+        return
+    freed = summary.get("bytes_freed", 0)
+    if result.applied:
+        console.print(
+            f"Applied as run {result.run_id}; {freed} bytes freed. Undo: memwork defrag undo {result.run_id}"
+        )
+    elif len(result.plan):
+        console.print(f"Dry run: {freed} bytes would be freed. Re-run with --apply to execute this plan.")
+    else:
+        console.print("Nothing to do.")
+
+
+def show_runs(runs: list[dict[str, Any]]) -> None:
+    table = Table(title=f"{len(runs)} journaled runs")
+    for col in ("run id", "action", "started", "store", "changes", "status", "undone by"):
+        table.add_column(col)
+    for r in runs:
+        action = r["action"] + (f" {r['undoes']}" if r.get("undoes") else "")
+        table.add_row(
+            r["run_id"],
+            action,
+            str(r["started_at"]),
+            str(r["store"]),
+            str(r["changes"]),
+            r["status"],
+            r.get("undone_by") or "",
+        )
+    _console().print(table)
