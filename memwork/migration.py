@@ -1,0 +1,105 @@
+"""Small legacy -> pgvector migrations built on demand: for notebooks' defaults, tests and the demo.
+
+A notebook whose URLs are left empty must still run standalone (``pytest --nbval-lax notebooks/``);
+:func:`build_migration` gives it a generated legacy store, a schema and a real backfill.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from memwork.embed import HashEmbedder
+
+
+@dataclass(frozen=True)
+class Migration:
+    """Where a built migration lives."""
+
+    source_url: str
+    dest_url: str
+    table: str
+    dimensions: int
+    model_id: str
+    items: int
+    active: int
+    backfill: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def load_legacy(url: str, rows: list[dict[str, Any]], *, replace: bool = True) -> int:
+    """Create the legacy tables at ``url`` and (re)load ``rows`` into ``h5_user_memory_items``."""
+    from memwork.db import get_engine
+    from memwork.legacy.schema import memory_items, metadata
+
+    engine = get_engine(url)
+    metadata.create_all(engine)
+    with engine.begin() as conn:
+        if replace:
+            conn.execute(memory_items.delete())
+        for start in range(0, len(rows), 5000):
+            conn.execute(memory_items.insert(), rows[start : start + 5000])
+    return len(rows)
+
+
+def build_migration(
+    source_url: str | None = None,
+    dest_url: str | None = None,
+    *,
+    n_users: int = 8,
+    items_per_user: int = 25,
+    dimensions: int = 64,
+    table: str = "memory_embeddings",
+    seed: int = 7,
+    vector_index: bool = True,
+    rows: list[dict[str, Any]] | None = None,
+) -> Migration:
+    """Generate legacy items, load them, create the pgvector table and backfill it (hash embedder).
+
+    Defaults: a SQLite file in a fresh temp dir and the workspace's embedded PostgreSQL, database
+    ``memwork_verify``. The destination table is emptied first, so a rebuild is always a clean copy.
+    """
+    import psycopg
+
+    from memwork.backfill import BackfillOptions, run_backfill
+    from memwork.db import libpq_url
+    from memwork.identifiers import quote_identifier
+    from memwork.pgvector.schema import CHECKPOINT_TABLE, ensure_schema
+    from memwork.synth import generate_legacy_items
+
+    if source_url is None:
+        folder = Path(tempfile.mkdtemp(prefix="memwork-legacy-"))
+        source_url = f"sqlite:///{folder / 'legacy.db'}"
+    dest_url = dest_url or "pg://embedded/memwork_verify"
+    rows = rows if rows is not None else generate_legacy_items(n_users, items_per_user, seed=seed)
+    load_legacy(source_url, rows)
+    ensure_schema(dest_url, table=table, dimensions=dimensions, create_vector_index=vector_index)
+    with psycopg.connect(libpq_url(dest_url), autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {quote_identifier(table)}")
+        conn.execute(f"DELETE FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s", (table,))
+    embedder = HashEmbedder(dimensions)
+    checkpoint = Path(tempfile.mkdtemp(prefix="memwork-ckpt-")) / "checkpoint.json"
+    report = run_backfill(
+        BackfillOptions(
+            mysql_url=source_url,
+            database_url=dest_url,
+            apply=True,
+            embedder=embedder,
+            table=table,
+            batch_size=2000,
+            checkpoint_path=checkpoint,
+        )
+    )
+    active = sum(1 for r in rows if r["status"] == "active")
+    return Migration(
+        source_url, dest_url, table, dimensions, embedder.model_id, len(rows), active, _plain(report)
+    )
+
+
+def _plain(report: Any) -> dict[str, Any]:
+    to_dict = getattr(report, "to_dict", None)
+    return to_dict() if callable(to_dict) else dict(getattr(report, "__dict__", {}))

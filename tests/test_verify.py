@@ -1,0 +1,101 @@
+"""Backfill verification against real embedded PostgreSQL + pgvector, from SQLite and MariaDB."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from memwork.db import libpq_url
+from memwork.errors import UsageError
+from memwork.migration import build_migration
+from memwork.verify import VerifyOptions, range_checksums, row_digest, verify_backfill
+
+
+def _options(m, **kw) -> VerifyOptions:
+    return VerifyOptions(m.source_url, m.dest_url, table=m.table, expected_dimensions=m.dimensions, **kw)
+
+
+@pytest.fixture
+def migration(pg_url, sqlite_url):
+    return build_migration(sqlite_url, pg_url, n_users=4, items_per_user=30, dimensions=16, seed=3)
+
+
+def test_intact_destination_passes_every_check(migration):
+    result = verify_backfill(_options(migration, range_size=20, sample_size=20, k=5))
+    assert result.verdict == "PASS", result.reasons
+    assert result.source_active == migration.active == result.dest_distinct
+    assert result.missing_count == result.extra_count == result.changed_count == 0
+    assert len(result.ranges) > 3 and not result.mismatched_ranges
+    assert result.dimensions == {"16": migration.active} and result.models == {"hash-16": migration.active}
+    assert result.recall_at_k is not None and result.recall_at_k >= 0.9
+    assert result.self_retrieval is not None and result.self_retrieval >= 0.9
+
+
+def test_damaged_destination_fails_and_names_each_damage(migration):
+    with psycopg.connect(libpq_url(migration.dest_url), autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1")]
+        removed, changed, reshaped = ids[3], ids[40], ids[70]
+        conn.execute("DELETE FROM memory_embeddings WHERE source_memory_id = %s", (removed,))
+        conn.execute(
+            "UPDATE memory_embeddings SET content = content || ' (edited)' WHERE source_memory_id = %s",
+            (changed,),
+        )
+        # a wrong-dimension vector can only exist in an untyped column without a vector index
+        for (name,) in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'memory_embeddings' AND indexdef ~* 'hnsw'"
+        ).fetchall():
+            conn.execute(f'DROP INDEX "{name}"')
+        conn.execute("ALTER TABLE memory_embeddings ALTER COLUMN embedding TYPE vector")
+        conn.execute(
+            "UPDATE memory_embeddings SET embedding = '[1,2,3]' WHERE source_memory_id = %s", (reshaped,)
+        )
+    result = verify_backfill(_options(migration, range_size=20, sample_size=10, k=5))
+    assert result.verdict == "FAIL"
+    assert result.missing_ids == [removed] and result.changed_ids == [changed] and result.extra_ids == []
+    text = " | ".join(result.reasons)
+    for expected in ("count:", "missing: 1", removed, "changed: 1", changed, "checksum:", "dimensions:"):
+        assert expected in text
+    assert result.dimensions["3"] == 1
+    assert len(result.mismatched_ranges) == 2  # the two ranges holding the removed and changed rows
+
+
+def test_zero_vectors_mixed_models_and_extra_rows_are_reasons(migration):
+    with psycopg.connect(libpq_url(migration.dest_url), autocommit=True) as conn:
+        first = conn.execute("SELECT id FROM memory_embeddings ORDER BY id LIMIT 1").fetchone()[0]
+        zero = "[" + ",".join(["0"] * 16) + "]"
+        conn.execute("UPDATE memory_embeddings SET embedding = %s WHERE id = %s", (zero, first))
+        conn.execute(
+            "UPDATE memory_embeddings SET embedding_model = 'other-model' WHERE id = %s", (first + 1,)
+        )
+        conn.execute(
+            "INSERT INTO memory_embeddings (user_id, content, embedding, embedding_model, source_memory_id) "
+            "SELECT user_id, content, embedding, embedding_model, 'zzz-extra' FROM memory_embeddings "
+            "WHERE id = %s",
+            (first + 2,),
+        )
+    result = verify_backfill(_options(migration, sample_size=5))
+    text = " | ".join(result.reasons)
+    assert "1 zero vectors" in text and "mixed embedding models" in text
+    assert result.extra_ids == ["zzz-extra"] and "extra: 1" in text
+
+
+def test_from_mariadb(pg_url, mysql_url):
+    m = build_migration(mysql_url, pg_url, n_users=3, items_per_user=20, dimensions=8, seed=5)
+    assert verify_backfill(_options(m, sample_size=10, k=5)).verdict == "PASS"
+
+
+def test_range_checksums_locate_a_change_without_scanning_other_ranges():
+    source = {f"id{i:03d}": row_digest([f"id{i:03d}", "u", f"text {i}", "fact"]) for i in range(100)}
+    dest = dict(source)
+    dest["id042"] = row_digest(["id042", "u", "tampered", "fact"])
+    ranges = range_checksums(source, dest, 10)
+    assert [r.index for r in ranges if not r.ok] == [4]
+
+
+def test_bad_options_are_usage_errors():
+    with pytest.raises(UsageError, match="k=0"):
+        VerifyOptions("sqlite:///x", "pg://embedded", k=0).check()
+    with pytest.raises(UsageError, match="min_recall"):
+        VerifyOptions("sqlite:///x", "pg://embedded", min_recall=1.5).check()
+    with pytest.raises(UsageError, match="table"):
+        VerifyOptions("sqlite:///x", "pg://embedded", table="x; drop").check()
