@@ -1,3 +1,107 @@
-"""CLI commands: store (filled in by its issue)."""
+"""CLI: ``memwork store import|export|info`` -- load any store from JSON lines, dump it, summarise it."""
 
-commands: list = []
+from __future__ import annotations
+
+import sys
+
+import click
+
+from memwork.cli.options import apply_option, emit_json, json_option, scope_option, store_option
+from memwork.stores import open_store
+from memwork.stores.transfer import export_jsonl, import_jsonl, store_info
+
+
+@click.group("store")
+def store_group() -> None:
+    """Load, dump and summarise memory stores.
+
+    \b
+    Example:
+        memwork store info --store ./memory
+    """
+
+
+@store_group.command("import")
+@store_option()
+@click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
+@apply_option
+@json_option
+def import_command(store_spec: str, file: str, apply: bool, as_json: bool) -> None:
+    """Load FILE (JSON lines, as written by ``store export``) into the store.
+
+    Every line is checked first; on any error nothing is written. Without --apply this is a dry run
+    that only counts new, updated and unchanged entries. Use - to read stdin.
+
+    \b
+    Example:
+        memwork store import --store sqlite:///memory.db dump.jsonl --apply
+    """
+    source = sys.stdin if file == "-" else file
+    with open_store(store_spec) as store:
+        report = import_jsonl(store, source, apply=apply)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    verb = "imported" if apply else "would import (dry run; add --apply)"
+    click.echo(f"{verb}: {report.new} new, {report.updated} updated, {report.unchanged} unchanged")
+    for scope, counts in sorted(report.scopes.items()):
+        click.echo(
+            f"  {scope}: {counts['new']} new, {counts['updated']} updated, {counts['unchanged']} unchanged"
+        )
+
+
+@store_group.command("export")
+@store_option()
+@scope_option
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default="-",
+    help="File (default: stdout).",
+)
+@json_option
+def export_command(store_spec: str, scope: str | None, output: str, as_json: bool) -> None:
+    """Write every entry (stubs included) as JSON lines, in (scope, path) order.
+
+    \b
+    Example:
+        memwork store export --store pg://embedded --scope agent-7 -o agent-7.jsonl
+    """
+    with open_store(store_spec) as store:
+        if output == "-":
+            count = export_jsonl(store, click.get_text_stream("stdout"), scope=scope)
+        else:
+            count = export_jsonl(store, output, scope=scope)
+    if output != "-":
+        if as_json:
+            emit_json({"exported": count, "output": output})
+        else:
+            click.echo(f"exported {count} entries to {output}", err=True)
+
+
+@store_group.command("info")
+@store_option()
+@json_option
+def info_command(store_spec: str, as_json: bool) -> None:
+    """Show entries, stubs, embedded entries and content size, overall and per scope.
+
+    \b
+    Example:
+        memwork store info --store ./memory --json
+    """
+    with open_store(store_spec) as store:
+        info = store_info(store)
+    if as_json:
+        emit_json(info)
+        return
+    click.echo(f"{info['store']}")
+    click.echo(
+        f"entries: {info['entries']}  stubs: {info['stubs']}  embedded: {info['embedded']}  "
+        f"size: {info['size']} bytes"
+    )
+    for scope, per in info["scopes"].items():
+        click.echo(f"  {scope}: {per['entries']} entries, {per['stubs']} stubs, {per['size']} bytes")
+
+
+commands = [store_group]
