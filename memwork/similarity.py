@@ -6,15 +6,18 @@ definition exactly and only changes how the pairs are found (see :func:`find_dup
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import os
 import re
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from memwork.errors import UsageError
 
@@ -33,8 +36,11 @@ def tokenize(text: str) -> frozenset[str]:
 
     Without the bigrams a whole Chinese sentence would be one "word" and Jaccard would be 0 or 1.
     """
+    words = _WORD_RE.findall(text.lower())
+    if text.isascii() or not _NO_SPACE_RE.search(text):  # fast path: plain words only
+        return frozenset(words)
     tokens: set[str] = set()
-    for word in _WORD_RE.findall(text.lower()):
+    for word in words:
         if not _NO_SPACE_RE.search(word):
             tokens.add(word)
             continue
@@ -117,7 +123,8 @@ _SIZE_SLACK = 1e-9  # relative, for prefix/size filters (ratios of small integer
 _COSINE_SLACK = 1e-4  # absolute, float32 blocked dot products vs the float64 cosine
 _BLOCK_BYTES = 64 * 2**20  # float32 similarity block of the cosine join
 _SPARSE_BUDGET = 8_000_000  # candidate entries per sparse block of the Jaccard join
-_VERIFY_CHUNK = 32_768  # pairs re-scored per chunk (bounds the gathered float64 rows)
+_VERIFY_CHUNK = 32_768
+_MIN_BLOCK_ROWS = 128  # pairs re-scored per chunk (bounds the gathered float64 rows)
 
 
 def _blas_threads() -> int:
@@ -125,7 +132,13 @@ def _blas_threads() -> int:
     raw = os.environ.get("MEMWORK_THREADS", "")
     if raw.strip().isdigit() and int(raw) > 0:
         return int(raw)
-    return max(1, os.cpu_count() or 1)
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+@functools.cache
+def _threadpools() -> ThreadpoolController:
+    """Inspecting loaded BLAS libraries is slow; do it once per process."""
+    return ThreadpoolController()
 
 
 @dataclass
@@ -137,14 +150,10 @@ class _Tokens:
 
     @classmethod
     def build(cls, texts: Sequence[str]) -> _Tokens:
-        vocab: dict[str, int] = {}
-        ids: list[int] = []
-        sizes = np.zeros(len(texts), dtype=np.int64)
-        for k, text in enumerate(texts):
-            tokens = tokenize(text)
-            sizes[k] = len(tokens)
-            ids.extend(vocab.setdefault(token, len(vocab)) for token in tokens)
-        token_ids = np.asarray(ids, dtype=np.int64)
+        sets = [tokenize(text) for text in texts]
+        sizes = np.fromiter(map(len, sets), dtype=np.int64, count=len(sets))
+        vocab: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+        token_ids = np.fromiter(map(vocab.__getitem__, itertools.chain.from_iterable(sets)), dtype=np.int64)
         freq = np.bincount(token_ids, minlength=len(vocab))
         rank = np.empty(len(vocab), dtype=np.int64)
         rank[np.lexsort((np.arange(len(vocab)), freq))] = np.arange(len(vocab))
@@ -228,9 +237,9 @@ class _Vectors:
     def build(cls, embeddings: Sequence[np.ndarray | None]) -> _Vectors:
         index = np.array([k for k, e in enumerate(embeddings) if e is not None], dtype=np.int64)
         try:
-            flat = [np.asarray(embeddings[k], dtype=np.float64).ravel() for k in index]
-            rows = np.stack(flat) if flat else np.zeros((0, 1))
-        except ValueError:
+            picked = [embeddings[k] for k in index]
+            rows = np.stack(picked, dtype=np.float64).reshape(len(index), -1) if picked else np.zeros((0, 1))
+        except (ValueError, TypeError):
             raise UsageError("embeddings", len(embeddings), "vectors must share one dimension") from None
         if not np.isfinite(rows).all():
             raise UsageError("embeddings", "non-finite", "vectors must hold finite numbers")
@@ -249,36 +258,58 @@ class _Vectors:
             out[sel] = _cosine_rows(self.rows[a], self.rows[b], self.norms[a], self.norms[b])
         return out
 
+    def _unit32(self) -> np.ndarray:
+        """Normalised float32 rows (zero rows stay zero), built in chunks to bound the float64 temp."""
+        unit32 = np.zeros(self.rows.shape, dtype=np.float32)
+        for a in range(0, len(self.rows), _VERIFY_CHUNK):
+            norms = self.norms[a : a + _VERIFY_CHUNK, None]
+            chunk = np.divide(self.rows[a : a + _VERIFY_CHUNK], np.where(norms > 0, norms, 1.0))
+            unit32[a : a + _VERIFY_CHUNK] = np.where(norms > 0, chunk, 0.0)
+        return unit32
+
     def candidates(self, low: float, high: float | None) -> np.ndarray:
         """Pair codes (input positions) whose float32 cosine lies in ``[low-ε, high+ε)``."""
         m, n = len(self.index), len(self.slot)
         if m < 2:
             return np.empty(0, dtype=np.int64)
-        unit = np.divide(
-            self.rows, self.norms[:, None], out=np.zeros_like(self.rows), where=self.norms[:, None] > 0
-        )
-        unit32 = np.ascontiguousarray(unit, dtype=np.float32)
-        del unit
-        step = max(1, min(m, _BLOCK_BYTES // (4 * m)))
+        unit32 = self._unit32()
+        # small row blocks keep the upper-triangle work near m^2/2 and the buffer bounded
+        step = max(1, min(m, _BLOCK_BYTES // (4 * m), max(_MIN_BLOCK_ROWS, -(-m // 16))))
         buffer = np.empty(step * m, dtype=np.float32)
         mask = np.empty(step * m, dtype=np.bool_)
-        other = np.empty(step * m, dtype=np.bool_) if high is not None else None
+        below = np.empty(step * m, dtype=np.bool_)
         found: list[np.ndarray] = []
-        with threadpool_limits(limits=_blas_threads(), user_api="blas"):
+        with _threadpools().limit(limits=_blas_threads(), user_api="blas"):
             for a in range(0, m, step):
                 b = min(a + step, m)
-                shape = (b - a, m - a)
-                size = shape[0] * shape[1]
-                block = np.matmul(unit32[a:b], unit32[a:].T, out=buffer[:size].reshape(shape))
-                hits = np.greater_equal(block, low - _COSINE_SLACK, out=mask[:size].reshape(shape))
-                if other is not None and high is not None:
-                    hits &= np.less(block, high + _COSINE_SLACK, out=other[:size].reshape(shape))
-                r, c = np.nonzero(hits)
+                size = (b - a) * (m - a)
+                block = np.matmul(unit32[a:b], unit32[a:].T, out=buffer[:size].reshape(b - a, m - a))
+                hits = np.greater_equal(block.reshape(-1), low - _COSINE_SLACK, out=mask[:size])
+                if high is not None:
+                    hits &= np.less(block.reshape(-1), high + _COSINE_SLACK, out=below[:size])
+                flat = np.flatnonzero(hits)
+                r, c = np.divmod(flat, m - a)
                 upper = c > r
                 rows = self.index[r[upper] + a]
                 cols = self.index[c[upper] + a]
-                found.append(np.minimum(rows, cols) * n + np.maximum(rows, cols))
+                found.append(rows * n + cols)
         return np.concatenate(found)
+
+
+def _unique(codes: np.ndarray) -> np.ndarray:
+    """Sorted distinct pair codes (sort + neighbour compare; cheaper than set ops here)."""
+    codes = np.sort(codes)
+    if len(codes) < 2:
+        return codes
+    return codes[np.concatenate(([True], codes[1:] != codes[:-1]))]
+
+
+def _member(codes: np.ndarray, sorted_pool: np.ndarray) -> np.ndarray:
+    """Which ``codes`` occur in ``sorted_pool`` (binary search)."""
+    if len(sorted_pool) == 0:
+        return np.zeros(len(codes), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_pool, codes), len(sorted_pool) - 1)
+    return sorted_pool[at] == codes
 
 
 def _all_pairs(n: int) -> np.ndarray:
@@ -319,9 +350,14 @@ def find_duplicate_pairs(
         codes = _all_pairs(n)
     else:
         text_codes = _jaccard_candidates(tokens, threshold)
-        codes = np.union1d(text_codes, vectors.candidates(threshold, None))
-    i, j = codes // max(n, 1), codes % max(n, 1)
-    text, sem = tokens.jaccard(i, j), vectors.cosine(i, j)
+        cosine_codes = _unique(vectors.candidates(threshold, None))
+        codes = _unique(np.concatenate((text_codes, cosine_codes)))
+    i, j = np.divmod(codes, max(n, 1))
+    text = tokens.jaccard(i, j)
+    # exact cosine only where it can matter: the pair is in already, or cosine is a candidate
+    maybe = (text >= threshold) | _member(codes, cosine_codes) if threshold > 0.0 else slice(None)
+    i, j, text = i[maybe], j[maybe], text[maybe]
+    sem = vectors.cosine(i, j)
     keep = (text >= threshold) | (sem >= threshold)
     return _to_pairs(i[keep], j[keep], text[keep], sem[keep])
 
@@ -345,8 +381,8 @@ def find_related_pairs(
     if texts is not None:
         _check_lengths("texts", len(texts), n)
     vectors = _Vectors.build(embeddings)
-    codes = np.unique(vectors.candidates(low, high)) if low < high else np.empty(0, dtype=np.int64)
-    i, j = codes // max(n, 1), codes % max(n, 1)
+    codes = _unique(vectors.candidates(low, high)) if low < high else np.empty(0, dtype=np.int64)
+    i, j = np.divmod(codes, max(n, 1))
     sem = vectors.cosine(i, j)
     keep = (sem >= low) & (sem < high)
     i, j, sem = i[keep], j[keep], sem[keep]
