@@ -364,3 +364,27 @@ def test_scans_never_count_hits():
     for action in ("analyze", "find_duplicates", "find_related", "find_low_quality", "full"):
         run_action(store, action, now=NOW)
     assert {e.key: e.hits for e in store.all_entries()} == hits
+
+
+def test_cjk_duplicates_use_similarity_tokenize():
+    """Invariant 7: the engine's Jaccard comes from similarity.tokenize (CJK bigrams)."""
+    entries = [
+        entry("zh1.md", "数据库清理死元组以回收存储空间", embed=False),
+        entry("zh2.md", "数据库清理死元组以回收磁盘空间", embed=False),
+    ]
+    pairs = find_duplicates(entries, 0.5)
+    assert [(p.path_a, p.path_b) for p in pairs] == [("zh1.md", "zh2.md")]
+    assert pairs[0].semantic_similarity is None and 0.5 <= pairs[0].text_similarity < 1
+
+
+def test_journal_records_run_and_images():
+    from memwork.defrag import read_run
+
+    store = _messy_store()
+    result = run_action(store, "cleanup_stubs", apply=True, now=NOW)
+    run = read_run(result.run_id)
+    header = run.header
+    assert header["action"] == "cleanup_stubs" and header["params"] == {"age_days": 90, "max_hits": 10}
+    assert header["store"].startswith("memory") and header["started_at"]
+    assert [(c["path"], c["after"]) for c in run.changes] == [("stub.md", None)]
+    assert run.changes[0]["before"]["hits"] == 2 and run.footer["status"] == "ok"
