@@ -1,0 +1,106 @@
+"""The backend registry: built-ins as entry points, plugins, duplicates, broken plugins."""
+
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from memwork.backends.base import Backend
+from memwork.backends.placeholders import SLOTS
+from memwork.errors import UnknownBackend
+from memwork.facade.registry import BUILTIN_ENTRY_POINTS, GROUP, DuplicateBackend, Registry
+
+SLOT_NAMES = ["pgvector", "qdrant", "weaviate", "mem0", "letta", "neo4j", "redis-streams", "langgraph"]
+
+
+class EchoBackend(Backend):
+    name = "echo"
+    category = "policy"
+
+    def resolve(self, request):
+        return {"memories": [{"content": request.get("query")}]}
+
+
+def make_echo(env):
+    return EchoBackend()
+
+
+def make_legacy_twin(env):
+    twin = EchoBackend()
+    twin.name = "legacy-conversation-memory"
+    return twin
+
+
+def explode(env):
+    raise RuntimeError("plugin cannot start")
+
+
+def ep(name, target):
+    return EntryPoint(name, f"{__name__}:{target}", GROUP)
+
+
+def test_builtins_are_entry_points_legacy_first():
+    assert all(isinstance(e, EntryPoint) and e.group == GROUP for e in BUILTIN_ENTRY_POINTS)
+    registry = Registry({}, plugins=[])
+    assert registry.names() == ["legacy-conversation-memory", *SLOT_NAMES]
+    assert registry.find("legacy") is registry.find("legacy-conversation-memory")
+
+
+def test_placeholders_declare_capabilities_and_stay_unavailable():
+    registry = Registry({}, plugins=[])
+    for slot in SLOTS:
+        backend = registry.get(slot.name)
+        assert backend.category == slot.category and backend.role
+        assert backend.availability().available is False and backend.availability().reason
+        if slot.name != "pgvector":  # the real pgvector adapter may take that slot
+            assert [op for op, yes in backend.supports().items() if yes] == list(slot.capabilities)
+
+
+def test_plugins_are_discovered_lazily_and_broken_ones_reported():
+    registry = Registry(
+        {}, plugins=[ep("echo", "make_echo"), ep("bad", "explode"), ep("gone", "no_such_attr")]
+    )
+    assert registry._loaded is False
+    assert registry.names()[-1] == "echo" and registry.origin("echo").startswith("entry point")
+    problems = {p.name: p.problem for p in registry.problems()}
+    assert "RuntimeError: plugin cannot start" in problems["bad"]
+    assert "failed to load" in problems["gone"]
+
+
+def test_installed_entry_points_are_read_with_importlib_metadata():
+    registry = Registry({})  # the real environment: no plugin installs into memwork.backends here
+    assert "legacy-conversation-memory" in registry.names()
+
+
+def test_duplicate_names_are_refused():
+    registry = Registry({}, plugins=[ep("legacy-conversation-memory", "make_legacy_twin")])
+    assert registry.get("legacy").__class__.__name__ == "LegacyConversationMemoryBackend"
+    assert "already registered" in registry.problems()[0].problem
+    registry.register(EchoBackend())
+    with pytest.raises(DuplicateBackend, match="echo"):
+        registry.register(EchoBackend())
+    with pytest.raises(DuplicateBackend):  # not a placeholder: cannot be replaced
+        registry.register(make_legacy_twin({}), replace_placeholder=True)
+
+
+class RealLetta(EchoBackend):
+    name = "letta"
+    category = "lifecycle"
+
+
+def make_real_letta(env):
+    return RealLetta()
+
+
+def test_plugin_may_replace_a_placeholder_in_place():
+    registry = Registry({}, plugins=[ep("letta", "make_real_letta")])
+    assert registry.problems() == []
+    assert registry.names().index("letta") == SLOT_NAMES.index("letta") + 1
+    assert isinstance(registry.get("letta"), RealLetta)
+    in_code = Registry({}, plugins=[])
+    in_code.register(RealLetta(), replace_placeholder=True)
+    assert isinstance(in_code.get("letta"), RealLetta)
+
+
+def test_unknown_backend_names_what_exists():
+    with pytest.raises(UnknownBackend, match=r"known: .*qdrant"):
+        Registry({}, plugins=[]).get("nope")
