@@ -116,7 +116,7 @@ def test_declares_its_capabilities():
 def test_never_selected_while_unavailable(tmp_path):
     env = {{"MEMORY_BACKEND": "{name}", "MEMORY_LEGACY_DATABASE_URL": f"sqlite:///{{tmp_path / 'l.db'}}"}}
     facade = facade_from_env(env)
-    facade.registry.register(adapter.from_env(env))
+    facade.registry.register(adapter.from_env(env), replace_placeholder=True)
     status = facade.status()
     assert "{name}" not in status["selectedBackends"].values()
 '''
