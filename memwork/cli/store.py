@@ -70,7 +70,7 @@ def export_command(store_spec: str, scope: str | None, output: str, as_json: boo
     """
     with open_store(store_spec) as store:
         if output == "-":
-            count = export_jsonl(store, click.get_text_stream("stdout"), scope=scope)
+            count = export_jsonl(store, sys.stdout, scope=scope)
         else:
             count = export_jsonl(store, output, scope=scope)
     if output != "-":
