@@ -27,6 +27,7 @@ from memwork.reports.html import render_html
 from memwork.reports.kernel import KERNEL_NAME, kernel_environment
 from memwork.reports.params import bind_parameters, read_parameters
 from memwork.reports.summary import FAILING_VERDICTS, REPORT_DIR_ENV, SUMMARY_FILE
+from memwork.workspace import workspace_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFEST_FILE = "manifest.json"
@@ -231,7 +232,9 @@ def run_report(
     run_id, run_dir = _new_run_dir(root, report_name, start)
     run = ReportRun(report_name, run_id, run_dir, bound, start.isoformat(timespec="seconds"))
     clock = time.perf_counter()
-    with kernel_environment({REPORT_DIR_ENV: str(run_dir)}):
+    # the kernel runs in run_dir: pin the workspace so embedded databases never land in a report folder
+    kernel_env = {REPORT_DIR_ENV: str(run_dir), "MEMWORK_HOME": str(workspace_dir())}
+    with kernel_environment(kernel_env):
         failure = _execute(notebook, run.notebook_path, bound, run_dir)
     run.duration_s = time.perf_counter() - clock
     run.finished_at = datetime.now(UTC).isoformat(timespec="seconds")

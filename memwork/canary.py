@@ -1,0 +1,358 @@
+"""Canary sign-off: may ``MEMORY_BACKEND`` be flipped to the target backend? GO or NO-GO, signed.
+
+Gates: the facade's status (enabled, configured and selected backend as expected, no config errors),
+a fallback check (target made unavailable -> legacy still answers), resolve latency of target vs
+legacy on a sample of real users and queries, error counts, and the latest health and backfill
+verification summaries. The sign-off block binds the verdict to who, when, which code and which
+inputs (SHA-256 of the parameters and of each input summary file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memwork.errors import UsageError
+
+
+@dataclass
+class CanaryOptions:
+    """What to check and the thresholds that gate it."""
+
+    env: dict[str, str]
+    expected_backend: str = "pgvector"
+    expected_selected: str = "pgvector"
+    sample_size: int = 30
+    limit: int = 10
+    max_p95_ms: float = 250.0
+    max_p95_ratio: float = 0.0  # target p95 / legacy p95; 0 = not gated
+    max_errors: int = 0
+    health_summary: str = ""
+    verification_summary: str = ""
+    min_health_score: int = 0
+    require_inputs: bool = False
+    approver: str = ""
+    seed: int = 0
+
+    def check(self) -> None:
+        if not 1 <= int(self.sample_size) <= 10_000:
+            raise UsageError("sample_size", self.sample_size, "must be from 1 to 10000")
+        if float(self.max_p95_ms) <= 0:
+            raise UsageError("max_p95_ms", self.max_p95_ms, "must be positive")
+        for name in ("health_summary", "verification_summary"):
+            value = getattr(self, name)
+            if value and not _summary_path(value).is_file():
+                raise UsageError(name, value, "no such summary.json")
+
+
+@dataclass
+class Gate:
+    """One row of the gate table."""
+
+    name: str
+    status: str  # PASS, FAIL or SKIP
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"gate": self.name, "status": self.status, "detail": self.detail}
+
+
+@dataclass
+class CanaryResult:
+    """Gates, latencies, status payloads and the sign-off block."""
+
+    gates: list[Gate] = field(default_factory=list)
+    latency_ms: dict[str, list[float]] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)
+    fallback_status: dict[str, Any] = field(default_factory=dict)
+    signoff: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return "NO-GO" if any(g.status == "FAIL" for g in self.gates) else "GO"
+
+    @property
+    def reasons(self) -> list[str]:
+        return [f"{g.name}: {g.detail}" for g in self.gates if g.status == "FAIL"]
+
+    def latency_table(self) -> dict[str, dict[str, float]]:
+        return {name: percentiles(values) for name, values in self.latency_ms.items()}
+
+    def gate_frame(self):  # type: ignore[no-untyped-def]
+        import pandas as pd
+
+        return pd.DataFrame([g.to_dict() for g in self.gates])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "reasons": self.reasons,
+            "gates": [g.to_dict() for g in self.gates],
+            "latency_ms": self.latency_table(),
+            "errors": self.errors,
+            "status": self.status,
+            "fallback_status": {k: self.fallback_status.get(k) for k in ("backend", "selectedBackend")},
+            "signoff": self.signoff,
+        }
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """p50, p95, max and count of a latency sample (ms)."""
+    if not values:
+        return {"count": 0, "p50": float("nan"), "p95": float("nan"), "max": float("nan")}
+    arr = np.asarray(values, dtype=float)
+    return {
+        "count": len(values),
+        "p50": round(float(np.percentile(arr, 50)), 3),
+        "p95": round(float(np.percentile(arr, 95)), 3),
+        "max": round(float(arr.max()), 3),
+    }
+
+
+def _summary_path(value: str) -> Path:
+    path = Path(value)
+    return path / "summary.json" if path.is_dir() else path
+
+
+def sample_requests(legacy_url: str, n: int, seed: int = 0, limit: int = 10) -> list[dict[str, Any]]:
+    """Resolve requests built from real active items: (user, a query taken from one of their memories)."""
+    from sqlalchemy import select
+
+    from memwork.db import get_engine
+    from memwork.legacy.schema import memory_items as t
+
+    with get_engine(legacy_url).connect() as conn:
+        rows = conn.execute(
+            select(t.c.user_id, t.c.content).where(t.c.status == "active").order_by(t.c.id).limit(20_000)
+        ).fetchall()
+    chosen = random.Random(seed).sample(rows, min(n, len(rows)))
+    return [{"userId": u, "query": " ".join(str(c).split()[:6]), "limit": limit} for u, c in chosen]
+
+
+def time_resolves(facade: Any, requests: list[dict[str, Any]]) -> tuple[list[float], int, list[str]]:
+    """Latency (ms) of each resolve, the count of failed ones and which backends answered."""
+    latencies: list[float] = []
+    errors = 0
+    sources: list[str] = []
+    for request in requests:
+        start = time.perf_counter()
+        result = facade.resolve(request)
+        latencies.append((time.perf_counter() - start) * 1000)
+        errors += not result.get("ok", False)
+        sources.append(str(result.get("source")))
+    return latencies, errors, sources
+
+
+def digest(data: Any) -> str:
+    """SHA-256 of canonical JSON (sorted keys) -- the fingerprint of the parameters."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def file_digest(path: str) -> str | None:
+    return hashlib.sha256(_summary_path(path).read_bytes()).hexdigest() if path else None
+
+
+def run_canary(options: CanaryOptions, parameters: dict[str, Any] | None = None) -> CanaryResult:
+    """Every gate, in order; a failing gate never stops the others."""
+    from memwork.facade import facade_from_env
+    from memwork.facade.policy import legacy_url_from_env
+
+    options.check()
+    result = CanaryResult()
+    env = dict(options.env)
+    facade = facade_from_env(env)
+    try:
+        result.status = facade.status()
+        _status_gates(result, options)
+        requests = sample_requests(legacy_url_from_env(env), options.sample_size, options.seed, options.limit)
+        facade.resolve(requests[0]) if requests else None  # warm the pool and the embedder
+        result.latency_ms["target"], result.errors["target"], target_sources = time_resolves(facade, requests)
+    finally:
+        facade.close()
+    legacy_env = {**env, "MEMORY_BACKEND": "legacy"}
+    legacy = facade_from_env(legacy_env)
+    try:
+        result.latency_ms["legacy"], result.errors["legacy"], _ = time_resolves(legacy, requests)
+    finally:
+        legacy.close()
+    _fallback_gate(result, env, options, requests)
+    _latency_gates(result, options, target_sources)
+    _input_gates(result, options)
+    result.signoff = signoff_block(options, parameters or {}, result.verdict)
+    return result
+
+
+def _status_gates(result: CanaryResult, options: CanaryOptions) -> None:
+    status = result.status
+    result.gates.append(
+        Gate("enabled", "PASS" if status.get("enabled") else "FAIL", f"enabled={status.get('enabled')}")
+    )
+    configured = status.get("backend")
+    result.gates.append(
+        Gate("configured backend", "PASS" if configured == options.expected_backend else "FAIL",
+             f"MEMORY_BACKEND={configured}, expected {options.expected_backend}")
+    )  # fmt: skip
+    selected = status.get("selectedBackend")
+    detail = f"selected {selected}, expected {options.expected_selected}"
+    if (status.get("fallbacks") or {}).get("resolve"):
+        detail += f" ({status['fallbacks']['resolve']})"
+    result.gates.append(
+        Gate("selected backend", "PASS" if selected == options.expected_selected else "FAIL", detail)
+    )
+    problems = status.get("configErrors") or []
+    result.gates.append(
+        Gate("configuration", "FAIL" if problems else "PASS",
+             "; ".join(f"{p['field']}: {p['problem']}" for p in problems) or "no configuration errors")
+    )  # fmt: skip
+
+
+def _fallback_gate(result: CanaryResult, env: dict[str, str], options: CanaryOptions, requests: list) -> None:
+    """Take the target away (its database URL unset) and check legacy still answers."""
+    from memwork.facade import facade_from_env
+
+    broken = {**env}
+    broken.pop("MEMORY_PGVECTOR_DATABASE_URL", None)
+    if options.expected_backend != "legacy":
+        broken[f"MEMORY_{options.expected_backend.upper().replace('-', '_')}_DATABASE_URL"] = ""
+    facade = facade_from_env(broken)
+    try:
+        result.fallback_status = facade.status()
+        answers = [facade.resolve(r) for r in requests[:5]]
+    finally:
+        facade.close()
+    selected = result.fallback_status.get("selectedBackend")
+    ok = bool(answers) and all(a.get("ok") and is_legacy(a.get("source")) for a in answers)
+    result.gates.append(
+        Gate("fallback", "PASS" if ok and is_legacy(selected) else "FAIL",
+             f"target unavailable -> selected {selected}; {sum(bool(a.get('ok')) for a in answers)}/"
+             f"{len(answers)} resolves answered by legacy")
+    )  # fmt: skip
+
+
+def is_legacy(name: object) -> bool:
+    """``legacy`` is the selector; the backend reports itself as ``legacy-conversation-memory``."""
+    return isinstance(name, str) and (name == "legacy" or name.startswith("legacy-"))
+
+
+def _latency_gates(result: CanaryResult, options: CanaryOptions, sources: list[str]) -> None:
+    table = result.latency_table()
+    target, legacy = table.get("target", {}), table.get("legacy", {})
+    p95 = target.get("p95", float("nan"))
+    result.gates.append(
+        Gate("target p95 latency", "PASS" if p95 <= options.max_p95_ms else "FAIL",
+             f"p50 {target.get('p50')} ms, p95 {p95} ms (limit {options.max_p95_ms} ms); "
+             f"legacy p50 {legacy.get('p50')} ms, p95 {legacy.get('p95')} ms")
+    )  # fmt: skip
+    if options.max_p95_ratio > 0:
+        ratio = p95 / legacy["p95"] if legacy.get("p95") else float("inf")
+        result.gates.append(
+            Gate("p95 vs legacy", "PASS" if ratio <= options.max_p95_ratio else "FAIL",
+                 f"{ratio:.2f}x legacy (limit {options.max_p95_ratio}x)")
+        )  # fmt: skip
+    errors = result.errors.get("target", 0)
+    result.gates.append(
+        Gate("errors", "PASS" if errors <= options.max_errors else "FAIL",
+             f"{errors} failed target resolves (limit {options.max_errors}); "
+             f"legacy {result.errors.get('legacy', 0)}")
+    )  # fmt: skip
+    want = options.expected_selected
+    answered = sum(s == want or (is_legacy(s) and is_legacy(want)) for s in sources)
+    result.gates.append(
+        Gate("answered by target", "PASS" if answered == len(sources) and sources else "FAIL",
+             f"{answered}/{len(sources)} resolves answered by {options.expected_selected}")
+    )  # fmt: skip
+
+
+def _input_gates(result: CanaryResult, options: CanaryOptions) -> None:
+    from memwork.reports.summary import load_summary
+
+    missing = "SKIP" if not options.require_inputs else "FAIL"
+    if options.verification_summary:
+        verdict = load_summary(_summary_path(options.verification_summary)).get("verdict")
+        result.gates.append(
+            Gate("backfill verification", "PASS" if verdict == "PASS" else "FAIL", f"verdict {verdict}")
+        )
+    else:
+        result.gates.append(Gate("backfill verification", missing, "no verification summary given"))
+    if options.health_summary:
+        summary = load_summary(_summary_path(options.health_summary))
+        score = (summary.get("health") or {}).get("score", 0)
+        ok = summary.get("verdict") in ("PASS", "INFO") and score >= options.min_health_score
+        result.gates.append(
+            Gate("health", "PASS" if ok else "FAIL",
+                 f"verdict {summary.get('verdict')}, score {score} (minimum {options.min_health_score})")
+        )  # fmt: skip
+    else:
+        result.gates.append(Gate("health", missing, "no health summary given"))
+
+
+def signoff_block(options: CanaryOptions, parameters: dict[str, Any], verdict: str) -> dict[str, Any]:
+    """Who signs, when, on which code and which inputs."""
+    from memwork import __version__
+    from memwork.reports.runner import git_commit
+
+    return {
+        "verdict": verdict,
+        "approver": options.approver or "(unsigned)",
+        "time_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "memwork_version": __version__,
+        "git_commit": git_commit(),
+        "parameters_sha256": digest(parameters),
+        "inputs_sha256": {
+            "health_summary": file_digest(options.health_summary),
+            "verification_summary": file_digest(options.verification_summary),
+        },
+    }
+
+
+def write_embedding_module(dimensions: int, folder: Path | None = None) -> str:
+    """A query-embedding module file for the hash embedder of ``dimensions`` (canary plumbing)."""
+    folder = folder or Path(tempfile.mkdtemp(prefix="memwork-embed-"))
+    path = folder / f"hash_query_{dimensions}.py"
+    path.write_text(
+        "from memwork.embed import HashEmbedder\n"
+        f"_embedder = HashEmbedder({int(dimensions)})\n\n\n"
+        "def embed_query(query, input=None):\n"
+        "    return _embedder.embed_one(query or '').tolist()\n"
+    )
+    return str(path)
+
+
+def canary_env(
+    legacy_url: str, pgvector_url: str, embedding_module: str, table: str = "memory_embeddings"
+) -> dict[str, str]:
+    """The facade environment of a pgvector canary (the seed's local canary env)."""
+    return {
+        "MEMORY_ENABLED": "1",
+        "MEMORY_BACKEND": "pgvector",
+        "MEMORY_VECTOR_ENABLED": "1",
+        "MEMORY_FAIL_OPEN": "1",
+        "MEMORY_LEGACY_DATABASE_URL": legacy_url,
+        "MEMORY_PGVECTOR_DATABASE_URL": pgvector_url,
+        "MEMORY_PGVECTOR_EMBEDDING_MODULE": embedding_module,
+        "MEMORY_PGVECTOR_TABLE": table,
+    }
+
+
+def table_dimensions(url: str, table: str = "memory_embeddings") -> int:
+    """The destination's declared vector dimension (for the default query embedder)."""
+    import psycopg
+
+    from memwork.db import libpq_url
+    from memwork.pgvector.schema import table_dimensions as declared
+
+    with psycopg.connect(libpq_url(url)) as conn:
+        dims = declared(conn, table)
+    if not dims:
+        raise UsageError("table", table, "has no vector column with a declared dimension")
+    return dims
