@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import String, Text, and_, cast, func, or_, select, type_coerce
 
 from memwork.embed import Embedder, embed_memories
 from memwork.entry import as_utc
@@ -40,11 +42,13 @@ _SOURCE_COLUMNS = (
     memory_items.c.user_id,
     memory_items.c.content,
     memory_items.c.type,
-    memory_items.c.metadata,
+    # metadata and timestamps travel as text: no JSON decode/encode or datetime objects per row in
+    # Python; PostgreSQL casts them once in the merge (``::jsonb``, ``AT TIME ZONE 'UTC'``)
+    type_coerce(memory_items.c.metadata, Text).label("metadata"),
     memory_items.c.source_session_id,
     memory_items.c.source_message_id,
-    memory_items.c.created_at,
-    memory_items.c.updated_at,
+    cast(memory_items.c.created_at, String).label("created_at"),
+    cast(memory_items.c.updated_at, String).label("updated_at"),
 )
 _DEST_COLUMNS = (
     "source_memory_id",
@@ -59,9 +63,7 @@ _DEST_COLUMNS = (
     "created_at",
     "updated_at",
 )
-_COPY_TYPES = ["text", "text", "text", "vector", "text", "text", "text", "text", "jsonb"] + [
-    "timestamptz"
-] * 2
+_COPY_TYPES = ["text", "text", "text", "vector", "text", "text", "text", "text", "text", "text", "text"]
 
 Progress = Callable[[int, int | None], None]
 """``progress(rows_just_done, total_planned)``: called once with 0 before the first batch, then per batch."""
@@ -263,6 +265,20 @@ def _read_batch(conn: Any, cursor: Cursor | None, size: int) -> list[dict[str, A
     return [dict(row._mapping) for row in conn.execute(query)]
 
 
+def _iter_batches(
+    conn: Any, cursor: Cursor | None, planned: int, batch_size: int
+) -> Iterator[list[dict[str, Any]]]:
+    """Keyset pages of at most ``batch_size`` rows until ``planned`` rows were read or none are left."""
+    done = 0
+    while done < planned:
+        rows = _read_batch(conn, cursor, min(batch_size, planned - done))
+        if not rows:
+            return
+        done += len(rows)
+        cursor = _cursor_of(rows[-1])
+        yield rows
+
+
 def _last_cursor(conn: Any, cursor: Cursor | None, limit: int | None) -> Cursor | None:
     """Where a run of ``limit`` rows would stop: the newest row, or walking keys-only pages to ``limit``."""
     t = memory_items.c
@@ -284,7 +300,12 @@ def _last_cursor(conn: Any, cursor: Cursor | None, limit: int | None) -> Cursor 
 
 
 def _cursor_of(row: Mapping[str, Any]) -> Cursor:
-    return Cursor(row["updated_at"], row["id"])
+    return Cursor(_timestamp(row["updated_at"]), row["id"])
+
+
+def _timestamp(value: datetime | str) -> datetime:
+    """MySQL's ``CAST(datetime AS CHAR)`` text (or a datetime) as a naive UTC datetime."""
+    return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 
 def _sample(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -293,7 +314,7 @@ def _sample(row: Mapping[str, Any]) -> dict[str, Any]:
         "id": row["id"],
         "userId": row["user_id"],
         "type": row["type"],
-        "updatedAt": row["updated_at"].isoformat(timespec="microseconds"),
+        "updatedAt": _timestamp(row["updated_at"]).isoformat(timespec="microseconds"),
         "content": content if len(content) <= 80 else content[:77] + "...",
     }
 
@@ -312,7 +333,7 @@ def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillRepor
     json_path = checkpoint_path(options.table, options.checkpoint_path)
     report.checkpoint_file = str(json_path)
     started = time.perf_counter()
-    with psycopg.connect(libpq_url(options.database_url or "")) as pg:
+    with psycopg.connect(libpq_url(options.database_url or ""), autocommit=True) as pg:
         _check_destination(pg, options.table, report.dimensions, embedder.model_id)
         register_vector(pg)
         _prepare(pg)
@@ -320,35 +341,100 @@ def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillRepor
         report.resumed = options.resume and cursor is not None
         report.start_cursor = cursor.to_json() if cursor else None
         rows_total = _load_rows_written(pg, options.table) if report.resumed else 0
-        with get_engine(options.mysql_url or "").connect() as my:
+        engine = get_engine(options.mysql_url or "")
+        with engine.connect() as my:
             report.source = _status_counts(my)
             remaining = _count_after(my, cursor)
             report.planned = remaining if options.limit is None else min(remaining, options.limit)
             if progress:
                 progress(0, report.planned)
-            while report.rows_read < report.planned:
-                size = min(options.batch_size, report.planned - report.rows_read)
-                rows = _read_batch(my, cursor, size)
-                if not rows:
-                    break
-                vectors = _embed(embedder, rows, report.dimensions)
-                cursor = _cursor_of(rows[-1])
-                rows_total += len(rows)
-                _write_batch(pg, options.table, rows, vectors, embedder.model_id, cursor, rows_total)
-                _save_json_checkpoint(json_path, options.table, cursor, rows_total, report)
-                report.first_checkpoint = report.first_checkpoint or _cursor_of(rows[0]).to_json()
-                report.last_checkpoint = cursor.to_json()
-                report.rows_read += len(rows)
-                report.rows_written += len(rows)
-                report.batches += 1
-                if progress:
-                    progress(len(rows), report.planned)
+            writer = _BatchWriter(pg, options.table, embedder.model_id, json_path, report, progress)
+            with writer:
+                for rows in _iter_batches(my, cursor, report.planned, options.batch_size):
+                    vectors = _embed(embedder, rows, report.dimensions)
+                    cursor = _cursor_of(rows[-1])
+                    rows_total += len(rows)
+                    report.rows_read += len(rows)
+                    writer.submit(rows, vectors, cursor, rows_total)
             report.inactive = _inactive(my, pg, options.table, options.prune_inactive)
         report.models_in_table = _models_in_table(pg, options.table)
     report.elapsed_seconds = round(time.perf_counter() - started, 3)
     if report.elapsed_seconds > 0:
         report.rows_per_second = round(report.rows_written / report.elapsed_seconds, 1)
     return report
+
+
+class _BatchWriter:
+    """Commits batches (rows + checkpoint, one transaction each) on its own thread, in order.
+
+    While PostgreSQL merges batch *n* (the thread waits on the socket, GIL released) the caller reads
+    and embeds batch *n+1*. At most one batch waits in the queue, so memory stays bounded. The first
+    write error stops the run: ``submit`` and ``__exit__`` re-raise it in the caller's thread.
+    """
+
+    def __init__(
+        self,
+        pg: Any,
+        table: str,
+        model_id: str,
+        json_path: Path,
+        report: BackfillReport,
+        progress: Progress | None,
+    ) -> None:
+        self.pg, self.table, self.model_id, self.json_path = pg, table, model_id, json_path
+        self.report, self.progress = report, progress
+        self.pending: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="memwork-backfill-writer", daemon=True)
+
+    def __enter__(self) -> _BatchWriter:
+        self.thread.start()
+        return self
+
+    def submit(
+        self, rows: list[dict[str, Any]], vectors: np.ndarray, cursor: Cursor, rows_total: int
+    ) -> None:
+        while True:
+            self._raise_if_failed()
+            try:
+                self.pending.put((rows, vectors, cursor, rows_total), timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        while self.thread.is_alive():  # the writer may be blocked on a full queue only if it died
+            try:
+                self.pending.put(None, timeout=0.2)
+                break
+            except queue.Full:
+                continue
+        self.thread.join()
+        if exc is None:
+            self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        try:
+            while (item := self.pending.get()) is not None:
+                rows, vectors, cursor, rows_total = item
+                _write_batch(self.pg, self.table, rows, vectors, self.model_id, cursor, rows_total)
+                _save_json_checkpoint(self.json_path, self.table, cursor, rows_total, self.report)
+                self._committed(rows, cursor)
+        except BaseException as exc:  # handed to the caller's thread
+            self.error = exc
+
+    def _committed(self, rows: list[dict[str, Any]], cursor: Cursor) -> None:
+        report = self.report
+        report.first_checkpoint = report.first_checkpoint or _cursor_of(rows[0]).to_json()
+        report.last_checkpoint = cursor.to_json()
+        report.rows_written += len(rows)
+        report.batches += 1
+        if self.progress:
+            self.progress(len(rows), report.planned)
 
 
 def _check_destination(pg: Any, table: str, dimensions: int, model_id: str) -> None:
@@ -370,13 +456,15 @@ def _prepare(pg: Any) -> None:
     pg.execute(
         f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} ("
         "source_memory_id TEXT, user_id TEXT, content TEXT, embedding vector, embedding_model TEXT, "
-        "type TEXT, source_session_id TEXT, source_message_id TEXT, metadata JSONB, "
-        "created_at TIMESTAMPTZ, updated_at TIMESTAMPTZ) ON COMMIT DELETE ROWS"
+        "type TEXT, source_session_id TEXT, source_message_id TEXT, metadata TEXT, "
+        "created_at TEXT, updated_at TEXT) ON COMMIT DELETE ROWS"
     )
     pg.commit()
 
 
 def _embed(embedder: Embedder, rows: Sequence[Mapping[str, Any]], dimensions: int) -> np.ndarray:
+    if callable(getattr(embedder, "embed_memories", None)):
+        rows = [_public_row(row) for row in rows]
     vectors = np.asarray(embed_memories(embedder, rows), dtype=np.float32)
     if vectors.shape != (len(rows), dimensions):
         raise UsageError(
@@ -387,8 +475,16 @@ def _embed(embedder: Embedder, rows: Sequence[Mapping[str, Any]], dimensions: in
     return vectors
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    return None if value is None else value.replace(tzinfo=UTC)
+def _public_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row a module's ``embed_memory(memory)`` sees: metadata decoded, timestamps ISO text."""
+    public = dict(row)
+    try:
+        public["metadata"] = json.loads(row["metadata"]) if row["metadata"] else {}
+    except ValueError:
+        public["metadata"] = {}
+    for stamp in ("created_at", "updated_at"):
+        public[stamp] = _timestamp(row[stamp]).isoformat()
+    return public
 
 
 def _write_batch(
@@ -403,6 +499,9 @@ def _write_batch(
     """COPY the batch into staging, upsert it, and commit it together with its checkpoint."""
     target = quote_identifier(table)
     columns = ", ".join(_DEST_COLUMNS)
+    merged = columns.replace("metadata", "coalesce(metadata::jsonb, '{}'::jsonb)")
+    for stamp in ("created_at", "updated_at"):
+        merged = merged.replace(stamp, f"({stamp}::timestamp AT TIME ZONE 'UTC')")
     updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _DEST_COLUMNS if c != "source_memory_id")
     with pg.transaction(), pg.cursor() as cur:
         with cur.copy(f"COPY {STAGE_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
@@ -418,13 +517,13 @@ def _write_batch(
                         row["type"] or "fact",
                         row["source_session_id"],
                         row["source_message_id"],
-                        row["metadata"] if row["metadata"] is not None else {},
-                        _aware(row["created_at"]),
-                        _aware(row["updated_at"]),
+                        row["metadata"],
+                        row["created_at"],
+                        row["updated_at"],
                     )
                 )
         cur.execute(
-            f"INSERT INTO {target} ({columns}) SELECT {columns} FROM {STAGE_TABLE} "
+            f"INSERT INTO {target} ({columns}) SELECT {merged} FROM {STAGE_TABLE} "
             f"ON CONFLICT (source_memory_id) DO UPDATE SET {updates}"
         )
         _store_checkpoint(cur, table, cursor, rows_total, model_id, int(vectors.shape[1]))
@@ -511,8 +610,9 @@ def _save_json_checkpoint(
 def _inactive(my: Any, pg: Any, table: str, prune: bool) -> dict[str, Any]:
     """Destination rows whose source is archived/deleted (pruned only when asked) and orphans.
 
-    Orphans -- destination rows with no source row at all -- are only reported: deleting them needs a
-    human decision (a backfill pointed at the wrong MySQL database would otherwise wipe the table).
+    Orphans -- destination rows with no source row at all -- are counted only in a pruning run (it
+    costs a pass over the destination) and never deleted: that needs a human decision (a backfill
+    pointed at the wrong MySQL database would otherwise wipe the table).
     """
     target = quote_identifier(table)
     t = memory_items.c
@@ -527,7 +627,7 @@ def _inactive(my: Any, pg: Any, table: str, prune: bool) -> dict[str, Any]:
         found = pg.execute(f"SELECT source_memory_id FROM {target} WHERE source_memory_id = ANY(%s)", (ids,))
         inactive_ids.extend(row[0] for row in found)
     pg.commit()
-    orphans = _orphans(my, pg, target)
+    orphans = _orphans(my, pg, target) if prune else None
     pruned = 0
     if prune and inactive_ids:
         with pg.transaction():
@@ -538,8 +638,8 @@ def _inactive(my: Any, pg: Any, table: str, prune: bool) -> dict[str, Any]:
         "count": len(inactive_ids),
         "sample": sorted(inactive_ids)[:10],
         "pruned": pruned,
-        "orphans": len(orphans),
-        "orphanSample": sorted(orphans)[:10],
+        "orphans": None if orphans is None else len(orphans),
+        "orphanSample": None if orphans is None else sorted(orphans)[:10],
     }
 
 

@@ -17,6 +17,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, runtime_checkable
@@ -66,24 +67,34 @@ class HashEmbedder:
         return features
 
     def embed_one(self, text: str) -> np.ndarray:
-        vec = np.zeros(self.dimension, dtype=np.float32)
-        for feature in self._features(text):
-            digest = hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest()
-            value = int.from_bytes(digest, "little")
-            index = value % self.dimension
-            sign = 1.0 if (value >> 63) & 1 else -1.0
-            vec[index] += sign
-        norm = float(np.linalg.norm(vec))
-        if norm == 0.0:
-            # empty text: a fixed unit vector so the result is never a zero vector
-            vec[0] = 1.0
-            return vec
-        return vec / norm
+        return self.embed([text])[0]
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        return np.vstack([self.embed_one(t) for t in texts]).astype(np.float32, copy=False)
+        """Vectorised: cached (slot, sign) per feature, one scatter-add, one normalisation."""
+        matrix = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        rows: list[int] = []
+        slots: list[int] = []
+        signs: list[float] = []
+        for row, text in enumerate(texts):
+            for feature in self._features(text):
+                slot, sign = _feature_slot(feature, self.dimension)
+                rows.append(row)
+                slots.append(slot)
+                signs.append(sign)
+        if rows:
+            np.add.at(matrix, (np.asarray(rows), np.asarray(slots)), np.asarray(signs, dtype=np.float32))
+        norms = np.linalg.norm(matrix, axis=1)
+        empty = norms == 0.0
+        matrix[empty, 0] = 1.0  # empty text: a fixed unit vector, never a zero vector
+        norms[empty] = 1.0
+        return (matrix / norms[:, None]).astype(np.float32, copy=False)
+
+
+@lru_cache(maxsize=1 << 18)
+def _feature_slot(feature: str, dimension: int) -> tuple[int, float]:
+    """The signed hash slot of one feature (cached: real vocabularies repeat words constantly)."""
+    value = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
+    return value % dimension, (1.0 if (value >> 63) & 1 else -1.0)
 
 
 # ---- the real sentence embedder -----------------------------------------------------------------

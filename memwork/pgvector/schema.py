@@ -17,6 +17,7 @@ from memwork.identifiers import check_identifier, quote_identifier
 DEFAULT_TABLE = "memory_embeddings"
 DEFAULT_DIMENSIONS = 1536
 MAX_DIMENSIONS = 16000  # pgvector's limit for the vector type
+MAX_HNSW_DIMENSIONS = 2000  # pgvector's HNSW/IVFFlat limit for the vector type
 CHECKPOINT_TABLE = "memwork_backfill_checkpoints"
 
 
@@ -74,6 +75,8 @@ def schema_sql(
     quoted = quote_identifier(table)
     dims = check_dimensions(dimensions)
     names = index_names(table)
+    if create_vector_index and dims > MAX_HNSW_DIMENSIONS:
+        raise UsageError("dimensions", dims, f"an HNSW index on vector takes at most {MAX_HNSW_DIMENSIONS}")
     statements: list[str] = []
     if create_extension:
         statements.append("CREATE EXTENSION IF NOT EXISTS vector")

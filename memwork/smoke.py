@@ -1,0 +1,153 @@
+"""Post-migration smoke test for the pgvector backend: synthetic rows in, nearest-first out.
+
+Inserts three ``memory-v2-smoke-<run>-*`` rows with deterministic vectors for a synthetic user, asks the
+real adapter (:class:`~memwork.backends.pgvector.PgvectorBackend`) for that user's nearest memories,
+checks the order, and deletes exactly its own rows unless ``keep``. Never reads ``DATABASE_URL``; with
+no URL it runs against the embedded PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memwork.backends.pgvector import PgvectorBackend
+from memwork.errors import UsageError
+from memwork.identifiers import check_identifier, quote_identifier
+from memwork.pgvector.schema import DEFAULT_TABLE, ensure_schema, table_dimensions
+
+SMOKE_PREFIX = "memory-v2-smoke-"
+SMOKE_MODEL = "memory-v2-smoke"
+EMBEDDED_URL = "pg://embedded"
+
+
+@dataclass
+class SmokeReport:
+    """``ok`` is the verdict; ``checks`` says which step passed or failed."""
+
+    ok: bool
+    table: str
+    dimensions: int
+    run_id: str
+    expected_order: list[str] = field(default_factory=list)
+    returned_order: list[str] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    checks: list[dict[str, Any]] = field(default_factory=list)
+    kept: bool = False
+    cleaned: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {
+            "ok": data["ok"],
+            "table": data["table"],
+            "dimensions": data["dimensions"],
+            "runId": data["run_id"],
+            "expectedOrder": data["expected_order"],
+            "returnedOrder": data["returned_order"],
+            "scores": data["scores"],
+            "checks": data["checks"],
+            "kept": data["kept"],
+            "cleaned": data["cleaned"],
+        }
+
+
+def smoke_vectors(dimensions: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The query and three stored vectors, nearest first: e0, (e0+e1)/sqrt2, e1."""
+    if dimensions < 2:
+        raise UsageError("dimensions", dimensions, "the smoke test needs at least 2 dimensions")
+    e0 = np.zeros(dimensions, dtype=np.float32)
+    e0[0] = 1.0
+    e1 = np.zeros(dimensions, dtype=np.float32)
+    e1[1] = 1.0
+    diagonal = (e0 + e1) / np.float32(np.sqrt(2.0))
+    query = np.zeros(dimensions, dtype=np.float32)
+    query[0], query[1] = 1.0, 0.2
+    return query, [e0, diagonal, e1]
+
+
+def run_smoke(
+    database_url: str | None = None,
+    *,
+    table: str = DEFAULT_TABLE,
+    dimensions: int = 3,
+    create_schema: bool = False,
+    create_extension: bool = False,
+    keep: bool = False,
+) -> SmokeReport:
+    """Insert, resolve through the adapter, verify nearest-first, clean up. Never raises on a failed
+    check -- the report's ``ok`` says it -- but does raise usage errors before touching anything."""
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from memwork.db import libpq_url
+
+    check_identifier(table)
+    run_id = uuid.uuid4().hex[:10]
+    report = SmokeReport(ok=False, table=table, dimensions=dimensions, run_id=run_id, kept=keep)
+    query, vectors = smoke_vectors(dimensions)
+    url = libpq_url(database_url or EMBEDDED_URL)
+    if create_schema:
+        ensure_schema(url, table, dimensions, create_extension=create_extension)
+        report.checks.append({"check": "schema", "ok": True})
+    ids = [f"{SMOKE_PREFIX}{run_id}-{i}" for i in range(len(vectors))]
+    report.expected_order = ids
+    user_id = f"{SMOKE_PREFIX}user-{run_id}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        existing = table_dimensions(conn, table)
+        if existing is None:
+            report.checks.append({"check": "table", "ok": False, "error": f"{table} does not exist"})
+            return report
+        if existing != dimensions:
+            report.checks.append(
+                {"check": "table", "ok": False, "error": f"{table} has vector({existing}), not {dimensions}"}
+            )
+            return report
+        register_vector(conn)
+        try:
+            _insert(conn, table, user_id, ids, vectors)
+            report.checks.append({"check": "insert", "ok": True, "rows": len(ids)})
+            _resolve_check(url, table, user_id, query, report)
+        finally:
+            if not keep:
+                report.cleaned = _cleanup(conn, table, ids)
+    report.ok = all(check["ok"] for check in report.checks)
+    return report
+
+
+def _insert(conn: Any, table: str, user_id: str, ids: list[str], vectors: list[np.ndarray]) -> None:
+    # the far row is inserted first so an unordered read would come back in the wrong order
+    with conn.transaction():
+        for source_id, vector in reversed(list(zip(ids, vectors, strict=True))):
+            conn.execute(
+                f"INSERT INTO {quote_identifier(table)} "
+                "(user_id, content, embedding, embedding_model, type, source_memory_id, metadata) "
+                "VALUES (%s, %s, %s, %s, 'fact', %s, '{\"smoke\": true}'::jsonb) "
+                "ON CONFLICT (source_memory_id) DO UPDATE SET embedding = EXCLUDED.embedding",
+                (user_id, f"smoke memory {source_id}", vector, SMOKE_MODEL, source_id),
+            )
+
+
+def _resolve_check(url: str, table: str, user_id: str, query: np.ndarray, report: SmokeReport) -> None:
+    backend = PgvectorBackend(url, table=table, pool_max=1)
+    try:
+        result = backend.resolve({"userId": user_id, "embedding": query.tolist(), "limit": 10})
+    except Exception as exc:
+        report.checks.append({"check": "resolve", "ok": False, "error": f"{type(exc).__name__}: {exc}"})
+        return
+    finally:
+        backend.close()
+    memories = result.get("semanticMemories", [])
+    report.returned_order = [m["sourceMemoryId"] for m in memories]
+    report.scores = [round(float(m["score"]), 6) for m in memories]
+    report.checks.append({"check": "nearest-first", "ok": report.returned_order == report.expected_order})
+    report.checks.append({"check": "only-this-user", "ok": all(m["userId"] == user_id for m in memories)})
+
+
+def _cleanup(conn: Any, table: str, ids: list[str]) -> int:
+    with conn.transaction():
+        cur = conn.execute(f"DELETE FROM {quote_identifier(table)} WHERE source_memory_id = ANY(%s)", (ids,))
+    return cur.rowcount
