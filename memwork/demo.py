@@ -1,0 +1,164 @@
+"""``memwork demo``: the main job on embedded defaults, end to end, safe to re-run.
+
+Builds a workspace -- a SQLite legacy store (hundreds of users and sessions; exact and near
+duplicates, paraphrases, some Chinese), a defrag entry store (low-quality, stale items, stubs) and
+the embedded PostgreSQL + pgvector -- then runs the schema, the backfill and all four reports and
+rebuilds ``reports/index.html``. Every step rebuilds its data, so a second run gives the same result.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memwork.workspace import workspace_dir
+
+DEMO_USERS = 300
+DEMO_ITEMS_PER_USER = 12
+DEMO_SESSIONS_PER_USER = 2
+DEMO_ENTRIES = 1500
+DEMO_DIMENSIONS = 384
+DEMO_DATABASE = "pg://embedded/memwork_demo"
+
+
+@dataclass
+class DemoResult:
+    """Where everything is, what each report said, and how long it took."""
+
+    workspace: str
+    legacy_url: str
+    store: str
+    pgvector_url: str
+    reports_dir: str
+    index: str = ""
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return max((r["exit_code"] for r in self.runs), default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "exit_code": self.exit_code}
+
+    def describe(self) -> str:
+        lines = [f"memwork demo: workspace {self.workspace}", f"  data: {self.data}"]
+        for run in self.runs:
+            lines.append(
+                f"  {run['name']:<22} {run['verdict']:<6} {run['duration_s']:>6.1f} s  {run['html']}"
+            )
+            lines.extend(f"      - {reason}" for reason in run.get("reasons", [])[:5])
+        lines.append(f"  index: {self.index}")
+        lines.append(f"  total {sum(self.timings.values()):.1f} s")
+        return "\n".join(lines)
+
+
+def build_demo_data(folder: Path, *, seed: int = 2024) -> dict[str, Any]:
+    """The legacy SQLite store, the defrag entry store and the backfilled pgvector table."""
+    from memwork.migration import build_migration, load_legacy
+    from memwork.stores import open_store
+    from memwork.synth import generate_conversations, generate_entries, generate_legacy_items
+
+    folder.mkdir(parents=True, exist_ok=True)
+    legacy_url = f"sqlite:///{folder / 'legacy.db'}"
+    items = generate_legacy_items(DEMO_USERS, DEMO_ITEMS_PER_USER, seed=seed)
+    load_legacy(legacy_url, items)
+    messages = generate_conversations(DEMO_USERS, DEMO_SESSIONS_PER_USER, seed=seed)
+    _load_messages(legacy_url, messages)
+    store_path = folder / "entries.db"
+    store_path.unlink(missing_ok=True)
+    store = f"sqlite:///{store_path}"
+    opened = open_store(store)
+    try:
+        opened.put_many(
+            generate_entries(DEMO_ENTRIES, scopes=("alice", "bob", "support-bot", "ops"), seed=seed)
+        )
+    finally:
+        opened.close()
+    migration = build_migration(legacy_url, DEMO_DATABASE, rows=items, dimensions=DEMO_DIMENSIONS, seed=seed)
+    return {
+        "legacy_url": legacy_url,
+        "store": store,
+        "pgvector_url": DEMO_DATABASE,
+        "users": DEMO_USERS,
+        "items": len(items),
+        "active_items": migration.active,
+        "messages": len(messages),
+        "sessions": len({m["session_id"] for m in messages}),
+        "entries": DEMO_ENTRIES,
+        "backfilled": migration.backfill.get("rowsWritten", migration.backfill.get("rows_written")),
+    }
+
+
+def _load_messages(url: str, rows: list[dict[str, Any]]) -> None:
+    from memwork.db import get_engine
+    from memwork.legacy.schema import messages
+
+    with get_engine(url).begin() as conn:
+        conn.execute(messages.delete())
+        for start in range(0, len(rows), 5000):
+            conn.execute(messages.insert(), rows[start : start + 5000])
+
+
+def run_demo(
+    workspace: str | Path | None = None,
+    *,
+    reports: str | Path | None = None,
+    quiet: bool = True,
+    echo: Callable[[str], None] | None = None,
+) -> DemoResult:
+    """The whole demo; returns where the HTML reports are. ``workspace`` overrides MEMWORK_HOME."""
+    from memwork.reports import build_index, reports_dir, run_report
+
+    if workspace is not None:
+        os.environ["MEMWORK_HOME"] = str(Path(workspace).expanduser().resolve())
+    home = workspace_dir()
+    say = echo or (lambda _m: None) if quiet else (echo or print)
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+    say("building demo data (legacy store, entry store, pgvector schema and backfill)…")
+    data = build_demo_data(home / "demo")
+    timings["data"] = round(time.perf_counter() - clock, 2)
+    out = reports_dir(reports)
+    result = DemoResult(
+        str(home), data["legacy_url"], data["store"], data["pgvector_url"], str(out), data=data
+    )
+    plans: list[tuple[str, dict[str, Any]]] = [
+        ("health_report", {"store": data["store"]}),
+        ("duplicate_review", {"store": data["store"]}),
+        ("backfill_verification", {"source_url": data["legacy_url"], "pgvector_url": data["pgvector_url"],
+                                   "expected_dimensions": DEMO_DIMENSIONS}),
+    ]  # fmt: skip
+    summaries: dict[str, str] = {}
+    for name, params in plans:
+        say(f"running report {name}…")
+        run = run_report(name, params, out, raise_on_error=False)
+        summaries[name] = str(run.summary_path)
+        result.runs.append(_run_row(run))
+        timings[name] = round(run.duration_s, 2)
+    canary_params = {
+        "legacy_url": data["legacy_url"],
+        "pgvector_url": data["pgvector_url"],
+        "health_summary": summaries["health_report"],
+        "verification_summary": summaries["backfill_verification"],
+        "require_inputs": True,
+        "approver": "memwork demo",
+    }
+    say("running report canary_signoff…")
+    run = run_report("canary_signoff", canary_params, out, raise_on_error=False)
+    result.runs.append(_run_row(run))
+    timings["canary_signoff"] = round(run.duration_s, 2)
+    result.index = str(build_index(out))
+    result.timings = timings
+    return result
+
+
+def _run_row(run: Any) -> dict[str, Any]:
+    row = run.to_dict()
+    row["reasons"] = list(run.summary.get("reasons") or ([run.error] if run.error else []))
+    return row

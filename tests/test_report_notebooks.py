@@ -1,0 +1,145 @@
+"""Each report notebook through the runner on small data: summary.json, verdict and exit code."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import papermill
+import psycopg
+import pytest
+
+from memwork.db import libpq_url
+from memwork.errors import ReportExecutionError, UsageError
+from memwork.health import read_review_csv, sample_store
+from memwork.migration import build_migration
+from memwork.reports import list_reports, notebooks_dir, read_parameters, run_report
+
+REPORTS = ["backfill_verification", "canary_signoff", "duplicate_review", "health_report"]
+
+
+def test_notebooks_declare_typed_documented_parameters_and_have_no_outputs():
+    assert set(REPORTS) <= set(list_reports())
+    for name in REPORTS:
+        path = notebooks_dir() / f"{name}.ipynb"
+        declared = read_parameters(path)
+        assert list(papermill.inspect_notebook(str(path))) == list(declared)  # papermill reads the same
+        assert all(p.help for p in declared.values()), name
+        nb = nbformat.read(str(path), as_version=4)
+        assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), name
+        validation = nb.cells[
+            nb.cells.index(next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))) + 1
+        ]
+        assert "check_" in validation.source  # the validation cell follows the parameters cell
+
+
+@pytest.fixture
+def store(tmp_path):
+    return sample_store(250, seed=5)
+
+
+@pytest.fixture
+def migration(pg_url, sqlite_url):
+    return build_migration(sqlite_url, pg_url, n_users=5, items_per_user=20, dimensions=32, seed=9)
+
+
+def test_health_report(tmp_path, store):
+    run = run_report("health_report", {"store": store, "age_days": "60"}, tmp_path)
+    assert run.verdict == "PASS" and run.exit_code == 0
+    assert 0 <= run.summary["health"]["score"] <= 100 and run.summary["stubs"] > 0
+    again = run_report(
+        "health_report",
+        {"store": store, "min_score": 100, "previous_summary": str(run.summary_path)},
+        tmp_path,
+    )
+    assert again.verdict == "FAIL" and again.exit_code == 1
+    assert again.summary["trend"]["delta"]["score"] == 0 and "below 100" in again.summary["reasons"][0]
+
+
+def test_duplicate_review_writes_the_review_file(tmp_path, store):
+    run = run_report(
+        "duplicate_review", {"store": store, "threshold": "0.8", "strategy": "combine"}, tmp_path
+    )
+    assert run.verdict == "INFO" and run.summary["pairs"] > 0
+    rows = read_review_csv(run.summary["review_file"])
+    assert run.summary["review_file"].startswith(str(run.run_dir))
+    assert len(rows) == run.summary["pairs"] and set(rows[0]) == {
+        "scope",
+        "path_a",
+        "path_b",
+        "similarity",
+        "decision",
+    }
+    assert "duplicate_review.csv" in {
+        a["file"] for a in json.loads(run.manifest_path.read_text())["artifacts"]
+    }
+
+
+def test_duplicate_review_bad_threshold_is_a_one_line_validation_error(tmp_path, store):
+    with pytest.raises(ReportExecutionError) as info:
+        run_report("duplicate_review", {"store": store, "threshold": "1.5"}, tmp_path)
+    assert "ValueError: threshold=1.5: must be a number from 0 to 1" in str(info.value)
+    assert "\n" not in str(info.value) and info.value.exit_code == 2
+
+
+def test_unknown_parameter_of_a_real_report(tmp_path):
+    with pytest.raises(UsageError, match="treshold"):
+        run_report("duplicate_review", {"treshold": 0.9}, tmp_path)
+
+
+def _verification(migration, tmp_path):
+    params = {
+        "source_url": migration.source_url,
+        "pgvector_url": migration.dest_url,
+        "expected_dimensions": 32,
+        "sample_size": 20,
+        "k": 5,
+        "range_size": 25,
+    }
+    return run_report("backfill_verification", params, tmp_path)
+
+
+def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
+    intact = _verification(migration, tmp_path)
+    assert intact.verdict == "PASS" and intact.exit_code == 0
+    assert intact.summary["source_active"] == migration.active and intact.summary["reasons"] == []
+    with psycopg.connect(libpq_url(migration.dest_url), autocommit=True) as conn:
+        ids = [r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1")]
+        conn.execute("DELETE FROM memory_embeddings WHERE source_memory_id = %s", (ids[0],))
+        conn.execute(
+            "UPDATE memory_embeddings SET content = 'tampered' WHERE source_memory_id = %s", (ids[10],)
+        )
+        for (index,) in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'memory_embeddings' AND indexdef ~* 'hnsw'"
+        ).fetchall():
+            conn.execute(f'DROP INDEX "{index}"')
+        conn.execute("ALTER TABLE memory_embeddings ALTER COLUMN embedding TYPE vector")
+        conn.execute(
+            "UPDATE memory_embeddings SET embedding = '[1,0,0]' WHERE source_memory_id = %s", (ids[20],)
+        )
+    damaged = _verification(migration, tmp_path)
+    assert damaged.verdict == "FAIL" and damaged.exit_code == 1
+    assert damaged.summary["missing_ids"] == [ids[0]] and damaged.summary["changed_ids"] == [ids[10]]
+    assert any(r.startswith("dimensions:") for r in damaged.summary["reasons"])
+
+
+def test_canary_go_then_no_go(tmp_path, migration):
+    verification = _verification(migration, tmp_path)
+    base = {
+        "legacy_url": migration.source_url,
+        "pgvector_url": migration.dest_url,
+        "sample_size": 10,
+        "verification_summary": str(verification.summary_path),
+        "approver": "ops@example.com",
+    }
+    go = run_report("canary_signoff", base, tmp_path)
+    assert go.verdict == "GO" and go.exit_code == 0, go.summary["reasons"]
+    signoff = go.summary["signoff"]
+    assert (
+        signoff["approver"] == "ops@example.com"
+        and len(signoff["inputs_sha256"]["verification_summary"]) == 64
+    )
+    slow = run_report("canary_signoff", {**base, "max_p95_ms": 0.001, "require_inputs": "true"}, tmp_path)
+    assert slow.verdict == "NO-GO" and slow.exit_code == 1
+    failed = {g["gate"] for g in slow.summary["gates"] if g["status"] == "FAIL"}
+    assert failed == {"target p95 latency", "health"}
