@@ -11,6 +11,7 @@ stored as naive UTC (the guide's ``TIMESTAMP``). Paths compare by code point eve
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,7 +46,7 @@ from memwork.entry import (
     validate_scope,
 )
 from memwork.errors import EntryNotFound, UsageError
-from memwork.identifiers import check_identifier
+from memwork.identifiers import check_identifier, quote_identifier
 from memwork.redaction import redact_url
 from memwork.stores.base import EntryInfo, Store
 
@@ -53,6 +54,7 @@ DEFAULT_TABLE = "agent_memories"
 DEFAULT_DIMENSION = 384
 _BATCH = 500
 _STREAM = 2000
+_BULK_REBUILD = 10_000
 
 
 def _pg_vector_type(dimension: int) -> Any:
@@ -132,6 +134,7 @@ class SQLStore(Store):
         self.dimension = dimension
         self.table = build_table(table, self.dialect, dimension)
         self.engine: Engine = get_engine(self.url)
+        self._pg_vector_oid: int | None = None
         self._create()
 
     def describe(self) -> str:
@@ -141,6 +144,8 @@ class SQLStore(Store):
     def _create(self) -> None:
         with self.engine.begin() as conn:
             self.table.metadata.create_all(conn, checkfirst=True)
+            for index in self.table.indexes:  # e.g. an HNSW index dropped by an interrupted bulk load
+                index.create(conn, checkfirst=True)
         if self.dialect == "postgresql":
             self._check_pg_dimension()
 
@@ -227,7 +232,28 @@ class SQLStore(Store):
         return entry
 
     def put_many(self, entries: Iterable[Entry]) -> int:
-        """Upsert in batches of 500 rows, one transaction per batch."""
+        """Upsert in batches of 500 rows, one transaction per batch.
+
+        On PostgreSQL a load of 10,000 or more entries drops the HNSW index and builds it once at the
+        end: maintaining it row by row is about six times slower than one bulk build."""
+        entries = entries if isinstance(entries, list) else list(entries)
+        if self.dialect == "postgresql" and len(entries) >= _BULK_REBUILD:
+            with self._without_hnsw_index():
+                return self._put_batches(entries)
+        return self._put_batches(entries)
+
+    @contextmanager
+    def _without_hnsw_index(self) -> Iterator[None]:
+        index = next(i for i in self.table.indexes if i.name.endswith("_embedding"))
+        with self.engine.begin() as conn:
+            index.drop(conn, checkfirst=True)
+        try:
+            yield
+        finally:
+            with self.engine.begin() as conn:
+                index.create(conn, checkfirst=True)
+
+    def _put_batches(self, entries: list[Entry]) -> int:
         count = 0
         batch: list[dict[str, Any]] = []
         for entry in entries:
@@ -263,12 +289,59 @@ class SQLStore(Store):
             return conn.execute(stmt).rowcount > 0
 
     def iter_entries(self, *, scope: str | None = None, prefix: str | None = None) -> Iterator[Entry]:
+        if self.dialect == "postgresql":
+            yield from self._iter_pg_binary(scope, prefix)
+            return
         c = self.table.c
         stmt = self._where(select(self.table), scope, prefix).order_by(c.scope, c.file_path)
         with self.engine.connect() as conn:
             result = conn.execution_options(stream_results=True, yield_per=_STREAM).execute(stmt)
             for row in result:
                 yield self._entry(row)
+
+    def _iter_pg_binary(self, scope: str | None, prefix: str | None) -> Iterator[Entry]:
+        """Stream through a server-side psycopg cursor in binary format: vectors arrive as float32
+        bytes (one ``np.frombuffer`` each) instead of text to parse -- about twice as fast."""
+        where, params = [], []
+        if scope is not None:
+            where.append("scope = %s")
+            params.append(validate_scope(scope))
+        if prefix:
+            where.append("starts_with(file_path, %s)")
+            params.append(prefix)
+        query = (
+            f"SELECT {', '.join(_COLUMNS)} FROM {quote_identifier(self.table.name)}"
+            f"{' WHERE ' + ' AND '.join(where) if where else ''} ORDER BY scope, file_path"
+        )
+        with self.engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            with raw.cursor(name=f"memwork_iter_{id(conn):x}", binary=True) as cur:
+                cur.adapters.register_loader(self._vector_oid(raw), _VectorBinaryLoader)
+                cur.itersize = _STREAM
+                cur.execute(query, params)
+                for row in cur:
+                    yield Entry(
+                        scope=row[0],
+                        path=row[1],
+                        content=row[2],
+                        title=row[3] or "",
+                        embedding=row[4],
+                        metadata=row[5] or {},
+                        size=row[6],
+                        hits=row[7],
+                        updated_at=row[8].replace(tzinfo=UTC),
+                        created_at=row[9].replace(tzinfo=UTC),
+                    )
+
+    def _vector_oid(self, raw: Any) -> int:
+        if self._pg_vector_oid is None:
+            from psycopg.types import TypeInfo
+
+            info = TypeInfo.fetch(raw, "vector")
+            if info is None:
+                raise UsageError("store", self.describe(), "the vector extension is not installed")
+            self._pg_vector_oid = info.oid
+        return self._pg_vector_oid
 
     def scopes(self) -> list[str]:
         c = self.table.c
@@ -305,6 +378,38 @@ class SQLStore(Store):
         stmt = self._where(select(func.count()).select_from(self.table), scope, None)
         with self.engine.connect() as conn:
             return int(conn.execute(stmt).scalar() or 0)
+
+
+_COLUMNS = (
+    "scope",
+    "file_path",
+    "content",
+    "title",
+    "embedding",
+    "metadata",
+    "size",
+    "hits",
+    "updated_at",
+    "created_at",
+)
+
+
+def _vector_binary_loader() -> type:
+    from psycopg.adapt import Loader
+    from psycopg.pq import Format
+
+    class VectorBinaryLoader(Loader):
+        """pgvector's binary format: uint16 dim, uint16 unused, then big-endian float32s."""
+
+        format = Format.BINARY
+
+        def load(self, data: Any) -> np.ndarray:
+            return np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32)
+
+    return VectorBinaryLoader
+
+
+_VectorBinaryLoader = _vector_binary_loader()
 
 
 def _naive_utc(value: datetime) -> datetime:
