@@ -1,0 +1,208 @@
+"""The pgvector backend: dormant unless configured (one reason per missing piece), resolve nearest-first,
+only the user's rows, parameterised SQL, the pool, and both search strategies against a real server."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import psycopg
+import pytest
+from pgvector.psycopg import register_vector
+
+from memwork.backends.pgvector import PgvectorBackend, from_env
+from memwork.errors import BackendError, UsageError
+from memwork.pgvector.schema import ensure_schema
+
+FULL_ENV = {
+    "MEMORY_VECTOR_ENABLED": "1",
+    "MEMORY_PGVECTOR_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none",
+    "MEMORY_PGVECTOR_EMBEDDING_MODULE": "memwork.pgvector.local_hash",
+}
+
+
+def test_empty_env_is_dormant_with_every_missing_piece_named():
+    backend = from_env({})
+    avail = backend.availability()
+    assert not avail.available
+    assert avail.reason == (
+        "MEMORY_VECTOR_ENABLED is not 1; MEMORY_PGVECTOR_DATABASE_URL is not set; "
+        "MEMORY_PGVECTOR_EMBEDDING_MODULE is not set"
+    )
+    assert backend.supports() == {"resolve": True, "write": False, "compact": False}
+
+
+@pytest.mark.parametrize(
+    ("missing", "reason"),
+    [
+        ("MEMORY_VECTOR_ENABLED", "MEMORY_VECTOR_ENABLED is not 1"),
+        ("MEMORY_PGVECTOR_DATABASE_URL", "MEMORY_PGVECTOR_DATABASE_URL is not set"),
+        ("MEMORY_PGVECTOR_EMBEDDING_MODULE", "MEMORY_PGVECTOR_EMBEDDING_MODULE is not set"),
+    ],
+)
+def test_each_missing_piece_is_its_own_reason(missing, reason):
+    env = {k: v for k, v in FULL_ENV.items() if k != missing}
+    assert from_env(env).availability().reason == reason
+
+
+def test_fully_configured_is_available_without_connecting():
+    backend = from_env(FULL_ENV)  # port 1: nothing listens; from_env must not connect
+    assert backend.availability().available
+    assert backend.table == "memory_embeddings" and backend.pool_max == 5
+
+
+def test_never_reads_database_url():
+    env = {**FULL_ENV, "DATABASE_URL": "mysql://app@db/app"}
+    del env["MEMORY_PGVECTOR_DATABASE_URL"]
+    backend = from_env(env)
+    assert backend.availability().reason == "MEMORY_PGVECTOR_DATABASE_URL is not set"
+    assert backend.database_url is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        ("MEMORY_PGVECTOR_TABLE", "x; drop", "MEMORY_PGVECTOR_TABLE='x; drop'"),
+        ("MEMORY_PGVECTOR_POOL_MAX", "zero", "MEMORY_PGVECTOR_POOL_MAX='zero' must be a positive integer"),
+        ("MEMORY_PGVECTOR_SEARCH", "fuzzy", "MEMORY_PGVECTOR_SEARCH='fuzzy'"),
+        ("MEMORY_PGVECTOR_EMBEDDING_MODULE", "./nope.py", "no such file"),
+    ],
+)
+def test_bad_settings_make_it_unavailable_with_the_value_named(key, value, reason):
+    avail = from_env({**FULL_ENV, key: value}).availability()
+    assert not avail.available and reason in avail.reason
+
+
+def test_contract_gate_passes():
+    contract = pytest.importorskip("memwork.facade.contract")
+    assert contract.check_pgvector_adapter() == []
+    assert contract.check_pgvector_adapter(FULL_ENV) == []
+
+
+# ---- against the embedded PostgreSQL ------------------------------------------------------------
+def _seed(url: str, rows: list[tuple[str, str, list[float]]], table: str = "memory_embeddings") -> None:
+    with psycopg.connect(url) as conn:
+        register_vector(conn)
+        for user_id, source_id, vector in rows:
+            conn.execute(
+                f"INSERT INTO {table} (user_id, content, embedding, embedding_model, source_memory_id) "
+                "VALUES (%s, %s, %s, 'test', %s)",
+                (user_id, f"content of {source_id}", np.asarray(vector, dtype=np.float32), source_id),
+            )
+
+
+@pytest.fixture
+def seeded(pg_url):
+    ensure_schema(pg_url, "memory_embeddings", 3, create_vector_index=True)
+    _seed(
+        pg_url,
+        [
+            ("alice", "a-far", [0.0, 0.0, 1.0]),
+            ("alice", "a-near", [1.0, 0.0, 0.0]),
+            ("alice", "a-mid", [1.0, 1.0, 0.0]),
+            ("bob", "b-nearest", [1.0, 0.01, 0.0]),
+        ],
+    )
+    return pg_url
+
+
+@pytest.mark.parametrize("search", ["auto", "exact", "hnsw"])
+def test_resolve_returns_the_users_rows_nearest_first(seeded, search):
+    backend = PgvectorBackend(seeded, search=search)
+    try:
+        result = backend.resolve({"userId": "alice", "embedding": [1.0, 0.1, 0.0], "limit": 10})
+    finally:
+        backend.close()
+    memories = result["semanticMemories"]
+    assert [m["id"] for m in memories] == ["a-near", "a-mid", "a-far"]
+    assert all(m["userId"] == "alice" for m in memories)
+    scores = [m["score"] for m in memories]
+    assert scores == sorted(scores, reverse=True) and scores[0] > 0.99
+    assert memories[0]["embeddingModel"] == "test" and memories[0]["content"] == "content of a-near"
+
+
+def test_resolve_limit_and_unknown_user(seeded):
+    backend = PgvectorBackend(seeded)
+    try:
+        assert (
+            len(backend.resolve({"userId": "alice", "embedding": [1, 0, 0], "limit": 1})["semanticMemories"])
+            == 1
+        )
+        assert backend.resolve({"userId": "carol", "embedding": [1, 0, 0]})["semanticMemories"] == []
+        assert backend.resolve({"userId": "alice", "embedding": [1, 0, 0], "limit": 0}) == {
+            "semanticMemories": []
+        }
+    finally:
+        backend.close()
+
+
+def test_resolve_embeds_the_query_through_the_module(seeded, monkeypatch):
+    env = {**FULL_ENV, "MEMORY_PGVECTOR_DATABASE_URL": seeded}
+    backend = from_env(env)
+    try:
+        result = backend.resolve({"userId": "alice", "query": "dark mode", "limit": 5})
+    finally:
+        backend.close()
+    assert {m["id"] for m in result["semanticMemories"]} == {"a-near", "a-mid", "a-far"}
+
+
+def test_user_text_travels_as_parameters(seeded):
+    backend = PgvectorBackend(seeded)
+    try:
+        result = backend.resolve({"userId": "alice' OR '1'='1", "embedding": [1, 0, 0]})
+    finally:
+        backend.close()
+    assert result["semanticMemories"] == []
+
+
+@pytest.mark.parametrize(
+    ("request_", "field"),
+    [
+        ({"embedding": [1, 0, 0]}, "userId"),
+        ({"userId": "alice"}, "query"),
+        ({"userId": "alice", "embedding": ["x"]}, "embedding"),
+        ({"userId": "alice", "embedding": [1, 0, 0], "limit": -1}, "limit"),
+    ],
+)
+def test_bad_requests_are_usage_errors(seeded, request_, field):
+    backend = PgvectorBackend(seeded)
+    with pytest.raises(UsageError, match=field):
+        backend.resolve(request_)
+
+
+def test_wrong_dimension_and_unreachable_server_are_backend_errors(seeded):
+    backend = PgvectorBackend(seeded)
+    with pytest.raises(BackendError, match="different vector dimensions"):
+        backend.resolve({"userId": "alice", "embedding": [1.0, 0.0]})
+    backend.close()
+    dead = PgvectorBackend("postgresql://nobody@127.0.0.1:1/none", timeout=1.0)
+    with pytest.raises(BackendError, match="pgvector resolve failed"):
+        dead.resolve({"userId": "alice", "embedding": [1, 0, 0]})
+    dead.close()
+
+
+def test_pool_is_bounded_and_shared_by_concurrent_resolves(seeded):
+    backend = from_env({**FULL_ENV, "MEMORY_PGVECTOR_DATABASE_URL": seeded, "MEMORY_PGVECTOR_POOL_MAX": "2"})
+    results: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(5):
+                r = backend.resolve({"userId": "alice", "embedding": [1, 0.1, 0], "limit": 3})
+                results.append([m["id"] for m in r["semanticMemories"]])
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert not errors
+        assert len(results) == 30 and all(r == ["a-near", "a-mid", "a-far"] for r in results)
+        stats = backend._pool.get_stats()
+        assert backend._pool.max_size == 2 and stats["pool_size"] <= 2
+    finally:
+        backend.close()
