@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import numbers
 import os
 import re
 from collections import defaultdict
@@ -109,7 +110,7 @@ class PairScore:
 
 def _check_unit(field: str, value: object) -> float:
     """Reject thresholds outside 0..1 (and non-numbers) instead of silently clamping them."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise UsageError(field, value, "must be a number from 0 to 1")
     if not 0.0 <= value <= 1.0:
         raise UsageError(field, value, "must be from 0 to 1")
@@ -163,10 +164,10 @@ class _Tokens:
         matrix.sort_indices()
         return cls(matrix, sizes)
 
-    def prefixes(self, threshold: float) -> sp.csr_matrix:
-        """Each row's first ``|x| - ceil(t|x|) + 1`` rarest tokens (AllPairs prefix, slack-widened)."""
+    def prefixes(self, fraction: float) -> sp.csr_matrix:
+        """Each row's first ``|x| - ceil(f|x|) + 1`` rarest tokens (AllPairs prefix, slack-widened)."""
         sizes = self.sizes
-        need = np.ceil(threshold * sizes - _SIZE_SLACK * sizes).astype(np.int64)
+        need = np.ceil(fraction * sizes - _SIZE_SLACK * sizes).astype(np.int64)
         plen = np.clip(sizes - need + 1, 0, sizes)
         start = self.matrix.indptr[:-1]
         position = np.arange(self.matrix.nnz) - np.repeat(start, sizes)
@@ -190,23 +191,30 @@ class _Tokens:
 
 
 def _jaccard_candidates(tokens: _Tokens, threshold: float) -> np.ndarray:
-    """Pair codes ``i*n+j`` (i<j) that may reach ``threshold``: shared prefix token + size filter."""
+    """Pair codes ``i*n+j`` (i<j) that may reach Jaccard ``threshold`` (AllPairs prefix filter).
+
+    Sets are visited in (size, index) order; a set ``x`` probes with its prefix for overlap
+    ``t|x|`` the shorter index prefixes (overlap ``2t/(1+t)|y|``) of the sets ``y`` before it: if
+    J >= t the rarest shared token lies in both. A size filter drops the rest it can.
+    """
     n = len(tokens.sizes)
-    prefix = tokens.prefixes(threshold)
-    inverted = prefix.T.tocsr()
-    posting = np.diff(inverted.indptr)
-    row_cost = np.asarray(prefix @ posting.astype(np.int64)).ravel()
+    order = np.empty(n, dtype=np.int64)
+    order[np.lexsort((np.arange(n), tokens.sizes))] = np.arange(n)
+    probe = tokens.prefixes(threshold)
+    inverted = tokens.prefixes(2 * threshold / (1 + threshold)).T.tocsr()
+    posting = np.diff(inverted.indptr).astype(np.int64)
+    row_cost = np.asarray(probe @ posting).ravel()
     found: list[np.ndarray] = []
     for a, b in _budget_blocks(row_cost, _SPARSE_BUDGET):
-        block = (prefix[a:b] @ inverted).tocoo()
-        rows = block.row.astype(np.int64) + a
-        cols = block.col.astype(np.int64)
-        upper = cols > rows
-        rows, cols = rows[upper], cols[upper]
-        small = np.minimum(tokens.sizes[rows], tokens.sizes[cols])
-        large = np.maximum(tokens.sizes[rows], tokens.sizes[cols])
-        fits = small >= threshold * large - _SIZE_SLACK * large
-        found.append(rows[fits] * n + cols[fits])
+        block = (probe[a:b] @ inverted).tocoo()
+        x = block.row.astype(np.int64) + a
+        y = block.col.astype(np.int64)
+        before = order[y] < order[x]
+        x, y = x[before], y[before]
+        size_x, size_y = tokens.sizes[x], tokens.sizes[y]
+        fits = size_y >= threshold * size_x - _SIZE_SLACK * size_x
+        x, y = x[fits], y[fits]
+        found.append(np.minimum(x, y) * n + np.maximum(x, y))
     return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
 
 

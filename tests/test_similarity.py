@@ -285,3 +285,18 @@ def test_text_only_join_equals_brute_force(texts, threshold):
     assert find_duplicate_pairs(texts, embeddings, threshold) == brute_duplicates(
         texts, embeddings, threshold
     )
+
+
+@pytest.mark.parametrize("threshold", [0.3, 0.5, 0.6, 2 / 3, 0.75, 0.85, 0.9, 1.0])
+def test_text_join_on_larger_random_store(threshold):
+    rng = np.random.default_rng(int(threshold * 1000))
+    words = [f"w{k}" for k in range(40)]
+    weights = 1.0 / np.arange(1, 41)
+    texts = [
+        " ".join(rng.choice(words, int(rng.integers(0, 9)), p=weights / weights.sum())) for _ in range(150)
+    ]
+    texts += [texts[int(k)] + " extra" for k in rng.integers(0, 150, 30)]
+    embeddings = [None] * len(texts)
+    assert find_duplicate_pairs(texts, embeddings, threshold) == brute_duplicates(
+        texts, embeddings, threshold
+    )
