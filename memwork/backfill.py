@@ -116,8 +116,11 @@ class BackfillOptions:
     sample_size: int = 5
     checkpoint_path: Path | None = None
 
-    def validate(self) -> None:
-        """Every input problem as one usage error naming the field and value, before any I/O."""
+    def validate(self, *, require_embedder: bool = True) -> None:
+        """Every input problem as one usage error naming the field and value, before any I/O.
+
+        The CLI checks everything else first (``require_embedder=False``) so a bad flag is reported
+        before a large model is loaded."""
         check_identifier(self.table)
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int):
             raise UsageError("batch_size", self.batch_size, "must be an integer")
@@ -137,7 +140,7 @@ class BackfillOptions:
                 self.database_url,
                 "--apply needs MEMORY_PGVECTOR_DATABASE_URL or --database-url",
             )
-        if self.embedder is None:
+        if require_embedder and self.embedder is None:
             raise UsageError("embedder", None, "--apply needs --embedder SPEC or --embedding-module PATH")
 
 
@@ -221,7 +224,7 @@ def _dry_run(options: BackfillOptions) -> BackfillReport:
         remaining = _count_after(conn, cursor)
         report.planned = remaining if options.limit is None else min(remaining, options.limit)
         first = _read_batch(conn, cursor, max(options.sample_size, 1))
-        report.sample = [_sample(row) for row in first[: options.sample_size]]
+        report.sample = [_sample(row) for row in first[: min(options.sample_size, report.planned)]]
         if first:
             report.first_checkpoint = _cursor_of(first[0]).to_json()
             last = _last_cursor(conn, cursor, options.limit)

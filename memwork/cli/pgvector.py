@@ -148,7 +148,7 @@ def backfill_command(
         resume=resume,
         prune_inactive=prune_inactive,
     )
-    options.validate()  # usage errors before an embedder (maybe a large model) is loaded
+    options.validate(require_embedder=False)  # usage errors before a (maybe large) model loads
     if apply:
         options.embedder = _load_backfill_embedder(embedder_spec, embedding_module)
         options.validate()
