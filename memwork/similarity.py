@@ -124,15 +124,19 @@ _SIZE_SLACK = 1e-9  # relative, for prefix/size filters (ratios of small integer
 _COSINE_SLACK = 1e-4  # absolute, float32 blocked dot products vs the float64 cosine
 _BLOCK_BYTES = 64 * 2**20  # float32 similarity block of the cosine join
 _SPARSE_BUDGET = 8_000_000  # candidate entries per sparse block of the Jaccard join
-_VERIFY_CHUNK = 32_768
-_MIN_BLOCK_ROWS = 128  # pairs re-scored per chunk (bounds the gathered float64 rows)
+_VERIFY_CHUNK = 32_768  # pairs re-scored per chunk (bounds the gathered float64 rows)
+_MIN_BLOCK_ROWS = 128  # rows per cosine block, at least (smaller blocks waste BLAS efficiency)
+_THREADED_ROWS = 8192  # below this many embedded rows the cosine join runs on one BLAS thread
 
 
-def _blas_threads() -> int:
-    """BLAS threads for the cosine join: ``MEMWORK_THREADS`` or the CPU count (no oversubscription)."""
+def _blas_threads(rows: int) -> int:
+    """BLAS threads for the cosine join: ``MEMWORK_THREADS``, else 1 for small joins (thread hand-offs
+    cost more than they save, badly so on a busy machine), else the usable CPU count."""
     raw = os.environ.get("MEMWORK_THREADS", "")
     if raw.strip().isdigit() and int(raw) > 0:
         return int(raw)
+    if rows < _THREADED_ROWS:
+        return 1
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
@@ -287,7 +291,7 @@ class _Vectors:
         mask = np.empty(step * m, dtype=np.bool_)
         below = np.empty(step * m, dtype=np.bool_)
         found: list[np.ndarray] = []
-        with _threadpools().limit(limits=_blas_threads(), user_api="blas"):
+        with _threadpools().limit(limits=_blas_threads(m), user_api="blas"):
             for a in range(0, m, step):
                 b = min(a + step, m)
                 size = (b - a) * (m - a)
