@@ -71,7 +71,7 @@ def build_demo_data(folder: Path, *, seed: int = 2024) -> dict[str, Any]:
     messages = generate_conversations(DEMO_USERS, DEMO_SESSIONS_PER_USER, seed=seed)
     _load_messages(legacy_url, messages)
     store_path = folder / "entries.db"
-    store_path.unlink(missing_ok=True)
+    _remove_sqlite(store_path)
     store = f"sqlite:///{store_path}"
     opened = open_store(store)
     try:
@@ -93,6 +93,15 @@ def build_demo_data(folder: Path, *, seed: int = 2024) -> dict[str, Any]:
         "entries": DEMO_ENTRIES,
         "backfilled": migration.backfill.get("rowsWritten", migration.backfill.get("rows_written")),
     }
+
+
+def _remove_sqlite(path: Path) -> None:
+    """Delete a SQLite file with its WAL and shared-memory files, closing cached engines first."""
+    from memwork.db import dispose_all
+
+    dispose_all()
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def _load_messages(url: str, rows: list[dict[str, Any]]) -> None:

@@ -9,6 +9,7 @@ default: the reader wants results; the executed ``.ipynb`` beside it has the cod
 from __future__ import annotations
 
 import html
+import logging
 import re
 from typing import Any
 
@@ -104,6 +105,7 @@ def render_html(nb: nbformat.NotebookNode, meta: dict[str, Any], *, show_code: b
     exporter.exclude_input_prompt = True
     exporter.exclude_output_prompt = True
     exporter.embed_images = True
+    exporter.log.setLevel(logging.ERROR)  # not "alternative text is missing" once per figure
     body, _ = exporter.from_notebook_node(nb)
     body = strip_external(body)
     title = html.escape(f"memwork report: {meta.get('name')} ({meta.get('run_id')})")

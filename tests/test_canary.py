@@ -1,0 +1,68 @@
+"""Canary gates as a library: status, fallback, latency, errors, inputs, sign-off digests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memwork.canary import CanaryOptions, canary_env, digest, percentiles, run_canary, write_embedding_module
+from memwork.errors import UsageError
+from memwork.migration import build_migration
+
+
+@pytest.fixture
+def env(pg_url, sqlite_url):
+    m = build_migration(sqlite_url, pg_url, n_users=4, items_per_user=15, dimensions=16, seed=2)
+    return canary_env(m.source_url, m.dest_url, write_embedding_module(m.dimensions))
+
+
+def test_go_with_every_gate_passing_and_a_signoff(env, tmp_path):
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"verdict": "PASS"}))
+    result = run_canary(
+        CanaryOptions(env, sample_size=8, verification_summary=str(summary), approver="ana"), {"p": 1}
+    )
+    assert result.verdict == "GO", result.reasons
+    gates = {g.name: g.status for g in result.gates}
+    assert gates["fallback"] == gates["selected backend"] == gates["backfill verification"] == "PASS"
+    assert gates["health"] == "SKIP"
+    assert result.latency_table()["target"]["count"] == 8 and result.errors == {"target": 0, "legacy": 0}
+    assert result.signoff["parameters_sha256"] == digest({"p": 1}) and result.signoff["approver"] == "ana"
+    assert len(result.signoff["git_commit"]) >= 7
+
+
+def test_no_go_reasons(env, tmp_path):
+    bad = tmp_path / "summary.json"
+    bad.write_text(json.dumps({"verdict": "FAIL", "health": {"score": 10}}))
+    result = run_canary(
+        CanaryOptions(
+            {**env, "MEMORY_BACKEND": "legacy"},
+            sample_size=5,
+            verification_summary=str(bad),
+            health_summary=str(bad),
+            require_inputs=True,
+        )
+    )
+    assert result.verdict == "NO-GO"
+    failed = {g.name for g in result.gates if g.status == "FAIL"}
+    assert {
+        "configured backend",
+        "selected backend",
+        "answered by target",
+        "backfill verification",
+        "health",
+    } <= failed
+
+
+def test_target_unavailable_fails_selection_but_fallback_holds(env):
+    broken = {**env, "MEMORY_VECTOR_ENABLED": "0"}
+    result = run_canary(CanaryOptions(broken, sample_size=5))
+    gates = {g.name: g for g in result.gates}
+    assert gates["selected backend"].status == "FAIL" and gates["fallback"].status == "PASS"
+
+
+def test_options_and_percentiles():
+    with pytest.raises(UsageError, match="verification_summary"):
+        CanaryOptions({}, verification_summary="/no/such/file.json").check()
+    assert percentiles([1, 2, 3, 4])["p50"] == 2.5 and percentiles([])["count"] == 0
