@@ -32,6 +32,7 @@ from sqlalchemy import (
     UniqueConstraint,
     func,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
@@ -154,8 +155,6 @@ class SQLStore(Store):
             "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
             "WHERE attrelid = to_regclass(:t) AND attname = 'embedding'"
         )
-        from sqlalchemy import text
-
         with self.engine.connect() as conn:
             found = conn.execute(text(query), {"t": self.table.name}).scalar()
         expected = f"vector({self.dimension})"
@@ -251,6 +250,8 @@ class SQLStore(Store):
             yield
         finally:
             with self.engine.begin() as conn:
+                # the default 64MB makes pgvector build the graph on disk, several times slower
+                conn.execute(text("SET LOCAL maintenance_work_mem = '256MB'"))
                 index.create(conn, checkfirst=True)
 
     def _put_batches(self, entries: list[Entry]) -> int:
