@@ -23,6 +23,9 @@ test: $(STAMP)
 	$(BIN)/ruff check memwork tests benchmarks
 	$(BIN)/ruff format --check memwork tests benchmarks
 	$(BIN)/pytest -q
+	@# the report notebooks as tests (assert cells are the checks), in a throw-away workspace
+	d=$$(mktemp -d /tmp/memwork-nbval.XXXXXX); MEMWORK_HOME=$$d $(BIN)/pytest -q -p no:cacheprovider \
+	  --nbval-lax notebooks/; rc=$$?; rm -rf $$d; exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check memwork tests benchmarks
