@@ -10,6 +10,7 @@ import difflib
 import html
 import io
 import json
+import random
 import re
 import tempfile
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import numpy as np
 
 from memwork.reports.summary import REPORT_DIR_ENV
 
+HISTOGRAM_SAMPLE = 3000
 COVERAGE_KEYS = ("metadata_pct", "tags_pct", "links_pct", "embedding_pct", "high_confidence_pct")
 
 
@@ -214,19 +216,22 @@ def health_report(
     previous_summary: str = "",
 ) -> HealthReport:
     """Analyze, low-quality and archival listings, stubs and the optional trend, in one call."""
-    from memwork.defrag import run_action
+    from memwork.defrag import analyze, find_archival_candidates, find_low_quality
+    from memwork.entry import utcnow
     from memwork.reports.summary import load_summary
     from memwork.stores import open_store
 
     with _closing(open_store(store)) as opened:
-        analysis = run_action(opened, "analyze", scope=scope).summary
-        low = [e.to_dict() for e in run_action(opened, "find_low_quality", scope=scope).entries]
-        archival = run_action(opened, "find_archival_candidates", scope=scope, age_days=age_days).entries
-        stubs = [
-            {"scope": e.scope, "path": e.path, "redirect_to": e.metadata.get("redirect_to"), "hits": e.hits}
-            for e in opened.all_entries(scope=scope)
-            if e.is_stub
-        ]
+        entries = list(opened.all_entries(scope=scope))  # read once, analysed three ways
+    now = utcnow()
+    analysis = analyze(entries)
+    low = [e.to_dict() for e in find_low_quality(entries, now=now)]
+    archival = find_archival_candidates(entries, age_days, now=now)
+    stubs = [
+        {"scope": e.scope, "path": e.path, "redirect_to": e.metadata.get("redirect_to"), "hits": e.hits}
+        for e in entries
+        if e.is_stub
+    ]
     report = HealthReport(
         _redacted(store), scope, analysis, low, [e.to_dict() for e in archival], stubs, min_score,
         load_summary(previous_summary) if previous_summary else None,
@@ -316,33 +321,21 @@ def duplicate_review(
     from memwork.stores import open_store
 
     with _closing(open_store(store)) as opened:
-        entries = [e for e in opened.all_entries(scope=scope) if not e.is_stub]
-        near = [p.to_dict() for p in find_duplicates(entries, min(floor, threshold))]
-        pairs = [p for p in near if p["similarity"] >= threshold]
         plan = run_action(
             opened, "merge_duplicates", scope=scope, similarity_threshold=threshold, strategy=strategy
         )
-        ops = plan.to_dict().get("operations") or []
+        entries = [e for e in opened.all_entries(scope=scope) if not e.is_stub]
+    pairs = [p.to_dict() for p in plan.pairs]
+    ops = plan.to_dict().get("operations") or []
+    # the histograms need the neighbourhood below the threshold: a sample keeps that cheap at 100k
+    sample = (
+        entries if len(entries) <= HISTOGRAM_SAMPLE else random.Random(0).sample(entries, HISTOGRAM_SAMPLE)
+    )
+    near = [p.to_dict() for p in find_duplicates(sample, min(floor, threshold))]
     path = Path(review_file) if review_file else output_dir() / "duplicate_review.csv"
-    write_review_csv(list(plan.pairs) or _pairs_from_dicts(pairs), path)
+    write_review_csv(plan.pairs, path)
     contents = {(e.scope, e.path): e.content for e in entries}
     return DuplicateReview(threshold, strategy, pairs, near, list(ops), contents, str(path))
-
-
-def _pairs_from_dicts(pairs: list[dict[str, Any]]) -> list[Any]:
-    from memwork.defrag import Pair
-
-    return [
-        Pair(
-            p["scope"],
-            p["path_a"],
-            p["path_b"],
-            p["similarity"],
-            p["text_similarity"],
-            p["semantic_similarity"],
-        )
-        for p in pairs
-    ]
 
 
 def read_review_csv(path: str) -> list[dict[str, str]]:
