@@ -1,0 +1,108 @@
+"""Reports benchmark: the four reports on a 100,000-item store, and ``memwork demo`` on a fresh workspace.
+
+Targets (issue 5): the four reports together within 5 minutes; the demo within 3 minutes.
+
+    .venv/bin/python benchmarks/reports_bench.py [--items 100000] [--skip-demo] [--skip-reports]
+
+Building the data (100k entries with 384-dim embeddings, 100k legacy items backfilled into the embedded
+PostgreSQL with an HNSW index) is timed separately: it is set-up, not a report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def build(items: int, folder: Path) -> dict[str, str]:
+    """A 100k-entry defrag store and a 100k-item legacy store backfilled into pgvector."""
+    from memwork.migration import build_migration
+    from memwork.stores import open_store
+    from memwork.synth import generate_entries, generate_legacy_items
+
+    store = f"sqlite:///{folder / 'entries.db'}"
+    opened = open_store(store)
+    try:
+        opened.put_many(generate_entries(items, scopes=[f"agent-{i}" for i in range(10)], seed=1))
+    finally:
+        opened.close()
+    users = max(items // 100, 1)
+    rows = generate_legacy_items(users, items // users, seed=1)
+    legacy = f"sqlite:///{folder / 'legacy.db'}"
+    m = build_migration(legacy, "pg://embedded/memwork_bench", rows=rows, dimensions=384, seed=1)
+    return {"store": store, "legacy": legacy, "pgvector": m.dest_url, "active": str(m.active)}
+
+
+def run_reports(data: dict[str, str], out: Path) -> dict[str, float]:
+    from memwork.reports import run_report
+
+    timings: dict[str, float] = {}
+    plan = [
+        ("health_report", {"store": data["store"]}),
+        ("duplicate_review", {"store": data["store"]}),
+        ("backfill_verification", {"source_url": data["legacy"], "pgvector_url": data["pgvector"],
+                                   "expected_dimensions": 384}),
+    ]  # fmt: skip
+    summaries = {}
+    for name, params in plan:
+        run = run_report(name, params, out, raise_on_error=False)
+        timings[name] = round(run.duration_s, 1)
+        summaries[name] = str(run.summary_path)
+        print(f"  {name:<22} {run.verdict:<6} {run.duration_s:7.1f} s  {run.error or ''}", flush=True)
+    canary = {"legacy_url": data["legacy"], "pgvector_url": data["pgvector"],
+              "verification_summary": summaries["backfill_verification"],
+              "health_summary": summaries["health_report"], "approver": "bench"}  # fmt: skip
+    run = run_report("canary_signoff", canary, out, raise_on_error=False)
+    timings["canary_signoff"] = round(run.duration_s, 1)
+    print(f"  {'canary_signoff':<22} {run.verdict:<6} {run.duration_s:7.1f} s  {run.error or ''}", flush=True)
+    return timings
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--skip-demo", action="store_true")
+    parser.add_argument("--skip-reports", action="store_true")
+    args = parser.parse_args()
+    figures: dict[str, object] = {"items": args.items}
+    ok = True
+    if not args.skip_reports:
+        with tempfile.TemporaryDirectory(prefix="mwbench-", dir="/tmp") as tmp:
+            os.environ["MEMWORK_HOME"] = tmp
+            start = time.perf_counter()
+            data = build(args.items, Path(tmp))
+            figures["build_s"] = round(time.perf_counter() - start, 1)
+            print(
+                f"built {args.items:,} entries and {data['active']} active legacy items "
+                f"in {figures['build_s']} s"
+            )
+            timings = run_reports(data, Path(tmp) / "reports")
+            total = round(sum(timings.values()), 1)
+            figures.update(reports_s=timings, reports_total_s=total, reports_target_s=300)
+            ok &= total <= 300
+            print(f"four reports: {total} s (target 300 s)")
+    if not args.skip_demo:
+        with tempfile.TemporaryDirectory(prefix="mwdemo-", dir="/tmp") as tmp:
+            from memwork.demo import run_demo
+
+            start = time.perf_counter()
+            result = run_demo(tmp, reports=Path(tmp) / "reports")
+            elapsed = round(time.perf_counter() - start, 1)
+            figures.update(
+                demo_s=elapsed, demo_target_s=180, demo_verdicts=[r["verdict"] for r in result.runs]
+            )
+            ok &= elapsed <= 180
+            print(f"demo on a fresh workspace: {elapsed} s (target 180 s) {figures['demo_verdicts']}")
+    print(json.dumps(figures, indent=2))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
