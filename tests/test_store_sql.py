@@ -128,3 +128,21 @@ def test_iter_entries_streams_quickly(pg_url):
     assert count == 5000
     assert elapsed < 10, elapsed  # generous: the real figure is in the report (~20k entries/s)
     assert store.count() == 5000
+
+
+def test_bulk_load_rebuilds_the_hnsw_index(pg_url, monkeypatch):
+    from memwork.stores import sql
+    from memwork.synth import generate_entries
+
+    monkeypatch.setattr(sql, "_BULK_REBUILD", 50)
+    store = SQLStore(pg_url)
+    entries = generate_entries(120, seed=3)
+    assert store.put_many(entries) == 120
+    assert [e.to_record() for e in store.all_entries()] == sorted(
+        (e.to_record() for e in entries), key=lambda r: (r["scope"], r["path"])
+    )
+    with psycopg.connect(pg_url) as conn:
+        indexes = [
+            r[0] for r in conn.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'agent_memories'")
+        ]
+    assert any("hnsw" in i for i in indexes)
