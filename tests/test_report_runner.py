@@ -118,3 +118,11 @@ def test_cli_exit_codes_and_json(tmp_path):
     assert index.exit_code == 0 and len(json.loads(index.stdout)["runs"]) == 3
     missing = runner.invoke(main, ["report", "no_such_report", "--out", str(tmp_path)])
     assert missing.exit_code == 2
+
+
+def test_cli_list_shows_every_report_with_its_parameters():
+    result = CliRunner().invoke(main, ["report", "list", "--json"])
+    assert result.exit_code == 0
+    reports = json.loads(result.stdout)
+    assert {"health_report", "duplicate_review", "backfill_verification", "canary_signoff"} <= set(reports)
+    assert all(p["help"] for p in reports["canary_signoff"])
