@@ -262,3 +262,11 @@ def test_cli_dry_run_json(source, monkeypatch):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["mode"] == "dry-run" and data["planned"] == 3 and len(data["sample"]) == 3
+
+
+def test_dry_run_resume_uses_the_workspace_checkpoint_copy(source, dest):
+    mysql_url, _ = source
+    applied = run_backfill(_options(mysql_url, dest, limit=20))
+    dry = run_backfill(BackfillOptions(mysql_url=mysql_url, resume=True))
+    assert dry.resumed and dry.start_cursor == applied.last_checkpoint
+    assert dry.planned == 40
