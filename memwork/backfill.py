@@ -30,6 +30,7 @@ from memwork.entry import as_utc
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.legacy.schema import memory_items
+from memwork.pgvector.conn import mysql_errors, pg_connection
 from memwork.pgvector.schema import CHECKPOINT_TABLE, DEFAULT_TABLE, checkpoint_table_sql, table_dimensions
 
 DEFAULT_BATCH_SIZE = 500
@@ -219,7 +220,7 @@ def _dry_run(options: BackfillOptions) -> BackfillReport:
     )
     report.start_cursor = cursor.to_json() if cursor else None
     report.checkpoint_file = str(json_path)
-    with get_engine(options.mysql_url or "").connect() as conn:
+    with mysql_errors(options.mysql_url or ""), get_engine(options.mysql_url or "").connect() as conn:
         report.source = _status_counts(conn)
         remaining = _count_after(conn, cursor)
         report.planned = remaining if options.limit is None else min(remaining, options.limit)
@@ -338,10 +339,9 @@ def _sample(row: Mapping[str, Any]) -> dict[str, Any]:
 
 # ---- apply --------------------------------------------------------------------------------------
 def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillReport:
-    import psycopg
     from pgvector.psycopg import register_vector
 
-    from memwork.db import get_engine, libpq_url
+    from memwork.db import get_engine
 
     embedder = options.embedder
     assert embedder is not None  # validate() guarantees it
@@ -350,7 +350,10 @@ def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillRepor
     json_path = checkpoint_path(options.table, options.checkpoint_path)
     report.checkpoint_file = str(json_path)
     started = time.perf_counter()
-    with psycopg.connect(libpq_url(options.database_url or ""), autocommit=True) as pg:
+    with (
+        pg_connection(options.database_url or "", autocommit=True) as pg,
+        mysql_errors(options.mysql_url or ""),
+    ):
         _check_destination(pg, options.table, report.dimensions, embedder.model_id)
         register_vector(pg)
         _prepare(pg)
@@ -582,12 +585,8 @@ def _load_rows_written(pg: Any, table: str) -> int:
 
 def load_checkpoint(database_url: str, table: str = DEFAULT_TABLE) -> dict[str, Any] | None:
     """The committed checkpoint row for ``table`` as JSON (``None`` when the backfill never ran)."""
-    import psycopg
-
-    from memwork.db import libpq_url
-
     check_identifier(table)
-    with psycopg.connect(libpq_url(database_url)) as pg:
+    with pg_connection(database_url) as pg:
         if pg.execute("SELECT to_regclass(%s)", (CHECKPOINT_TABLE,)).fetchone()[0] is None:
             return None
         row = pg.execute(

@@ -80,10 +80,10 @@ def run_smoke(
 ) -> SmokeReport:
     """Insert, resolve through the adapter, verify nearest-first, clean up. Never raises on a failed
     check -- the report's ``ok`` says it -- but does raise usage errors before touching anything."""
-    import psycopg
     from pgvector.psycopg import register_vector
 
     from memwork.db import libpq_url
+    from memwork.pgvector.conn import pg_connection
 
     check_identifier(table)
     run_id = uuid.uuid4().hex[:10]
@@ -96,7 +96,7 @@ def run_smoke(
     ids = [f"{SMOKE_PREFIX}{run_id}-{i}" for i in range(len(vectors))]
     report.expected_order = ids
     user_id = f"{SMOKE_PREFIX}user-{run_id}"
-    with psycopg.connect(url, autocommit=True) as conn:
+    with pg_connection(url, autocommit=True) as conn:
         existing = table_dimensions(conn, table)
         if existing is None:
             report.checks.append({"check": "table", "ok": False, "error": f"{table} does not exist"})

@@ -270,3 +270,28 @@ def test_dry_run_resume_uses_the_workspace_checkpoint_copy(source, dest):
     dry = run_backfill(BackfillOptions(mysql_url=mysql_url, resume=True))
     assert dry.resumed and dry.start_cursor == applied.last_checkpoint
     assert dry.planned == 40
+
+
+def test_unreachable_servers_are_one_line_exit_1(source, monkeypatch):
+    mysql_url, _ = source
+    result = CliRunner().invoke(
+        main,
+        [
+            "backfill",
+            "--apply",
+            "--mysql-url",
+            mysql_url,
+            "--embedder",
+            "hash:8",
+            "--database-url",
+            "postgresql://me:secret@127.0.0.1:1/none",
+        ],
+    )
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "Error: PostgreSQL at postgresql://me:***@127.0.0.1:1/none"
+    )
+    result = CliRunner().invoke(main, ["backfill", "--mysql-url", "mysql://root@127.0.0.1:1/none"])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: MySQL at mysql://root@127.0.0.1:1/none unreachable")

@@ -125,12 +125,10 @@ def ensure_schema(
     ``CREATE TABLE IF NOT EXISTS`` would otherwise report success on a table that cannot take the
     vectors the caller means to store.
     """
-    import psycopg
-
-    from memwork.db import libpq_url
+    from memwork.pgvector.conn import pg_connection
 
     statements = schema_sql(table, dimensions, create_extension, create_vector_index)
-    with psycopg.connect(libpq_url(url)) as conn:
+    with pg_connection(url) as conn:
         existing = table_dimensions(conn, table)
         if existing is not None and existing != dimensions:
             raise UsageError("dimensions", dimensions, f"table {table} already has vector({existing})")
