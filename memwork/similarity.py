@@ -289,7 +289,6 @@ class _Vectors:
         step = max(1, min(m, _BLOCK_BYTES // (4 * m), max(_MIN_BLOCK_ROWS, -(-m // 16))))
         buffer = np.empty(step * m, dtype=np.float32)
         mask = np.empty(step * m, dtype=np.bool_)
-        below = np.empty(step * m, dtype=np.bool_)
         found: list[np.ndarray] = []
         with _threadpools().limit(limits=_blas_threads(m), user_api="blas"):
             for a in range(0, m, step):
@@ -297,9 +296,9 @@ class _Vectors:
                 size = (b - a) * (m - a)
                 block = np.matmul(unit32[a:b], unit32[a:].T, out=buffer[:size].reshape(b - a, m - a))
                 hits = np.greater_equal(block.reshape(-1), low - _COSINE_SLACK, out=mask[:size])
-                if high is not None:
-                    hits &= np.less(block.reshape(-1), high + _COSINE_SLACK, out=below[:size])
                 flat = np.flatnonzero(hits)
+                if high is not None:  # few survivors: cheaper than a second pass over the block
+                    flat = flat[block.reshape(-1)[flat] < high + _COSINE_SLACK]
                 r, c = np.divmod(flat, m - a)
                 upper = c > r
                 rows = self.index[r[upper] + a]
@@ -352,6 +351,7 @@ def find_duplicate_pairs(
 
     Equal to the guide's all-pairs loop, found as candidates then re-scored exactly: a prefix-filter
     set-similarity join (AllPairs) for Jaccard and blocked float32 matrix products for cosine.
+    A threshold of 0 matches every pair, so the output (not the search) is quadratic there.
     """
     threshold = _check_unit("similarity_threshold", threshold)
     n = len(texts)
