@@ -206,3 +206,12 @@ def test_pool_is_bounded_and_shared_by_concurrent_resolves(seeded):
         assert backend._pool.max_size == 2 and stats["pool_size"] <= 2
     finally:
         backend.close()
+
+
+def test_auto_falls_back_to_hnsw_above_the_exact_cap(seeded):
+    backend = PgvectorBackend(seeded, search="auto", exact_max=2)  # alice has 3 rows
+    try:
+        result = backend.resolve({"userId": "alice", "embedding": [1.0, 0.1, 0.0], "limit": 3})
+    finally:
+        backend.close()
+    assert [m["id"] for m in result["semanticMemories"]] == ["a-near", "a-mid", "a-far"]

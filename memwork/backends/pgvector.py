@@ -9,8 +9,9 @@ Search strategy (``MEMORY_PGVECTOR_SEARCH``): a per-user filter defeats a global
 1,000 users a plain HNSW scan returns ``ef_search`` candidates of which ~0.1 % belong to the user.
 ``exact`` reads the user's rows through the ``user_id`` index and sorts them by distance (exact,
 fast while a user has thousands of rows); ``hnsw`` uses the HNSW index with pgvector 0.8's
-iterative scan (``hnsw.iterative_scan = relaxed_order``) and re-sorts; ``auto`` (default) counts the
-user's rows up to ``MEMORY_PGVECTOR_EXACT_MAX`` (default 20000) and picks exact below, hnsw above.
+iterative scan (``hnsw.iterative_scan = relaxed_order``) and re-sorts; ``auto`` (default) runs the
+exact search capped at ``MEMORY_PGVECTOR_EXACT_MAX + 1`` rows (default 5000) in one statement that
+also counts them, and only for a user above the cap falls back to hnsw.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from memwork.pgvector.schema import DEFAULT_TABLE
 DEFAULT_POOL_MAX = 5
 DEFAULT_LIMIT = 40
 MAX_LIMIT = 1000
-DEFAULT_EXACT_MAX = 20000
+DEFAULT_EXACT_MAX = 5000
 DEFAULT_EF_SEARCH = 100
 SEARCH_STRATEGIES = ("auto", "exact", "hnsw")
 _COLUMNS = (
@@ -142,23 +143,17 @@ class PgvectorBackend(Backend):
         table = quote_identifier(self.table)
         try:
             with self._get_pool().connection(timeout=self.timeout) as conn, conn.transaction():
-                strategy = self._choose_strategy(conn, table, user_id)
-                if strategy == "hnsw":
+                if self.search == "hnsw":
                     return _hnsw_search(conn, table, user_id, vector, limit, self.ef_search)
-                return _exact_search(conn, table, user_id, vector, limit)
+                cap = None if self.search == "exact" else self.exact_max
+                rows = _exact_search(conn, table, user_id, vector, limit, cap)
+                if rows is None:  # auto: the user has more than exact_max rows
+                    return _hnsw_search(conn, table, user_id, vector, limit, self.ef_search)
+                return rows
         except Exception as exc:  # psycopg and pool errors become one backend error
             if isinstance(exc, UsageError | BackendError):
                 raise
             raise BackendError(f"pgvector resolve failed: {type(exc).__name__}: {exc}") from exc
-
-    def _choose_strategy(self, conn: Any, table: str, user_id: str) -> str:
-        if self.search != "auto":
-            return self.search
-        count = conn.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE user_id = %s LIMIT %s) AS u",
-            (user_id, self.exact_max + 1),
-        ).fetchone()[0]
-        return "exact" if count <= self.exact_max else "hnsw"
 
 
 def _configure_connection(conn: Any) -> None:
@@ -167,13 +162,26 @@ def _configure_connection(conn: Any) -> None:
     register_vector(conn)
 
 
-def _exact_search(conn: Any, table: str, user_id: str, vector: np.ndarray, limit: int) -> list[tuple]:
-    """Exact k-NN over the user's rows (btree on ``user_id``); the CTE keeps HNSW out of the plan."""
+def _exact_search(
+    conn: Any, table: str, user_id: str, vector: np.ndarray, limit: int, cap: int | None
+) -> list[tuple] | None:
+    """Exact k-NN over the user's rows (btree on ``user_id``); the CTE keeps HNSW out of the plan.
+
+    With ``cap`` (``auto``), one statement both searches and counts up to ``cap + 1`` rows; None
+    means the user has more than ``cap`` rows and the caller should use the HNSW path instead.
+    """
+    capped = "" if cap is None else "LIMIT %(cap)s"
     sql = (
-        f"WITH mine AS MATERIALIZED (SELECT {_COLUMNS}, embedding FROM {table} WHERE user_id = %s) "
-        f"SELECT {_COLUMNS}, embedding <=> %s AS distance FROM mine ORDER BY distance, id LIMIT %s"
+        f"WITH mine AS MATERIALIZED (SELECT {_COLUMNS}, embedding FROM {table} "
+        f"WHERE user_id = %(user)s {capped}) "
+        f"SELECT {_COLUMNS}, embedding <=> %(vector)s AS distance, (SELECT count(*) FROM mine) AS n "
+        f"FROM mine ORDER BY distance, id LIMIT %(limit)s"
     )
-    return conn.execute(sql, (user_id, vector, limit)).fetchall()
+    params = {"user": user_id, "vector": vector, "limit": limit, "cap": None if cap is None else cap + 1}
+    rows = conn.execute(sql, params).fetchall()
+    if cap is not None and rows and rows[0][12] > cap:
+        return None
+    return rows
 
 
 def _hnsw_search(
