@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -356,6 +357,7 @@ def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillRepor
     ):
         _check_destination(pg, options.table, report.dimensions, embedder.model_id)
         register_vector(pg)
+        _register_packed_vectors(pg)
         _prepare(pg)
         cursor = _load_checkpoint(pg, options.table) if options.resume else options.cursor
         report.resumed = options.resume and cursor is not None
@@ -507,6 +509,34 @@ def _public_row(row: Mapping[str, Any]) -> dict[str, Any]:
     return public
 
 
+class PackedVector(bytes):
+    """A vector already in pgvector's binary wire format (``>HH`` dims, 0, then ``>f4`` values)."""
+
+
+def _pack_vectors(vectors: np.ndarray) -> list[PackedVector]:
+    """Encode a whole batch at once with numpy instead of one pgvector dumper call per row."""
+    header = struct.pack(">HH", vectors.shape[1], 0)
+    big_endian = np.ascontiguousarray(vectors, dtype=">f4")
+    return [PackedVector(header + row.tobytes()) for row in big_endian]
+
+
+def _register_packed_vectors(pg: Any) -> None:
+    """On this connection only, dump the ``vector`` type from :class:`PackedVector` bytes as they are."""
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    oid = pg.execute("SELECT 'vector'::regtype::oid").fetchone()[0]
+
+    class PackedVectorDumper(Dumper):
+        format = Format.BINARY
+
+        def dump(self, obj: Any) -> bytes:
+            return obj  # already the wire format
+
+    PackedVectorDumper.oid = oid
+    pg.adapters.register_dumper(PackedVector, PackedVectorDumper)
+
+
 def _write_batch(
     pg: Any,
     table: str,
@@ -526,7 +556,7 @@ def _write_batch(
     with pg.transaction(), pg.cursor() as cur:
         with cur.copy(f"COPY {STAGE_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
             copy.set_types(_COPY_TYPES)
-            for row, vector in zip(rows, vectors, strict=True):
+            for row, vector in zip(rows, _pack_vectors(vectors), strict=True):
                 copy.write_row(
                     (
                         row["id"],
