@@ -33,9 +33,24 @@ def build(items: int, folder: Path) -> dict[str, str]:
         opened.close()
     users = max(items // 100, 1)
     rows = generate_legacy_items(users, items // users, seed=1)
-    legacy = f"sqlite:///{folder / 'legacy.db'}"
+    legacy = legacy_url(folder)
     m = build_migration(legacy, "pg://embedded/memwork_bench", rows=rows, dimensions=384, seed=1)
     return {"store": store, "legacy": legacy, "pgvector": m.dest_url, "active": str(m.active)}
+
+
+def legacy_url(folder: Path) -> str:
+    """MariaDB at 127.0.0.1:3306 (the production shape) when reachable, else a SQLite file."""
+    try:
+        import pymysql
+
+        conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", connect_timeout=3)
+    except Exception:
+        return f"sqlite:///{folder / 'legacy.db'}"
+    with conn.cursor() as cur:
+        cur.execute("DROP DATABASE IF EXISTS memwork_reports_bench")
+        cur.execute("CREATE DATABASE memwork_reports_bench CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
+    conn.close()
+    return "mysql://root@127.0.0.1:3306/memwork_reports_bench"
 
 
 def run_reports(data: dict[str, str], out: Path) -> dict[str, float]:
