@@ -188,8 +188,11 @@ def _hnsw_search(
     conn: Any, table: str, user_id: str, vector: np.ndarray, limit: int, ef_search: int
 ) -> list[tuple]:
     """HNSW with pgvector 0.8 iterative scans; relaxed order is re-sorted exactly outside."""
-    conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-    conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(ef_search),))
+    conn.execute(
+        "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+        "set_config('hnsw.ef_search', %s, true)",
+        (str(ef_search),),
+    )
     sql = (
         f"WITH near AS MATERIALIZED (SELECT {_COLUMNS}, embedding <=> %s AS distance FROM {table} "
         f"WHERE user_id = %s ORDER BY embedding <=> %s LIMIT %s) "
