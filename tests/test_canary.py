@@ -12,8 +12,8 @@ from memwork.migration import build_migration
 
 
 @pytest.fixture
-def env(pg_url, sqlite_url):
-    m = build_migration(sqlite_url, pg_url, n_users=4, items_per_user=15, dimensions=16, seed=2)
+def env(pg_url, mysql_url):
+    m = build_migration(mysql_url, pg_url, n_users=4, items_per_user=15, dimensions=16, seed=2)
     return canary_env(m.source_url, m.dest_url, write_embedding_module(m.dimensions))
 
 

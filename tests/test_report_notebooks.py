@@ -39,8 +39,9 @@ def store(tmp_path):
 
 
 @pytest.fixture
-def migration(pg_url, sqlite_url):
-    return build_migration(sqlite_url, pg_url, n_users=5, items_per_user=20, dimensions=32, seed=9)
+def migration(pg_url, mysql_url):
+    """MariaDB -> embedded pgvector: the production shape (SQLite sources are covered in test_verify)."""
+    return build_migration(mysql_url, pg_url, n_users=5, items_per_user=20, dimensions=32, seed=9)
 
 
 def test_health_report(tmp_path, store):
