@@ -287,7 +287,9 @@ class DuplicateReview:
         import pandas as pd
 
         rows = []
-        for p in self.pairs[:limit]:
+        # near duplicates first: identical pairs need no reading, changed ones do
+        ordered = sorted(self.pairs, key=lambda p: (p["text_similarity"] >= 0.9999, -p["similarity"]))
+        for p in ordered[:limit]:
             a = self.contents.get((p["scope"], p["path_a"]), "")
             b = self.contents.get((p["scope"], p["path_b"]), "")
             rows.append(
