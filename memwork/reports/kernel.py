@@ -26,7 +26,15 @@ def ensure_kernelspec(root: Path | None = None) -> Path:
     spec_dir = root / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True, exist_ok=True)
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        # log level ERROR: not "running over TCP without encryption" on every report's stderr
+        "argv": [
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "--IPKernelApp.log_level=ERROR",
+            "-f",
+            "{connection_file}",
+        ],
         "display_name": f"Python 3 (memwork, {sys.executable})",
         "language": "python",
         "metadata": {"debugger": False},
