@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -48,10 +49,11 @@ def scratch_pg(data_dir: str | None) -> Iterator[str]:
     from memwork import embedded_pg
 
     chosen = data_dir or os.environ.get("MEMWORK_PGDATA")
+    own = not chosen  # a server in a temp dir of our own is stopped and deleted when we exit
     if not chosen:
-        chosen = str(Path(tempfile.mkdtemp(prefix="mwbench-", dir="/tmp")) / "pgdata")
+        chosen = str(Path(tempfile.mkdtemp(prefix="mwpgbench-", dir="/tmp")) / "pgdata")
     os.environ["MEMWORK_PGDATA"] = chosen
-    server = embedded_pg.start(chosen, cleanup_mode=None)
+    server = embedded_pg.start(chosen, cleanup_mode="delete" if own else None)
     name = f"bench_{uuid.uuid4().hex[:8]}"
     url = embedded_pg.server_url(name)
     try:
@@ -59,3 +61,6 @@ def scratch_pg(data_dir: str | None) -> Iterator[str]:
     finally:
         with psycopg.connect(server.get_uri(), autocommit=True) as conn:  # type: ignore[attr-defined]
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if own:
+            embedded_pg.stop(chosen)
+            shutil.rmtree(Path(chosen).parent, ignore_errors=True)
