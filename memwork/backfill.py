@@ -271,6 +271,11 @@ def _read_batch(conn: Any, cursor: Cursor | None, size: int) -> list[dict[str, A
         .order_by(memory_items.c.updated_at, memory_items.c.id)
         .limit(size)
     )
+    if conn.dialect.name not in ("mysql", "mariadb"):
+        # SQLite and others: SQLAlchemy's result processing turns stored text back into datetimes/JSON.
+        rows = [dict(row) for row in conn.execute(query).mappings()]
+        conn.rollback()
+        return rows
     compiled = query.compile(dialect=conn.dialect)
     dbapi = conn.connection.dbapi_connection
     cur = dbapi.cursor()
