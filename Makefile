@@ -2,14 +2,16 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-STAMP   = $(VENV)/.memwork-installed
+# extras installed into the venv: `dev` by default; CI adds `embed` (torch CPU + the real embedder)
+EXTRAS ?= dev
+STAMP   = $(VENV)/.memwork-installed-$(EXTRAS)
 
 .PHONY: demo test lint format bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP)

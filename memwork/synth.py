@@ -9,7 +9,6 @@ Texts are templates x vocabulary, so finding the planted duplicates is not trivi
 from __future__ import annotations
 
 import bisect
-import hashlib
 import itertools
 import random
 import uuid
@@ -383,46 +382,9 @@ def _embed(entries: list[Entry], embedder: Embedder, rng: random.Random) -> None
     todo = [e for e in entries if not e.is_stub and rng.random() >= 0.02]
     if not todo:
         return
-    vectors = _fast_hash_embed(embedder, [e.content for e in todo])
-    if vectors is None:
-        vectors = np.asarray(embedder.embed([e.content for e in todo]), dtype=np.float32)
+    vectors = np.asarray(embedder.embed([e.content for e in todo]), dtype=np.float32)
     for entry, vector in zip(todo, vectors, strict=True):
         entry.embedding = vector
-
-
-def _fast_hash_embed(embedder: Embedder, texts: list[str], chunk: int = 4096) -> np.ndarray | None:
-    """The exact vectors of :class:`HashEmbedder`, with each word hashed once and the counting done
-    by ``np.bincount`` (the sums are small integers, so the result is bit-identical)."""
-    if type(embedder) is not HashEmbedder:
-        return None
-    dim = embedder.dimension
-    cache: dict[str, tuple[int, float]] = {}
-    out = np.empty((len(texts), dim), dtype=np.float32)
-    for start in range(0, len(texts), chunk):
-        part = texts[start : start + chunk]
-        index: list[int] = []
-        signs: list[float] = []
-        for row, text in enumerate(part):
-            base = row * dim
-            for feature in embedder._features(text):
-                slot = cache.get(feature)
-                if slot is None:
-                    slot = cache[feature] = _feature_slot(feature, dim)
-                index.append(base + slot[0])
-                signs.append(slot[1])
-        counts = np.bincount(np.asarray(index, dtype=np.int64), weights=signs, minlength=len(part) * dim)
-        block = counts.reshape(len(part), dim).astype(np.float32)
-        norms = np.sqrt((block * block).sum(axis=1, dtype=np.float32))
-        empty = norms == 0
-        block[empty, 0] = 1.0
-        norms[empty] = 1.0
-        out[start : start + len(part)] = block / norms[:, None]
-    return out
-
-
-def _feature_slot(feature: str, dim: int) -> tuple[int, float]:
-    value = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
-    return value % dim, 1.0 if (value >> 63) & 1 else -1.0
 
 
 def _slug(text: str) -> str:

