@@ -314,3 +314,117 @@ def test_memwork_exports_facade_lazily():
 
     assert memwork.facade_from_env is facade_from_env
     assert memwork.MemoryFacade.__name__ == "MemoryFacade"
+
+
+class SpyBackend(Backend):
+    """Records every touch, availability checks included."""
+
+    name = "spy"
+
+    def __init__(self):
+        self.touched = []
+
+    def availability(self):
+        self.touched.append("availability")
+        return super().availability()
+
+    def resolve(self, request):
+        self.touched.append("resolve")
+        return {}
+
+    def write(self, request):
+        self.touched.append("write")
+        return {}
+
+    def compact(self, request):
+        self.touched.append("compact")
+        return {}
+
+
+def test_memory_disabled_never_touches_any_backend(sqlite_url):
+    facade = facade_from_env(
+        {"MEMORY_ENABLED": "0", "MEMORY_BACKEND": "spy", "MEMORY_LEGACY_DATABASE_URL": sqlite_url}
+    )
+    spy = facade.registry.register(SpyBackend())
+    for op, req in (("resolve", {"userId": "u"}), ("write", WRITE), ("compact", {"userId": "u"})):
+        assert getattr(facade, op)(req)["skipped"]
+    assert spy.touched == []
+
+
+def test_event_log_disabled_never_touches_the_write_backend(sqlite_url):
+    facade = facade_from_env(
+        {"MEMORY_EVENT_LOG_ENABLED": "off", "MEMORY_BACKEND": "spy", "MEMORY_LEGACY_DATABASE_URL": sqlite_url}
+    )
+    spy = facade.registry.register(SpyBackend())
+    assert facade.write(WRITE)["skipped"] and spy.touched == []
+    facade.compact({"userId": "u"})
+    assert spy.touched[-1] == "compact"  # only write is gated by the event log flag
+
+
+def _rows(url):
+    from sqlalchemy import func, select
+
+    from memwork.db import get_engine
+    from memwork.legacy.schema import memory_items, messages
+
+    with get_engine(url).connect() as conn:
+        return [
+            conn.execute(select(func.count()).select_from(t)).scalar_one() for t in (messages, memory_items)
+        ]
+
+
+BAD_INPUTS = [
+    ("write", {"sessionId": "s", "messages": WRITE["messages"]}, "userId"),
+    ("write", {"userId": "u1", "messages": WRITE["messages"]}, "sessionId"),
+    ("write", {"userId": "u1", "sessionId": "s"}, "messages"),
+    ("write", {"userId": "u1", "sessionId": "s", "messages": ["I like tea"]}, "messages[0]"),
+    (
+        "write",
+        {"userId": "u1", "sessionId": "s", "messages": [{"content": "I like tea"}]},
+        "messages[0].role",
+    ),
+    (
+        "write",
+        {"userId": "u1", "sessionId": "s", "messages": [*WRITE["messages"], {"role": "user", "content": ""}]},
+        "messages[1].content",
+    ),
+    (
+        "write",
+        {
+            "userId": "u1",
+            "sessionId": "s",
+            "messages": [*WRITE["messages"], {"role": "user", "content": "x" * 16001}],
+        },
+        "messages[1].content",
+    ),
+    ("write", {"userId": "u1", "sessionId": "s", "messages": WRITE["messages"] * 101}, "messages"),
+    ("compact", {"sessionId": "s"}, "userId"),
+    ("resolve", {"userId": "u1", "limit": 0}, "limit"),
+    ("resolve", {"userId": "u1", "limit": 201}, "limit"),
+    ("resolve", {"userId": "u1", "limit": "40"}, "limit"),
+]
+
+
+@pytest.mark.parametrize(("op", "request_", "field"), BAD_INPUTS)
+def test_bad_input_leaves_both_tables_untouched(legacy_url, op, request_, field):
+    """A valid first message must not be saved when a later one is bad: all or nothing."""
+    facade = make(legacy_url)
+    result = getattr(facade, op)(request_)
+    assert result["ok"] is False and result["field"] == field and field in result["reason"]
+    assert _rows(legacy_url) == [0, 0]
+    with pytest.raises(UsageError) as err:
+        getattr(make(legacy_url, MEMORY_FAIL_OPEN="0"), op)(request_)
+    assert err.value.field == field
+    assert _rows(legacy_url) == [0, 0]
+
+
+@pytest.mark.parametrize("limit", [1, 200])
+def test_limit_bounds_are_inclusive(legacy_url, limit):
+    facade = make(legacy_url)
+    for i in range(3):
+        facade.write(
+            {"userId": "u1", "sessionId": "s", "messages": [{"role": "user", "content": f"I have {i} cats"}]}
+        )
+    resolved = facade.resolve({"userId": "u1", "limit": limit})
+    assert resolved["ok"] and len(resolved["memories"]) == min(limit, 3)
+    assert resolved["memories"][0]["content"] == "I have 2 cats"  # newest first

@@ -48,16 +48,23 @@ def test_check_config_json_reports_missing_and_hides_secrets():
     assert key == {**key, "secret": True, "set": True, "value": "***"}
 
 
-def test_check_config_ready_and_shell_template():
+def test_check_config_configured_placeholder_is_not_ready_and_shell_template():
     env = {
         "MEMORY_NEO4J_ENABLED": "1",
         "MEMORY_NEO4J_HTTP_URL": "http://localhost:7474",
         "MEMORY_NEO4J_USER": "neo4j",
     }
+    as_json = run(["check", "config", "--backend", "neo4j"], **env, MEMORY_NEO4J_PASSWORD="pw-9")
+    payload = json.loads(as_json.output[: as_json.output.rindex("}") + 1])
+    assert payload["configured"] is True and payload["missing"] == [] and payload["invalid"] == []
+    # every variable is set, but no neo4j adapter is installed: selecting it would fall back to legacy
+    assert payload["available"] is False and payload["ready"] is False and as_json.exit_code == 1
+    assert "unavailable (not_configured: placeholder slot" in as_json.output
     shell = run(
         ["check", "config", "--backend", "neo4j", "--format", "shell"], **env, MEMORY_NEO4J_PASSWORD="pw-9"
     )
-    assert shell.exit_code == 0, shell.output
+    assert shell.exit_code == 1, shell.output
+    assert "# unavailable: not_configured: placeholder slot" in shell.output
     assert "export MEMORY_BACKEND=neo4j" in shell.output
     assert "export MEMORY_NEO4J_PASSWORD='<secret>'  # set; value hidden" in shell.output
     assert "# export MEMORY_NEO4J_DATABASE=neo4j  # optional" in shell.output
@@ -116,3 +123,34 @@ def test_check_health_failed_expectations_exit_1(legacy_url):
 def test_check_health_closed_port_exit_1():
     result = run(["check", "health"], MEMORY_LEGACY_DATABASE_URL="mysql://root@127.0.0.1:1/x")
     assert result.exit_code == 1 and "FAIL write" in result.output
+
+
+def test_check_config_legacy_ready_exit_0(legacy_url):
+    result = run(["check", "config", "--backend", "legacy"], MEMORY_LEGACY_DATABASE_URL=legacy_url)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["ready"] and payload["configured"] and payload["available"]
+
+
+def test_check_config_bad_flag_value_is_invalid():
+    result = run(["check", "config", "--backend", "qdrant"], MEMORY_QDRANT_ENABLED="maybe")
+    payload = json.loads(result.output[: result.output.rindex("}") + 1])
+    assert result.exit_code == 1 and payload["invalid"] == ["MEMORY_QDRANT_ENABLED"]
+    status = json.loads(run(["status", "--json"], MEMORY_QDRANT_ENABLED="maybe").output)
+    assert status["configErrors"] == [
+        {
+            "field": "MEMORY_QDRANT_ENABLED",
+            "value": "maybe",
+            "problem": "expected 1/0/true/false/yes/no/on/off",
+        }
+    ]
+
+
+def test_check_health_disabled_touches_no_backend():
+    """MEMORY_ENABLED=0: skipped round trip and no cleanup query (the URL points at a closed port)."""
+    env = {"MEMORY_ENABLED": "0", "MEMORY_LEGACY_DATABASE_URL": "mysql://root@127.0.0.1:1/x"}
+    result = run(["check", "health", "--json"], **env)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["cleanup"] == {}
+    assert [c["detail"] for c in report["checks"]] == ["memory disabled (MEMORY_ENABLED=0)"] * 3

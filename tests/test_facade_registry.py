@@ -104,3 +104,62 @@ def test_plugin_may_replace_a_placeholder_in_place():
 def test_unknown_backend_names_what_exists():
     with pytest.raises(UnknownBackend, match=r"known: .*qdrant"):
         Registry({}, plugins=[]).get("nope")
+
+
+FULL_SLOT_ENV = {
+    "MEMORY_VECTOR_ENABLED": "1",
+    "MEMORY_PGVECTOR_DATABASE_URL": "postgresql://pg:pw@127.0.0.1:5/db",
+    "MEMORY_QDRANT_ENABLED": "1",
+    "MEMORY_QDRANT_URL": "http://127.0.0.1:6333",
+    "MEMORY_QDRANT_EMBEDDING_MODULE": "x.y",
+    "MEMORY_WEAVIATE_ENABLED": "1",
+    "MEMORY_WEAVIATE_URL": "http://127.0.0.1:8080",
+    "MEMORY_WEAVIATE_EMBEDDING_MODULE": "x.y",
+    "MEMORY_MEM0_ENABLED": "1",
+    "MEMORY_MEM0_API_KEY": "k",
+    "MEMORY_LETTA_ENABLED": "1",
+    "MEMORY_LETTA_API_KEY": "k",
+    "MEMORY_LETTA_AGENT_ID": "a",
+    "MEMORY_NEO4J_ENABLED": "1",
+    "MEMORY_NEO4J_HTTP_URL": "http://127.0.0.1:7474",
+    "MEMORY_NEO4J_USER": "neo4j",
+    "MEMORY_NEO4J_PASSWORD": "pw",
+    "MEMORY_REDIS_STREAMS_ENABLED": "1",
+    "MEMORY_REDIS_STREAMS_URL": "redis://127.0.0.1:6379",
+    "MEMORY_LANGGRAPH_ENABLED": "1",
+    "MEMORY_LANGGRAPH_URL": "http://127.0.0.1:9",
+}
+
+
+@pytest.mark.parametrize("slot", [s for s in SLOT_NAMES if s != "pgvector"])
+def test_placeholder_never_connects_and_is_never_selected_even_when_configured(slot, tmp_path, monkeypatch):
+    import socket
+
+    from memwork.facade.facade import facade_from_env
+
+    attempts = []
+
+    def no_connect(self, address, *args):
+        attempts.append(address)
+        raise OSError("test: network is off")
+
+    monkeypatch.setattr(socket.socket, "connect", no_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", no_connect)
+    env = {
+        **FULL_SLOT_ENV,
+        "MEMORY_BACKEND": slot,
+        "MEMORY_LEGACY_DATABASE_URL": f"sqlite:///{tmp_path / 'legacy.db'}",
+    }
+    from memwork.legacy.backend import init_schema
+
+    init_schema(env["MEMORY_LEGACY_DATABASE_URL"], apply=True)
+    facade = facade_from_env(env)
+    status = facade.status()
+    assert set(status["selectedBackends"].values()) == {"legacy-conversation-memory"}
+    row = next(b for b in status["backends"] if b["name"] == slot)
+    assert row["available"] is False and row["reason"]
+    request = {"userId": "u", "sessionId": "s", "messages": [{"role": "user", "content": "I like tea"}]}
+    for operation in ("write", "compact", "resolve"):
+        result = getattr(facade, operation)(request)
+        assert result["ok"] and result["source"] == "legacy-conversation-memory", result
+    assert attempts == []

@@ -186,3 +186,53 @@ def test_explicit_database_is_never_created_at_runtime(sqlite_url):
     store = LegacyMemoryStore(sqlite_url)
     with pytest.raises(Exception, match="h5_"):
         store.resolve("u", 5)
+
+
+def test_same_slot_new_value_is_an_update_not_a_duplicate(backend, legacy_url):
+    """ "New York City" after "New York" shares most words but changes the location: keep it."""
+
+    def write(text):
+        return backend.write({"userId": "u1", "sessionId": "s", "messages": [_user(text)]})
+
+    write("I live in New York.")
+    assert len(write("I live in New York City.")["created"]) == 1
+    report = backend.compact({"userId": "u1"})
+    assert [s["key"] for s in report["superseded"]] == ["location"]
+    assert backend.resolve({"userId": "u1"})["profile"]["attributes"] == {"location": "New York City"}
+    # Same slot, same value, other wording: the user already has it.
+    again = write("Call me Alice. My name is alice.")
+    assert len(again["created"]) == 1 and again["duplicatesSkipped"] == 1
+    # Same words but the opposite polarity is not the same preference.
+    write("I really like to drink green tea in the morning")
+    flipped = write("I don't like to drink green tea in the morning")
+    assert len(flipped["created"]) == 1 and flipped["duplicatesSkipped"] == 0
+    backend.compact({"userId": "u1"})
+    prefs = [m for m in backend.resolve({"userId": "u1"})["memories"] if m["type"] == "preference"]
+    assert [m["metadata"]["polarity"] for m in prefs] == ["negative"]
+    assert _count(legacy_url, memory_items, user_id="u1", status="active") == 3
+
+
+def test_chinese_restatement_is_skipped_and_new_value_supersedes(backend):
+    def write(text):
+        return backend.write({"userId": "zh", "sessionId": "s", "messages": [_user(text)]})
+
+    write("我住在北京市朝阳区")
+    assert write("其实我住在北京市朝阳区。")["duplicatesSkipped"] == 1
+    assert len(write("我住在北京市海淀区")["created"]) == 1
+    assert [s["key"] for s in backend.compact({"userId": "zh"})["superseded"]] == ["location"]
+    resolved = backend.resolve({"userId": "zh"})
+    assert [m["content"] for m in resolved["memories"]] == ["我住在北京市海淀区"]
+
+
+def test_keyed_items_without_values_fall_back_to_word_similarity(legacy_url):
+    """A pluggable extractor may set a key but no value: then only the wording decides."""
+
+    def keyed(msgs):
+        return [{"content": m["content"], "type": "note", "key": "topic"} for m in msgs]
+
+    backend = from_env({"MEMORY_LEGACY_DATABASE_URL": legacy_url}, extractor=keyed)
+    first = backend.write({"userId": "u1", "sessionId": "s", "messages": [_user("Rust ownership rules")]})
+    other = backend.write({"userId": "u1", "sessionId": "s", "messages": [_user("Sourdough baking times")]})
+    same = backend.write({"userId": "u1", "sessionId": "s", "messages": [_user("Rust ownership rules!")]})
+    assert len(first["created"]) == 1 and len(other["created"]) == 1
+    assert same["created"] == [] and same["duplicatesSkipped"] == 1

@@ -57,3 +57,10 @@ def test_policy_is_immutable_and_never_prints_a_password():
     for text in (str(policy), repr(policy), str(policy.to_dict())):
         assert "hunter2" not in text
     assert "mysql://app:***@db:3306/memind" in str(policy)
+
+
+def test_each_backend_flag_is_a_boolean_too():
+    env = {"MEMORY_NEO4J_ENABLED": "maybe", "MEMORY_QDRANT_ENABLED": "1", "MEMORY_MEM0_ENABLED": "off"}
+    policy = policy_from_env(env)
+    assert [(e.field, e.value) for e in policy.errors] == [("MEMORY_NEO4J_ENABLED", "maybe")]
+    assert "config error: MEMORY_NEO4J_ENABLED='maybe'" in str(policy)

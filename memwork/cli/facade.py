@@ -123,9 +123,10 @@ def config(backend: str, fmt: str) -> None:
     else:
         emit_json(result)
     if not result["ready"]:
-        raise CheckFailed(
-            f"backend {result['backend']} is not ready: {', '.join(result['missing'] + result['invalid'])}"
-        )
+        problems = result["missing"] + result["invalid"]
+        if not result["available"]:
+            problems.append(f"unavailable ({result['reason']})")
+        raise CheckFailed(f"backend {result['backend']} is not ready: {', '.join(problems)}")
 
 
 @check.command("health")

@@ -115,7 +115,12 @@ def _shown(var: Var, value: str | None) -> str | None:
 
 
 def check_config(registry: Registry, backend_name: str, env: Mapping[str, str]) -> dict[str, Any]:
-    """``{backend, ready, missing, invalid, variables[]}``; raises UnknownBackend for a bad name."""
+    """``{backend, available, reason, configured, ready, missing, invalid, variables[]}``.
+
+    ``configured``: every required variable is set and every flag on. ``ready``: configured *and* the
+    backend reports itself available (a placeholder slot without an adapter never is). Raises
+    UnknownBackend for a bad name.
+    """
     backend = registry.get(backend_name)
     name = backend.name
     rows, missing, invalid = [], [], []
@@ -138,12 +143,14 @@ def check_config(registry: Registry, backend_name: str, env: Mapping[str, str]) 
         )
     selector = "legacy" if name == "legacy-conversation-memory" else name
     avail = availability_of(backend)
+    configured = not missing and not invalid
     return {
         "backend": name,
         "available": avail.available,
         "reason": None if avail.reason is None else redact_text(avail.reason),
         "select": f"MEMORY_BACKEND={selector}",
-        "ready": not missing and not invalid,
+        "configured": configured,
+        "ready": configured and avail.available,
         "missing": missing,
         "invalid": invalid,
         "variables": rows,
@@ -156,6 +163,10 @@ def shell_template(result: Mapping[str, Any]) -> str:
     lines = [f"# memwork check config --backend {result['backend']}: {state}"]
     if result["missing"]:
         lines.append(f"# missing: {', '.join(result['missing'])}")
+    if result["invalid"]:
+        lines.append(f"# must be 1: {', '.join(result['invalid'])}")
+    if not result["available"]:
+        lines.append(f"# unavailable: {result['reason']}")
     lines += ["export MEMORY_ENABLED=1", f"export {result['select']}"]
     for row in result["variables"]:
         lines.append(_export_line(row))

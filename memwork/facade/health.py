@@ -114,6 +114,9 @@ def run_health(
     report = HealthReport(userId=f"memwork-health-{uuid.uuid4().hex[:12]}")
     status = facade.status()
     _expectations(facade, report, status, require_enabled, expect_backend, expect_selected_backend)
+    if not facade.policy.enabled:  # MEMORY_ENABLED=0: nothing is written, no backend is touched
+        _round_trip(facade, report, session_id=f"{report.userId}-session")
+        return report
     try:
         _round_trip(facade, report, session_id=f"{report.userId}-session")
     finally:

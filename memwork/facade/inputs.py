@@ -1,7 +1,7 @@
 """Validation of the seed's JSON-shaped inputs, before any backend is touched.
 
 Every problem is a :class:`memwork.errors.UsageError` naming the field (``messages[2].content``), so
-nothing is written for a bad request. Limits are stated in ``docs/facade.md``.
+nothing is written for a bad request. The limits are stated in README.md ("Input limits").
 """
 
 from __future__ import annotations

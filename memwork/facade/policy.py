@@ -6,6 +6,7 @@ policy (``status()`` reports it, the CLI prints it) and the documented default i
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -133,11 +134,29 @@ def legacy_url_from_env(env: Mapping[str, str]) -> str:
     return (env.get(LEGACY_URL_VAR) or "").strip() or default_legacy_url()
 
 
+_CORE_FLAGS = frozenset(
+    {
+        "MEMORY_ENABLED",
+        "USER_CONVERSATION_MEMORY_ENABLED",
+        "MEMORY_PROFILE_ENABLED",
+        "MEMORY_EVENT_LOG_ENABLED",
+        "MEMORY_VECTOR_ENABLED",
+    }
+)
+_BACKEND_FLAG_RE = re.compile(r"^MEMORY_[A-Z0-9_]+_ENABLED$")
+
+
+def _backend_flags(env: Mapping[str, str], errors: list[ConfigIssue]) -> None:
+    """Each backend's own ``MEMORY_<NAME>_ENABLED`` switch is a boolean too: report a bad value."""
+    for name in sorted(k for k in env if _BACKEND_FLAG_RE.match(k) and k not in _CORE_FLAGS):
+        parse_bool(env, name, False, errors)
+
+
 def policy_from_env(env: Mapping[str, str] | None = None) -> Policy:
     """Read the Memory V2 flags; every problem is collected on ``Policy.errors``, none is raised."""
     env = os.environ if env is None else env
     errors: list[ConfigIssue] = []
-    return Policy(
+    policy = Policy(
         enabled=_enabled(env, errors),
         profile_enabled=_bool(env, "MEMORY_PROFILE_ENABLED", True, errors),
         event_log_enabled=_bool(env, "MEMORY_EVENT_LOG_ENABLED", True, errors),
@@ -146,5 +165,6 @@ def policy_from_env(env: Mapping[str, str] | None = None) -> Policy:
         fail_open=_bool(env, "MEMORY_FAIL_OPEN", True, errors),
         timeout_ms=_timeout_ms(env, errors),
         legacy_database_url=legacy_url_from_env(env),
-        errors=tuple(errors),
     )
+    _backend_flags(env, errors)
+    return dataclasses.replace(policy, errors=tuple(errors))

@@ -1,8 +1,9 @@
 """The legacy conversation-memory store over SQLAlchemy Core (MySQL/MariaDB via PyMySQL, or SQLite).
 
 * ``save_and_analyze`` (the facade's ``write``) saves the messages, then analyzes the user's pending
-  messages: the extractor proposes items, items the user already has are skipped (Jaccard of
-  :func:`memwork.similarity.tokenize`), the messages are marked analyzed -- one transaction.
+  messages: the extractor proposes items, items the user already has are skipped (same slot and
+  value, else Jaccard of :func:`memwork.similarity.tokenize`; a new value for a slot is kept), the
+  messages are marked analyzed -- one transaction.
 * ``analyze_user`` (``compact``) analyzes pending messages, archives superseded items (same
   ``metadata.key``, older) and merges duplicate items (same type, similar text), and reports it all.
 * ``resolve`` returns active memories newest first, the profile and the active goals.
@@ -117,6 +118,43 @@ def _normalise(item: Any) -> ExtractedItem:
     return result
 
 
+def _slot_value(value: Any, polarity: Any) -> tuple[str, str] | None:
+    if value is None or not str(value).strip():
+        return None
+    return (" ".join(str(value).lower().split()), str(polarity or ""))
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What the duplicate check compares: the words, and the slot (``metadata.key``) with its value.
+
+    Two statements filling the same slot are the same memory when their values agree ("My name is
+    Alice" / "Call me Alice"), and *not* a duplicate when they differ, however similar the wording
+    ("I live in New York" / "I live in New York City"): the newer one is an update that compaction
+    uses to supersede the older.
+    """
+
+    tokens: frozenset[str]
+    key: str | None
+    value: tuple[str, str] | None  #: normalised (value, polarity); None when the slot has no value
+
+    @classmethod
+    def of_row(cls, row: Mapping[str, Any]) -> _Known:
+        meta = row["metadata"] or {}
+        key = meta.get("key") or None
+        return cls(tokenize(row["content"]), key, _slot_value(meta.get("value"), meta.get("polarity")))
+
+    @classmethod
+    def of_item(cls, item: ExtractedItem) -> _Known:
+        value = _slot_value(item.value, item.metadata.get("polarity"))
+        return cls(tokenize(item.content), item.key or None, value)
+
+    def repeats(self, other: _Known, threshold: float) -> bool:
+        if self.key is not None and self.key == other.key and None not in (self.value, other.value):
+            return self.value == other.value
+        return jaccard(self.tokens, other.tokens) >= threshold
+
+
 @dataclass
 class Report:
     """What one analysis or compaction changed."""
@@ -215,13 +253,13 @@ class LegacyMemoryStore:
             {"role": m["role"], "content": m["content"], "id": str(m["id"]), "sessionId": m["session_id"]}
             for m in pending
         ]
-        known = [tokenize(row["content"]) for row in self._active(conn, user_id)]
+        known = [_Known.of_row(row) for row in self._active(conn, user_id)]
         for item in map(_normalise, self.extractor(inputs)):
-            tokens = tokenize(item.content)
-            if any(jaccard(tokens, other) >= self.duplicate_threshold for other in known):
+            candidate = _Known.of_item(item)
+            if any(candidate.repeats(other, self.duplicate_threshold) for other in known):
                 report.duplicatesSkipped += 1
                 continue
-            known.append(tokens)
+            known.append(candidate)
             source = pending[item.source_index] if item.source_index is not None else None
             report.created.append(self._insert_item(conn, user_id, item, source))
         stamp = now()
