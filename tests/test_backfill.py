@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
+from contextlib import contextmanager
 from datetime import datetime
 
+import numpy as np
 import psycopg
 import pytest
 from click.testing import CliRunner
+from pgvector.psycopg import register_vector
 from sqlalchemy import update
 
 from memwork.backfill import BackfillOptions, Cursor, load_checkpoint, run_backfill
 from memwork.cli import main
+from memwork.cli.options import progress as options_progress
 from memwork.db import get_engine
-from memwork.embed import HashEmbedder
+from memwork.embed import HashEmbedder, MemoryModuleEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
 from memwork.pgvector.sample import legacy_items, load_legacy_items
@@ -295,3 +301,155 @@ def test_unreachable_servers_are_one_line_exit_1(source, monkeypatch):
     result = CliRunner().invoke(main, ["backfill", "--mysql-url", "mysql://root@127.0.0.1:1/none"])
     assert result.exit_code == 1
     assert result.output.startswith("Error: MySQL at mysql://root@127.0.0.1:1/none unreachable")
+
+
+# ---- progress: the shared helper with a total that arrives late ---------------------------------
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_shared_progress_takes_a_late_total_and_shows_rows_per_second(monkeypatch):
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    with options_progress("backfill", None, quiet=False, unit="rows") as advance:
+        advance(0, 10)
+        advance(4, 10)
+        advance(6)
+    drawn = terminal.getvalue()
+    assert "backfill" in drawn and "10/10" in drawn and "rows/s" in drawn
+    with options_progress("backfill", None, quiet=True) as advance:
+        advance(3, 10)  # quiet: a no-op that takes the same arguments
+
+
+def test_cli_backfill_feeds_the_shared_progress_bar(source, dest, monkeypatch):
+    mysql_url, _ = source
+    calls: list[tuple] = []
+
+    @contextmanager
+    def recorder(description, total, *, quiet, unit=""):
+        calls.append(("open", description, total, quiet, unit))
+        yield lambda n=1, total=None: calls.append((n, total))
+
+    monkeypatch.setattr("memwork.cli.pgvector.progress", recorder)
+    args = ["backfill", "--mysql-url", mysql_url, "--database-url", dest, "--batch-size", "25"]
+    result = CliRunner().invoke(main, [*args, "--apply", "--embedder", f"hash:{DIMS}"])
+    assert result.exit_code == 0, result.output
+    assert calls[0] == ("open", "backfill", None, False, "rows")
+    assert calls[1] == (0, 60)  # the planned total, before the first batch
+    assert calls[2:] == [(25, 60), (25, 60), (10, 60)]
+    calls.clear()
+    assert CliRunner().invoke(main, [*args, "--json"]).exit_code == 0  # dry run: no bar
+    assert calls[0][3] is True and len(calls) == 1
+
+
+# ---- review additions: keyset under concurrent change, full-range rerun, orphans, dry-run CLI ---
+class ArchivingEmbedder:
+    """Hash vectors; on its first call archives the first source row, as a concurrent app would."""
+
+    model_id = f"hash-{DIMS}"
+    dimension = DIMS
+
+    def __init__(self, mysql_url, victim):
+        self.inner, self.mysql_url, self.victim, self.calls = HashEmbedder(DIMS), mysql_url, victim, 0
+
+    def embed(self, texts):
+        self.calls += 1
+        if self.calls == 1:
+            with get_engine(self.mysql_url).begin() as conn:
+                conn.execute(
+                    update(memory_items).where(memory_items.c.id == self.victim).values(status="archived")
+                )
+        return self.inner.embed(texts)
+
+
+def test_keyset_pages_survive_rows_leaving_the_active_set_mid_run(source, dest):
+    """With OFFSET paging, a row archived before the cursor shifts every later page by one and a row
+    is silently skipped; keyset pages on (updated_at, id) lose nothing."""
+    mysql_url, rows = source
+    ordered = sorted(rows, key=lambda r: (r["updated_at"], r["id"]))
+    embedder = ArchivingEmbedder(mysql_url, ordered[0]["id"])
+    report = run_backfill(_options(mysql_url, dest, batch_size=10, embedder=embedder))
+    assert embedder.calls == 6 and report.rows_written == 60
+    assert set(_dest_rows(dest)) == {r["id"] for r in rows}
+
+
+def test_rerunning_a_range_updates_every_column_in_place(source, dest, tmp_path):
+    mysql_url, rows = source
+    run_backfill(_options(mysql_url, dest))
+    target = rows[5]
+    with psycopg.connect(dest) as conn:
+        (row_id,) = conn.execute(
+            "SELECT id FROM memory_embeddings WHERE source_memory_id = %s", (target["id"],)
+        ).fetchone()
+    with get_engine(mysql_url).begin() as conn:  # changed without touching updated_at
+        conn.execute(
+            update(memory_items)
+            .where(memory_items.c.id == target["id"])
+            .values(
+                content="rewritten",
+                type="preference",
+                metadata={"k": [1, 2]},
+                source_session_id="s9",
+                source_message_id="m9",
+                updated_at=target["updated_at"],
+            )
+        )
+    module = tmp_path / "other_model.py"
+    module.write_text(
+        "from memwork.embed import HashEmbedder\nMODEL_ID = 'other-model'\nDIMENSIONS = 8\n"
+        "_e = HashEmbedder(8)\n"
+        "def embed_memory(memory):\n    return (-_e.embed_one(memory['content'])).tolist()\n",
+        encoding="utf-8",
+    )
+    report = run_backfill(_options(mysql_url, dest, embedder=MemoryModuleEmbedder(str(module))))
+    assert report.rows_written == 60 and report.models_in_table == {"other-model": 60}
+    with psycopg.connect(dest) as conn:
+        register_vector(conn)
+        got = conn.execute(
+            "SELECT id, content, type, metadata, source_session_id, source_message_id, embedding, "
+            "embedding_model, updated_at FROM memory_embeddings WHERE source_memory_id = %s",
+            (target["id"],),
+        ).fetchone()
+        assert conn.execute("SELECT count(*) FROM memory_embeddings").fetchone()[0] == 60
+    assert got[0] == row_id  # updated in place, not deleted and re-inserted
+    assert got[1:6] == ("rewritten", "preference", {"k": [1, 2]}, "s9", "m9")
+    assert np.allclose(got[6].to_numpy(), -HashEmbedder(DIMS).embed_one("rewritten"), atol=1e-6)
+    assert got[7] == "other-model" and got[8].replace(tzinfo=None) == target["updated_at"]
+
+
+def test_orphans_are_counted_when_pruning_but_never_deleted(source, dest):
+    mysql_url, rows = source
+    run_backfill(_options(mysql_url, dest))
+    with get_engine(mysql_url).begin() as conn:
+        conn.execute(memory_items.delete().where(memory_items.c.id == rows[0]["id"]))
+    plain = run_backfill(_options(mysql_url, dest, resume=True))
+    assert plain.inactive["count"] == 0 and plain.inactive["orphans"] is None
+    pruned = run_backfill(_options(mysql_url, dest, resume=True, prune_inactive=True))
+    assert pruned.inactive["orphans"] == 1 and pruned.inactive["orphanSample"] == [rows[0]["id"]]
+    assert pruned.inactive["pruned"] == 0 and rows[0]["id"] in _dest_rows(dest)
+
+
+def test_cli_dry_run_never_loads_the_embedder_or_touches_postgresql(source, tmp_path, monkeypatch):
+    mysql_url, _ = source
+    module = tmp_path / "explode.py"
+    module.write_text("raise SystemExit('the embedding module was imported')\n", encoding="utf-8")
+    monkeypatch.setenv("MEMORY_PGVECTOR_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/unreachable")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://nobody@127.0.0.1:1/bogus")
+    for flags in (["--embedding-module", str(module)], ["--embedder", "minilm"]):
+        result = CliRunner().invoke(main, ["backfill", "--mysql-url", mysql_url, "--json", *flags])
+        assert result.exit_code == 0, result.output
+        data = json.loads(result.output)
+        assert data["mode"] == "dry-run" and data["planned"] == 60 and data["model"] is None
+
+
+def test_cli_apply_never_falls_back_to_database_url(source, dest, monkeypatch):
+    mysql_url, _ = source
+    monkeypatch.delenv("MEMORY_PGVECTOR_DATABASE_URL", raising=False)
+    monkeypatch.setenv("DATABASE_URL", dest)  # a working URL: using it would succeed
+    result = CliRunner().invoke(
+        main, ["backfill", "--apply", "--mysql-url", mysql_url, "--embedder", f"hash:{DIMS}"]
+    )
+    assert result.exit_code == 2 and "MEMORY_PGVECTOR_DATABASE_URL" in result.output
+    assert _dest_rows(dest) == {}

@@ -116,8 +116,13 @@ def test_resolve_returns_the_users_rows_nearest_first(seeded, search):
     memories = result["semanticMemories"]
     assert [m["id"] for m in memories] == ["a-near", "a-mid", "a-far"]
     assert all(m["userId"] == "alice" for m in memories)
-    scores = [m["score"] for m in memories]
-    assert scores == sorted(scores, reverse=True) and scores[0] > 0.99
+    query = np.array([1.0, 0.1, 0.0])
+    stored = {"a-near": [1.0, 0.0, 0.0], "a-mid": [1.0, 1.0, 0.0], "a-far": [0.0, 0.0, 1.0]}
+    for memory in memories:  # score = 1 - cosine distance, as computed here
+        vector = np.array(stored[memory["id"]])
+        cosine = float(query @ vector / np.linalg.norm(query) / np.linalg.norm(vector))
+        assert memory["score"] == pytest.approx(cosine, abs=1e-6)
+        assert memory["distance"] == pytest.approx(1 - cosine, abs=1e-6)
     assert memories[0]["embeddingModel"] == "test" and memories[0]["content"] == "content of a-near"
 
 

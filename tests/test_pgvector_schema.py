@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 import psycopg
 import pytest
 from click.testing import CliRunner
@@ -118,3 +125,34 @@ def test_apply_refuses_an_existing_table_of_another_dimension(pg_url):
     ensure_schema(pg_url, "memory_embeddings", 3)
     with pytest.raises(UsageError, match=r"already has vector\(3\)"):
         ensure_schema(pg_url, "memory_embeddings", 384)
+
+
+def test_url_server_outlives_the_command_and_later_embedded_users_until_stop(pg_server):
+    """`memwork pgvector url` prints a URL that still works after it exits -- also after another
+    process used pg://embedded and exited -- and `--stop` stops the server."""
+    root = Path(tempfile.mkdtemp(prefix="mwurl-", dir="/tmp"))
+    env = {**os.environ, "MEMWORK_PGDATA": str(root / "pgdata"), "MEMWORK_HOME": str(root / "home")}
+    env.pop("MEMORY_PGVECTOR_DATABASE_URL", None)
+
+    def memwork(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "memwork", *args], env=env, capture_output=True, text=True, timeout=180
+        )
+
+    try:
+        url = memwork("pgvector", "url", "--name", "canary")
+        assert url.returncode == 0, url.stderr
+        url = url.stdout.strip()
+        with psycopg.connect(url) as conn:  # the command has exited; the server is still there
+            assert conn.execute("SELECT extname FROM pg_extension WHERE extname = 'vector'").fetchone()
+        smoke = memwork("smoke", "pgvector", "--create-schema", "--table", "t")  # joins pg://embedded
+        assert smoke.returncode == 0, smoke.stdout + smoke.stderr
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        stopped = memwork("pgvector", "url", "--stop")
+        assert stopped.returncode == 0, stopped.stderr
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(url, connect_timeout=3)
+    finally:
+        memwork("pgvector", "url", "--stop")
+        shutil.rmtree(root, ignore_errors=True)

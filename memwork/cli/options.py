@@ -71,15 +71,15 @@ def _json_default(value: Any) -> Any:
 T = TypeVar("T")
 
 
-@contextmanager
-def progress(description: str, total: int | None, *, quiet: bool) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar with rate and ETA on a terminal; silent under ``--json`` or when piped.
+def progress_shown(quiet: bool) -> bool:
+    """A bar is drawn only on a terminal (stderr) and never under ``--json``."""
+    return not quiet and sys.stderr.isatty()
 
-    Yields ``advance(n)``.
-    """
-    if quiet or not sys.stderr.isatty():
-        yield lambda n=1: None
-        return
+
+@contextmanager
+def _rich_bar(unit: str = "") -> Iterator[Any]:
+    """A transient rich ``Progress`` on stderr: description, bar, n/total, %, rate and ETA."""
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -90,12 +90,15 @@ def progress(description: str, total: int | None, *, quiet: bool) -> Iterator[Ca
         TransferSpeedColumn,
     )
 
+    per_second = f" {unit}/s" if unit else "/s"
+
     class RateColumn(TransferSpeedColumn):
         def render(self, task):  # type: ignore[no-untyped-def]
             from rich.text import Text
 
             speed = task.finished_speed or task.speed
-            return Text("?/s" if speed is None else f"{speed:,.0f}/s", style="progress.data.speed")
+            text = "?" + per_second if speed is None else f"{speed:,.0f}{per_second}"
+            return Text(text, style="progress.data.speed")
 
     with Progress(
         TextColumn("{task.description}"),
@@ -104,10 +107,65 @@ def progress(description: str, total: int | None, *, quiet: bool) -> Iterator[Ca
         TaskProgressColumn(),
         RateColumn(),
         TimeRemainingColumn(),
+        console=Console(stderr=True),
         transient=True,
+        redirect_stdout=False,  # stdout may carry data (export, --json): never divert it to stderr
     ) as bar:
+        yield bar
+
+
+@contextmanager
+def progress(
+    description: str, total: int | None, *, quiet: bool, unit: str = ""
+) -> Iterator[Callable[..., None]]:
+    """A rich progress bar with rate and ETA on a terminal; silent under ``--json`` or when piped.
+
+    Yields ``advance(n=1, total=None)``; a ``total`` passed to it (known only once work starts, e.g.
+    after a count) replaces the bar's total. ``unit`` labels the rate (``"rows"`` -> ``1,234 rows/s``).
+    The bar is drawn on stderr, the stream whose terminal check decides whether it is shown.
+    """
+    if not progress_shown(quiet):
+        yield lambda n=1, total=None: None
+        return
+    with _rich_bar(unit) as bar:
         task = bar.add_task(description, total=total)
-        yield lambda n=1: bar.advance(task, n)
+
+        def advance(n: int = 1, total: int | None = None) -> None:
+            if total is not None:
+                bar.update(task, total=total)
+            bar.advance(task, n)
+
+        yield advance
+
+
+class _StageBar:
+    """:class:`memwork.stores.progress.Progress` on a rich bar: one bar per stage, the last replaced."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar = bar
+        self.task: Any = None
+
+    def start(self, description: str, total: int | None) -> None:
+        if self.task is not None:
+            self.bar.remove_task(self.task)
+        self.task = self.bar.add_task(description, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        if self.task is not None:
+            self.bar.advance(self.task, n)
+
+
+@contextmanager
+def stage_progress(*, quiet: bool) -> Iterator[Any]:
+    """The ``progress=`` object for library calls with stages (defrag, store import/export).
+
+    Yields None (no reporting at all) under ``--json`` or when stderr is not a terminal.
+    """
+    if not progress_shown(quiet):
+        yield None
+        return
+    with _rich_bar() as bar:
+        yield _StageBar(bar)
 
 
 def iter_with_progress(

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-
 import click
 
-from memwork.cli.options import apply_option, emit_json, json_option
+from memwork.cli.options import apply_option, emit_json, json_option, progress
 from memwork.errors import CheckFailed, UsageError
 from memwork.pgvector.schema import DEFAULT_DIMENSIONS, DEFAULT_TABLE
 
@@ -77,16 +73,35 @@ def schema_command(
 
 @pgvector_group.command("url")
 @click.option("--name", default="memwork", show_default=True, help="Database on the embedded server.")
-def url_command(name: str) -> None:
+@click.option("--stop", is_flag=True, help="Stop the embedded server instead of printing a URL.")
+def url_command(name: str, stop: bool) -> None:
     """Start (or join) the embedded PostgreSQL + pgvector and print a postgresql:// URL for it.
+
+    The server keeps running after this command exits, so the URL stays usable; `--stop` stops it.
 
     \b
     Example:
         export MEMORY_PGVECTOR_DATABASE_URL="$(memwork pgvector url)"
+        memwork pgvector url --stop
     """
-    from memwork.embedded_pg import server_url
+    from memwork import embedded_pg
 
-    click.echo(server_url(name))
+    server = embedded_pg.start(cleanup_mode=None)  # not "stop": the server must outlive this process
+    # pgserver stops the server when the last process holding a handle exits; a placeholder holder
+    # (pid 0, never a real process) keeps a later pg://embedded user from stopping it on exit
+    holders = getattr(server, "global_process_id_list", None)
+    if stop:
+        if holders is not None:
+            holders.get_and_remove(_KEEP_RUNNING)
+        embedded_pg.stop()
+        click.echo("stopped", err=True)
+        return
+    if holders is not None:
+        holders.get_and_add(_KEEP_RUNNING)
+    click.echo(embedded_pg.server_url(name))
+
+
+_KEEP_RUNNING = 0
 
 
 @click.command("backfill")
@@ -152,8 +167,9 @@ def backfill_command(
     if apply:
         options.embedder = _load_backfill_embedder(embedder_spec, embedding_module)
         options.validate()
-    with _progress_bar("backfill", quiet=as_json) as progress:
-        report = run_backfill(options, progress=progress)
+    # the total (rows planned) is known only after the count in MySQL: it arrives with advance(0, total)
+    with progress("backfill", None, quiet=as_json or not apply, unit="rows") as advance:
+        report = run_backfill(options, progress=advance)
     if as_json:
         emit_json(report.to_dict())
     else:
@@ -182,32 +198,6 @@ def _print_backfill(data: dict) -> None:  # type: ignore[type-arg]
         click.echo(f"inactive sources: {data['inactive']}")
     for row in data["sample"]:
         click.echo(f"  {row['updatedAt']}  {row['id']}  {row['userId']}  {row['content']}")
-
-
-@contextmanager
-def _progress_bar(description: str, *, quiet: bool) -> Iterator[Callable[[int, int | None], None] | None]:
-    """A rich bar with rows/s and ETA whose total arrives with the first callback; off when piped."""
-    if quiet or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeRemainingColumn(),
-        transient=True,
-    ) as bar:
-        task = bar.add_task(description, total=None, rate="")
-
-        def advance(n: int, total: int | None) -> None:
-            bar.update(task, total=total, advance=n)
-            speed = bar.tasks[0].speed
-            bar.update(task, rate=f"{speed:,.0f} rows/s" if speed else "")
-
-        yield advance
 
 
 @click.group("smoke")
