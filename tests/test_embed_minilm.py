@@ -46,3 +46,17 @@ def test_minilm_module_for_runtime_queries():
     emb = QueryModuleEmbedder("memwork.pgvector.minilm")
     assert emb.model_id == MINILM_MODEL_ID
     assert emb.embed_query("dark mode").shape == (384,)
+
+
+def test_loading_the_model_draws_no_progress_bar_on_stderr():
+    """A backfill's stderr carries its own progress bar; the model load must not add one."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    code = "from memwork.embed import SentenceEmbedder; print(SentenceEmbedder().embed(['x']).shape)"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(1, 384)"
+    assert "Loading weights" not in done.stderr and "it/s" not in done.stderr, done.stderr
