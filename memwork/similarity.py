@@ -13,7 +13,7 @@ import numbers
 import os
 import re
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,6 +119,37 @@ def _check_unit(field: str, value: object) -> float:
 
 # --- exact all-pairs search: cheap candidates, then the exact scores above -----------------------
 
+Advance = Callable[[int], None]
+"""``advance(n)``: ``n`` more units of a search are done (see :func:`find_duplicate_pairs`)."""
+Tick = Callable[[float], None]
+
+
+class _Ticker:
+    """Turns "this fraction of the search is done" into ``advance(n)`` calls summing to ``units``."""
+
+    def __init__(self, advance: Advance | None, units: int) -> None:
+        self.advance, self.units, self.done = advance, units, 0
+
+    def to(self, fraction: float) -> None:
+        if self.advance is None:
+            return
+        target = min(self.units, max(0, int(self.units * fraction)))
+        if target > self.done:
+            self.advance(target - self.done)
+            self.done = target
+
+    def phase(self, low: float, high: float) -> Tick:
+        """A ``tick(f)`` mapping a phase's own 0..1 onto ``low..high`` of the whole search."""
+        return lambda f: self.to(low + (high - low) * f)
+
+    def finish(self) -> None:
+        self.to(1.0)
+
+
+def _no_tick(fraction: float) -> None:
+    """Progress sink when nobody listens."""
+
+
 # Float slack for the filters only; every kept pair is re-checked with the exact float64 score.
 _SIZE_SLACK = 1e-9  # relative, for prefix/size filters (ratios of small integers)
 _COSINE_SLACK = 1e-4  # absolute, float32 blocked dot products vs the float64 cosine
@@ -194,7 +225,7 @@ class _Tokens:
         return out
 
 
-def _jaccard_candidates(tokens: _Tokens, threshold: float) -> np.ndarray:
+def _jaccard_candidates(tokens: _Tokens, threshold: float, tick: Tick = _no_tick) -> np.ndarray:
     """Pair codes ``i*n+j`` (i<j) that may reach Jaccard ``threshold`` (AllPairs prefix filter).
 
     Sets are visited in (size, index) order; a set ``x`` probes with its prefix for overlap
@@ -210,6 +241,7 @@ def _jaccard_candidates(tokens: _Tokens, threshold: float) -> np.ndarray:
     row_cost = np.asarray(probe @ posting).ravel()
     found: list[np.ndarray] = []
     for a, b in _budget_blocks(row_cost, _SPARSE_BUDGET):
+        tick(a / max(n, 1))
         block = (probe[a:b] @ inverted).tocoo()
         x = block.row.astype(np.int64) + a
         y = block.col.astype(np.int64)
@@ -219,6 +251,7 @@ def _jaccard_candidates(tokens: _Tokens, threshold: float) -> np.ndarray:
         fits = size_y >= threshold * size_x - _SIZE_SLACK * size_x
         x, y = x[fits], y[fits]
         found.append(np.minimum(x, y) * n + np.maximum(x, y))
+    tick(1.0)
     return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
 
 
@@ -279,10 +312,13 @@ class _Vectors:
             unit32[a : a + _VERIFY_CHUNK] = np.where(norms > 0, chunk, 0.0)
         return unit32
 
-    def candidates(self, low: float, high: float | None) -> np.ndarray:
-        """Pair codes (input positions) whose float32 cosine lies in ``[low-ε, high+ε)``."""
+    def candidates(self, low: float, high: float | None, tick: Tick = _no_tick) -> np.ndarray:
+        """Pair codes (input positions) whose float32 cosine lies in ``[low-ε, high+ε)``.
+
+        ``tick(f)`` reports the share of the upper-triangle work done after each block of rows."""
         m, n = len(self.index), len(self.slot)
         if m < 2:
+            tick(1.0)
             return np.empty(0, dtype=np.int64)
         unit32 = self._unit32()
         # small row blocks keep the upper-triangle work near m^2/2 and the buffer bounded
@@ -304,6 +340,7 @@ class _Vectors:
                 rows = self.index[r[upper] + a]
                 cols = self.index[c[upper] + a]
                 found.append(rows * n + cols)
+                tick(1.0 - ((m - b) / m) ** 2)  # rows a..b done: their share of the triangle
         return np.concatenate(found)
 
 
@@ -345,24 +382,32 @@ def _check_lengths(field: str, got: int, want: int) -> None:
 
 
 def find_duplicate_pairs(
-    texts: Sequence[str], embeddings: Sequence[np.ndarray | None], threshold: float
+    texts: Sequence[str],
+    embeddings: Sequence[np.ndarray | None],
+    threshold: float,
+    *,
+    progress: Advance | None = None,
 ) -> list[PairScore]:
     """Exactly every pair with ``max(jaccard, cosine) >= threshold``, sorted by (-similarity, i, j).
 
     Equal to the guide's all-pairs loop, found as candidates then re-scored exactly: a prefix-filter
     set-similarity join (AllPairs) for Jaccard and blocked float32 matrix products for cosine.
     A threshold of 0 matches every pair, so the output (not the search) is quadratic there.
+
+    ``progress(n)`` is called after blocks of rows of each join; the calls sum to ``len(texts)``.
     """
     threshold = _check_unit("similarity_threshold", threshold)
     n = len(texts)
     _check_lengths("embeddings", len(embeddings), n)
+    ticker = _Ticker(progress, n)
     tokens = _Tokens.build(texts)
     vectors = _Vectors.build(embeddings)
     if threshold == 0.0:
         codes = _all_pairs(n)
     else:
-        text_codes = _jaccard_candidates(tokens, threshold)
-        cosine_codes = _unique(vectors.candidates(threshold, None))
+        split = 0.45 if len(vectors.index) >= 2 else 0.9  # the joins' rough shares of the time
+        text_codes = _jaccard_candidates(tokens, threshold, ticker.phase(0.0, split))
+        cosine_codes = _unique(vectors.candidates(threshold, None, ticker.phase(split, 0.9)))
         codes = _unique(np.concatenate((text_codes, cosine_codes)))
     i, j = np.divmod(codes, max(n, 1))
     text = tokens.jaccard(i, j)
@@ -371,7 +416,9 @@ def find_duplicate_pairs(
     i, j, text = i[maybe], j[maybe], text[maybe]
     sem = vectors.cosine(i, j)
     keep = (text >= threshold) | (sem >= threshold)
-    return _to_pairs(i[keep], j[keep], text[keep], sem[keep])
+    pairs = _to_pairs(i[keep], j[keep], text[keep], sem[keep])
+    ticker.finish()
+    return pairs
 
 
 def find_related_pairs(
@@ -379,11 +426,14 @@ def find_related_pairs(
     min_similarity: float,
     max_similarity: float,
     texts: Sequence[str] | None = None,
+    *,
+    progress: Advance | None = None,
 ) -> list[PairScore]:
     """Exactly every embedded pair with ``min <= cosine < max`` (cosine only, no keyword boost).
 
     ``text_similarity`` is the pair's Jaccard when ``texts`` are given, else 0.0; sorting uses the
-    hybrid ``similarity`` like :func:`find_duplicate_pairs`.
+    hybrid ``similarity`` like :func:`find_duplicate_pairs`. ``progress(n)`` is called after blocks
+    of rows; the calls sum to ``len(embeddings)``.
     """
     low = _check_unit("min_similarity", min_similarity)
     high = _check_unit("max_similarity", max_similarity)
@@ -392,11 +442,17 @@ def find_related_pairs(
     n = len(embeddings)
     if texts is not None:
         _check_lengths("texts", len(texts), n)
+    ticker = _Ticker(progress, n)
     vectors = _Vectors.build(embeddings)
-    codes = _unique(vectors.candidates(low, high)) if low < high else np.empty(0, dtype=np.int64)
+    if low < high:
+        codes = _unique(vectors.candidates(low, high, ticker.phase(0.0, 0.9)))
+    else:
+        codes = np.empty(0, dtype=np.int64)
     i, j = np.divmod(codes, max(n, 1))
     sem = vectors.cosine(i, j)
     keep = (sem >= low) & (sem < high)
     i, j, sem = i[keep], j[keep], sem[keep]
     text = _Tokens.build(texts).jaccard(i, j) if texts is not None else np.zeros(len(i))
-    return _to_pairs(i, j, text, sem)
+    pairs = _to_pairs(i, j, text, sem)
+    ticker.finish()
+    return pairs

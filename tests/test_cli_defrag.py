@@ -86,3 +86,86 @@ def test_help_for_every_action():
     for action in ("analyze", "find-duplicates", "full", "undo", "journal"):
         result = run("defrag", action, "--help")
         assert result.exit_code == 0 and "Example" in result.output
+
+
+def test_every_defrag_and_store_command_has_help_example_and_json():
+    """Issue 2: --help (with an example) on every command, --json on every command that reports."""
+    from memwork.cli.defrag import ACTION_HELP
+
+    groups = {group: main.commands[group] for group in ("defrag", "store")}
+    assert set(ACTION_HELP) | {"undo", "journal"} == set(groups["defrag"].commands)
+    for group, command in groups.items():
+        assert "Example" in run(group, "--help").output
+        for name in command.commands:
+            result = run(group, name, "--help")
+            assert result.exit_code == 0, (group, name)
+            assert "Example" in result.output and f"memwork {group} " in result.output, (group, name)
+            assert "--json" in result.output, (group, name)
+
+
+class FakeBar:
+    """Stands in for the rich bar so CLI tests can see what the bar would have shown."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[int, list] = {}
+
+    def add_task(self, description, total=None):
+        self.tasks[len(self.tasks)] = [description, total, 0]
+        return len(self.tasks) - 1
+
+    def remove_task(self, task):
+        pass
+
+    def advance(self, task, n):
+        self.tasks[task][2] += n
+
+
+@pytest.fixture
+def fake_bar(monkeypatch):
+    """Pretend stderr is a terminal and record the bar's tasks instead of drawing them."""
+    from contextlib import contextmanager
+
+    from memwork.cli import options
+
+    bars: list[FakeBar] = []
+
+    @contextmanager
+    def rich_bar(unit=""):
+        bars.append(FakeBar())
+        yield bars[-1]
+
+    monkeypatch.setattr(options, "progress_shown", lambda quiet: not quiet)
+    monkeypatch.setattr(options, "_rich_bar", rich_bar)
+    return bars
+
+
+def test_progress_bar_on_terminal_quiet_under_json(store_dir, fake_bar):
+    shown = run("defrag", "find-duplicates", "--store", store_dir)
+    assert shown.exit_code == 0
+    assert list(fake_bar[-1].tasks.values()) == [["loading entries", 2, 2], ["finding duplicates", 2, 2]]
+    applied = run("defrag", "full", "--store", store_dir, "--apply")
+    assert applied.exit_code == 0
+    stages = [t[0] for t in fake_bar[-1].tasks.values()]
+    assert stages[:2] == ["loading entries", "finding duplicates"] and "applying merge_duplicates" in stages
+    bars = len(fake_bar)
+    for args in (["find-duplicates"], ["full"], ["merge-duplicates", "--apply"]):
+        result = CliRunner().invoke(main, ["defrag", *args, "--store", store_dir, "--json"])
+        assert result.exit_code == 0 and result.stderr == ""
+        assert json.loads(result.stdout)["action"]  # stdout is one JSON document and nothing else
+    assert len(fake_bar) == bars  # no bar under --json
+
+
+def test_progress_is_off_when_stderr_is_not_a_terminal(store_dir, monkeypatch):
+    """CliRunner's stderr is not a terminal: run_action gets no progress object at all."""
+    import memwork.defrag
+
+    seen = []
+    real = memwork.defrag.run_action
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("progress"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(memwork.defrag, "run_action", spy)
+    assert run("defrag", "analyze", "--store", store_dir).exit_code == 0
+    assert seen == [None]

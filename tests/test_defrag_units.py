@@ -124,6 +124,48 @@ def test_scopes_never_cross():
     assert [(p.scope, p.path_a, p.path_b) for p in pairs] == [("bob", "a.md", "b.md")]
     plan = plan_merge_duplicates(entries).plan
     assert {op.scope for op in plan} == {"bob"}
+    # related pairs and links: identical vectors in two scopes are never paired or linked
+    everything = find_related(entries, 0.0, 1.0) + find_duplicates(entries, 0.0)
+    assert {(p.scope, p.path_a, p.path_b) for p in everything} == {("bob", "a.md", "b.md")}
+    store = MemoryStore(entries)
+    linked = run_action(store, "link_related", min_similarity=0.0, max_similarity=1.0, apply=True)
+    assert [(op.scope, op.path, op.target) for op in linked.plan] == [("bob", "a.md", "b.md")]
+    assert "related" not in store.get("a.md", scope="alice").metadata
+    merged = run_action(store, "full", similarity_threshold=0.0, apply=True, now=NOW)
+    assert {c.scope for c in merged.changes} == {"bob"}
+
+
+def test_full_passes_each_parameter_to_its_step():
+    """Invariant 6: full runs merge -> cleanup -> compact with the parameters given, not defaults."""
+    defaults = run_action(_messy_store(), "full", now=NOW)
+    deleted = {(op.step, op.path) for op in defaults.plan if op.kind == "delete"}
+    assert ("cleanup_stubs", "hot-stub.md") not in deleted  # 50 hits > max_hits 10
+    assert ("compact", "junk.md") in deleted  # quality 0, 60 days old, unread
+    custom = run_action(
+        _messy_store(),
+        "full",
+        now=NOW,
+        similarity_threshold=1.0,
+        strategy="keep_larger",
+        age_days=0,
+        max_hits=100,
+        min_quality_score=0,
+        min_age_days=1000,
+        compact_max_hits=0,
+    )
+    steps = {(op.step, op.kind, op.path) for op in custom.plan}
+    assert ("cleanup_stubs", "delete", "hot-stub.md") in steps and (
+        "cleanup_stubs",
+        "delete",
+        "stub.md",
+    ) in steps
+    assert not any(step == "compact" for step, _, _ in steps)  # nothing has quality < 0
+    assert custom.params["strategy"] == "keep_larger" and custom.params["age_days"] == 0
+    wide = run_action(
+        _messy_store(), "full", now=NOW, min_quality_score=100, min_age_days=0, compact_max_hits=5
+    )
+    compacted = {op.path for op in wide.plan if op.step == "compact"}
+    assert "x.md" in compacted  # 5 days old: only deleted because min_age_days=0 reached compact
 
 
 # ---- usage errors (invariant 5) -----------------------------------------------------------------------
@@ -209,6 +251,24 @@ def test_combined_entry_is_reembedded_or_marked(with_embedder):
         assert "embedding_stale" not in survivor.metadata
     else:
         assert survivor.embedding is None and survivor.metadata["embedding_stale"] is True
+
+
+def test_combine_over_the_size_limit_fails_in_preview_and_writes_nothing():
+    from memwork.entry import MAX_CONTENT_BYTES
+
+    big = "x" * (MAX_CONTENT_BYTES // 2)  # two of them, combined, are over the limit
+    a, b = entry("a.md", big + " one", days=2), entry("b.md", big + " two", days=1)
+    a.embedding = b.embedding  # duplicates by cosine
+    store = MemoryStore([a, b])
+    original = [e.to_record() for e in store.all_entries()]
+    for apply in (False, True):
+        with pytest.raises(UsageError, match="byte limit") as info:
+            run_action(store, "merge_duplicates", strategy="combine", apply=apply, now=NOW)
+        assert info.value.field == "path" and info.value.value == "b.md"
+    assert [e.to_record() for e in store.all_entries()] == original
+    assert [(r["changes"], r["status"][:6]) for r in list_runs()] == [(0, "failed")]  # attempt audited
+    run_action(store, "merge_duplicates", strategy="keep_larger", apply=True, now=NOW)
+    assert store.get("a.md").is_stub
 
 
 def test_keep_newer_keeps_merged_away_content_in_journal():
@@ -388,3 +448,61 @@ def test_journal_records_run_and_images():
     assert header["store"].startswith("memory") and header["started_at"]
     assert [(c["path"], c["after"]) for c in run.changes] == [("stub.md", None)]
     assert run.changes[0]["before"]["hits"] == 2 and run.footer["status"] == "ok"
+
+
+# ---- progress ----------------------------------------------------------------------------------------
+class Recorder:
+    """A :class:`memwork.stores.progress.Progress` that remembers every stage and its advances."""
+
+    def __init__(self) -> None:
+        self.stages: list[list] = []  # [description, total, advanced]
+
+    def start(self, description, total):
+        self.stages.append([description, total, 0])
+
+    def advance(self, n=1):
+        assert n > 0
+        self.stages[-1][2] += n
+
+    def totals(self):
+        return {d: t for d, t, _ in self.stages}
+
+
+def test_run_action_reports_progress_with_sensible_totals():
+    store = _messy_store()  # 6 entries, 2 of them stubs
+    rec = Recorder()
+    result = run_action(store, "find_duplicates", progress=rec, now=NOW)
+    assert result.pairs
+    assert [s[0] for s in rec.stages] == ["loading entries", "finding duplicates"]
+    assert rec.totals() == {"loading entries": 6, "finding duplicates": 4}  # stubs are not compared
+    assert all(total == advanced for _, total, advanced in rec.stages)
+
+    rec = Recorder()
+    run_action(store, "find_related", min_similarity=0.1, progress=rec, now=NOW)
+    assert rec.totals() == {"loading entries": 6, "finding related pairs": 4}
+    assert all(total == advanced for _, total, advanced in rec.stages)
+
+    rec = Recorder()
+    run_action(store, "analyze", scope="other", progress=rec, now=NOW)
+    assert rec.stages == [["loading entries", 1, 1]]
+
+
+def test_full_apply_reports_every_stage_and_undo_too():
+    store = _messy_store()
+    rec = Recorder()
+    result = run_action(store, "full", apply=True, progress=rec, now=NOW)
+    names = [s[0] for s in rec.stages]
+    assert names[:2] == ["loading entries", "finding duplicates"]
+    assert "applying merge_duplicates" in names and names[-1] == "loading entries"
+    applied = sum(t for d, t, _ in rec.stages if d.startswith("applying"))
+    assert applied == len(result.changes) > 0
+    assert all(total == advanced for _, total, advanced in rec.stages)
+    rec = Recorder()
+    _, changes = undo(result.run_id, store, progress=rec)
+    assert rec.stages == [["restoring entries", len(changes), len(changes)]]
+
+
+def test_progress_changes_nothing_in_the_result():
+    plain = run_action(_messy_store(), "full", now=NOW).to_dict()
+    tracked = run_action(_messy_store(), "full", now=NOW, progress=Recorder()).to_dict()
+    assert plain == tracked

@@ -300,3 +300,36 @@ def test_text_join_on_larger_random_store(threshold):
     assert find_duplicate_pairs(texts, embeddings, threshold) == brute_duplicates(
         texts, embeddings, threshold
     )
+
+
+# --- progress -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("embedded", [True, False])
+@pytest.mark.parametrize("threshold", [0.0, 0.8])
+def test_progress_advances_per_block_and_sums_to_row_count(monkeypatch, embedded, threshold):
+    """The callback is called per block of rows, never backwards, and sums to len(texts)."""
+    monkeypatch.setattr(similarity, "_BLOCK_BYTES", 64)  # many cosine blocks
+    monkeypatch.setattr(similarity, "_SPARSE_BUDGET", 3)  # many Jaccard blocks
+    rng = np.random.default_rng(5)
+    emb = [rng.standard_normal(16) if embedded else None for _ in range(300)]
+    texts = [" ".join(rng.choice(["red", "green", "blue", "cat", "dog"], 3)) for _ in range(300)]
+    calls: list[int] = []
+    got = find_duplicate_pairs(texts, emb, threshold, progress=calls.append)
+    assert got == find_duplicate_pairs(texts, emb, threshold)  # progress changes nothing found
+    assert sum(calls) == 300 and all(n > 0 for n in calls)
+    if threshold > 0:
+        assert len(calls) >= 3, calls  # reported as blocks finish, not once at the end
+
+    calls.clear()
+    find_related_pairs(emb, 0.1, 0.9, texts, progress=calls.append)
+    assert sum(calls) == 300 and all(n > 0 for n in calls)
+    if embedded:
+        assert len(calls) >= 3, calls
+
+
+def test_progress_on_empty_input_is_never_called():
+    calls: list[int] = []
+    assert find_duplicate_pairs([], [], 0.5, progress=calls.append) == []
+    assert find_related_pairs([], 0.5, 0.8, progress=calls.append) == []
+    assert calls == []

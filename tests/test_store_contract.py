@@ -225,3 +225,14 @@ def test_bump_hits_keeps_updated_at(any_store):
     assert got.hits == 3 and got.updated_at == T0
     with pytest.raises(EntryNotFound):
         any_store.bump_hits("missing.md")
+
+
+def test_count_and_put_many_progress(any_store):
+    calls: list[int] = []
+    entries = [Entry(path=f"c/{i:04d}", content=f"c{i}", scope=("a" if i % 3 else "b")) for i in range(1203)]
+    assert any_store.put_many(entries, progress=calls.append) == 1203
+    assert sum(calls) == 1203 and all(n > 0 for n in calls)
+    _stub(any_store, "s.md", "c/0001", scope="a")
+    assert any_store.count() == 1204 == len(any_store.all_entries())
+    assert any_store.count(scope="a") == len(any_store.all_entries(scope="a")) == 803
+    assert any_store.count(scope="nobody") == 0

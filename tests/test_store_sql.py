@@ -146,3 +146,22 @@ def test_bulk_load_rebuilds_the_hnsw_index(pg_url, monkeypatch):
             r[0] for r in conn.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'agent_memories'")
         ]
     assert any("hnsw" in i for i in indexes)
+
+
+def test_unopenable_stores_are_one_line_errors(tmp_path):
+    """A SQLite file that cannot be opened is bad input (exit 2); a server that does not answer is an
+    unavailable service (exit 1); both one line without a traceback, the password hidden."""
+    from click.testing import CliRunner
+
+    from memwork.cli import main
+
+    runner = CliRunner()
+    bad_file = f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}"
+    result = runner.invoke(main, ["defrag", "analyze", "--store", bad_file])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"Error: store={bad_file!r}: cannot open: unable to open database file\n"
+    down = "postgresql://bob:hunter2@127.0.0.1:1/x"
+    result = runner.invoke(main, ["store", "info", "--store", down])
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("Error: store='postgresql://bob:***@127.0.0.1:1/x': unreachable:")
+    assert len(result.stderr.splitlines()) == 1 and "hunter2" not in result.output

@@ -134,7 +134,101 @@ def test_import_missing_file(any_store, tmp_path):
         import_jsonl(any_store, tmp_path / "nope.jsonl")
 
 
+class Recorder:
+    """A :class:`memwork.stores.progress.Progress` that remembers every stage and its advances."""
+
+    def __init__(self) -> None:
+        self.stages: list[list] = []  # [description, total, advanced]
+
+    def start(self, description, total):
+        self.stages.append([description, total, 0])
+
+    def advance(self, n=1):
+        assert n > 0
+        self.stages[-1][2] += n
+
+
+@pytest.mark.parametrize("count", [40, 2600])  # one get per line / one scan of the store
+def test_import_export_progress_totals(tmp_path, count):
+    store = open_store(f"sqlite:///{tmp_path / 'p.db'}")
+    lines = [entry_line(e) for e in generate_entries(count, seed=3, now=NOW)]
+    rec = Recorder()
+    report = import_jsonl(store, lines, apply=True, progress=rec)
+    assert report.new == count
+    assert rec.stages == [
+        ["checking lines", count, count],
+        ["comparing with the store", count if count <= 2000 else 0, count if count <= 2000 else 0],
+        ["writing", count, count],
+    ]
+    rec = Recorder()
+    assert import_jsonl(store, lines, progress=rec).unchanged == count  # dry run: no writing stage
+    assert [s[0] for s in rec.stages] == ["checking lines", "comparing with the store"]
+    assert all(total == done for _, total, done in rec.stages)
+    rec = Recorder()
+    assert export_jsonl(store, io.StringIO(), progress=rec) == count
+    assert rec.stages == [["exporting", count, count]]
+
+
 # ---- CLI ------------------------------------------------------------------------------------------
+class FakeBar:
+    """Stands in for the rich bar so CLI tests can see what the bar would have shown."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[int, list] = {}
+
+    def add_task(self, description, total=None):
+        self.tasks[len(self.tasks)] = [description, total, 0]
+        return len(self.tasks) - 1
+
+    def remove_task(self, task):
+        pass
+
+    def advance(self, task, n):
+        self.tasks[task][2] += n
+
+
+@pytest.fixture
+def fake_bar(monkeypatch):
+    """Pretend stderr is a terminal and record the bar's tasks instead of drawing them."""
+    from contextlib import contextmanager
+
+    from memwork.cli import options
+
+    bars: list[FakeBar] = []
+
+    @contextmanager
+    def rich_bar(unit=""):
+        bars.append(FakeBar())
+        yield bars[-1]
+
+    monkeypatch.setattr(options, "progress_shown", lambda quiet: not quiet)
+    monkeypatch.setattr(options, "_rich_bar", rich_bar)
+    return bars
+
+
+def test_cli_import_export_show_progress_but_not_under_json(tmp_path, fake_bar):
+    runner = CliRunner()
+    spec = f"sqlite:///{tmp_path / 'src.db'}"
+    with open_store(spec) as store:
+        store.put_many(generate_entries(25, seed=4, now=NOW))
+    out = tmp_path / "dump.jsonl"
+    assert runner.invoke(main, ["store", "export", "--store", spec, "-o", str(out)]).exit_code == 0
+    assert list(fake_bar[-1].tasks.values()) == [["exporting", 25, 25]]
+    target = str(tmp_path / "copy")
+    done = runner.invoke(main, ["store", "import", "--store", target, str(out), "--apply"])
+    assert done.exit_code == 0
+    assert [t[0] for t in fake_bar[-1].tasks.values()] == [
+        "checking lines",
+        "comparing with the store",
+        "writing",
+    ]
+    assert all(t[1] == t[2] == 25 for t in fake_bar[-1].tasks.values())
+    bars = len(fake_bar)
+    quiet = runner.invoke(main, ["store", "import", "--store", target, str(out), "--json"])
+    assert quiet.exit_code == 0 and json.loads(quiet.stdout)["unchanged"] == 25 and quiet.stderr == ""
+    assert len(fake_bar) == bars  # no bar under --json
+
+
 def test_cli_export_import_info(store_spec, tmp_path):
     runner = CliRunner()
     with open_store(store_spec) as store:
@@ -171,6 +265,14 @@ def test_cli_import_error_is_one_line_exit_2(tmp_path):
     assert result.exit_code == 2
     assert result.stderr == "Error: line 2: path='a|b': must not contain '|'\n"
     assert open_store(target).all_entries() == []
+
+
+def test_cli_export_to_unwritable_file_names_the_option(tmp_path):
+    result = CliRunner().invoke(
+        main, ["store", "export", "--store", str(tmp_path / "fs"), "-o", str(tmp_path / "no" / "x.jsonl")]
+    )
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: output={str(tmp_path / 'no' / 'x.jsonl')!r}: No such file or directory\n"
 
 
 def test_cli_unknown_store_scheme_hides_password():

@@ -6,7 +6,14 @@ from typing import Any
 
 import click
 
-from memwork.cli.options import apply_option, emit_json, json_option, scope_option, store_option
+from memwork.cli.options import (
+    apply_option,
+    emit_json,
+    json_option,
+    scope_option,
+    stage_progress,
+    store_option,
+)
 from memwork.errors import UsageError
 
 ACTION_HELP = {
@@ -82,8 +89,10 @@ def _make_action(name: str) -> click.Command:
         from memwork.defrag import run_action
 
         params = {k: v for k, v in opts.items() if v is not None}
-        with _open(store_spec) as store:
-            result = run_action(store, name, scope=scope, apply=apply, embedder=embedder, **params)
+        with _open(store_spec) as store, stage_progress(quiet=as_json) as bar:
+            result = run_action(
+                store, name, scope=scope, apply=apply, embedder=embedder, progress=bar, **params
+            )
         if as_json:
             emit_json(result.to_dict())
         else:
@@ -117,8 +126,8 @@ def undo_command(run_id: str, store_spec: str, force: bool, as_json: bool) -> No
     """
     from memwork.defrag import undo
 
-    with _open(store_spec) as store:
-        new_run, changes = undo(run_id, store, force=force)
+    with _open(store_spec) as store, stage_progress(quiet=as_json) as bar:
+        new_run, changes = undo(run_id, store, force=force, progress=bar)
     data = {"undone": run_id, "run_id": new_run, "changes": [c.to_dict() for c in changes]}
     if as_json:
         emit_json(data)

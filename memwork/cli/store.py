@@ -6,7 +6,14 @@ import sys
 
 import click
 
-from memwork.cli.options import apply_option, emit_json, json_option, scope_option, store_option
+from memwork.cli.options import (
+    apply_option,
+    emit_json,
+    json_option,
+    scope_option,
+    stage_progress,
+    store_option,
+)
 from memwork.stores import open_store
 from memwork.stores.transfer import export_jsonl, import_jsonl, store_info
 
@@ -37,8 +44,8 @@ def import_command(store_spec: str, file: str, apply: bool, as_json: bool) -> No
         memwork store import --store sqlite:///memory.db dump.jsonl --apply
     """
     source = sys.stdin if file == "-" else file
-    with open_store(store_spec) as store:
-        report = import_jsonl(store, source, apply=apply)
+    with open_store(store_spec) as store, stage_progress(quiet=as_json) as bar:
+        report = import_jsonl(store, source, apply=apply, progress=bar)
     if as_json:
         emit_json(report.to_dict())
         return
@@ -68,11 +75,11 @@ def export_command(store_spec: str, scope: str | None, output: str, as_json: boo
     Example:
         memwork store export --store pg://embedded --scope agent-7 -o agent-7.jsonl
     """
-    with open_store(store_spec) as store:
-        if output == "-":
-            count = export_jsonl(store, sys.stdout, scope=scope)
-        else:
-            count = export_jsonl(store, output, scope=scope)
+    out = sys.stdout if output == "-" else output
+    # no bar when the lines themselves go to the terminal
+    quiet = as_json or (output == "-" and sys.stdout.isatty())
+    with open_store(store_spec) as store, stage_progress(quiet=quiet) as bar:
+        count = export_jsonl(store, out, scope=scope, progress=bar)
     if output != "-":
         if as_json:
             emit_json({"exported": count, "output": output})

@@ -25,6 +25,7 @@ from memwork.embed import Embedder, load_embedder
 from memwork.entry import Entry, as_utc, utcnow, validate_scope
 from memwork.errors import UsageError
 from memwork.stores.base import Store
+from memwork.stores.progress import Progress, track
 
 
 @dataclass
@@ -99,13 +100,16 @@ def _plan_for(
     params: dict[str, Any],
     approved: list[tuple[str, str, str]] | None,
     now: datetime,
+    progress: Progress | None,
 ) -> Planned:
     if action == "merge_duplicates":
         return plan_merge_duplicates(
-            entries, params["similarity_threshold"], params["strategy"], approved=approved
+            entries, params["similarity_threshold"], params["strategy"], approved=approved, progress=progress
         )
     if action == "link_related":
-        return plan_link_related(entries, params["min_similarity"], params["max_similarity"])
+        return plan_link_related(
+            entries, params["min_similarity"], params["max_similarity"], progress=progress
+        )
     if action == "cleanup_stubs":
         return plan_cleanup_stubs(entries, params["age_days"], params["max_hits"], now=now)
     if action == "compact":
@@ -115,15 +119,23 @@ def _plan_for(
     raise AssertionError(action)  # pragma: no cover
 
 
-def _read_only(result: ActionResult, entries: list[Entry], params: dict[str, Any], now: datetime) -> None:
+def _read_only(
+    result: ActionResult,
+    entries: list[Entry],
+    params: dict[str, Any],
+    now: datetime,
+    progress: Progress | None,
+) -> None:
     action = result.action
     if action == "analyze":
         result.summary = findings.analyze(entries)
     elif action == "find_duplicates":
-        result.pairs = findings.find_duplicates(entries, params["similarity_threshold"])
+        result.pairs = findings.find_duplicates(entries, params["similarity_threshold"], progress=progress)
         result.summary = {"pairs": len(result.pairs)}
     elif action == "find_related":
-        result.pairs = findings.find_related(entries, params["min_similarity"], params["max_similarity"])
+        result.pairs = findings.find_related(
+            entries, params["min_similarity"], params["max_similarity"], progress=progress
+        )
         status = [p.link_status for p in result.pairs]
         result.summary = {"pairs": len(status)} | {
             s: status.count(s) for s in ("unlinked", "one-way", "bidirectional")
@@ -136,6 +148,13 @@ def _read_only(result: ActionResult, entries: list[Entry], params: dict[str, Any
         result.summary = {"entries": len(result.entries)}
 
 
+def load_entries(store: Store, scope: str | None = None, progress: Progress | None = None) -> list[Entry]:
+    """``store.all_entries(scope=scope)``, as a "loading entries" stage of ``progress`` when given."""
+    if progress is None:
+        return store.all_entries(scope=scope)
+    return list(track(store.iter_entries(scope=scope), progress, "loading entries", store.count(scope=scope)))
+
+
 def run_action(
     store: Store,
     action: str,
@@ -144,12 +163,15 @@ def run_action(
     apply: bool = False,
     now: datetime | str | None = None,
     embedder: Embedder | str | None = None,
+    progress: Progress | None = None,
     **params: Any,
 ) -> ActionResult:
     """Run one defrag action on ``store`` (every scope, or only ``scope``).
 
     Modifying actions are a dry run unless ``apply``: the result then holds the plan and the predicted
     changes; with ``apply`` exactly that plan is executed and journaled (``result.run_id``).
+    ``progress`` (see :class:`~memwork.stores.progress.Progress`) hears the long stages: loading
+    entries, finding pairs and applying changes.
     """
     name = normalize_action(action)
     scope = validate_scope(scope) if scope is not None else None
@@ -159,17 +181,17 @@ def run_action(
     if isinstance(embedder, str):
         embedder = load_embedder(embedder)
     when = as_utc(now) if now is not None else utcnow()
-    entries = store.all_entries(scope=scope)
+    entries = load_entries(store, scope, progress)
     result = ActionResult(name, checked, scope, store.describe())
     if name in READ_ONLY:
-        _read_only(result, entries, checked, when)
+        _read_only(result, entries, checked, when, progress)
         return result
     approved = None
     if checked.get("approved"):
         approved = read_approved_pairs(checked["approved"], entries, scope=scope)
     if name == "full":
-        return _run_full(result, store, entries, approved, when, embedder, apply)
-    planned = _plan_for(name, entries, checked, approved, when)
+        return _run_full(result, store, entries, approved, when, embedder, apply, progress)
+    planned = _plan_for(name, entries, checked, approved, when, progress)
     result.plan, result.pairs = planned.plan, planned.pairs
     result.entries, result.skipped = planned.entries, planned.skipped
     if apply:
@@ -181,6 +203,7 @@ def run_action(
                 embedder=embedder,
                 journal=journal,
                 expected={e.key: e for e in entries},
+                progress=progress,
             )
         result.applied, result.run_id = True, journal.run_id
     else:
@@ -201,6 +224,7 @@ def _run_full(
     now: datetime,
     embedder: Embedder | None,
     apply: bool,
+    progress: Progress | None = None,
 ) -> ActionResult:
     """merge_duplicates → cleanup_stubs → compact, each planned on the state the previous one leaves.
 
@@ -213,7 +237,9 @@ def _run_full(
     steps: list[tuple[Planned, dict[tuple[str, str], Entry]]] = []
     step_changes: list[list[Change]] = []
     planners = (
-        lambda es: plan_merge_duplicates(es, p["similarity_threshold"], p["strategy"], approved=approved),
+        lambda es: plan_merge_duplicates(
+            es, p["similarity_threshold"], p["strategy"], approved=approved, progress=progress
+        ),
         lambda es: plan_cleanup_stubs(es, p["age_days"], p["max_hits"], now=now),
         lambda es: plan_compact(
             es, p["min_quality_score"], p["min_age_days"], p["compact_max_hits"], now=now
@@ -239,12 +265,18 @@ def _run_full(
             for planned, snapshot in steps:
                 applied.append(
                     execute(
-                        store, planned.plan, now=now, embedder=embedder, journal=journal, expected=snapshot
+                        store,
+                        planned.plan,
+                        now=now,
+                        embedder=embedder,
+                        journal=journal,
+                        expected=snapshot,
+                        progress=progress,
                     )
                 )
         step_changes = applied
         result.applied, result.run_id = True, journal.run_id
-        after = health(store.all_entries(scope=result.scope))
+        after = health(load_entries(store, result.scope, progress))
     result.changes = [c for changes in step_changes for c in changes]
     names = ("merge_duplicates", "cleanup_stubs", "compact")
     result.summary = {

@@ -17,9 +17,10 @@ from typing import Any, Protocol
 from memwork.defrag import merge as m
 from memwork.defrag.plan import Operation, Plan
 from memwork.embed import Embedder
-from memwork.entry import Entry
-from memwork.errors import MemworkError
+from memwork.entry import MAX_CONTENT_BYTES, Entry
+from memwork.errors import MemworkError, UsageError
 from memwork.stores.base import Store
+from memwork.stores.progress import Progress
 
 Key = tuple[str, str]
 
@@ -152,6 +153,15 @@ def compute_changes(
     for op in plan:
         _run_op(ov, op, now, stale)
     _refresh_embeddings(ov, stale, embedder)
+    for (scope, path), after in ov.after.items():
+        if after is not None and len(after.content.encode("utf-8")) > MAX_CONTENT_BYTES:
+            # found while planning, so the dry run shows it and apply writes nothing
+            raise UsageError(
+                "path",
+                path,
+                f"merged content would be {after.size} bytes, over the {MAX_CONTENT_BYTES} byte limit "
+                f"(scope {scope!r}); use --strategy keep_newer or keep_larger",
+            )
     changes = [
         Change(scope, path, ov.before[(scope, path)], after)
         for (scope, path), after in ov.after.items()
@@ -180,6 +190,7 @@ def execute(
     embedder: Embedder | None = None,
     journal: ChangeSink | None = None,
     expected: Mapping[Key, Entry | None] | None = None,
+    progress: Progress | None = None,
 ) -> list[Change]:
     """Apply ``plan`` to ``store`` and return the changes made.
 
@@ -195,6 +206,8 @@ def execute(
                     f"path={change.path!r}: changed since the plan was made (scope {change.scope!r});"
                     " nothing was written, run the action again"
                 )
+    if progress is not None:
+        progress.start(f"applying {plan.action}", len(changes))
     for change in changes:
         if journal is not None:
             journal.record(change)
@@ -202,4 +215,6 @@ def execute(
             store.delete(change.path, scope=change.scope)
         else:
             store.put(change.after)
+        if progress is not None:
+            progress.advance(1)
     return changes

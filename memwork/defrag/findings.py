@@ -18,6 +18,7 @@ from memwork import similarity
 from memwork.defrag.merge import links_to
 from memwork.defrag.scores import confidence_of, health, quality_issues, quality_score
 from memwork.entry import Entry, utcnow
+from memwork.stores.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -135,12 +136,18 @@ def analyze(entries: Iterable[Entry]) -> dict[str, Any]:
     }
 
 
-def find_duplicates(entries: Iterable[Entry], threshold: float = 0.85) -> list[Pair]:
-    """Every same-scope pair with ``max(jaccard(content), cosine(embedding)) >= threshold``."""
+def find_duplicates(
+    entries: Iterable[Entry], threshold: float = 0.85, *, progress: Progress | None = None
+) -> list[Pair]:
+    """Every same-scope pair with ``max(jaccard(content), cosine(embedding)) >= threshold``.
+
+    ``progress`` gets one stage whose total is the number of entries compared (stubs are not)."""
     pairs: list[Pair] = []
-    for scope, group in by_scope(entries).items():
+    groups = by_scope(entries)
+    advance = _stage(progress, "finding duplicates", groups)
+    for scope, group in groups.items():
         found = similarity.find_duplicate_pairs(
-            [e.content for e in group], _comparable_embeddings(group), threshold
+            [e.content for e in group], _comparable_embeddings(group), threshold, progress=advance
         )
         pairs.extend(
             Pair(
@@ -156,6 +163,15 @@ def find_duplicates(entries: Iterable[Entry], threshold: float = 0.85) -> list[P
     return _sorted(pairs)
 
 
+def _stage(
+    progress: Progress | None, description: str, groups: dict[str, list[Entry]]
+) -> similarity.Advance | None:
+    if progress is None:
+        return None
+    progress.start(description, sum(map(len, groups.values())))
+    return progress.advance
+
+
 def link_status(a: Entry, b: Entry) -> str:
     """``bidirectional``, ``one-way`` or ``unlinked``."""
     forward, backward = links_to(a, b.path), links_to(b, a.path)
@@ -165,15 +181,29 @@ def link_status(a: Entry, b: Entry) -> str:
 
 
 def find_related(
-    entries: Iterable[Entry], min_similarity: float = 0.60, max_similarity: float = 0.85
+    entries: Iterable[Entry],
+    min_similarity: float = 0.60,
+    max_similarity: float = 0.85,
+    *,
+    progress: Progress | None = None,
 ) -> list[Pair]:
-    """Same-scope embedded pairs with ``min <= cosine < max`` (cosine only), with their link status."""
+    """Same-scope embedded pairs with ``min <= cosine < max`` (cosine only), with their link status.
+
+    ``progress`` gets one stage whose total is the number of entries (stubs are not)."""
     pairs: list[Pair] = []
-    for scope, group in by_scope(entries).items():
+    groups = by_scope(entries)
+    advance = _stage(progress, "finding related pairs", groups)
+    for scope, group in groups.items():
         vectors = _comparable_embeddings(group)
         keep = [k for k, v in enumerate(vectors) if v is not None]
+        if advance is not None and len(keep) < len(group):
+            advance(len(group) - len(keep))  # not embedded: nothing to compare
         found = similarity.find_related_pairs(
-            [vectors[k] for k in keep], min_similarity, max_similarity, texts=[group[k].content for k in keep]
+            [vectors[k] for k in keep],
+            min_similarity,
+            max_similarity,
+            texts=[group[k].content for k in keep],
+            progress=advance,
         )
         for p in found:
             a, b = group[keep[p.i]], group[keep[p.j]]

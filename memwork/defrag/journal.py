@@ -20,6 +20,7 @@ from memwork.defrag.apply import Change, fingerprint
 from memwork.entry import Entry, utcnow
 from memwork.errors import CheckFailed, UsageError
 from memwork.stores.base import Store
+from memwork.stores.progress import Progress, track
 from memwork.workspace import workspace_dir
 
 
@@ -155,7 +156,9 @@ def list_runs() -> list[dict[str, Any]]:
     return [r.summary() | {"undone_by": undone.get(r.run_id)} for r in runs]
 
 
-def undo(run_id: str, store: Store, *, force: bool = False) -> tuple[str, list[Change]]:
+def undo(
+    run_id: str, store: Store, *, force: bool = False, progress: Progress | None = None
+) -> tuple[str, list[Change]]:
     """Restore every entry ``run_id`` touched to its before-image (exactly: timestamps and hits too).
 
     Refuses (:class:`CheckFailed`) when an entry changed after the run or the run was already undone,
@@ -189,7 +192,7 @@ def undo(run_id: str, store: Store, *, force: bool = False) -> tuple[str, list[C
         planned.append(Change(scope, path, current, before))
     params = {"run_id": run_id, "force": force}
     with Journal("undo", params, store, run.header.get("scope"), undoes=run_id) as journal:
-        for change in planned:
+        for change in track(planned, progress, "restoring entries", len(planned), every=1):
             journal.record(change)
             if change.after is None:
                 store.delete(change.path, scope=change.scope)

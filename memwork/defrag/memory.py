@@ -43,6 +43,11 @@ class MemoryStore(Store):
                 continue
             yield entry.copy()
 
+    def count(self, *, scope: str | None = None) -> int:
+        if scope is None:
+            return len(self._entries)
+        return sum(1 for s, _ in self._entries if s == scope)
+
     def scopes(self) -> list[str]:
         return sorted({scope for scope, _ in self._entries})
 

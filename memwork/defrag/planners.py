@@ -26,6 +26,7 @@ from memwork.defrag.plan import Operation, Plan
 from memwork.defrag.scores import quality_score
 from memwork.entry import Entry, normalize_path
 from memwork.errors import InvalidPath
+from memwork.stores.progress import Progress
 
 
 @dataclass
@@ -87,13 +88,14 @@ def plan_merge_duplicates(
     strategy: str = "keep_newer",
     *,
     approved: Iterable[tuple[str, str, str]] | None = None,
+    progress: Progress | None = None,
 ) -> Planned:
     """Merge each cluster of duplicates into one survivor (or only the ``approved`` pairs' clusters)."""
     plan = Plan("merge_duplicates")
     live = by_scope(entries)
     stubs = by_scope(entries, stubs=True)
     if approved is None:
-        pairs = find_duplicates(entries, similarity_threshold)
+        pairs = find_duplicates(entries, similarity_threshold, progress=progress)
         links = [(p.scope, p.path_a, p.path_b) for p in pairs]
     else:
         pairs = []
@@ -131,11 +133,15 @@ def plan_merge_duplicates(
 
 
 def plan_link_related(
-    entries: Sequence[Entry], min_similarity: float = 0.60, max_similarity: float = 0.85
+    entries: Sequence[Entry],
+    min_similarity: float = 0.60,
+    max_similarity: float = 0.85,
+    *,
+    progress: Progress | None = None,
 ) -> Planned:
     """Link every related pair that is not yet linked both ways."""
     plan = Plan("link_related")
-    pairs = find_related(entries, min_similarity, max_similarity)
+    pairs = find_related(entries, min_similarity, max_similarity, progress=progress)
     for pair in pairs:
         if pair.link_status != "bidirectional":
             plan.add(Operation("link", pair.scope, pair.path_a, pair.path_b, similarity=pair.similarity))

@@ -10,7 +10,7 @@ validation, stub following and hit counting behave the same in every store.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -58,14 +58,17 @@ class Store(ABC):
         This is what undo and import use to restore an entry byte for byte.
         """
 
-    def put_many(self, entries: Iterable[Entry]) -> int:
+    def put_many(self, entries: Iterable[Entry], *, progress: Callable[[int], None] | None = None) -> int:
         """:meth:`put` for many entries (import, undo, benchmarks); stores override it to batch.
 
+        ``progress(n)`` is called as entries are written (the calls sum to the count written).
         Returns how many entries were written."""
         count = 0
         for entry in entries:
             self.put(entry)
             count += 1
+            if progress is not None:
+                progress(1)
         return count
 
     @abstractmethod
@@ -146,6 +149,10 @@ class Store(ABC):
         path, scope = normalize_path(path), validate_scope(scope)
         if not self._delete(path, scope):
             raise EntryNotFound(path, scope)
+
+    def count(self, *, scope: str | None = None) -> int:
+        """Number of entries (stubs included), of one scope or all; stores override it to be cheap."""
+        return sum(1 for _ in self.iter_entries(scope=scope))
 
     def total_size(self, *, scope: str | None = None) -> int:
         """Sum of entry content sizes in bytes."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -74,13 +74,15 @@ class FilesystemStore(Store):
         with self._lock:
             return self._put_unlocked(entry)
 
-    def put_many(self, entries: Iterable[Entry]) -> int:
+    def put_many(self, entries: Iterable[Entry], *, progress: Callable[[int], None] | None = None) -> int:
         """Write many entries under one lock acquisition."""
         count = 0
         with self._lock:
             for entry in entries:
                 self._put_unlocked(entry)
                 count += 1
+                if progress is not None:
+                    progress(1)
         return count
 
     def _delete(self, path: str, scope: str) -> bool:
@@ -103,6 +105,11 @@ class FilesystemStore(Store):
                 entry = self._load(path, name)
                 if entry is not None:  # deleted meanwhile
                     yield entry
+
+    def count(self, *, scope: str | None = None) -> int:
+        """Number of content files (no file is read)."""
+        scopes = [validate_scope(scope)] if scope is not None else self.scopes()
+        return sum(len(self._paths(name)) for name in scopes)
 
     def scopes(self) -> list[str]:
         found = []

@@ -10,7 +10,7 @@ stored as naive UTC (the guide's ``TIMESTAMP``). Paths compare by code point eve
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +36,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from memwork.db import dialect_of, get_engine
 from memwork.embedded_pg import resolve_url
@@ -46,7 +47,7 @@ from memwork.entry import (
     normalize_path,
     validate_scope,
 )
-from memwork.errors import EntryNotFound, UsageError
+from memwork.errors import EntryNotFound, ServiceUnavailable, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.redaction import redact_url
 from memwork.stores.base import EntryInfo, Store
@@ -143,10 +144,18 @@ class SQLStore(Store):
         return f"{self.kind}:{shown} table={self.table.name}"
 
     def _create(self) -> None:
-        with self.engine.begin() as conn:
-            self.table.metadata.create_all(conn, checkfirst=True)
-            for index in self.table.indexes:  # e.g. an HNSW index dropped by an interrupted bulk load
-                index.create(conn, checkfirst=True)
+        try:
+            with self.engine.begin() as conn:
+                self.table.metadata.create_all(conn, checkfirst=True)
+                for index in self.table.indexes:  # e.g. an HNSW index dropped by an interrupted bulk load
+                    index.create(conn, checkfirst=True)
+        except (OperationalError, InterfaceError) as exc:
+            # one line for the CLI: a file that cannot be opened is bad input, a server that does
+            # not answer is an unavailable service (exit 1); passwords never shown
+            problem = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            if self.dialect == "sqlite":
+                raise UsageError("store", self.url, f"cannot open: {problem}") from None
+            raise ServiceUnavailable(f"store={redact_url(self.url)!r}: unreachable: {problem}") from None
         if self.dialect == "postgresql":
             self._check_pg_dimension()
 
@@ -230,7 +239,7 @@ class SQLStore(Store):
         self.put_many([entry])
         return entry
 
-    def put_many(self, entries: Iterable[Entry]) -> int:
+    def put_many(self, entries: Iterable[Entry], *, progress: Callable[[int], None] | None = None) -> int:
         """Upsert in batches of 500 rows, one transaction per batch.
 
         On PostgreSQL a load of 10,000 or more entries drops the HNSW index and builds it once at the
@@ -238,8 +247,8 @@ class SQLStore(Store):
         entries = entries if isinstance(entries, list) else list(entries)
         if self.dialect == "postgresql" and len(entries) >= _BULK_REBUILD:
             with self._without_hnsw_index():
-                return self._put_batches(entries)
-        return self._put_batches(entries)
+                return self._put_batches(entries, progress)
+        return self._put_batches(entries, progress)
 
     @contextmanager
     def _without_hnsw_index(self) -> Iterator[None]:
@@ -254,16 +263,20 @@ class SQLStore(Store):
                 conn.execute(text("SET LOCAL maintenance_work_mem = '256MB'"))
                 index.create(conn, checkfirst=True)
 
-    def _put_batches(self, entries: list[Entry]) -> int:
+    def _put_batches(self, entries: list[Entry], progress: Callable[[int], None] | None = None) -> int:
         count = 0
         batch: list[dict[str, Any]] = []
         for entry in entries:
             batch.append(self._row_values(entry))
             if len(batch) >= _BATCH:
                 count += self._upsert(batch)
+                if progress is not None:
+                    progress(len(batch))
                 batch = []
         if batch:
             count += self._upsert(batch)
+            if progress is not None:
+                progress(len(batch))
         return count
 
     def _upsert(self, rows: list[dict[str, Any]]) -> int:

@@ -21,6 +21,7 @@ import numpy as np
 from memwork.entry import Entry, as_utc, check_content_size, normalize_path, utcnow, validate_scope
 from memwork.errors import UsageError
 from memwork.stores.base import Store
+from memwork.stores.progress import Progress, track
 
 RECORD_FIELDS = (
     "path",
@@ -87,12 +88,21 @@ def entry_line(entry: Entry) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
-def export_jsonl(store: Store, out: str | os.PathLike[str] | IO[str], *, scope: str | None = None) -> int:
+def export_jsonl(
+    store: Store,
+    out: str | os.PathLike[str] | IO[str],
+    *,
+    scope: str | None = None,
+    progress: Progress | None = None,
+) -> int:
     """Write every entry (stubs included) of ``store`` -- or of one scope -- as JSON lines to ``out``
-    (a path or a text stream), in (scope, path) order. Returns the number of entries written."""
+    (a path or a text stream), in (scope, path) order. Returns the number of entries written.
+
+    ``progress`` gets one "exporting" stage whose total is the store's entry count."""
     count = 0
+    total = store.count(scope=scope) if progress is not None else None
     with _text_out(out) as handle:
-        for entry in store.iter_entries(scope=scope):
+        for entry in track(store.iter_entries(scope=scope), progress, "exporting", total):
             handle.write(entry_line(entry))
             handle.write("\n")
             count += 1
@@ -101,12 +111,19 @@ def export_jsonl(store: Store, out: str | os.PathLike[str] | IO[str], *, scope: 
 
 # ---- import -------------------------------------------------------------------------------------
 def import_jsonl(
-    store: Store, lines_or_path: str | os.PathLike[str] | Iterable[str], *, apply: bool = False
+    store: Store,
+    lines_or_path: str | os.PathLike[str] | Iterable[str],
+    *,
+    apply: bool = False,
+    progress: Progress | None = None,
 ) -> ImportReport:
     """Validate every line, compare with what ``store`` holds, and (only with ``apply``) write the new
-    and changed entries. Raises :class:`ImportLineError` on the first bad line, before any write."""
-    entries = parse_jsonl(lines_or_path, dimension=getattr(store, "dimension", None))
-    existing = _existing_fingerprints(store, entries)
+    and changed entries. Raises :class:`ImportLineError` on the first bad line, before any write.
+
+    ``progress`` hears three stages, each with its total: checking lines, comparing with the store,
+    and (with ``apply``) writing."""
+    entries = parse_jsonl(lines_or_path, dimension=getattr(store, "dimension", None), progress=progress)
+    existing = _existing_fingerprints(store, entries, progress)
     report = ImportReport(applied=apply)
     to_write: list[Entry] = []
     for entry in entries:
@@ -121,17 +138,23 @@ def import_jsonl(
         if outcome != "unchanged":
             to_write.append(entry)
     if apply and to_write:
-        store.put_many(to_write)
+        if progress is not None:
+            progress.start("writing", len(to_write))
+        store.put_many(to_write, progress=None if progress is None else progress.advance)
     return report
 
 
 def parse_jsonl(
-    lines_or_path: str | os.PathLike[str] | Iterable[str], *, dimension: int | None = None
+    lines_or_path: str | os.PathLike[str] | Iterable[str],
+    *,
+    dimension: int | None = None,
+    progress: Progress | None = None,
 ) -> list[Entry]:
     """Every entry of a JSON-lines source, validated; blank lines skipped, duplicates rejected."""
     entries: list[Entry] = []
     seen: dict[tuple[str, str], int] = {}
-    for number, line in _numbered_lines(lines_or_path):
+    lines = list(_numbered_lines(lines_or_path))
+    for number, line in track(lines, progress, "checking lines", len(lines)):
         try:
             entry = parse_record(_load_json(line), dimension=dimension)
             if entry.key in seen:
@@ -208,20 +231,24 @@ def store_info(store: Store) -> dict[str, Any]:
 
 
 # ---- helpers ------------------------------------------------------------------------------------
-def _existing_fingerprints(store: Store, entries: list[Entry]) -> dict[tuple[str, str], bytes]:
+def _existing_fingerprints(
+    store: Store, entries: list[Entry], progress: Progress | None = None
+) -> dict[tuple[str, str], bytes]:
     """Fingerprints of the entries the import would overwrite (few: one get each; many: one scan)."""
     wanted = {entry.key for entry in entries}
     found: dict[tuple[str, str], bytes] = {}
     if len(wanted) <= _LOOKUP_ONE_BY_ONE:
-        for scope, path in wanted:
+        for scope, path in track(wanted, progress, "comparing with the store", len(wanted)):
             current = store.get(path, scope=scope)
             if current is not None:
                 found[(scope, path)] = fingerprint(current)
         return found
-    for scope in sorted({scope for scope, _ in wanted}):
-        for current in store.iter_entries(scope=scope):
-            if current.key in wanted:
-                found[current.key] = fingerprint(current)
+    scopes = sorted({scope for scope, _ in wanted})
+    total = sum(store.count(scope=scope) for scope in scopes) if progress is not None else None
+    scanned = (e for scope in scopes for e in store.iter_entries(scope=scope))
+    for current in track(scanned, progress, "comparing with the store", total):
+        if current.key in wanted:
+            found[current.key] = fingerprint(current)
     return found
 
 
@@ -296,7 +323,11 @@ def _short(value: Any, limit: int = 80) -> Any:
 @contextmanager
 def _text_out(out: str | os.PathLike[str] | IO[str]) -> Iterator[IO[str]]:
     if isinstance(out, str | os.PathLike):
-        with open(out, "w", encoding="utf-8", newline="\n") as handle:
+        try:
+            handle = open(out, "w", encoding="utf-8", newline="\n")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise UsageError("output", str(out), exc.strerror or "cannot be written") from None
+        with handle:
             yield handle
     else:
         yield out
