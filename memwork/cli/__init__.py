@@ -32,8 +32,30 @@ class MemworkGroup(click.Group):
         except (OSError, ValueError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"Error: {type(exc).__name__}: {exc}", err=True)
+            click.echo(f"Error: {type(exc).__name__}: {_one_line(exc)}", err=True)
             ctx.exit(2)
+        except Exception as exc:
+            # a database or server failing mid-run: one line (passwords hidden), exit 1, no traceback
+            if not _is_service_error(exc) or (ctx.obj and ctx.obj.get("debug")):
+                raise
+            click.echo(f"Error: {type(exc).__name__}: {_one_line(exc)}", err=True)
+            ctx.exit(1)
+
+
+def _is_service_error(exc: BaseException) -> bool:
+    """Errors raised by database drivers and clients (SQLAlchemy, psycopg, PyMySQL, redis, httpx)."""
+    module = type(exc).__module__.split(".", 1)[0]
+    return module in {"sqlalchemy", "psycopg", "psycopg_pool", "pymysql", "sqlite3", "redis", "httpx"}
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an error message, with any URL password hidden."""
+    import re
+
+    from memwork.redaction import redact_url
+
+    text = (str(exc).strip().splitlines() or [""])[0]
+    return re.sub(r"\b[a-z][a-z0-9+.-]*://\S+", lambda m: redact_url(m.group(0)) or "", text)
 
 
 @click.group(cls=MemworkGroup, context_settings={"help_option_names": ["-h", "--help"]})
