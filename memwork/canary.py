@@ -88,6 +88,30 @@ class CanaryResult:
     def latency_table(self) -> dict[str, dict[str, float]]:
         return {name: percentiles(values) for name, values in self.latency_ms.items()}
 
+    def signoff_fields(self) -> dict[str, Any]:
+        """The sign-off block flat, every digest whole: one row per input file."""
+        block = {k: v for k, v in self.signoff.items() if k != "inputs_sha256"}
+        for name, value in (self.signoff.get("inputs_sha256") or {}).items():
+            block[f"{name}_sha256"] = value or "(not given)"
+        return block
+
+    def status_fields(self) -> dict[str, Any]:
+        """The facade's status as the canary saw it (the backends table is shown apart)."""
+        keys = ("enabled", "backend", "selectedBackend", "selectedBackends", "fallbacks", "vectorEnabled",
+                "failOpen", "configErrors", "pluginErrors")  # fmt: skip
+        out = {k: self.status.get(k) for k in keys if k in self.status}
+        for key in ("configErrors", "pluginErrors", "fallbacks"):
+            if key in out and not out[key]:
+                out[key] = "none"
+        return out
+
+    def latency_rows(self) -> list[dict[str, Any]]:
+        """Per backend: sample size, p50, p95, max (ms) and failed resolves."""
+        return [
+            {"backend": name, **stats, "errors": self.errors.get(name, 0)}
+            for name, stats in self.latency_table().items()
+        ]
+
     def gate_frame(self):  # type: ignore[no-untyped-def]
         import pandas as pd
 

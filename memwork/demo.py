@@ -47,7 +47,16 @@ class DemoResult:
         return {**self.__dict__, "exit_code": self.exit_code}
 
     def describe(self) -> str:
-        lines = [f"memwork demo: workspace {self.workspace}", f"  data: {self.data}"]
+        d = self.data
+        lines = [
+            f"memwork demo: workspace {self.workspace}",
+            f"  data: {d.get('users')} users, {d.get('sessions')} sessions ({d.get('messages')} messages), "
+            f"{d.get('items')} legacy items ({d.get('active_items')} active, {d.get('backfilled')} "
+            f"backfilled), {d.get('entries')} store entries",
+            f"  legacy store: {self.legacy_url}",
+            f"  entry store:  {self.store}",
+            f"  pgvector:     {self.pgvector_url}",
+        ]
         for run in self.runs:
             lines.append(
                 f"  {run['name']:<22} {run['verdict']:<6} {run['duration_s']:>6.1f} s  {run['html']}"

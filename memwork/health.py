@@ -82,6 +82,132 @@ class _closing:
         self.store.close()
 
 
+# ---- tables --------------------------------------------------------------------------------------
+def cell_text(value: Any) -> str:
+    """A value as an approver should read it: blank for None/NaN, lists joined, dicts as ``k: v``."""
+    if value is None:
+        return ""
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, float | np.floating):
+        if not np.isfinite(value):
+            return ""
+        if float(value).is_integer() and abs(value) < 1e15:
+            return f"{int(value):,}" if abs(value) >= 10_000 else str(int(value))
+        return f"{float(value):.3f}".rstrip("0").rstrip(".")
+    if isinstance(value, int | np.integer):
+        return f"{int(value):,}" if abs(int(value)) >= 10_000 else str(int(value))
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {cell_text(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple | set | frozenset):
+        return ", ".join(cell_text(v) for v in value)
+    try:
+        import pandas as pd
+
+        if value is pd.NA or value is pd.NaT:
+            return ""
+    except ImportError:  # pragma: no cover - pandas is a dependency
+        pass
+    return str(value)
+
+
+_SEPARATORS_RE = re.compile(r"([/_-])(?=\S)")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_
+    )
+
+
+class Table:
+    """A table shown for reading, not for pandas: every value whole (no ``...`` truncation), blanks
+    instead of NaN, lists and dicts spelled out, text left-aligned and numbers right-aligned (inline
+    styles, so the HTML report and JupyterLab agree), no row index, and a sentence when empty."""
+
+    def __init__(
+        self,
+        rows: Any,
+        *,
+        empty: str = "none",
+        html_columns: tuple[str, ...] = (),
+        limit: int | None = None,
+        align_numbers: bool = True,
+    ) -> None:
+        import pandas as pd
+
+        frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+        self.total = len(frame)
+        self.frame = frame.head(limit) if limit is not None else frame
+        self.empty = empty
+        self.html_columns = set(html_columns)
+        self.align_numbers = align_numbers
+
+    def _cell(self, column: str, value: Any) -> str:
+        if column in self.html_columns:
+            text, wrap = str(value), "white-space:normal"
+        else:
+            plain = cell_text(value)
+            text = html.escape(plain)
+            if len(plain) <= 24:  # short values (bands, scopes, yes/no) never wrap
+                wrap = "white-space:nowrap"
+            elif _SEPARATORS_RE.search(plain):  # paths and ids break after / - _ , not mid-word
+                text = _SEPARATORS_RE.sub(r"\1<wbr>", text)
+                wrap = "white-space:normal;overflow-wrap:break-word"
+            else:  # digests and other long unbroken tokens may break anywhere
+                wrap = "white-space:normal;overflow-wrap:anywhere"
+        align = "right" if self.align_numbers and _is_number(value) else "left"
+        return f"<td style='text-align:{align};vertical-align:top;{wrap}'>{text}</td>"
+
+    def _repr_html_(self) -> str:
+        if self.frame.empty:
+            return f"<p><em>{html.escape(self.empty)}</em></p>"
+        head = "".join(
+            f"<th style='text-align:left;vertical-align:bottom'>{html.escape(str(c))}</th>"
+            for c in self.frame.columns
+        )
+        body = "".join(
+            "<tr>" + "".join(self._cell(c, v) for c, v in zip(self.frame.columns, row, strict=True)) + "</tr>"
+            for row in self.frame.itertuples(index=False, name=None)
+        )
+        more = (
+            f"<p><em>first {len(self.frame)} of {self.total} rows</em></p>"
+            if self.total > len(self.frame)
+            else ""
+        )
+        return (
+            f"<table class='dataframe mw-table'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table>{more}"
+        )
+
+    def __repr__(self) -> str:
+        if self.frame.empty:
+            return self.empty
+        return self.frame.map(cell_text).to_string(index=False)
+
+
+def table(
+    rows: Any, *, empty: str = "none", html_columns: tuple[str, ...] = (), limit: int | None = None
+) -> Table:
+    """``rows`` (DataFrame, list of dicts) as a readable :class:`Table` for a notebook cell."""
+    return Table(rows, empty=empty, html_columns=html_columns, limit=limit)
+
+
+def fields(mapping: dict[str, Any], *, name: str = "value", empty: str = "none") -> Table:
+    """A dict as a two-column table (label, value): counts, vector checks, the sign-off block."""
+    return Table([{"": k, name: v} for k, v in mapping.items()], empty=empty, align_numbers=False)
+
+
+def human_bytes(n: float) -> str:
+    """1234567 -> '1.2 MB'."""
+    size = float(n)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(size) < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} TB"  # pragma: no cover
+
+
 # ---- figures --------------------------------------------------------------------------------------
 def show(fig: Any) -> None:
     """Display a matplotlib figure as an inline PNG and close it (works under any backend)."""
@@ -169,6 +295,44 @@ class HealthReport:
             now = self.health.get("coverage", {}).get(key, 0.0)
             delta[key] = round(now - before.get("coverage", {}).get(key, 0.0), 2)
         return {"previous_score": before.get("score"), "score": self.health["score"], "delta": delta}
+
+    def headline(self) -> str:
+        """One line: score, band, entries, stubs and size."""
+        h = self.health
+        return (
+            f"health score {h['score']} ({h['band']}) over {h['entries']:,} entries, "
+            f"{h['stubs']:,} stubs, {human_bytes(h.get('total_size', 0))}"
+        )
+
+    def size(self) -> dict[str, Any]:
+        """Entries, stubs and bytes of the store (and the average entry)."""
+        h = self.health
+        entries, total = int(h.get("entries", 0)), int(h.get("total_size", 0))
+        return {
+            "entries": entries,
+            "stubs": int(h.get("stubs", 0)),
+            "total size": human_bytes(total),
+            "total bytes": total,
+            "average entry": human_bytes(total / entries) if entries else "",
+        }
+
+    def trend_rows(self) -> list[dict[str, Any]]:
+        """Score and each coverage figure: previous run, now, change (empty without a previous run)."""
+        if not self.previous:
+            return []
+        before = self.previous.get("health", {})
+        rows = [
+            {"measure": "health score", "previous": before.get("score"), "now": self.health["score"],
+             "change": self.health["score"] - (before.get("score") or 0)}
+        ]  # fmt: skip
+        for key in COVERAGE_KEYS:
+            now = self.health.get("coverage", {}).get(key, 0.0)
+            prev = before.get("coverage", {}).get(key)
+            rows.append(
+                {"measure": key.removesuffix("_pct").replace("_", " ") + " %", "previous": prev, "now": now,
+                 "change": None if prev is None else round(now - prev, 2)}
+            )  # fmt: skip
+        return rows
 
     def frames(self) -> dict[str, Any]:
         """pandas tables: by type, by confidence, scopes, low quality, archival, stubs."""
@@ -346,6 +510,14 @@ def read_review_csv(path: str) -> list[dict[str, str]]:
 
     with open(path, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
+
+
+def verdict_text(summary: dict[str, Any]) -> str:
+    """``PASS`` / ``FAIL`` and every reason, one per line, for a notebook's result cell."""
+    reasons = summary.get("reasons") or []
+    lines = [f"verdict: {summary.get('verdict')}"]
+    lines += [f"  - {r}" for r in reasons] if reasons else []
+    return "\n".join(lines)
 
 
 def as_json(data: Any) -> str:

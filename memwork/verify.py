@@ -429,6 +429,11 @@ def _compare_content(result: VerificationResult, source: dict, dest: dict, range
         result.reasons.append(f"checksum: {bad} of {len(result.ranges)} key range(s) differ")
 
 
+def _counts(rows_by_key: dict[str, int], prefix: str = "") -> str:
+    """{'3': 1, '16': 99} -> '3: 1 row, 16: 99 rows' (reasons are read by people, not parsed)."""
+    return ", ".join(f"{prefix}{k}: {n} row{'s' if n != 1 else ''}" for k, n in rows_by_key.items())
+
+
 def _ids(ids: list[str], n: int = 3) -> str:
     return ", ".join(ids[:n]) + (" …" if len(ids) > n else "")
 
@@ -446,13 +451,16 @@ def _check_vectors(result: VerificationResult, conn: Any, options: VerifyOptions
     wrong = {d: n for d, n in result.dimensions.items() if expected and int(d) != int(expected)}
     if wrong:
         result.reasons.append(
-            f"dimensions: {sum(wrong.values())} vector(s) not of dimension {expected}: {wrong}"
+            f"dimensions: {sum(wrong.values())} vector(s) not of dimension {expected} "
+            f"({_counts(wrong, 'dimension ')})"
         )
     real_models = [m for m in result.models if m != "(none)"]
     if len(result.models) > 1:
-        result.reasons.append(f"models: mixed embedding models {result.models}")
+        result.reasons.append(f"models: mixed embedding models ({_counts(result.models)})")
     if options.expected_model and real_models and real_models != [options.expected_model]:
-        result.reasons.append(f"models: expected only {options.expected_model!r}, found {real_models}")
+        result.reasons.append(
+            f"models: expected only {options.expected_model}, found {', '.join(real_models)}"
+        )
     for name in ("null_vectors", "zero_vectors", "nan_vectors"):
         if getattr(result, name):
             result.reasons.append(f"vectors: {getattr(result, name)} {name.replace('_', ' ')}")

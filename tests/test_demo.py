@@ -28,6 +28,8 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     assert first.data["backfilled"] == first.data["active_items"]
     for run in first.runs:
         assert verify_manifest(run["run_dir"]) == []
+    described = first.describe()
+    assert "{" not in described and "20 users, 40 sessions" in described  # a sentence, not a dict repr
     result = CliRunner().invoke(main, ["demo", "--workspace", str(tmp_path / "ws"), "--json"])
     assert result.exit_code == 0, result.output
     second = json.loads(result.stdout)

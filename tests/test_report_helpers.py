@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -50,3 +51,38 @@ def test_coercion_from_command_line_strings():
     assert coerce(Parameter("o", "str | None", None), "none") is None
     assert coerce(Parameter("l", "list[str]", []), "a, b") == ["a", "b"]
     assert coerce(Parameter("f", "float", 0.0), "0.25") == 0.25
+
+
+def test_tables_show_whole_readable_values_not_pandas_reprs():
+    long_path = "experience/embeddings/vector-normalisation-000928-with-a-long-tail.md"
+    table = mh.table(
+        [
+            {"path": long_path, "confidence": float("nan"), "issues": ["no tags", "no links"],
+             "supports": {"resolve": True, "write": False}, "n": 30, "score": 0.25, "note": "<b>"},
+            {"path": "b", "confidence": None, "issues": [], "supports": {}, "n": 12_345, "score": 1.0,
+             "note": "x"},
+        ]
+    )  # fmt: skip
+    page = table._repr_html_()
+    assert long_path.replace("/", "/<wbr>").replace("-", "-<wbr>") in page  # whole, breakable at separators
+    shown = re.sub(r"<[^>]+>", "", page)  # what the reader sees
+    for noise in ("NaN", "None", "...", "[", "{", "'"):
+        assert noise not in shown, noise
+    assert "&lt;b&gt;" in page  # text is escaped
+    assert "no tags, no links" in page and "resolve: yes; write: no" in page and "12,345" in page
+    assert "text-align:left" in page and "text-align:right" in page  # text left, numbers right
+    assert "<th" in page and ">0<" not in page  # no row index
+    assert "first 1 of 2 rows" in mh.table(table.frame, limit=1)._repr_html_()
+    assert mh.table([], empty="no stubs")._repr_html_() == "<p><em>no stubs</em></p>"
+    diff = mh.table([{"d": "<ins>x</ins>"}], html_columns=("d",))._repr_html_()
+    assert "<ins>x</ins>" in diff
+    digest = "ab" * 32
+    assert digest in mh.fields({"parameters_sha256": digest})._repr_html_()  # never truncated
+    assert "NaN" not in repr(table) and "None" not in repr(table)
+
+
+def test_verdict_text_lists_every_reason():
+    assert mh.verdict_text({"verdict": "PASS", "reasons": []}) == "verdict: PASS"
+    text = mh.verdict_text({"verdict": "FAIL", "reasons": ["missing: 1", "changed: 2"]})
+    assert text.splitlines() == ["verdict: FAIL", "  - missing: 1", "  - changed: 2"]
+    assert mh.human_bytes(456823) == "456.8 kB" and mh.human_bytes(12) == "12 B"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 
 import nbformat
 import papermill
@@ -44,17 +46,36 @@ def migration(pg_url, mysql_url):
     return build_migration(mysql_url, pg_url, n_users=5, items_per_user=20, dimensions=32, seed=9)
 
 
-def test_health_report(tmp_path, store):
+def assert_readable(run):
+    """What an approver reads: no pandas noise, nothing cut short, every reason in the header."""
+    page = run.html_path.read_text(encoding="utf-8")
+    body = page[page.index("</section>") :]  # after the provenance header
+    shown = html.unescape(re.sub(r"<style.*?</style>|<[^>]+>", " ", body, flags=re.DOTALL))
+    for noise in ("{'", "['", "...", "Out["):
+        assert noise not in shown, (run.name, noise)
+    assert re.search(r">\s*(NaN|None|nan)\s*<", body) is None, run.name  # a blank, not NaN
+    assert re.search(r"^\s*'?(PASS|FAIL|GO|NO-GO|INFO)'?\s*$", shown, re.MULTILINE) is None  # bare reprs
+    header = page[: page.index("</section>")]
+    for reason in run.summary.get("reasons") or []:
+        assert html.escape(reason) in header, reason
+
+
+def test_health_report(tmp_path, store, monkeypatch):
     run = run_report("health_report", {"store": store, "age_days": "60"}, tmp_path)
     assert run.verdict == "PASS" and run.exit_code == 0
     assert 0 <= run.summary["health"]["score"] <= 100 and run.summary["stubs"] > 0
+    assert_readable(run)
+    # relative paths mean what they mean where the command runs (runbook: -p ... reports/<run>/summary.json)
+    monkeypatch.chdir(tmp_path)
     again = run_report(
         "health_report",
-        {"store": store, "min_score": 100, "previous_summary": str(run.summary_path)},
+        {"store": store, "min_score": 100, "previous_summary": str(run.summary_path.relative_to(tmp_path))},
         tmp_path,
     )
     assert again.verdict == "FAIL" and again.exit_code == 1
     assert again.summary["trend"]["delta"]["score"] == 0 and "below 100" in again.summary["reasons"][0]
+    assert_readable(again)
+    assert "Reasons for the verdict" in again.html_path.read_text()
 
 
 def test_duplicate_review_writes_the_review_file(tmp_path, store):
@@ -71,6 +92,7 @@ def test_duplicate_review_writes_the_review_file(tmp_path, store):
         "similarity",
         "decision",
     }
+    assert_readable(run)
     assert "duplicate_review.csv" in {
         a["file"] for a in json.loads(run.manifest_path.read_text())["artifacts"]
     }
@@ -104,6 +126,7 @@ def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
     intact = _verification(migration, tmp_path)
     assert intact.verdict == "PASS" and intact.exit_code == 0
     assert intact.summary["source_active"] == migration.active and intact.summary["reasons"] == []
+    assert_readable(intact)
     with psycopg.connect(libpq_url(migration.dest_url), autocommit=True) as conn:
         ids = [r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1")]
         conn.execute("DELETE FROM memory_embeddings WHERE source_memory_id = %s", (ids[0],))
@@ -122,6 +145,7 @@ def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
     assert damaged.verdict == "FAIL" and damaged.exit_code == 1
     assert damaged.summary["missing_ids"] == [ids[0]] and damaged.summary["changed_ids"] == [ids[10]]
     assert any(r.startswith("dimensions:") for r in damaged.summary["reasons"])
+    assert_readable(damaged)  # every reason in the HTML header
 
 
 def test_canary_go_then_no_go(tmp_path, migration):
@@ -135,7 +159,11 @@ def test_canary_go_then_no_go(tmp_path, migration):
     }
     go = run_report("canary_signoff", base, tmp_path)
     assert go.verdict == "GO" and go.exit_code == 0, go.summary["reasons"]
+    assert_readable(go)
     signoff = go.summary["signoff"]
+    page = go.html_path.read_text()
+    for digest in (signoff["parameters_sha256"], *filter(None, signoff["inputs_sha256"].values())):
+        assert digest in page  # whole digests in the sign-off block
     assert (
         signoff["approver"] == "ops@example.com"
         and len(signoff["inputs_sha256"]["verification_summary"]) == 64
@@ -144,3 +172,4 @@ def test_canary_go_then_no_go(tmp_path, migration):
     assert slow.verdict == "NO-GO" and slow.exit_code == 1
     failed = {g["gate"] for g in slow.summary["gates"] if g["status"] == "FAIL"}
     assert failed == {"target p95 latency", "health"}
+    assert_readable(slow)

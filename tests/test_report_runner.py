@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from memwork.cli import main
 from memwork.errors import ReportExecutionError, UsageError
 from memwork.reports import build_index, collect_runs, read_parameters, run_report, verify_manifest
 from memwork.reports.html import external_references, strip_external
+from memwork.reports.kernel import ensure_kernelspec
 from memwork.reports.params import parse_parameters
 
 TINY = str(Path(__file__).parent / "data" / "tiny_report.ipynb")
@@ -126,3 +129,16 @@ def test_cli_list_shows_every_report_with_its_parameters():
     reports = json.loads(result.stdout)
     assert {"health_report", "duplicate_review", "backfill_verification", "canary_signoff"} <= set(reports)
     assert all(p["help"] for p in reports["canary_signoff"])
+
+
+def test_cli_run_leaves_stderr_clean(tmp_path):
+    """No kernel chatter (TCP warnings, KeyboardInterrupt at shutdown) on a successful run's stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "memwork", "report", TINY, "-p", "n", "2", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    # the SIGINT jupyter_client sends every kernel it shuts down is logged at ERROR, sometimes
+    spec = json.loads((ensure_kernelspec(tmp_path / "jupyter") / "kernels/python3/kernel.json").read_text())
+    assert "--IPKernelApp.log_level=CRITICAL" in spec["argv"] and spec["argv"][0] == sys.executable

@@ -56,6 +56,7 @@ def test_damaged_destination_fails_and_names_each_damage(migration):
     for expected in ("count:", "missing: 1", removed, "changed: 1", changed, "checksum:", "dimensions:"):
         assert expected in text
     assert result.dimensions["3"] == 1
+    assert "not of dimension 16 (dimension 3: 1 row)" in text and "{" not in text  # read by people
     assert len(result.mismatched_ranges) == 2  # the two ranges holding the removed and changed rows
 
 
@@ -75,7 +76,8 @@ def test_zero_vectors_mixed_models_and_extra_rows_are_reasons(migration):
         )
     result = verify_backfill(_options(migration, sample_size=5))
     text = " | ".join(result.reasons)
-    assert "1 zero vectors" in text and "mixed embedding models" in text
+    assert "1 zero vectors" in text and "mixed embedding models (hash-16: " in text
+    assert "other-model: 1 row" in text and "{" not in text
     assert result.extra_ids == ["zzz-extra"] and "extra: 1" in text
 
 

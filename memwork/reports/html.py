@@ -61,6 +61,14 @@ def provenance_block(meta: dict[str, Any]) -> str:
     ]
     if meta.get("error"):
         rows.append(("error", meta["error"]))
+    reasons = [str(r) for r in meta.get("reasons") or []]
+    reason_block = (
+        "<div class='mw-reasons'><h3>Reasons for the verdict</h3><ul>"
+        + "".join(f"<li>{html.escape(r)}</li>" for r in reasons)
+        + "</ul></div>"
+        if reasons
+        else ""
+    )
 
     def table(pairs: list[tuple[str, Any]]) -> str:
         cells = "".join(
@@ -83,9 +91,14 @@ def provenance_block(meta: dict[str, Any]) -> str:
 .mw-cols {{display: flex; flex-wrap: wrap; gap: 24px;}}
 .mw-prov th {{text-align: left; padding-right: 12px; font-weight: 600; vertical-align: top;}}
 .mw-prov td {{font-family: ui-monospace, monospace; word-break: break-all;}}
+.mw-reasons {{border-left: 4px solid {colour}; padding: 0 12px; margin: 8px 0; background: #fff;}}
+.mw-reasons li {{font-family: ui-monospace, monospace;}}
+/* report tables: text reads left to right (the lab template right-aligns every cell) */
+.jp-RenderedHTMLCommon td, .jp-RenderedHTMLCommon th {{text-align: left; vertical-align: top;}}
 </style>
 <h1>memwork report: {html.escape(str(meta.get("name")))}
  <span class="mw-verdict">{html.escape(verdict)}</span></h1>
+{reason_block}
 <div class="mw-cols">
 <div><h3>Run</h3>{table(rows)}</div>
 <div><h3>Parameters</h3>{table(params) if params else "<p>defaults</p>"}</div>

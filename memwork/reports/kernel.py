@@ -26,12 +26,15 @@ def ensure_kernelspec(root: Path | None = None) -> Path:
     spec_dir = root / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True, exist_ok=True)
     spec = {
-        # log level ERROR: not "running over TCP without encryption" on every report's stderr
+        # log level CRITICAL: not "running over TCP without encryption" on every report's stderr, nor
+        # "KeyboardInterrupt caught in kernel" (jupyter_client interrupts every kernel it shuts down,
+        # and the SIGINT sometimes lands in a message handler). A failing cell still reaches the
+        # runner through papermill, with its error.
         "argv": [
             sys.executable,
             "-m",
             "ipykernel_launcher",
-            "--IPKernelApp.log_level=ERROR",
+            "--IPKernelApp.log_level=CRITICAL",
             "-f",
             "{connection_file}",
         ],

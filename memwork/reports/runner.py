@@ -217,12 +217,17 @@ def run_report(
     *,
     show_code: bool = False,
     raise_on_error: bool = True,
+    cwd: Path | str | None = None,
 ) -> ReportRun:
     """Execute report ``name`` with ``params`` and write its artifacts to ``<out>/<UTC stamp>-NAME/``.
 
     Unknown parameter names and values that do not fit the declared type raise :class:`UsageError`
-    before any kernel starts. A failing cell raises :class:`ReportExecutionError` (exit code 2, or 1
-    for a failed assert check) *after* every artifact has been written; the error carries ``.run``.
+    before any kernel starts. The kernel's working directory is ``cwd`` (default: the caller's), so
+    relative paths in parameters (``-p store ./memory``, ``-p health_summary reports/…/summary.json``)
+    mean what they mean on the command line; side files go to the run folder
+    (``MEMWORK_REPORT_DIR``), never to the working directory. A failing cell raises
+    :class:`ReportExecutionError` (exit code 2, or 1 for a failed assert check) *after* every
+    artifact has been written; the error carries ``.run``.
     """
     notebook = find_notebook(name)
     report_name = notebook.stem
@@ -232,10 +237,11 @@ def run_report(
     run_id, run_dir = _new_run_dir(root, report_name, start)
     run = ReportRun(report_name, run_id, run_dir, bound, start.isoformat(timespec="seconds"))
     clock = time.perf_counter()
-    # the kernel runs in run_dir: pin the workspace so embedded databases never land in a report folder
+    # pin the workspace: the kernel must find the same embedded databases as the caller
     kernel_env = {REPORT_DIR_ENV: str(run_dir), "MEMWORK_HOME": str(workspace_dir())}
+    workdir = Path(cwd).resolve() if cwd is not None else Path.cwd()
     with kernel_environment(kernel_env):
-        failure = _execute(notebook, run.notebook_path, bound, run_dir)
+        failure = _execute(notebook, run.notebook_path, bound, workdir)
     run.duration_s = time.perf_counter() - clock
     run.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
     if failure:
@@ -267,6 +273,7 @@ def _finish_artifacts(run: ReportRun, source: Path, *, show_code: bool) -> None:
     )
     meta = {
         **run.to_dict(),
+        "reasons": run.summary.get("reasons") or [],
         "versions": package_versions(),
         "git_commit": git_commit(),
         "python_executable": sys.executable,
