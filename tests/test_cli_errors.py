@@ -58,3 +58,19 @@ def test_a_programming_error_is_not_hidden(failing_command):
     failing_command["exc"] = KeyError("bug")
     result = CliRunner().invoke(main, ["raise-for-test"])
     assert isinstance(result.exception, KeyError)
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`memwork ... | head` must not print an error when the reader leaves early."""
+    import subprocess
+    import sys
+
+    script = (
+        "import subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-m', 'memwork', 'pgvector', 'schema', '--dimensions', '8'],"
+        " stdout=subprocess.PIPE, stderr=subprocess.PIPE)\n"
+        "p.stdout.close()\n"
+        "err = p.stderr.read().decode()\n"
+        "sys.exit(0 if p.wait() == 0 and 'Error' not in err else 1)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", script], timeout=60).returncode == 0

@@ -29,6 +29,12 @@ class MemworkGroup(click.Group):
                 raise
             click.echo(f"Error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except BrokenPipeError:
+            # `memwork ... | head`: the reader left; stop quietly like other Unix tools
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            ctx.exit(0)
         except (OSError, ValueError) as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
