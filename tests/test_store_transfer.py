@@ -134,25 +134,11 @@ def test_import_missing_file(any_store, tmp_path):
         import_jsonl(any_store, tmp_path / "nope.jsonl")
 
 
-class Recorder:
-    """A :class:`memwork.stores.progress.Progress` that remembers every stage and its advances."""
-
-    def __init__(self) -> None:
-        self.stages: list[list] = []  # [description, total, advanced]
-
-    def start(self, description, total):
-        self.stages.append([description, total, 0])
-
-    def advance(self, n=1):
-        assert n > 0
-        self.stages[-1][2] += n
-
-
 @pytest.mark.parametrize("count", [40, 2600])  # one get per line / one scan of the store
-def test_import_export_progress_totals(tmp_path, count):
+def test_import_export_progress_totals(progress_recorder, tmp_path, count):
     store = open_store(f"sqlite:///{tmp_path / 'p.db'}")
     lines = [entry_line(e) for e in generate_entries(count, seed=3, now=NOW)]
-    rec = Recorder()
+    rec = progress_recorder()
     report = import_jsonl(store, lines, apply=True, progress=rec)
     assert report.new == count
     assert rec.stages == [
@@ -160,52 +146,16 @@ def test_import_export_progress_totals(tmp_path, count):
         ["comparing with the store", count if count <= 2000 else 0, count if count <= 2000 else 0],
         ["writing", count, count],
     ]
-    rec = Recorder()
+    rec = progress_recorder()
     assert import_jsonl(store, lines, progress=rec).unchanged == count  # dry run: no writing stage
     assert [s[0] for s in rec.stages] == ["checking lines", "comparing with the store"]
     assert all(total == done for _, total, done in rec.stages)
-    rec = Recorder()
+    rec = progress_recorder()
     assert export_jsonl(store, io.StringIO(), progress=rec) == count
     assert rec.stages == [["exporting", count, count]]
 
 
 # ---- CLI ------------------------------------------------------------------------------------------
-class FakeBar:
-    """Stands in for the rich bar so CLI tests can see what the bar would have shown."""
-
-    def __init__(self) -> None:
-        self.tasks: dict[int, list] = {}
-
-    def add_task(self, description, total=None):
-        self.tasks[len(self.tasks)] = [description, total, 0]
-        return len(self.tasks) - 1
-
-    def remove_task(self, task):
-        pass
-
-    def advance(self, task, n):
-        self.tasks[task][2] += n
-
-
-@pytest.fixture
-def fake_bar(monkeypatch):
-    """Pretend stderr is a terminal and record the bar's tasks instead of drawing them."""
-    from contextlib import contextmanager
-
-    from memwork.cli import options
-
-    bars: list[FakeBar] = []
-
-    @contextmanager
-    def rich_bar(unit=""):
-        bars.append(FakeBar())
-        yield bars[-1]
-
-    monkeypatch.setattr(options, "progress_shown", lambda quiet: not quiet)
-    monkeypatch.setattr(options, "_rich_bar", rich_bar)
-    return bars
-
-
 def test_cli_import_export_show_progress_but_not_under_json(tmp_path, fake_bar):
     runner = CliRunner()
     spec = f"sqlite:///{tmp_path / 'src.db'}"
