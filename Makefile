@@ -25,9 +25,11 @@ test: $(STAMP)
 	$(BIN)/ruff check memwork tests benchmarks
 	$(BIN)/ruff format --check memwork tests benchmarks
 	$(BIN)/pytest -q
-	@# the report notebooks as tests (assert cells are the checks), in a throw-away workspace
+	@# the report notebooks as tests (assert cells are the checks), in a throw-away workspace whose
+	@# embedded PostgreSQL (started by the notebooks' kernels, which nbval kills) is stopped afterwards
 	d=$$(mktemp -d /tmp/memwork-nbval.XXXXXX); MEMWORK_HOME=$$d $(BIN)/pytest -q -p no:cacheprovider \
-	  --nbval-lax notebooks/; rc=$$?; rm -rf $$d; exit $$rc
+	  --nbval-lax notebooks/; rc=$$?; \
+	  MEMWORK_HOME=$$d $(BIN)/memwork pgvector url --stop >/dev/null 2>&1; rm -rf $$d; exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check memwork tests benchmarks
