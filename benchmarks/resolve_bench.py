@@ -78,11 +78,7 @@ def measure(backend, queries, user_of, vectors, k: int) -> dict[str, float]:
         got = {m["id"] for m in result["semanticMemories"]}
         truth = exact_top(user_of, vectors, user, np.asarray(query, dtype=np.float32), k)
         recalls.append(len(got & truth) / len(truth))
-    return {
-        "p50": float(np.percentile(latencies, 50)),
-        "p95": float(np.percentile(latencies, 95)),
-        "recall": float(np.mean(recalls)),
-    }
+    return latency_summary(latencies, recalls)
 
 
 def measure_forced_hnsw(pg_url: str, queries, user_of, vectors, k: int, ef: int) -> dict[str, float]:
@@ -111,11 +107,7 @@ def measure_forced_hnsw(pg_url: str, queries, user_of, vectors, k: int, ef: int)
                     latencies.append((time.perf_counter() - started) * 1000)
                     truth = exact_top(user_of, vectors, user, np.asarray(query, dtype=np.float32), k)
                     recalls.append(len(got & truth) / len(truth))
-    return {
-        "p50": float(np.percentile(latencies, 50)),
-        "p95": float(np.percentile(latencies, 95)),
-        "recall": float(np.mean(recalls)),
-    }
+    return latency_summary(latencies, recalls)
 
 
 def _print(label: str, r: dict[str, float], k: int) -> None:
@@ -125,6 +117,15 @@ def _print(label: str, r: dict[str, float], k: int) -> None:
 def _params(item, k: int) -> dict:
     user, query = item
     return {"q": np.asarray(query, dtype=np.float32), "u": f"user-{user:05d}", "k": k}
+
+
+def latency_summary(latencies: list[float], recalls: list[float]) -> dict[str, float]:
+    """p50/p95 latency in ms and mean recall@k of one strategy's measured queries."""
+    return {
+        "p50": float(np.percentile(latencies, 50)),
+        "p95": float(np.percentile(latencies, 95)),
+        "recall": float(np.mean(recalls)),
+    }
 
 
 def main() -> int:
