@@ -240,7 +240,8 @@ class SQLStore(Store):
         return entry
 
     def put_many(self, entries: Iterable[Entry], *, progress: Callable[[int], None] | None = None) -> int:
-        """Upsert in batches of 500 rows, one transaction per batch.
+        """Upsert in batches of 500 rows, all in ONE transaction: when the database rejects any row
+        nothing is committed (an import or an undo is all or nothing).
 
         On PostgreSQL a load of 10,000 or more entries drops the HNSW index and builds it once at the
         end: maintaining it row by row is about six times slower than one bulk build."""
@@ -264,22 +265,18 @@ class SQLStore(Store):
                 index.create(conn, checkfirst=True)
 
     def _put_batches(self, entries: list[Entry], progress: Callable[[int], None] | None = None) -> int:
-        count = 0
-        batch: list[dict[str, Any]] = []
-        for entry in entries:
-            batch.append(self._row_values(entry))
-            if len(batch) >= _BATCH:
-                count += self._upsert(batch)
+        rows = [self._row_values(entry) for entry in entries]  # every row checked before the first write
+        if not rows:
+            return 0
+        with self.engine.begin() as conn:
+            for start in range(0, len(rows), _BATCH):
+                batch = rows[start : start + _BATCH]
+                self._upsert(batch, conn)
                 if progress is not None:
                     progress(len(batch))
-                batch = []
-        if batch:
-            count += self._upsert(batch)
-            if progress is not None:
-                progress(len(batch))
-        return count
+        return len(rows)
 
-    def _upsert(self, rows: list[dict[str, Any]]) -> int:
+    def _upsert(self, rows: list[dict[str, Any]], conn: Any) -> int:
         columns = [k for k in rows[0] if k not in ("scope", "file_path")]
         if self.dialect == "mysql":
             stmt = mysql.insert(self.table)
@@ -290,8 +287,7 @@ class SQLStore(Store):
             stmt = stmt.on_conflict_do_update(
                 index_elements=["scope", "file_path"], set_={k: stmt.excluded[k] for k in columns}
             )
-        with self.engine.begin() as conn:
-            conn.execute(stmt, rows)
+        conn.execute(stmt, rows)
         return len(rows)
 
     def _delete(self, path: str, scope: str) -> bool:
