@@ -144,15 +144,17 @@ def journal_command(as_json: bool) -> None:
     Example:
         memwork defrag journal --json
     """
-    from memwork.defrag import list_runs
+    from memwork.defrag.journal import scan_journal
 
-    runs = list_runs()
+    scan = scan_journal()
+    for bad in scan.damaged:  # skipped, never fatal: one bad file must not hide every other run
+        click.echo(f"Warning: skipped damaged journal file {bad['file']}: {bad['problem']}", err=True)
     if as_json:
-        emit_json({"runs": runs})
+        emit_json({"runs": scan.runs, "damaged": scan.damaged})
         return
     from memwork.cli.defrag_view import show_runs
 
-    show_runs(runs)
+    show_runs(scan.runs)
 
 
 commands = [defrag]
