@@ -6,7 +6,7 @@ import re
 
 from memwork.errors import InvalidIdentifier
 
-_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # used with fullmatch: no trailing newline
 
 
 def check_identifier(name: str, *, field: str = "table") -> str:
@@ -14,7 +14,7 @@ def check_identifier(name: str, *, field: str = "table") -> str:
 
     memwork never interpolates user text into SQL except through this check.
     """
-    if not isinstance(name, str) or not _IDENT_RE.match(name):
+    if not isinstance(name, str) or not _IDENT_RE.fullmatch(name):
         raise InvalidIdentifier(
             field, name, "must be a plain identifier: a letter or _, then letters, digits, _"
         )

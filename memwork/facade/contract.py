@@ -12,8 +12,8 @@ from typing import Any
 
 from memwork.backends.base import CATEGORIES, OPERATIONS, Availability
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
-FLAG_RE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*$")
+NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*\Z")
+FLAG_RE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*\Z")
 
 
 @dataclass(frozen=True)

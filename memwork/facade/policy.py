@@ -23,7 +23,7 @@ DEFAULT_BACKEND = "legacy"
 DEFAULT_TIMEOUT_MS = 2000
 MAX_TIMEOUT_MS = 600_000
 LEGACY_URL_VAR = "MEMORY_LEGACY_DATABASE_URL"
-_BACKEND_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+_BACKEND_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*\Z")
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ _CORE_FLAGS = frozenset(
         "MEMORY_VECTOR_ENABLED",
     }
 )
-_BACKEND_FLAG_RE = re.compile(r"^MEMORY_[A-Z0-9_]+_ENABLED$")
+_BACKEND_FLAG_RE = re.compile(r"^MEMORY_[A-Z0-9_]+_ENABLED\Z")
 
 
 def _backend_flags(env: Mapping[str, str], errors: list[ConfigIssue]) -> None:
