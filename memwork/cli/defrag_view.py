@@ -98,17 +98,19 @@ def show_result(result: ActionResult) -> None:
 
 def show_runs(runs: list[dict[str, Any]]) -> None:
     table = Table(title=f"{len(runs)} journaled runs")
-    for col in ("run id", "action", "started", "store", "changes", "status", "undone by"):
+    table.add_column("run id", no_wrap=True)
+    for col in ("action", "started", "store", "changes", "status", "undone by"):
         table.add_column(col)
     for r in runs:
         action = r["action"] + (f" {r['undoes']}" if r.get("undoes") else "")
+        status = r["status"] + (" (torn last line ignored)" if r.get("torn") else "")
         table.add_row(
             r["run_id"],
             action,
             str(r["started_at"]),
             str(r["store"]),
             str(r["changes"]),
-            r["status"],
+            status,
             r.get("undone_by") or "",
         )
     _console().print(table)
