@@ -1,12 +1,19 @@
 """MySQL ``h5_user_memory_items`` -> pgvector ``memory_embeddings``: keyset reader, batch embed,
 binary COPY into a staging table, one ``INSERT ... ON CONFLICT`` per batch, checkpoint per batch.
 
-Crash safety: each batch's rows *and* its ``{updatedAt, id}`` checkpoint are committed in one
-PostgreSQL transaction (table ``memwork_backfill_checkpoints``), so a process killed at any moment
+Crash safety: each batch's rows, its rejects *and* its ``{updatedAt, id}`` checkpoint are committed
+in one PostgreSQL transaction (table ``memwork_backfill_checkpoints``), so a process killed at any moment
 either committed a batch with its checkpoint or neither; ``resume`` re-reads the last committed
 checkpoint, and the upsert on ``source_memory_id`` makes a repeated batch harmless. A JSON copy of
 the checkpoint goes to the workspace after each commit for operators (and for dry runs, which never
 touch PostgreSQL).
+
+Poison rows: a row that cannot be written (NUL or a lone surrogate in a text column, a value
+PostgreSQL rejects, an embedder failure on that row alone) is *quarantined* -- recorded with its id
+and the reason in ``memwork_backfill_rejects`` (like pgloader's reject file, but queryable by the
+verification) -- and the run continues past it: the checkpoint advances, so ``--resume`` does not
+retry it forever. Fixed at the source (which moves its ``updated_at`` past the checkpoint), the row
+is read again, written, and its reject is cleared.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import queue
 import struct
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -38,6 +46,12 @@ DEFAULT_BATCH_SIZE = 500
 MAX_BATCH_SIZE = 50_000
 SMOKE_PREFIX = "memory-v2-smoke-"
 STAGE_TABLE = "memwork_backfill_stage"
+REJECTS_TABLE = "memwork_backfill_rejects"
+MAX_LISTED_REJECTS = 50
+_REASON_CHARS = 300
+# SQLSTATE classes that blame the row's values, not the server or the schema: data exception (22),
+# integrity constraint violation (23), program limit exceeded (54: e.g. a value too large to index)
+_ROW_ERROR_CLASSES = ("22", "23", "54")
 _ID_CHUNK = 5000
 _SOURCE_COLUMNS = (
     memory_items.c.id,
@@ -169,6 +183,11 @@ class BackfillReport:
     elapsed_seconds: float = 0.0
     rows_per_second: float = 0.0
     checkpoint_file: str | None = None
+    run_id: str | None = None
+    rows_quarantined: int = 0
+    quarantined: list[dict[str, str]] = field(default_factory=list)  # the first few {id, reason}
+    rejects_table: str | None = None
+    rejects_total: int | None = None  # rejects recorded for the table, this run's and earlier ones
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -367,6 +386,7 @@ def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillRepor
         cursor = _load_checkpoint(pg, options.table) if options.resume else options.cursor
         report.resumed = options.resume and cursor is not None
         report.start_cursor = cursor.to_json() if cursor else None
+        report.run_id, report.rejects_table = _new_run_id(), REJECTS_TABLE
         rows_total = _load_rows_written(pg, options.table) if report.resumed else 0
         engine = get_engine(options.mysql_url or "")
         with engine.connect() as my:
@@ -375,16 +395,19 @@ def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillRepor
             report.planned = remaining if options.limit is None else min(remaining, options.limit)
             if progress:
                 progress(0, report.planned)
-            writer = _BatchWriter(pg, options.table, embedder.model_id, json_path, report, progress)
+            writer = _BatchWriter(
+                pg, options.table, embedder.model_id, json_path, report, progress, rows_total
+            )
+            row_embedder = _RowEmbedder(embedder, report.dimensions)
             with writer:
                 for rows in _iter_batches(my, cursor, report.planned, options.batch_size):
-                    vectors = _embed(embedder, rows, report.dimensions)
-                    cursor = _cursor_of(rows[-1])
-                    rows_total += len(rows)
+                    good, rejects = _precheck(rows)
+                    good, vectors, failed = row_embedder.embed(good)
                     report.rows_read += len(rows)
-                    writer.submit(rows, vectors, cursor, rows_total)
+                    writer.submit(_Batch(rows, good, vectors, rejects + failed, _cursor_of(rows[-1])))
             report.inactive = _inactive(my, pg, options.table, options.prune_inactive)
         report.models_in_table = _models_in_table(pg, options.table)
+        report.rejects_total = _count_rejects(pg, options.table)
     report.elapsed_seconds = round(time.perf_counter() - started, 3)
     if report.elapsed_seconds > 0:
         report.rows_per_second = round(report.rows_written / report.elapsed_seconds, 1)
@@ -395,7 +418,8 @@ class _BatchWriter:
     """Commits batches (rows + checkpoint, one transaction each) on its own thread, in order.
 
     While PostgreSQL merges batch *n* (the thread waits on the socket, GIL released) the caller reads
-    and embeds batch *n+1*. At most one batch waits in the queue, so memory stays bounded. The first
+    and embeds batch *n+1*. At most one batch waits in the queue, so memory stays bounded. A write
+    error that blames the rows is retried row by row (the failing rows are quarantined); any other
     write error stops the run: ``submit`` and ``__exit__`` re-raise it in the caller's thread.
     """
 
@@ -407,9 +431,11 @@ class _BatchWriter:
         json_path: Path,
         report: BackfillReport,
         progress: Progress | None,
+        rows_total: int = 0,
     ) -> None:
         self.pg, self.table, self.model_id, self.json_path = pg, table, model_id, json_path
-        self.report, self.progress = report, progress
+        self.report, self.progress, self.rows_total = report, progress, rows_total
+        self.has_rejects = _count_rejects(pg, table) > 0  # only then do written rows clear rejects
         self.pending: queue.Queue[Any] = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="memwork-backfill-writer", daemon=True)
@@ -418,13 +444,11 @@ class _BatchWriter:
         self.thread.start()
         return self
 
-    def submit(
-        self, rows: list[dict[str, Any]], vectors: np.ndarray, cursor: Cursor, rows_total: int
-    ) -> None:
+    def submit(self, batch: _Batch) -> None:
         while True:
             self._raise_if_failed()
             try:
-                self.pending.put((rows, vectors, cursor, rows_total), timeout=0.2)
+                self.pending.put(batch, timeout=0.2)
                 return
             except queue.Full:
                 continue
@@ -446,22 +470,35 @@ class _BatchWriter:
 
     def _run(self) -> None:
         try:
-            while (item := self.pending.get()) is not None:
-                rows, vectors, cursor, rows_total = item
-                _write_batch(self.pg, self.table, rows, vectors, self.model_id, cursor, rows_total)
-                _save_json_checkpoint(self.json_path, self.table, cursor, rows_total, self.report)
-                self._committed(rows, cursor)
+            while (batch := self.pending.get()) is not None:
+                written, rejects = _write_batch(
+                    self.pg,
+                    self.table,
+                    batch,
+                    self.model_id,
+                    self.report.dimensions or 0,
+                    self.rows_total,
+                    self.report.run_id or "",
+                    clear_rejects=self.has_rejects,
+                )
+                self.rows_total += written
+                self.has_rejects = self.has_rejects or bool(rejects)
+                _save_json_checkpoint(self.json_path, self.table, batch.cursor, self.rows_total, self.report)
+                self._committed(batch, written, rejects)
         except BaseException as exc:  # handed to the caller's thread
             self.error = exc
 
-    def _committed(self, rows: list[dict[str, Any]], cursor: Cursor) -> None:
+    def _committed(self, batch: _Batch, written: int, rejects: list[Reject]) -> None:
         report = self.report
-        report.first_checkpoint = report.first_checkpoint or _cursor_of(rows[0]).to_json()
-        report.last_checkpoint = cursor.to_json()
-        report.rows_written += len(rows)
+        report.first_checkpoint = report.first_checkpoint or _cursor_of(batch.read[0]).to_json()
+        report.last_checkpoint = batch.cursor.to_json()
+        report.rows_written += written
+        report.rows_quarantined += len(rejects)
+        room = MAX_LISTED_REJECTS - len(report.quarantined)
+        report.quarantined.extend(reject.to_json() for reject in rejects[: max(room, 0)])
         report.batches += 1
         if self.progress:
-            self.progress(len(rows), report.planned)
+            self.progress(len(batch.read), report.planned)
 
 
 def _check_destination(pg: Any, table: str, dimensions: int, model_id: str) -> None:
@@ -478,8 +515,9 @@ def _check_destination(pg: Any, table: str, dimensions: int, model_id: str) -> N
 
 
 def _prepare(pg: Any) -> None:
-    """Checkpoint table (bookkeeping, created if missing) and this session's staging table."""
+    """Checkpoint and rejects tables (bookkeeping, created if missing) and this session's staging table."""
     pg.execute(checkpoint_table_sql())
+    pg.execute(rejects_table_sql())
     pg.execute(
         f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} ("
         "source_memory_id TEXT, user_id TEXT, content TEXT, embedding vector, embedding_model TEXT, "
@@ -489,17 +527,258 @@ def _prepare(pg: Any) -> None:
     pg.commit()
 
 
-def _embed(embedder: Embedder, rows: Sequence[Mapping[str, Any]], dimensions: int) -> np.ndarray:
-    if callable(getattr(embedder, "embed_memories", None)):
-        rows = [_public_row(row) for row in rows]
-    vectors = np.asarray(embed_memories(embedder, rows), dtype=np.float32)
-    if vectors.shape != (len(rows), dimensions):
-        raise UsageError(
-            "embedder", embedder.model_id, f"returned shape {vectors.shape}, not ({len(rows)}, {dimensions})"
-        )
-    if not np.all(np.isfinite(vectors)):
-        raise UsageError("embedder", embedder.model_id, "returned non-finite values")
-    return vectors
+# ---- quarantine ---------------------------------------------------------------------------------
+_TEXT_FIELDS = (
+    "id",
+    "user_id",
+    "content",
+    "type",
+    "source_session_id",
+    "source_message_id",
+    "metadata",
+    "created_at",
+    "updated_at",
+)
+
+
+def rejects_table_sql() -> str:
+    """Quarantined source rows: one row per (destination table, source id), cleared once written."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {quote_identifier(REJECTS_TABLE)} (\n"
+        "  target_table TEXT NOT NULL,\n"
+        "  source_memory_id TEXT NOT NULL,\n"
+        "  source_updated_at TEXT,\n"
+        "  reason TEXT NOT NULL,\n"
+        "  run_id TEXT NOT NULL,\n"
+        "  first_seen TIMESTAMPTZ NOT NULL DEFAULT NOW(),\n"
+        "  last_seen TIMESTAMPTZ NOT NULL DEFAULT NOW(),\n"
+        "  PRIMARY KEY (target_table, source_memory_id)\n"
+        ")"
+    )
+
+
+def printable(value: object) -> str:
+    """``value`` as text PostgreSQL can store: NUL as ``\\x00``, lone surrogates as ``\\udXXX``.
+
+    Reject ids and reasons pass through it (the id itself may be the poison); the verification
+    compares source ids through it too."""
+    text = str(value).replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@dataclass(frozen=True)
+class Reject:
+    """A source row that could not be written, and why (``id`` is :func:`printable`)."""
+
+    id: str
+    reason: str
+    updated_at: str
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any], reason: str) -> Reject:
+        return cls(printable(row["id"]), printable(reason)[:_REASON_CHARS], printable(row["updated_at"]))
+
+    def to_json(self) -> dict[str, str]:
+        return {"id": self.id, "reason": self.reason}
+
+
+@dataclass
+class _Batch:
+    """One keyset page: every row read, the rows to write with their vectors, the rows quarantined."""
+
+    read: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+    vectors: np.ndarray
+    rejects: list[Reject]
+    cursor: Cursor
+
+
+def _value_problem(row: Mapping[str, Any]) -> str | None:
+    """Why PostgreSQL text cannot hold one of the row's values, found before any I/O (or None)."""
+    for name in _TEXT_FIELDS:
+        value = row.get(name)
+        if not isinstance(value, str):
+            continue
+        if "\x00" in value:
+            return f"{name}: NUL byte at offset {value.index(chr(0))} (PostgreSQL text cannot hold it)"
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"{name}: invalid text (lone surrogate at offset {exc.start})"
+    return None
+
+
+def _precheck(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Reject]]:
+    """The rows worth embedding, and the rejects whose values can never be written."""
+    good: list[dict[str, Any]] = []
+    rejects: list[Reject] = []
+    for row in rows:
+        problem = _value_problem(row)
+        if problem is None:
+            good.append(row)
+        else:
+            rejects.append(Reject.of(row, problem))
+    return good, rejects
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for a reject's reason: the error class, its first line, where PostgreSQL says."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    context = getattr(getattr(exc, "diag", None), "context", None) or ""
+    where = f" ({context.strip().splitlines()[0]})" if context.strip() else ""
+    return f"{type(exc).__name__}: {first}{where}"
+
+
+class _RowEmbedder:
+    """Embeds a batch; when a batch fails, retries it row by row and quarantines the rows that fail.
+
+    A row counts as poison only while the embedder still embeds the last row it embedded well (a
+    probe): a broken model or a dead embedding service stops the run instead of quarantining it."""
+
+    def __init__(self, embedder: Embedder, dimensions: int) -> None:
+        self.embedder, self.dimensions = embedder, dimensions
+        self.last_good: dict[str, Any] | None = None
+
+    def embed(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], np.ndarray, list[Reject]]:
+        if not rows:
+            return [], np.zeros((0, self.dimensions), dtype=np.float32), []
+        try:
+            vectors = self._vectors(rows)
+        except UsageError:
+            raise  # wrong shape for the whole batch: the embedder, not a row
+        except Exception as exc:
+            return self._one_by_one(rows, exc)
+        finite = np.isfinite(vectors).all(axis=1)
+        kept = [row for row, ok in zip(rows, finite, strict=True) if ok]
+        if not kept and not self._still_works():
+            raise UsageError("embedder", self.embedder.model_id, "returned non-finite values")
+        if kept:
+            self.last_good = kept[-1]
+        rejects = [
+            Reject.of(row, "embedder returned non-finite values")
+            for row, ok in zip(rows, finite, strict=True)
+            if not ok
+        ]
+        return kept, vectors[finite], rejects
+
+    def _one_by_one(
+        self, rows: list[dict[str, Any]], batch_error: Exception
+    ) -> tuple[list[dict[str, Any]], np.ndarray, list[Reject]]:
+        kept: list[dict[str, Any]] = []
+        vectors: list[np.ndarray] = []
+        rejects: list[Reject] = []
+        for row in rows:
+            try:
+                vector = self._vectors([row])
+                if not np.isfinite(vector).all():
+                    raise ValueError("non-finite values")
+            except Exception as exc:
+                if not self._still_works():
+                    raise batch_error from None
+                rejects.append(Reject.of(row, f"embedder: {_describe(exc)}"))
+                continue
+            self.last_good = row
+            kept.append(row)
+            vectors.append(vector[0])
+        stacked = np.vstack(vectors) if vectors else np.zeros((0, self.dimensions), dtype=np.float32)
+        return kept, stacked, rejects
+
+    def _still_works(self) -> bool:
+        """The probe: does the last row embedded well still embed (finite, right shape)?"""
+        if self.last_good is None:
+            return False
+        try:
+            return bool(np.isfinite(self._vectors([self.last_good])).all())
+        except Exception:
+            return False
+
+    def _vectors(self, rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        embedder = self.embedder
+        if callable(getattr(embedder, "embed_memories", None)):
+            rows = [_public_row(row) for row in rows]
+        vectors = np.asarray(embed_memories(embedder, rows), dtype=np.float32)
+        if vectors.shape != (len(rows), self.dimensions):
+            raise UsageError(
+                "embedder",
+                embedder.model_id,
+                f"returned shape {vectors.shape}, not ({len(rows)}, {self.dimensions})",
+            )
+        return vectors
+
+
+def _blames_rows(exc: BaseException) -> bool:
+    """True when a write error is about the values written (retry row by row), not the server."""
+    import psycopg
+
+    if isinstance(exc, UnicodeError | psycopg.DataError | psycopg.IntegrityError):
+        return True
+    state = getattr(exc, "sqlstate", None) or ""
+    return state[:2] in _ROW_ERROR_CLASSES
+
+
+def _store_rejects(cur: Any, table: str, rejects: Sequence[Reject], run_id: str) -> None:
+    cur.executemany(
+        f"INSERT INTO {quote_identifier(REJECTS_TABLE)} AS r "
+        "(target_table, source_memory_id, source_updated_at, reason, run_id) VALUES (%s, %s, %s, %s, %s) "
+        "ON CONFLICT (target_table, source_memory_id) DO UPDATE SET "
+        "source_updated_at = EXCLUDED.source_updated_at, reason = EXCLUDED.reason, "
+        "run_id = EXCLUDED.run_id, last_seen = NOW()",
+        [(table, r.id, r.updated_at, r.reason, run_id) for r in rejects],
+    )
+
+
+def _clear_rejects(cur: Any, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Rows written now are no longer quarantined (fixed at the source and read again)."""
+    cur.execute(
+        f"DELETE FROM {quote_identifier(REJECTS_TABLE)} "
+        "WHERE target_table = %s AND source_memory_id = ANY(%s)",
+        (table, [printable(row["id"]) for row in rows]),
+    )
+
+
+def _count_rejects(pg: Any, table: str) -> int:
+    if pg.execute("SELECT to_regclass(%s)", (REJECTS_TABLE,)).fetchone()[0] is None:
+        pg.commit()
+        return 0
+    row = pg.execute(
+        f"SELECT count(*) FROM {quote_identifier(REJECTS_TABLE)} WHERE target_table = %s", (table,)
+    ).fetchone()
+    pg.commit()
+    return int(row[0])
+
+
+def read_rejects(pg: Any, table: str = DEFAULT_TABLE) -> list[dict[str, Any]]:
+    """Every quarantined row recorded for ``table`` (id order), on an open psycopg connection."""
+    if pg.execute("SELECT to_regclass(%s)", (REJECTS_TABLE,)).fetchone()[0] is None:
+        return []
+    rows = pg.execute(
+        "SELECT source_memory_id, reason, source_updated_at, first_seen, last_seen, run_id "
+        f"FROM {quote_identifier(REJECTS_TABLE)} WHERE target_table = %s ORDER BY source_memory_id",
+        (table,),
+    ).fetchall()
+    return [
+        {
+            "id": r[0],
+            "reason": r[1],
+            "sourceUpdatedAt": r[2],
+            "firstSeen": r[3].isoformat(),
+            "lastSeen": r[4].isoformat(),
+            "runId": r[5],
+        }
+        for r in rows
+    ]
+
+
+def load_rejects(database_url: str, table: str = DEFAULT_TABLE) -> list[dict[str, Any]]:
+    """:func:`read_rejects` from a URL (``pg://embedded`` works too)."""
+    check_identifier(table)
+    with pg_connection(database_url) as pg:
+        return read_rejects(pg, table)
+
+
+def _new_run_id() -> str:
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
 
 
 def _public_row(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -545,44 +824,90 @@ def _register_packed_vectors(pg: Any) -> None:
 def _write_batch(
     pg: Any,
     table: str,
-    rows: Sequence[Mapping[str, Any]],
-    vectors: np.ndarray,
+    batch: _Batch,
     model_id: str,
-    cursor: Cursor,
-    rows_total: int,
+    dimensions: int,
+    rows_before: int,
+    run_id: str,
+    *,
+    clear_rejects: bool = False,
+) -> tuple[int, list[Reject]]:
+    """Upsert the batch and commit it with its rejects and checkpoint; returns (rows written, rejects).
+
+    The batch is tried whole first (inside a savepoint); an error that blames the values is retried
+    row by row, each row in its own savepoint, so one poison row costs only itself."""
+    rejects = list(batch.rejects)
+    with pg.transaction(), pg.cursor() as cur:
+        written = batch.rows
+        if written:
+            try:
+                with pg.transaction():
+                    _upsert(cur, table, batch.rows, batch.vectors, model_id)
+            except Exception as exc:
+                if not _blames_rows(exc):
+                    raise
+                written, failed = _upsert_one_by_one(pg, cur, table, batch, model_id)
+                rejects.extend(failed)
+        if clear_rejects and written:
+            _clear_rejects(cur, table, written)
+        if rejects:
+            _store_rejects(cur, table, rejects, run_id)
+        _store_checkpoint(cur, table, batch.cursor, rows_before + len(written), model_id, dimensions)
+    # leaving pg.transaction() commits; the stage table empties itself ON COMMIT
+    return len(written), rejects
+
+
+def _upsert_one_by_one(
+    pg: Any, cur: Any, table: str, batch: _Batch, model_id: str
+) -> tuple[list[dict[str, Any]], list[Reject]]:
+    written: list[dict[str, Any]] = []
+    rejects: list[Reject] = []
+    for k, row in enumerate(batch.rows):
+        try:
+            with pg.transaction():
+                _upsert(cur, table, [row], batch.vectors[k : k + 1], model_id)
+                cur.execute(f"DELETE FROM {STAGE_TABLE}")  # the next row's INSERT must not see it
+        except Exception as exc:
+            if not _blames_rows(exc):
+                raise
+            rejects.append(Reject.of(row, f"postgresql: {_describe(exc)}"))
+            continue
+        written.append(row)
+    return written, rejects
+
+
+def _upsert(
+    cur: Any, table: str, rows: Sequence[Mapping[str, Any]], vectors: np.ndarray, model_id: str
 ) -> None:
-    """COPY the batch into staging, upsert it, and commit it together with its checkpoint."""
+    """COPY ``rows`` into the staging table, then one ``INSERT ... ON CONFLICT`` into ``table``."""
     target = quote_identifier(table)
     columns = ", ".join(_DEST_COLUMNS)
     merged = columns.replace("metadata", "coalesce(metadata::jsonb, '{}'::jsonb)")
     for stamp in ("created_at", "updated_at"):
         merged = merged.replace(stamp, f"({stamp}::timestamp AT TIME ZONE 'UTC')")
     updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _DEST_COLUMNS if c != "source_memory_id")
-    with pg.transaction(), pg.cursor() as cur:
-        with cur.copy(f"COPY {STAGE_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(_COPY_TYPES)
-            for row, vector in zip(rows, _pack_vectors(vectors), strict=True):
-                copy.write_row(
-                    (
-                        row["id"],
-                        row["user_id"],
-                        row["content"],
-                        vector,
-                        model_id,
-                        row["type"] or "fact",
-                        row["source_session_id"],
-                        row["source_message_id"],
-                        row["metadata"],
-                        row["created_at"],
-                        row["updated_at"],
-                    )
+    with cur.copy(f"COPY {STAGE_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(_COPY_TYPES)
+        for row, vector in zip(rows, _pack_vectors(vectors), strict=True):
+            copy.write_row(
+                (
+                    row["id"],
+                    row["user_id"],
+                    row["content"],
+                    vector,
+                    model_id,
+                    row["type"] or "fact",
+                    row["source_session_id"],
+                    row["source_message_id"],
+                    row["metadata"],
+                    row["created_at"],
+                    row["updated_at"],
                 )
-        cur.execute(
-            f"INSERT INTO {target} ({columns}) SELECT {merged} FROM {STAGE_TABLE} "
-            f"ON CONFLICT (source_memory_id) DO UPDATE SET {updates}"
-        )
-        _store_checkpoint(cur, table, cursor, rows_total, model_id, int(vectors.shape[1]))
-    # leaving pg.transaction() commits; the stage table empties itself ON COMMIT
+            )
+    cur.execute(
+        f"INSERT INTO {target} ({columns}) SELECT {merged} FROM {STAGE_TABLE} "
+        f"ON CONFLICT (source_memory_id) DO UPDATE SET {updates}"
+    )
 
 
 def _store_checkpoint(
@@ -595,8 +920,30 @@ def _store_checkpoint(
         "cursor_updated_at = EXCLUDED.cursor_updated_at, cursor_id = EXCLUDED.cursor_id, "
         "rows_written = EXCLUDED.rows_written, embedding_model = EXCLUDED.embedding_model, "
         "dimensions = EXCLUDED.dimensions, updated_at = NOW()",
-        (table, cursor.to_json()["updatedAt"], cursor.id, rows_total, model_id, dimensions),
+        (
+            table,
+            cursor.to_json()["updatedAt"],
+            _encode_cursor_id(cursor.id),
+            rows_total,
+            model_id,
+            dimensions,
+        ),
     )
+
+
+_ENCODED_ID = "\x1bjson:"  # marks a cursor id stored as JSON text (ESC: never the start of a real id)
+
+
+def _encode_cursor_id(id: str) -> str:
+    """The cursor id as PostgreSQL text: a poison id (NUL, lone surrogate) as JSON, so the checkpoint
+    can still move past the row that holds it."""
+    if printable(id) == id and not id.startswith(_ENCODED_ID):
+        return id
+    return _ENCODED_ID + json.dumps(id)
+
+
+def _decode_cursor_id(stored: str) -> str:
+    return json.loads(stored[len(_ENCODED_ID) :]) if stored.startswith(_ENCODED_ID) else stored
 
 
 def _load_checkpoint(pg: Any, table: str) -> Cursor | None:
@@ -607,7 +954,7 @@ def _load_checkpoint(pg: Any, table: str) -> Cursor | None:
         (table,),
     ).fetchone()
     pg.commit()
-    return Cursor.parse(row[0], row[1]) if row else None
+    return Cursor.parse(row[0], _decode_cursor_id(row[1])) if row else None
 
 
 def _load_rows_written(pg: Any, table: str) -> int:
@@ -632,7 +979,7 @@ def load_checkpoint(database_url: str, table: str = DEFAULT_TABLE) -> dict[str, 
     if row is None:
         return None
     return {
-        "cursor": {"updatedAt": row[0], "id": row[1]},
+        "cursor": {"updatedAt": row[0], "id": _decode_cursor_id(row[1])},
         "rowsWritten": int(row[2]),
         "model": row[3],
         "dimensions": row[4],

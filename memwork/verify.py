@@ -3,6 +3,9 @@
 Checks, each a reason for FAIL when it does not hold:
 
 * counts -- source active items vs destination distinct ``source_memory_id``; missing and extra ids;
+* quarantine -- rows the backfill could not write (``memwork_backfill_rejects``) are listed with
+  their reason, never counted as "missing" or "changed"; they make the verdict FAIL unless
+  ``allow_quarantined`` accepts them;
 * content -- per key-range checksums of (id, user_id, content, type) on both sides, compared range
   by range like pt-table-checksum compares a replica; a mismatching range is drilled into row by row,
   so a *changed* row is named, not only a missing one;
@@ -23,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from memwork.backfill import REJECTS_TABLE, printable, read_rejects
 from memwork.embed import Embedder, load_embedder
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
@@ -48,6 +52,7 @@ class VerifyOptions:
     min_recall: float = 0.9
     min_self_retrieval: float = 0.9
     seed: int = 0
+    allow_quarantined: bool = False  # quarantined rows are listed either way; True: not a FAIL
 
     def check(self) -> None:
         """Reject impossible settings up front (the notebook's validation cell calls this)."""
@@ -96,6 +101,9 @@ class VerificationResult:
     missing_count: int = 0
     extra_count: int = 0
     changed_count: int = 0
+    quarantined: list[dict[str, Any]] = field(default_factory=list)  # id, reason, ... (first 50)
+    quarantined_count: int = 0
+    quarantined_missing: int = 0  # quarantined and absent from the destination (not "missing")
     ranges: list[RangeChecksum] = field(default_factory=list)
     declared_dimensions: int | None = None
     dimensions: dict[str, int] = field(default_factory=dict)  # "384" -> rows
@@ -376,7 +384,9 @@ def verify_backfill(options: VerifyOptions) -> VerificationResult:
         register_vector(conn)
         with _timed(result, "destination"), conn.transaction():
             dest, result.dest_rows = read_dest_digests(conn, options.table)
+            rejects = {r["id"]: r for r in read_rejects(conn, options.table)}
         with _timed(result, "checksums"):
+            source, dest = _set_quarantined_apart(result, source, dest, rejects, options.allow_quarantined)
             _compare_content(result, source, dest, options.range_size)
         with _timed(result, "vectors"):
             _check_vectors(result, conn, options)
@@ -398,18 +408,66 @@ class _timed:
         self.result.timings[self.phase] = round(time.perf_counter() - self.start, 3)
 
 
+def quarantined_rows(
+    source: dict[str, str], dest: dict[str, str], rejects: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Rejects whose source row is active and not faithfully in the destination (id order).
+
+    A reject for a row that is gone from the source, or that the destination now holds as it is,
+    is stale and not listed."""
+    if not rejects:
+        return []
+    out = []
+    for key in sorted(source):
+        reject = rejects.get(printable(key))
+        if reject is None or dest.get(key) == source[key]:
+            continue
+        out.append({**reject, "sourceId": key, "inDestination": key in dest})
+    return out
+
+
+def _set_quarantined_apart(
+    result: VerificationResult,
+    source: dict[str, str],
+    dest: dict[str, str],
+    rejects: dict[str, dict[str, Any]],
+    allow: bool,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """List the quarantined rows and return source and destination without them for the checks."""
+    result.source_active, result.dest_distinct = len(source), len(dest)
+    rows = quarantined_rows(source, dest, rejects)
+    if not rows:
+        return source, dest
+    result.quarantined_count = len(rows)
+    result.quarantined_missing = sum(not row["inDestination"] for row in rows)
+    result.quarantined = [{k: v for k, v in row.items() if k != "sourceId"} for row in rows[:MAX_LISTED_IDS]]
+    examples = ", ".join(f"{row['id']} ({row['reason']})" for row in rows[:2])
+    line = (
+        f"quarantined: {len(rows)} row(s) the backfill could not write (in {REJECTS_TABLE}), "
+        f"e.g. {examples}{' …' if len(rows) > 2 else ''}"
+    )
+    (result.notes if allow else result.reasons).append(line)
+    apart = {row["sourceId"] for row in rows}
+    return (
+        {k: v for k, v in source.items() if k not in apart},
+        {k: v for k, v in dest.items() if k not in apart},
+    )
+
+
 def _compare_content(result: VerificationResult, source: dict, dest: dict, range_size: int) -> None:
-    result.source_active = len(source)
-    result.dest_distinct = len(dest)
+    """Counts, checksums and drill-down on ``source``/``dest`` (quarantined rows already set apart)."""
+    result.source_active = result.source_active or len(source)
+    result.dest_distinct = result.dest_distinct or len(dest)
     result.ranges = range_checksums(source, dest, range_size)
     missing, extra, changed = drill_down(result.ranges, source, dest)
     result.missing_count, result.extra_count, result.changed_count = len(missing), len(extra), len(changed)
     result.missing_ids = missing[:MAX_LISTED_IDS]
     result.extra_ids = extra[:MAX_LISTED_IDS]
     result.changed_ids = changed[:MAX_LISTED_IDS]
-    if result.source_active != result.dest_distinct:
+    if len(source) != len(dest):
+        quarantined = f" ({result.quarantined_count} quarantined)" if result.quarantined_count else ""
         result.reasons.append(
-            f"count: {result.source_active} active source items but {result.dest_distinct} "
+            f"count: {result.source_active} active source items{quarantined} but {result.dest_distinct} "
             "distinct source_memory_id in the destination"
         )
     if result.dest_rows != result.dest_distinct:

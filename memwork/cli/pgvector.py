@@ -196,6 +196,14 @@ def _print_backfill(data: dict) -> None:  # type: ignore[type-arg]
         click.echo(f"elapsed: {data['elapsedSeconds']} s  ({data['rowsPerSecond']} rows/s)")
     if data["inactive"]:
         click.echo(f"inactive sources: {data['inactive']}")
+    if data.get("rejectsTotal"):
+        click.echo(
+            f"quarantined: {data['rowsQuarantined']} row(s) in this run, {data['rejectsTotal']} in "
+            f"{data['rejectsTable']} for {data['table']} "
+            "(not written; the backfill_verification report lists them)"
+        )
+    for reject in data.get("quarantined", []):
+        click.echo(f"  rejected {reject['id']}: {reject['reason']}")
     for row in data["sample"]:
         click.echo(f"  {row['updatedAt']}  {row['id']}  {row['userId']}  {row['content']}")
 
