@@ -2,6 +2,11 @@
 
 Every problem is a :class:`memwork.errors.UsageError` naming the field (``messages[2].content``), so
 nothing is written for a bad request. The limits are stated in README.md ("Input limits").
+
+Text that some backend cannot store -- a NUL character (PostgreSQL refuses it, MySQL keeps it and the
+backfill then fails on the row) or a lone surrogate (not encodable as UTF-8) -- is bad input here,
+never a backend error later. Ids are compared exactly by every backend, so an id with surrounding
+whitespace is refused rather than silently trimmed into another user's id.
 """
 
 from __future__ import annotations
@@ -21,6 +26,31 @@ MAX_MESSAGE_CHARS = 16_000  #: one message's content, in characters
 MAX_MESSAGES = 100  #: messages per write
 
 
+PREVIEW_CHARS = 40  #: how much of a long bad value an error shows around the bad character
+
+
+def _preview(value: str, position: int) -> str:
+    """The value itself when short, else the characters around ``position``."""
+    if len(value) <= PREVIEW_CHARS:
+        return value
+    start = max(position - PREVIEW_CHARS // 2, 0)
+    return f"...{value[start : start + PREVIEW_CHARS]}..."
+
+
+def check_storable(field: str, value: str) -> str:
+    """``value`` unchanged, or a :class:`UsageError` if it holds NUL or a lone surrogate."""
+    position = value.find("\x00")
+    if position >= 0:
+        raise UsageError(field, _preview(value, position), f"contains a NUL character at position {position}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(value[exc.start])
+        problem = f"contains a lone surrogate U+{code:04X} at position {exc.start} (not valid UTF-8)"
+        raise UsageError(field, _preview(value, exc.start), problem) from None
+    return value
+
+
 def _text(request: Mapping[str, Any], key: str, max_chars: int, *, required: bool) -> str | None:
     value = request.get(key)
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -31,7 +61,15 @@ def _text(request: Mapping[str, Any], key: str, max_chars: int, *, required: boo
         raise UsageError(key, value, "must be a string")
     if len(value) > max_chars:
         raise UsageError(key, f"<{len(value)} characters>", f"longer than {max_chars} characters")
-    return value.strip()
+    return check_storable(key, value).strip()
+
+
+def _identifier(request: Mapping[str, Any], key: str, max_chars: int, *, required: bool) -> str | None:
+    """An id: text compared exactly by every backend, so never trimmed -- padding is refused."""
+    value = _text(request, key, max_chars, required=required)
+    if value is not None and value != request[key]:
+        raise UsageError(key, request[key], "must not begin or end with whitespace (ids are exact)")
+    return value
 
 
 def _limit(request: Mapping[str, Any]) -> int:
@@ -58,7 +96,7 @@ def _message(index: int, message: Any) -> dict[str, str]:
     if len(content) > MAX_MESSAGE_CHARS:
         size = f"<{len(content)} characters>"
         raise UsageError(f"{where}.content", size, f"longer than {MAX_MESSAGE_CHARS} characters")
-    return {"role": role, "content": content}
+    return {"role": role, "content": check_storable(f"{where}.content", content)}
 
 
 def _messages(request: Mapping[str, Any]) -> list[dict[str, str]]:
@@ -80,8 +118,8 @@ def validate(operation: str, request: Any) -> dict[str, Any]:
     """The normalised request for ``operation`` (defaults filled in) or a :class:`UsageError`."""
     request = _mapping(request)
     clean: dict[str, Any] = {
-        "userId": _text(request, "userId", MAX_USER_ID_CHARS, required=True),
-        "sessionId": _text(request, "sessionId", MAX_SESSION_ID_CHARS, required=operation == "write"),
+        "userId": _identifier(request, "userId", MAX_USER_ID_CHARS, required=True),
+        "sessionId": _identifier(request, "sessionId", MAX_SESSION_ID_CHARS, required=operation == "write"),
     }
     if operation == "resolve":
         clean["query"] = _text(request, "query", MAX_QUERY_CHARS, required=False)

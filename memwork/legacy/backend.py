@@ -10,6 +10,9 @@
 
 Pending messages are read ``FOR UPDATE SKIP LOCKED`` on MariaDB so two concurrent analyzers of one
 user never extract the same message twice.
+
+Every predicate on a user, session or item id goes through :func:`memwork.legacy.exact.exact_eq`, so
+``TenantX`` and ``tenantx`` are two tenants even in a production table collated ``utf8mb4_general_ci``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from sqlalchemy import Connection, Engine, and_, create_mock_engine, delete, ins
 
 from memwork.db import get_engine, sqlalchemy_url
 from memwork.errors import UsageError
+from memwork.legacy.exact import exact_eq
 from memwork.legacy.extractor import ExtractedItem, Extractor, extract_rules
 from memwork.legacy.schema import ITEM_TYPES, memory_items, messages, metadata
 from memwork.similarity import find_duplicate_pairs, jaccard, tokenize
@@ -100,6 +104,11 @@ def item_payload(row: Mapping[str, Any]) -> dict[str, Any]:
         "createdAt": _iso(row["created_at"]),
         "updatedAt": _iso(row["updated_at"]),
     }
+
+
+def _this_item(row: Mapping[str, Any]) -> Any:
+    """The predicate for exactly this item of exactly its user (never a look-alike id)."""
+    return and_(exact_eq(memory_items.c.id, row["id"]), exact_eq(memory_items.c.user_id, row["user_id"]))
 
 
 def _normalise(item: Any) -> ExtractedItem:
@@ -226,7 +235,7 @@ class LegacyMemoryStore:
     def _pending(self, conn: Connection, user_id: str) -> list[Mapping[str, Any]]:
         query = (
             select(messages)
-            .where(and_(messages.c.user_id == user_id, messages.c.analyzed_at.is_(None)))
+            .where(and_(exact_eq(messages.c.user_id, user_id), messages.c.analyzed_at.is_(None)))
             .order_by(messages.c.id)
             .limit(MAX_PENDING_PER_RUN)
             .with_for_update(skip_locked=True)
@@ -235,7 +244,7 @@ class LegacyMemoryStore:
 
     def _active(self, conn: Connection, user_id: str, item_type: str | None = None, limit: int | None = None):
         query = select(memory_items).where(
-            and_(memory_items.c.user_id == user_id, memory_items.c.status == "active")
+            and_(exact_eq(memory_items.c.user_id, user_id), memory_items.c.status == "active")
         )
         if item_type is not None:
             query = query.where(memory_items.c.type == item_type)
@@ -264,7 +273,8 @@ class LegacyMemoryStore:
             report.created.append(self._insert_item(conn, user_id, item, source))
         stamp = now()
         ids = [m["id"] for m in pending]
-        conn.execute(update(messages).where(messages.c.id.in_(ids)).values(analyzed_at=stamp))
+        mine = and_(messages.c.id.in_(ids), exact_eq(messages.c.user_id, user_id))
+        conn.execute(update(messages).where(mine).values(analyzed_at=stamp))
         return report
 
     def _insert_item(
@@ -303,7 +313,7 @@ class LegacyMemoryStore:
     def _archive(self, conn: Connection, row: Mapping[str, Any], **note: Any) -> None:
         meta = {**(row["metadata"] or {}), **note}
         values = {"status": "archived", "metadata": meta, "updated_at": now()}
-        conn.execute(update(memory_items).where(memory_items.c.id == row["id"]).values(**values))
+        conn.execute(update(memory_items).where(_this_item(row)).values(**values))
 
     def _archive_superseded(self, conn: Connection, user_id: str, report: Report) -> None:
         newest: dict[str, Mapping[str, Any]] = {}
@@ -330,9 +340,7 @@ class LegacyMemoryStore:
             gone.add(pair.j)
             self._archive(conn, drop, mergedInto=keep["id"])
             confidence = max(keep["confidence"], drop["confidence"])
-            conn.execute(
-                update(memory_items).where(memory_items.c.id == keep["id"]).values(confidence=confidence)
-            )
+            conn.execute(update(memory_items).where(_this_item(keep)).values(confidence=confidence))
             report.merged.append({"kept": keep["id"], "archived": drop["id"], "similarity": pair.similarity})
 
     # ---- read and cleanup ----------------------------------------------------------------------
@@ -355,8 +363,10 @@ class LegacyMemoryStore:
     def purge_user(self, user_id: str) -> dict[str, int]:
         """Delete every message and item of ``user_id`` (health-check cleanup)."""
         with self.engine.begin() as conn:
-            items = conn.execute(delete(memory_items).where(memory_items.c.user_id == user_id)).rowcount
-            msgs = conn.execute(delete(messages).where(messages.c.user_id == user_id)).rowcount
+            items = conn.execute(
+                delete(memory_items).where(exact_eq(memory_items.c.user_id, user_id))
+            ).rowcount
+            msgs = conn.execute(delete(messages).where(exact_eq(messages.c.user_id, user_id))).rowcount
         return {"messages": msgs, "items": items}
 
 

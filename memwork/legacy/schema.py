@@ -4,6 +4,11 @@ The seed names ``h5_conversation_messages`` and ``h5_user_memory_items`` but not
 are the columns such a product has. ``id`` of a memory item is a string (UUID-like) so it travels
 unchanged into ``memory_embeddings.source_memory_id`` (TEXT). Timestamps are UTC, microsecond
 precision (``DATETIME(6)`` on MySQL) so the ``(updated_at, id)`` keyset is total and stable.
+
+Identifier columns (ids of users, sessions, items, messages) are ``utf8mb4_bin`` on MySQL/MariaDB: a
+server default such as ``utf8mb4_general_ci`` would make ``TenantX`` and ``tenantx`` one tenant. Tables
+that already exist keep their collation, so queries still compare ids through
+:func:`memwork.legacy.exact.exact_eq` (``utf8mb4_bin`` pads trailing spaces; bytes do not).
 """
 
 from __future__ import annotations
@@ -28,6 +33,14 @@ metadata = MetaData()
 _BigIntId = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrement needs INTEGER
 _Timestamp = DateTime(timezone=False).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
 _LongText = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+ID_COLLATION = "utf8mb4_bin"  #: MySQL/MariaDB collation of every identifier column memwork creates
+
+
+def _identifier(length: int) -> String:
+    """A VARCHAR id: binary-collated on MySQL/MariaDB, plain elsewhere (SQLite, PostgreSQL are exact)."""
+    exact = mysql.VARCHAR(length, charset="utf8mb4", collation=ID_COLLATION)
+    return String(length).with_variant(exact, "mysql", "mariadb")
+
 
 MESSAGE_ROLES = ("user", "assistant", "system", "tool")
 ITEM_TYPES = ("fact", "preference", "goal", "profile", "event", "skill", "note")
@@ -37,8 +50,8 @@ messages = Table(
     "h5_conversation_messages",
     metadata,
     Column("id", _BigIntId, primary_key=True, autoincrement=True),
-    Column("user_id", String(64), nullable=False),
-    Column("session_id", String(128), nullable=False),
+    Column("user_id", _identifier(64), nullable=False),
+    Column("session_id", _identifier(128), nullable=False),
     Column("role", String(16), nullable=False),
     Column("content", _LongText, nullable=False),
     Column("created_at", _Timestamp, nullable=False),
@@ -52,15 +65,15 @@ messages = Table(
 memory_items = Table(
     "h5_user_memory_items",
     metadata,
-    Column("id", String(64), primary_key=True),
-    Column("user_id", String(64), nullable=False),
+    Column("id", _identifier(64), primary_key=True),
+    Column("user_id", _identifier(64), nullable=False),
     Column("content", _LongText, nullable=False),
     Column("type", String(32), nullable=False, server_default="fact"),
     Column("status", String(16), nullable=False, server_default="active"),
     Column("confidence", Float, nullable=False, server_default="0.5"),
     Column("metadata", JSON, nullable=True),
-    Column("source_session_id", String(128), nullable=True),
-    Column("source_message_id", String(64), nullable=True),
+    Column("source_session_id", _identifier(128), nullable=True),
+    Column("source_message_id", _identifier(64), nullable=True),
     Column("created_at", _Timestamp, nullable=False),
     Column("updated_at", _Timestamp, nullable=False),
     Index("ix_h5_items_updated_id", "updated_at", "id"),  # keyset reads (backfill)
