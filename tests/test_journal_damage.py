@@ -7,6 +7,7 @@ run was not journaled for, not even with --force.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from pathlib import Path
@@ -40,6 +41,13 @@ WORDS = [
     "tau",
     "upsilon",
 ]
+
+
+def new_store(spec: str):
+    """Open a store that may not exist yet (reading commands no longer create one)."""
+    if "create" in inspect.signature(open_store).parameters:
+        return open_store(spec, create=True)
+    return open_store(spec)  # pragma: no cover - before open_store(create=)
 
 
 def seed(store, clusters: int = 4) -> list[dict]:
@@ -82,7 +90,7 @@ def _write_damaged(folder: Path) -> None:
 
 
 def test_damaged_files_are_skipped_and_named(spec):
-    with open_store(spec) as store:
+    with new_store(spec) as store:
         original = seed(store)
         run_id = run_action(store, "merge_duplicates", apply=True, now=NOW).run_id
     _write_damaged(journal_dir())
@@ -125,7 +133,7 @@ def _tear_last_change(run_file: Path, keep_bytes: int = 40) -> dict:
 
 
 def test_torn_last_line_is_undone_up_to_the_last_complete_line(spec):
-    with open_store(spec) as store:
+    with new_store(spec) as store:
         original = seed(store)
         run_id = run_action(store, "merge_duplicates", apply=True, now=NOW).run_id
         run_file = journal_dir() / f"{run_id}.jsonl"
@@ -146,10 +154,10 @@ def test_torn_last_line_is_undone_up_to_the_last_complete_line(spec):
 
 def test_undo_refuses_another_store_even_with_force(spec, tmp_path):
     other = str(tmp_path / "other") if "://" not in spec else f"sqlite:///{tmp_path / 'other.db'}"
-    with open_store(spec) as store:
+    with new_store(spec) as store:
         original = seed(store)
         run_id = run_action(store, "merge_duplicates", apply=True, now=NOW).run_id
-    with open_store(other) as store:
+    with new_store(other) as store:
         seed(store, clusters=1)
         other_before = records(store)
     for extra in ([], ["--force"]):
@@ -169,7 +177,7 @@ def test_undo_refuses_another_store_even_with_force(spec, tmp_path):
 
 
 def test_index_lists_unchanged_files_without_parsing_them(tmp_path):
-    with open_store(str(tmp_path / "fs")) as store:
+    with new_store(str(tmp_path / "fs")) as store:
         seed(store)
         first = run_action(store, "merge_duplicates", apply=True, now=NOW).run_id
         second = run_action(store, "compact", apply=True, now=NOW, min_quality_score=100, min_age_days=0)
@@ -203,7 +211,7 @@ def test_index_lists_unchanged_files_without_parsing_them(tmp_path):
 
 
 def test_undo_reads_only_its_own_run(tmp_path):
-    with open_store(str(tmp_path / "fs")) as store:
+    with new_store(str(tmp_path / "fs")) as store:
         original = seed(store)
         run_id = run_action(store, "merge_duplicates", apply=True, now=NOW).run_id
         _write_damaged(journal_dir())
@@ -214,7 +222,7 @@ def test_undo_reads_only_its_own_run(tmp_path):
 
 
 def test_bad_image_in_a_run_names_file_and_seq(tmp_path):
-    with open_store(str(tmp_path / "fs")) as store:
+    with new_store(str(tmp_path / "fs")) as store:
         seed(store)
         run_id = run_action(store, "merge_duplicates", apply=True, now=NOW).run_id
         run_file = journal_dir() / f"{run_id}.jsonl"
