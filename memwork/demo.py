@@ -82,7 +82,7 @@ def build_demo_data(folder: Path, *, seed: int = 2024) -> dict[str, Any]:
     store_path = folder / "entries.db"
     _remove_sqlite(store_path)
     store = f"sqlite:///{store_path}"
-    opened = open_store(store)
+    opened = open_store(store, create=True)
     try:
         opened.put_many(
             generate_entries(DEMO_ENTRIES, scopes=("alice", "bob", "support-bot", "ops"), seed=seed)

@@ -7,6 +7,7 @@ nothing in memwork ever compares, merges or links entries of different scopes.
 from __future__ import annotations
 
 import dataclasses
+import math
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -21,7 +22,12 @@ MAX_CONTENT_BYTES = 3_000_000
 MAX_STUB_HOPS = 5
 DEFAULT_SCOPE = "default"
 FORBIDDEN_PATH_CHARS = set('<>:"|?*')
-_SCOPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$")
+_SCOPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")  # used with fullmatch: no "alice\n"
+# Limits every store kind can hold, so an export from any store imports into any other:
+MAX_HITS = 2**31 - 1  # PostgreSQL and MySQL ``integer``
+MAX_METADATA_DEPTH = 31  # nested objects/arrays; MariaDB's JSON_VALID refuses a 32nd level
+MAX_COMPONENT_BYTES = 255  # one file name (UTF-8) on common filesystems
+_SIDECAR_SUFFIX_BYTES = len(".yml")  # the filesystem store adds .yml/.emb to an entry's file name
 
 
 def utcnow() -> datetime:
@@ -81,9 +87,72 @@ def validate_scope(scope: str | None) -> str:
     """Return the scope name (``default`` when None) or raise a usage error."""
     if scope is None:
         return DEFAULT_SCOPE
-    if not isinstance(scope, str) or not _SCOPE_RE.match(scope):
+    if not isinstance(scope, str) or not _SCOPE_RE.fullmatch(scope):
         raise UsageError("scope", scope, "must be 1-128 characters of letters, digits, _ . @ -")
     return scope
+
+
+def check_text(field: str, value: str) -> str:
+    """Return ``value`` when every store can hold it: no NUL (PostgreSQL text refuses it) and no
+    lone surrogate (not encodable as UTF-8; JSON's ``"\\ud800"`` escape produces one)."""
+    if "\x00" in value:
+        where = value.index("\x00") + 1
+        raise UsageError(field, _preview(value), f"must not contain NUL (\\u0000) at character {where}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = value[exc.start]
+        problem = f"holds a lone surrogate {bad!r} at character {exc.start + 1} (not valid UTF-8)"
+        raise UsageError(field, _preview(value), problem) from None
+    return value
+
+
+def check_portable_path(path: str) -> str:
+    """Return a normalised ``path`` when every store can hold it: valid UTF-8 and every component at
+    most 255 bytes, the last at most 251 (the filesystem store's sidecars add ``.yml``/``.emb``)."""
+    check_text("path", path)
+    parts = path.split("/")
+    for number, part in enumerate(parts, start=1):
+        limit = MAX_COMPONENT_BYTES - (_SIDECAR_SUFFIX_BYTES if number == len(parts) else 0)
+        size = len(part.encode("utf-8"))
+        if size > limit:
+            problem = f"component {number} is {size} bytes; at most {limit} (UTF-8) fit a file name"
+            raise InvalidPath(_preview(path), problem)
+    return path
+
+
+def check_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Return ``metadata`` when every store can hold it: JSON values only, finite numbers, text as
+    :func:`check_text`, at most :data:`MAX_METADATA_DEPTH` levels. Walks iteratively, so a very
+    deep document is a usage error, never a RecursionError."""
+    stack: list[tuple[Any, int, str]] = [(metadata, 1, "metadata")]
+    while stack:
+        node, depth, where = stack.pop()
+        if isinstance(node, dict | list) and depth > MAX_METADATA_DEPTH:
+            problem = f"too deep: at most {MAX_METADATA_DEPTH} levels of objects and arrays"
+            raise UsageError("metadata", f"<nested more than {MAX_METADATA_DEPTH} levels>", problem)
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if not isinstance(key, str):
+                    raise UsageError(f"{where} key", _preview(key), "must be a string")
+                check_text(f"{where} key", key)
+                stack.append((value, depth + 1, f"{where}.{key}"))
+        elif isinstance(node, list):
+            stack.extend((value, depth + 1, f"{where}[{i}]") for i, value in enumerate(node))
+        elif isinstance(node, str):
+            check_text(where, node)
+        elif isinstance(node, float) and not math.isfinite(node):
+            raise UsageError(where, node, "must be a finite number (JSON has no NaN or Infinity)")
+        elif node is not None and not isinstance(node, bool | int | float):
+            raise UsageError(where, type(node).__name__, "must be a JSON value")
+    return metadata
+
+
+def _preview(value: Any, limit: int = 80) -> Any:
+    """A value short enough for a one-line error (long text is cut, other values pass)."""
+    if isinstance(value, str) and len(value) > limit:
+        return value[: limit - 3] + "..."
+    return value
 
 
 def check_content_size(content: str) -> int:

@@ -66,7 +66,7 @@ def sample_store(n: int = 400, *, seed: int = 11, scopes: tuple[str, ...] = ("al
 
     path = Path(tempfile.mkdtemp(prefix="memwork-store-")) / "store.db"
     spec = f"sqlite:///{path}"
-    with _closing(open_store(spec)) as store:
+    with _closing(open_store(spec, create=True)) as store:
         store.put_many(generate_entries(n, scopes=scopes, seed=seed))
     return spec
 

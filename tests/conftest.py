@@ -134,7 +134,7 @@ def any_store(store_spec: str):
     """An empty, open :class:`memwork.stores.Store` of each kind (the same one ``store_spec`` names)."""
     from memwork.stores import open_store
 
-    store = open_store(store_spec)
+    store = open_store(store_spec, create=True)
     yield store
     store.close()
 

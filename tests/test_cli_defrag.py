@@ -18,7 +18,7 @@ TEXT = "redis keeps keys in memory and persists snapshots to disk on a schedule"
 @pytest.fixture
 def store_dir(tmp_path):
     spec = str(tmp_path / "mem")
-    with open_store(spec) as store:
+    with open_store(spec, create=True) as store:
         old = utcnow() - timedelta(days=100)
         store.put(Entry(path="a.md", content=TEXT, updated_at=old, created_at=old))
         store.put(Entry(path="b.md", content=TEXT + " again", metadata={"type": "fact"}))

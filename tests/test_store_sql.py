@@ -87,10 +87,10 @@ def test_sqlite_stores_json_text_and_float32_blob(sqlite_url):
 
 
 def test_open_store_kinds(tmp_path, sqlite_url, pg_url):
-    assert isinstance(open_store(str(tmp_path / "dir")), FilesystemStore)
-    assert open_store(sqlite_url).kind == "sqlite"
-    assert open_store(pg_url).kind == "postgresql"
-    embedded = open_store("pg://embedded/open_store_test")
+    assert isinstance(open_store(str(tmp_path / "dir"), create=True), FilesystemStore)
+    assert open_store(sqlite_url, create=True).kind == "sqlite"
+    assert open_store(pg_url, create=True).kind == "postgresql"
+    embedded = open_store("pg://embedded/open_store_test", create=True)
     assert embedded.kind == "postgresql" and "embedded" not in embedded.describe()
     with pytest.raises(UsageError, match="store="):
         open_store("ftp://x/y")
@@ -108,7 +108,7 @@ def test_describe_hides_password():
 
 
 def test_mysql_store(mysql_url):
-    store = open_store(mysql_url)
+    store = open_store(mysql_url, create=True)
     store.write("a/b", "hello 中文", embedding=[0.5] * 384, metadata={"k": [1]})
     store.write("a/b", "again", scope="x")
     assert store.read("a/b").content == "hello 中文"
@@ -157,7 +157,9 @@ def test_unopenable_stores_are_one_line_errors(tmp_path):
 
     runner = CliRunner()
     bad_file = f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}"
-    result = runner.invoke(main, ["defrag", "analyze", "--store", bad_file])
+    lines = tmp_path / "one.jsonl"
+    lines.write_text('{"path": "a.md", "content": "x"}\n')
+    result = runner.invoke(main, ["store", "import", "--store", bad_file, str(lines), "--apply"])
     assert result.exit_code == 2, result.output
     assert result.stderr == f"Error: store={bad_file!r}: cannot open: unable to open database file\n"
     down = "postgresql://bob:hunter2@127.0.0.1:1/x"

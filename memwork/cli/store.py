@@ -14,7 +14,7 @@ from memwork.cli.options import (
     stage_progress,
     store_option,
 )
-from memwork.stores import open_store
+from memwork.stores import DEFAULT_DIMENSION, MissingStore, Store, open_store
 from memwork.stores.transfer import export_jsonl, import_jsonl, store_info
 
 
@@ -36,16 +36,33 @@ def store_group() -> None:
 def import_command(store_spec: str, file: str, apply: bool, as_json: bool) -> None:
     """Load FILE (JSON lines, as written by ``store export``) into the store.
 
-    Every line is checked first; on any error nothing is written. Without --apply this is a dry run
-    that only counts new, updated and unchanged entries. Use - to read stdin.
+    Every line is checked first -- against what every kind of store accepts -- and on any error
+    nothing is written; SQL stores write the whole file in one transaction. Without --apply this is a
+    dry run that only counts new, updated and unchanged entries (a store that does not exist yet
+    counts everything as new; --apply creates it). Use - to read stdin.
 
     \b
     Example:
         memwork store import --store sqlite:///memory.db dump.jsonl --apply
     """
-    source = sys.stdin if file == "-" else file
-    with open_store(store_spec) as store, stage_progress(quiet=as_json) as bar:
-        report = import_jsonl(store, source, apply=apply, progress=bar)
+    source = sys.stdin.buffer if file == "-" else file
+    try:
+        store = open_store(store_spec)
+    except MissingStore:
+        store = None  # made by --apply only after every line passed
+
+    def create() -> Store:
+        return open_store(store_spec, create=True)
+
+    dimension = None if "://" not in store_spec.strip() else DEFAULT_DIMENSION
+    with stage_progress(quiet=as_json) as bar:
+        try:
+            report = import_jsonl(
+                store, source, apply=apply, progress=bar, dimension=dimension, create=create
+            )
+        finally:
+            if store is not None:
+                store.close()
     if as_json:
         emit_json(report.to_dict())
         return

@@ -136,6 +136,37 @@ class FilesystemStore(Store):
                 side.setdefault("updated_at", stamp)
             _atomic_write(_side(target, ".yml"), _dump_yaml(side))
 
+    # ---- import validation (checked for a whole file before its first write) ---------------------
+    def embedding_dimension(self) -> int | None:
+        """The dimension of the store's embeddings (its first ``.emb`` file), None when it has none."""
+        for name in self.scopes():
+            base = self._scope_dir(name)
+            for path in self._paths(name):
+                emb = _side(base.joinpath(*path.split("/")), ".emb")
+                with contextlib.suppress(OSError):
+                    size = emb.stat().st_size
+                    if size:
+                        return size // 4
+        return None
+
+    def path_conflict(self, path: str, *, scope: str = DEFAULT_SCOPE) -> str | None:
+        """Why ``path`` cannot be written beside what the store holds (None when it can): one of its
+        parents is a file (an entry or a sidecar), or its file or a sidecar name is a directory."""
+        path, scope = normalize_path(path), validate_scope(scope)
+        base = self._scope_dir(scope)
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            parent = base.joinpath(*parts[:depth])
+            if parent.is_file():
+                return f"lies below the file {'/'.join(parts[:depth])!r} already in this store"
+            if not parent.exists():
+                break
+        target = self._file(path, scope)
+        for suffix in ("", *SIDE_SUFFIXES):
+            if _side(target, suffix).is_dir():
+                return f"{path + suffix!r} is a directory already in this store"
+        return None
+
     # ---- helpers --------------------------------------------------------------------------------
     def _put_unlocked(self, entry: Entry) -> Entry:
         path, scope = normalize_path(entry.path), validate_scope(entry.scope)

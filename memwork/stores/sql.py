@@ -31,6 +31,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    inspect,
     select,
     text,
     update,
@@ -124,10 +125,18 @@ def build_table(name: str, dialect: str, dimension: int) -> Table:
     return table
 
 
-class SQLStore(Store):
-    """Entries as rows of one table; the table and its indexes are created on open (idempotent)."""
+class MissingStore(UsageError):
+    """The store a reading command names does not exist (nothing was created)."""
 
-    def __init__(self, url: str, *, dimension: int = DEFAULT_DIMENSION, table: str = DEFAULT_TABLE) -> None:
+
+class SQLStore(Store):
+    """Entries as rows of one table; with ``create`` the table and its indexes are created on open
+    (idempotent), without it a database that lacks the table is refused (a reading command never
+    creates a store)."""
+
+    def __init__(
+        self, url: str, *, dimension: int = DEFAULT_DIMENSION, table: str = DEFAULT_TABLE, create: bool = True
+    ) -> None:
         if not isinstance(dimension, int) or not 1 <= dimension <= 16000:
             raise UsageError("dimension", dimension, "must be an integer from 1 to 16000")
         self.url = resolve_url(url)
@@ -137,15 +146,18 @@ class SQLStore(Store):
         self.table = build_table(table, self.dialect, dimension)
         self.engine: Engine = get_engine(self.url)
         self._pg_vector_oid: int | None = None
-        self._create()
+        self._create(create)
 
     def describe(self) -> str:
         shown = self.url if self.dialect == "sqlite" else redact_url(self.url)
         return f"{self.kind}:{shown} table={self.table.name}"
 
-    def _create(self) -> None:
+    def _create(self, create: bool = True) -> None:
         try:
             with self.engine.begin() as conn:
+                if not create and not inspect(conn).has_table(self.table.name):
+                    problem = f"has no table {self.table.name}: no such store"
+                    raise MissingStore("store", redact_url(self.url), problem)
                 self.table.metadata.create_all(conn, checkfirst=True)
                 for index in self.table.indexes:  # e.g. an HNSW index dropped by an interrupted bulk load
                     index.create(conn, checkfirst=True)

@@ -1,8 +1,13 @@
 """Load any store from, and dump it to, JSON lines -- one :meth:`Entry.to_record` per line.
 
 Import checks every line before writing anything (an error names the line, the field and the value)
-and is a dry run unless ``apply=True``. It writes through ``Store.put``, so timestamps and hits
-survive exactly: export -> import into another kind of store -> export gives the same bytes.
+and is a dry run unless ``apply=True``. The check refuses everything any store kind would refuse
+(NUL, lone surrogates, hits beyond 32 bits, NaN in metadata, float32 overflow, over-long file names,
+very deep metadata, paths that collide as file and directory), so an export from any store imports
+into any other, and a file that passes is written whole: SQL stores write it in one transaction, the
+filesystem store after the whole file (and its paths against the store) passed. It writes through
+``Store.put_many``, so timestamps and hits survive exactly: export -> import into another kind of
+store -> export gives the same bytes.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,10 +23,22 @@ from typing import IO, Any
 
 import numpy as np
 
-from memwork.entry import Entry, as_utc, check_content_size, normalize_path, utcnow, validate_scope
-from memwork.errors import UsageError
+from memwork.entry import (
+    MAX_HITS,
+    Entry,
+    as_utc,
+    check_content_size,
+    check_metadata,
+    check_portable_path,
+    check_text,
+    normalize_path,
+    utcnow,
+    validate_scope,
+)
+from memwork.errors import InvalidPath, MemworkError, UsageError
 from memwork.stores.base import Store
 from memwork.stores.progress import Progress, track
+from memwork.stores.sql import SQLStore
 
 RECORD_FIELDS = (
     "path",
@@ -47,6 +64,10 @@ class ImportLineError(UsageError):
         super().__init__(error.field, error.value, error.problem)
         self.line = line
         self.args = (f"line {line}: {error}",)
+
+
+class ImportWriteError(UsageError):
+    """The store refused an entry the line check could not know about (a constraint, a trigger)."""
 
 
 @dataclass
@@ -111,19 +132,35 @@ def export_jsonl(
 
 # ---- import -------------------------------------------------------------------------------------
 def import_jsonl(
-    store: Store,
-    lines_or_path: str | os.PathLike[str] | Iterable[str],
+    store: Store | None,
+    lines_or_path: str | os.PathLike[str] | Iterable[str] | Iterable[bytes],
     *,
     apply: bool = False,
     progress: Progress | None = None,
+    dimension: int | None = None,
+    create: Callable[[], Store] | None = None,
 ) -> ImportReport:
     """Validate every line, compare with what ``store`` holds, and (only with ``apply``) write the new
-    and changed entries. Raises :class:`ImportLineError` on the first bad line, before any write.
+    and changed entries. Raises :class:`ImportLineError` on the first bad line, before any write, and
+    :class:`ImportWriteError` when the store itself refuses an entry (a SQL store then has written
+    nothing: one transaction).
 
-    ``progress`` hears three stages, each with its total: checking lines, comparing with the store,
-    and (with ``apply``) writing."""
-    entries = parse_jsonl(lines_or_path, dimension=getattr(store, "dimension", None), progress=progress)
-    existing = _existing_fingerprints(store, entries, progress)
+    ``store=None`` is a store that does not exist yet: every entry is new, ``dimension`` is the one
+    the store would get, and ``apply`` calls ``create()`` to make the store only after every line
+    passed (a bad file leaves no empty store behind). ``progress`` hears three stages, each with its
+    total: checking lines, comparing with the store, and (with ``apply``) writing."""
+    if store is not None:
+        dimension = _store_dimension(store)
+    numbered = _parse_numbered(lines_or_path, dimension=dimension, progress=progress)
+    if store is not None:
+        _check_against_store(store, numbered)
+    entries = [entry for _, entry in numbered]
+    if store is None:
+        existing: dict[tuple[str, str], bytes] = {}
+        for _ in track(entries, progress, "comparing with the store", len(entries)):
+            pass  # nothing to compare with: the store does not exist yet
+    else:
+        existing = _existing_fingerprints(store, entries, progress)
     report = ImportReport(applied=apply)
     to_write: list[Entry] = []
     for entry in entries:
@@ -138,33 +175,129 @@ def import_jsonl(
         if outcome != "unchanged":
             to_write.append(entry)
     if apply and to_write:
-        if progress is not None:
-            progress.start("writing", len(to_write))
-        store.put_many(to_write, progress=None if progress is None else progress.advance)
+        if store is not None:
+            _write_all(store, to_write, progress)
+        elif create is None:
+            raise UsageError("store", None, "does not exist and nothing may create it")
+        else:
+            with create() as created:
+                _write_all(created, to_write, progress)
     return report
 
 
+def _write_all(store: Store, entries: list[Entry], progress: Progress | None) -> None:
+    """``put_many`` with a store's own refusal as one line naming the store (exit 2)."""
+    if progress is not None:
+        progress.start("writing", len(entries))
+    written = 0
+
+    def advance(n: int) -> None:
+        nonlocal written
+        written += n
+        if progress is not None:
+            progress.advance(n)
+
+    try:
+        store.put_many(entries, progress=advance)
+    except MemworkError:
+        raise
+    except Exception as exc:  # a constraint, a trigger, a full disk: the store's own refusal
+        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        reason = f"{type(exc).__name__}: {cause[0] if cause else ''}".rstrip(": ")
+        if isinstance(store, SQLStore):
+            done = "nothing was written (one transaction)"
+        else:
+            done = f"{written} of {len(entries)} entries were written before it"
+        raise ImportWriteError("store", store.describe(), f"refused an entry: {reason}; {done}") from exc
+
+
 def parse_jsonl(
-    lines_or_path: str | os.PathLike[str] | Iterable[str],
+    lines_or_path: str | os.PathLike[str] | Iterable[str] | Iterable[bytes],
     *,
     dimension: int | None = None,
     progress: Progress | None = None,
 ) -> list[Entry]:
-    """Every entry of a JSON-lines source, validated; blank lines skipped, duplicates rejected."""
-    entries: list[Entry] = []
+    """Every entry of a JSON-lines source, validated; blank lines skipped, duplicates and colliding
+    paths rejected. Without ``dimension`` the first embedding sets it for the rest of the file."""
+    return [entry for _, entry in _parse_numbered(lines_or_path, dimension=dimension, progress=progress)]
+
+
+def _parse_numbered(
+    lines_or_path: str | os.PathLike[str] | Iterable[str] | Iterable[bytes],
+    *,
+    dimension: int | None,
+    progress: Progress | None,
+) -> list[tuple[int, Entry]]:
+    numbered: list[tuple[int, Entry]] = []
     seen: dict[tuple[str, str], int] = {}
+    layout = _PathLayout()
     lines = list(_numbered_lines(lines_or_path))
     for number, line in track(lines, progress, "checking lines", len(lines)):
         try:
-            entry = parse_record(_load_json(line), dimension=dimension)
+            entry = parse_record(_load_json(_decode(line)), dimension=dimension)
             if entry.key in seen:
                 where = f"already on line {seen[entry.key]} (scope {entry.scope!r})"
                 raise UsageError("path", entry.path, where)
+            layout.add(entry.scope, entry.path, number)
         except UsageError as exc:
             raise ImportLineError(number, exc) from None
+        if dimension is None and entry.embedding is not None:
+            dimension = entry.embedding.shape[0]  # the first vector sets the store's dimension
         seen[entry.key] = number
-        entries.append(entry)
-    return entries
+        numbered.append((number, entry))
+    return numbered
+
+
+class _PathLayout:
+    """Every file and directory the filesystem store would create for the file's entries, per scope:
+    ``x.md`` beside ``x.md/child.md`` (or ``x.md.yml/child.md``) cannot both be written."""
+
+    def __init__(self) -> None:
+        self.files: dict[tuple[str, str], int] = {}
+        self.dirs: dict[tuple[str, str], int] = {}
+
+    def add(self, scope: str, path: str, number: int) -> None:
+        names = [path, *(path + suffix for suffix in _SIDECARS)]
+        parents = _parents(path)
+        for name in names:
+            if (scope, name) in self.dirs:
+                other = self.dirs[(scope, name)]
+                raise InvalidPath(path, f"is a directory of the entry on line {other} (scope {scope!r})")
+        for parent in parents:
+            if (scope, parent) in self.files:
+                other = self.files[(scope, parent)]
+                raise InvalidPath(path, f"lies below the entry file {parent!r} of line {other}")
+        for name in names:
+            self.files[(scope, name)] = number
+        for parent in parents:
+            self.dirs.setdefault((scope, parent), number)
+
+
+_SIDECARS = (".yml", ".emb")
+
+
+def _parents(path: str) -> list[str]:
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _store_dimension(store: Store) -> int | None:
+    """The dimension every embedding must have: the SQL table's, or the filesystem store's first."""
+    found = getattr(store, "dimension", None)
+    if found is None and hasattr(store, "embedding_dimension"):
+        found = store.embedding_dimension()
+    return found
+
+
+def _check_against_store(store: Store, numbered: list[tuple[int, Entry]]) -> None:
+    """Paths that collide with files or directories already in a filesystem store, before any write."""
+    conflict = getattr(store, "path_conflict", None)
+    if conflict is None:
+        return
+    for number, entry in numbered:
+        problem = conflict(entry.path, scope=entry.scope)
+        if problem:
+            raise ImportLineError(number, InvalidPath(entry.path, problem))
 
 
 def parse_record(record: Any, *, dimension: int | None = None) -> Entry:
@@ -176,21 +309,24 @@ def parse_record(record: Any, *, dimension: int | None = None) -> Entry:
             raise UsageError("field", key, f"unknown; expected {', '.join(RECORD_FIELDS)}")
     if "path" not in record:
         raise UsageError("path", None, "is required")
-    path = normalize_path(record["path"])
+    path = check_portable_path(normalize_path(record["path"]))
     if len(path) > MAX_PATH_CHARS:
         raise UsageError("path", _short(path), f"longer than {MAX_PATH_CHARS} characters")
     content = record.get("content")
     if not isinstance(content, str):
         raise UsageError("content", _short(content), "must be a string")
+    check_text("content", content)
     title = record.get("title") or ""
     if not isinstance(title, str) or len(title) > MAX_TITLE_CHARS:
         raise UsageError("title", _short(title), f"must be a string of at most {MAX_TITLE_CHARS} characters")
+    check_text("title", title)
     metadata = record.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise UsageError("metadata", _short(metadata), "must be a JSON object")
+    check_metadata(metadata)
     hits = record.get("hits") or 0
-    if not isinstance(hits, int) or isinstance(hits, bool) or hits < 0:
-        raise UsageError("hits", hits, "must be a non-negative integer")
+    if not isinstance(hits, int) or isinstance(hits, bool) or not 0 <= hits <= MAX_HITS:
+        raise UsageError("hits", hits, f"must be an integer from 0 to {MAX_HITS}")
     now = utcnow()
     created_at = _timestamp(record, "created_at", now)
     return Entry(
@@ -252,11 +388,15 @@ def _existing_fingerprints(
     return found
 
 
-def _numbered_lines(source: str | os.PathLike[str] | Iterable[str]) -> Iterator[tuple[int, str]]:
+def _numbered_lines(
+    source: str | os.PathLike[str] | Iterable[str] | Iterable[bytes],
+) -> Iterator[tuple[int, str | bytes]]:
+    """Non-blank lines with their numbers; a file is read as bytes, so each line decodes (and fails
+    to decode) on its own."""
     if isinstance(source, str | os.PathLike):
         path = Path(source)
         try:
-            handle = path.open(encoding="utf-8")
+            handle = path.open("rb")
         except OSError as exc:
             raise UsageError("file", str(source), exc.strerror or "cannot be read") from None
         with handle:
@@ -267,12 +407,39 @@ def _numbered_lines(source: str | os.PathLike[str] | Iterable[str]) -> Iterator[
             yield number, line
 
 
-def _load_json(line: str) -> Any:
+def _decode(line: str | bytes) -> str:
+    """A line as text; invalid UTF-8 names the field that holds it and its byte column."""
+    if isinstance(line, str):
+        return line
     try:
-        return json.loads(line)
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        where = f"<byte 0x{line[exc.start]:02x} at byte {exc.start + 1} of the line>"
+        raise UsageError(_field_of_bad_bytes(line), where, "not valid UTF-8") from None
+
+
+def _field_of_bad_bytes(line: bytes) -> str:
+    """Which field holds the undecodable bytes: they decode to lone surrogates, which the record
+    check names (``json`` when the line is not a valid record for another reason)."""
+    try:
+        parse_record(json.loads(line.decode("utf-8", errors="surrogateescape")))
+    except UsageError as exc:
+        if "lone surrogate" in exc.problem:
+            return exc.field
+    except (ValueError, RecursionError):
+        pass
+    return "json"
+
+
+def _load_json(line: str) -> Any:
+    text = line.rstrip("\r\n")  # so a column is one of this line, not of the "next" one
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         problem = f"not valid JSON ({exc.msg} at column {exc.colno})"
-        raise UsageError("json", _short(line.strip()), problem) from None
+        raise UsageError("json", _short(text.strip()), problem) from None
+    except RecursionError:
+        raise UsageError("json", _short(text.strip()), "nested too deeply to parse") from None
 
 
 def _timestamp(record: dict[str, Any], key: str, default: Any) -> Any:
@@ -300,7 +467,13 @@ def _embedding(value: Any, dimension: int | None) -> np.ndarray | None:
         return None
     if dimension is not None and arr.size != dimension:
         raise UsageError("embedding", f"<{arr.size} floats>", f"must have {dimension} dimensions")
-    return arr.astype(np.float32)
+    with np.errstate(over="ignore"):
+        vector = arr.astype(np.float32)
+    if not np.isfinite(vector).all():
+        first = int(np.flatnonzero(~np.isfinite(vector))[0])
+        where = f"<value {float(arr[first])!r} at index {first}>"
+        raise UsageError("embedding", where, "overflows float32 (at most about 3.4e38)")
+    return vector
 
 
 def _sorted_keys(value: Any) -> Any:
