@@ -67,6 +67,8 @@ def show_result(result: ActionResult) -> None:
         console.print(table)
     for e in result.skipped:
         console.print(f"kept {e.scope}:{e.path}: {e.note}")
+    for line in review_lines(summary.get("clusters") or []):
+        console.print(line, markup=False)
     if result.plan is not None:
         table = Table(title=f"{len(result.plan)} operations" + (" applied" if result.applied else " planned"))
         for col in ("step", "scope", "operation"):
@@ -94,6 +96,34 @@ def show_result(result: ActionResult) -> None:
         console.print(f"Dry run: {freed} bytes would be freed. Re-run with --apply to execute this plan.")
     else:
         console.print("Nothing to do.")
+
+
+def _pairs(pairs: list[list[str]]) -> str:
+    return ", ".join(f"{a} - {b}" for a, b in pairs)
+
+
+def review_lines(clusters: list[dict[str, Any]]) -> list[str]:
+    """One line per reviewed cluster that held a rejected pair: what was rejected and what was done."""
+    splits: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}
+    for cluster in clusters:
+        if cluster.get("split_from"):
+            splits.setdefault((cluster["scope"], tuple(cluster["split_from"])), []).append(cluster)
+    lines = []
+    for (scope, members), groups in splits.items():
+        merged = [[g["survivor"], *g["merged"]] for g in groups if g.get("survivor")]
+        apart = sorted(set(members) - {p for group in merged for p in group})
+        done = "; ".join(f"merged {', '.join(g[1:])} into {g[0]}" for g in merged) or "nothing merged"
+        lines.append(
+            f"Review: cluster {', '.join(members)} (scope {scope}) holds rejected pair(s) "
+            f"{_pairs(groups[0]['rejected'])}, so it was split: {done}"
+            + (f"; kept apart: {', '.join(apart)}" if apart else "")
+            + (
+                f"; approved but not merged: {_pairs(groups[0]['not_merged'])}"
+                if groups[0]["not_merged"]
+                else ""
+            )
+        )
+    return lines
 
 
 def show_runs(runs: list[dict[str, Any]]) -> None:

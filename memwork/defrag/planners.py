@@ -4,11 +4,17 @@ Merging clusters near-duplicates per scope with union-find, so three or more sim
 into one survivor and every merged-away entry's stub points straight at it; existing stubs whose
 target is merged away (or that point at another stub) are re-pointed to the final entry. Hence no
 merge sequence can create a redirect cycle or a stub pointing at a stub.
+
+With a reviewer's CSV the clusters are the closure of the approved pairs, and a rejected pair is never
+merged into one group: a cluster holding a rejected pair is split greedily, joining approved pairs from
+the highest similarity down and skipping any join that would put a rejected pair together (ties by
+path). The cluster report names the original cluster, the rejected pairs and the approved pairs
+that were therefore not merged.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -23,6 +29,7 @@ from memwork.defrag.findings import (
 )
 from memwork.defrag.merge import choose_survivor
 from memwork.defrag.plan import Operation, Plan
+from memwork.defrag.review import Pair3, pair_key
 from memwork.defrag.scores import quality_score
 from memwork.entry import Entry, normalize_path
 from memwork.errors import InvalidPath
@@ -82,15 +89,60 @@ def _final_target(start: str, redirects: dict[str, str]) -> str | None:
     return current
 
 
+def _split_by_rejections(
+    scope: str,
+    cluster: list[str],
+    links: Sequence[Pair3],
+    rejected: set[Pair3],
+    similarity: Mapping[Pair3, float],
+) -> tuple[list[list[str]], dict[str, object] | None]:
+    """Groups of ``cluster`` that hold no rejected pair, and the report (None when nothing was rejected)."""
+    members = set(cluster)
+    inside = sorted(k for k in rejected if k[0] == scope and k[1] in members and k[2] in members)
+    if not inside:
+        return [cluster], None
+    blocked = {(a, b) for _, a, b in inside} | {(b, a) for _, a, b in inside}
+    edges = sorted(
+        {pair_key(s, a, b) for s, a, b in links if s == scope and a in members and b in members},
+        key=lambda k: (-similarity.get(k, 0.0), k[1], k[2]),
+    )
+    group_of = {m: frozenset([m]) for m in cluster}
+    not_merged: list[list[str]] = []
+    for _, a, b in edges:
+        ga, gb = group_of[a], group_of[b]
+        if ga is gb:
+            continue
+        if any((x, y) in blocked for x in ga for y in gb):
+            not_merged.append([a, b])
+            continue
+        joined = ga | gb
+        for m in joined:
+            group_of[m] = joined
+    groups = sorted({g for g in group_of.values()}, key=lambda g: sorted(g))
+    report: dict[str, object] = {
+        "split_from": sorted(cluster),
+        "rejected": [[a, b] for _, a, b in inside],
+        "not_merged": not_merged,
+    }
+    return [sorted(g) for g in groups], report
+
+
 def plan_merge_duplicates(
     entries: Sequence[Entry],
     similarity_threshold: float = 0.85,
     strategy: str = "keep_newer",
     *,
     approved: Iterable[tuple[str, str, str]] | None = None,
+    rejected: Iterable[tuple[str, str, str]] | None = None,
     progress: Progress | None = None,
 ) -> Planned:
-    """Merge each cluster of duplicates into one survivor (or only the ``approved`` pairs' clusters)."""
+    """Merge each cluster of duplicates into one survivor (or only the ``approved`` pairs' clusters).
+
+    ``rejected`` pairs (default: ``approved.rejected`` of a :class:`~memwork.defrag.review.ReviewedPairs`)
+    never end up in one group; a cluster holding one is split (module docstring) and its entries in
+    ``clusters`` carry ``split_from``, ``rejected`` and ``not_merged``. A split that leaves no group of
+    two is reported with ``survivor`` None and nothing merged.
+    """
     plan = Plan("merge_duplicates")
     live = by_scope(entries)
     stubs = by_scope(entries, stubs=True)
@@ -100,6 +152,10 @@ def plan_merge_duplicates(
     else:
         pairs = []
         links = list(approved)
+    if rejected is None:
+        rejected = getattr(approved, "rejected", ())
+    refused = {pair_key(*k) for k in rejected}
+    similarity: Mapping[Pair3, float] = getattr(approved, "similarity", {})
     finders: dict[str, _UnionFind] = {}
     for scope, a, b in links:
         finders.setdefault(scope, _UnionFind()).union(a, b)
@@ -108,17 +164,26 @@ def plan_merge_duplicates(
         index = {e.path: e for e in live.get(scope, [])}
         redirects: dict[str, str] = {}
         for cluster in finders[scope].groups() if scope in finders else []:
-            members = [index[p] for p in cluster if p in index]
-            if len(members) < 2:
-                continue
-            survivor = choose_survivor(members, strategy)
-            sources = [e for e in members if e.path != survivor.path]
-            clusters.append({"scope": scope, "survivor": survivor.path, "merged": [e.path for e in sources]})
-            for source in sources:
-                plan.add(Operation("merge", scope, source.path, survivor.path, strategy))
-            for source in sources:
-                plan.add(Operation("stub", scope, source.path, survivor.path))
-                redirects[source.path] = survivor.path
+            groups, review = _split_by_rejections(scope, cluster, links, refused, similarity)
+            merged_any = False
+            for group in groups:
+                members = [index[p] for p in group if p in index]
+                if len(members) < 2:
+                    continue
+                merged_any = True
+                survivor = choose_survivor(members, strategy)
+                sources = [e for e in members if e.path != survivor.path]
+                clusters.append(
+                    {"scope": scope, "survivor": survivor.path, "merged": [e.path for e in sources]}
+                    | (review or {})
+                )
+                for source in sources:
+                    plan.add(Operation("merge", scope, source.path, survivor.path, strategy))
+                for source in sources:
+                    plan.add(Operation("stub", scope, source.path, survivor.path))
+                    redirects[source.path] = survivor.path
+            if review is not None and not merged_any:
+                clusters.append({"scope": scope, "survivor": None, "merged": []} | review)
         # existing stubs: point each straight at the entry it finally resolves to
         old = {s.path: t for s in stubs.get(scope, []) if (t := _target(s)) is not None}
         chain = old | redirects

@@ -1,9 +1,15 @@
 """The duplicate-review CSV: the notebook writes candidate pairs, a person marks each ``approve`` or
-``reject``, and ``merge_duplicates(approved=PATH)`` merges only the approved ones."""
+``reject``, and ``merge_duplicates(approved=PATH)`` merges only the approved ones.
+
+A rejection is honoured even when approved pairs would connect the two entries (A-B and B-C approved,
+A-C rejected): the planner never puts a rejected pair into one merge group (see
+:func:`memwork.defrag.planners.plan_merge_duplicates`). A pair both approved and rejected is rejected.
+"""
 
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,6 +19,26 @@ from memwork.errors import InvalidPath, UsageError
 
 COLUMNS = ("scope", "path_a", "path_b", "similarity", "decision")
 DECISIONS = ("approve", "reject", "")
+
+Pair3 = tuple[str, str, str]
+
+
+def pair_key(scope: str, a: str, b: str) -> Pair3:
+    """One spelling per unordered pair: ``(scope, smaller path, larger path)``."""
+    return (scope, *sorted((a, b)))  # type: ignore[return-value]
+
+
+class ReviewedPairs(list[Pair3]):
+    """The approved ``(scope, path_a, path_b)`` pairs, plus what the reviewer rejected.
+
+    Still a plain list of the approved pairs (what callers always got); ``rejected`` holds the
+    rejected pairs and ``similarity`` the CSV's similarity of each pair, both keyed by :func:`pair_key`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rejected: set[Pair3] = set()
+        self.similarity: dict[Pair3, float] = {}
 
 
 def write_review_csv(pairs: Iterable[Pair], path: str | Path) -> Path:
@@ -26,18 +52,31 @@ def write_review_csv(pairs: Iterable[Pair], path: str | Path) -> Path:
     return path
 
 
+def _similarity(rowno: int, raw: str | None) -> float | None:
+    text = (raw or "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not 0 <= value <= 1:
+        raise UsageError(f"approved row {rowno} similarity", raw, "must be a number from 0 to 1 or empty")
+    return value
+
+
 def read_approved_pairs(
     path: str | Path, entries: Iterable[Entry], *, scope: str | None = None
-) -> list[tuple[str, str, str]]:
-    """The approved ``(scope, path_a, path_b)`` pairs of a review CSV.
+) -> ReviewedPairs:
+    """The approved ``(scope, path_a, path_b)`` pairs of a review CSV, with its rejections.
 
-    Every row is checked (header, decision, both entries exist and are not stubs); the first bad one
-    is a usage error naming its row number (the header is row 1) and field. Rows of other scopes than
-    ``scope`` (when given) are ignored.
+    Every row is checked (header, decision, similarity, both entries exist and are not stubs); the
+    first bad one is a usage error naming its row number (the header is row 1) and field. Rows of other
+    scopes than ``scope`` (when given) are ignored.
     """
     live = {e.key for e in entries if not e.is_stub}
     stubs = {e.key for e in entries if e.is_stub}
-    approved: list[tuple[str, str, str]] = []
+    approved = ReviewedPairs()
     with Path(path).open(newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
@@ -66,6 +105,12 @@ def read_approved_pairs(
                 paths.append(value)
             if paths[0] == paths[1]:
                 raise UsageError(f"approved row {rowno} path_b", row.get("path_b"), "same entry as path_a")
+            similarity = _similarity(rowno, row.get("similarity"))
+            key = pair_key(row_scope, paths[0], paths[1])
+            if similarity is not None:
+                approved.similarity[key] = similarity
             if decision == "approve":
                 approved.append((row_scope, paths[0], paths[1]))
+            elif decision == "reject":
+                approved.rejected.add(key)
     return approved
