@@ -300,6 +300,22 @@ def test_legacy_init_dry_run_prints_the_binary_collation(mysql_url):
     assert result.stdout.count("COLLATE utf8mb4_bin") == len(ID_COLUMNS)
 
 
+def test_legacy_init_leaves_a_production_table_alone_and_names_its_folding_id_columns(production_mysql):
+    before = _collations(production_mysql)
+    result = CliRunner().invoke(main, ["legacy", "init", "--database-url", production_mysql, "--apply"])
+    assert result.exit_code == 0, result.output
+    assert "exists  h5_user_memory_items" in result.stdout
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note")]
+    assert len(notes) == len(ID_COLUMNS)
+    assert "note    h5_user_memory_items.user_id is utf8mb4_general_ci" in result.stderr
+    assert _collations(production_mysql) == before  # never altered
+
+
+def test_legacy_init_on_its_own_tables_has_no_note(mysql_url):
+    init_schema(mysql_url, apply=True)
+    assert init_schema(mysql_url, apply=True).inexact_ids == {}
+
+
 def test_exact_comparison_still_uses_the_user_index(production_mysql):
     rows = [
         {"id": f"bulk-{i}", "user_id": f"user-{i % 400}", "content": f"fact {i}", "type": "fact"}

@@ -242,6 +242,8 @@ def legacy_init(database_url: str, apply: bool) -> None:
         click.echo(f"created {name} in {target}")
     for name in result.existing:
         click.echo(f"exists  {name} in {target}")
+    for column, collation in result.inexact_ids.items():
+        click.echo(f"note    {column} is {collation}: memwork compares ids exactly (binary) anyway", err=True)
 
 
 commands = [status, check, scaffold, legacy]

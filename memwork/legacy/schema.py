@@ -13,6 +13,8 @@ that already exist keep their collation, so queries still compare ids through
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -42,6 +44,11 @@ def _identifier(length: int) -> String:
     return String(length).with_variant(exact, "mysql", "mariadb")
 
 
+def _id_column(name: str, length: int, **kw: Any) -> Column:
+    """An identifier column, marked so :func:`identifier_columns` (and ``legacy init``) find it."""
+    return Column(name, _identifier(length), info={"identifier": True}, **kw)
+
+
 MESSAGE_ROLES = ("user", "assistant", "system", "tool")
 ITEM_TYPES = ("fact", "preference", "goal", "profile", "event", "skill", "note")
 ITEM_STATUSES = ("active", "archived", "deleted")
@@ -50,8 +57,8 @@ messages = Table(
     "h5_conversation_messages",
     metadata,
     Column("id", _BigIntId, primary_key=True, autoincrement=True),
-    Column("user_id", _identifier(64), nullable=False),
-    Column("session_id", _identifier(128), nullable=False),
+    _id_column("user_id", 64, nullable=False),
+    _id_column("session_id", 128, nullable=False),
     Column("role", String(16), nullable=False),
     Column("content", _LongText, nullable=False),
     Column("created_at", _Timestamp, nullable=False),
@@ -65,15 +72,15 @@ messages = Table(
 memory_items = Table(
     "h5_user_memory_items",
     metadata,
-    Column("id", _identifier(64), primary_key=True),
-    Column("user_id", _identifier(64), nullable=False),
+    _id_column("id", 64, primary_key=True),
+    _id_column("user_id", 64, nullable=False),
     Column("content", _LongText, nullable=False),
     Column("type", String(32), nullable=False, server_default="fact"),
     Column("status", String(16), nullable=False, server_default="active"),
     Column("confidence", Float, nullable=False, server_default="0.5"),
     Column("metadata", JSON, nullable=True),
-    Column("source_session_id", _identifier(128), nullable=True),
-    Column("source_message_id", _identifier(64), nullable=True),
+    _id_column("source_session_id", 128, nullable=True),
+    _id_column("source_message_id", 64, nullable=True),
     Column("created_at", _Timestamp, nullable=False),
     Column("updated_at", _Timestamp, nullable=False),
     Index("ix_h5_items_updated_id", "updated_at", "id"),  # keyset reads (backfill)
@@ -81,3 +88,13 @@ memory_items = Table(
     mysql_engine="InnoDB",
     mysql_charset="utf8mb4",
 )
+
+
+def identifier_columns() -> list[tuple[str, str]]:
+    """``(table, column)`` of every id column -- the ones that must compare exactly."""
+    return [
+        (table.name, column.name)
+        for table in metadata.sorted_tables
+        for column in table.columns
+        if column.info.get("identifier")
+    ]
