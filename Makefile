@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-# extras installed into the venv: `dev` by default; CI adds `embed` (torch CPU + the real embedder)
+# extras installed into the venv: `dev` by default; CI adds `st` (torch CPU + sentence-transformers, the
+# reference the default ONNX embedder is checked against)
 EXTRAS ?= dev
 STAMP   = $(VENV)/.memwork-installed-$(EXTRAS)
 

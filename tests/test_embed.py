@@ -124,9 +124,19 @@ def test_module_returning_garbage_is_refused(tmp_path):
         emb.embed(["x"])
 
 
-def test_minilm_without_the_extra_fails_with_an_install_hint(monkeypatch):
+def test_minilm_st_without_the_extra_fails_with_an_install_hint(monkeypatch):
     import sys
 
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
-    with pytest.raises(UsageError, match=r"pip install -e '\.\[embed\]'"):
-        load_embedder("minilm")
+    with pytest.raises(UsageError, match=r"pip install -e '\.\[st\]'"):
+        load_embedder("minilm:st")
+
+
+def test_minilm_without_onnxruntime_names_what_is_missing(monkeypatch):
+    import sys
+
+    from memwork.embed import MiniLMEmbedder
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(UsageError, match="needs onnxruntime: reinstall memwork"):
+        MiniLMEmbedder(threads=7)  # a thread count no other test loaded: not served from the cache

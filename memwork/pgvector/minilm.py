@@ -1,8 +1,8 @@
 """Embedding module for the real sentence embedder (all-MiniLM-L6-v2, 384 dims, offline).
 
 ``MEMORY_PGVECTOR_EMBEDDING_MODULE=memwork.pgvector.minilm`` makes runtime queries use the same model
-the backfill used with ``--embedder minilm``. Needs the optional ``embed`` extra; the model loads on
-first use so importing this module stays cheap.
+the backfill used with ``--embedder minilm`` (onnxruntime, part of the default install). The model
+loads on first use so importing this module stays cheap.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from memwork.embed import MINILM_DIMENSION, MINILM_MODEL_ID, SentenceEmbedder
+from memwork.embed import MINILM_DIMENSION, MINILM_MODEL_ID, MiniLMEmbedder
 
 MODEL_ID = MINILM_MODEL_ID
 DIMENSIONS = MINILM_DIMENSION
 
 
 @cache
-def _embedder() -> SentenceEmbedder:
-    return SentenceEmbedder()
+def _embedder() -> MiniLMEmbedder:
+    return MiniLMEmbedder()
 
 
 def embed_query(query: str, input: Mapping[str, Any] | None = None) -> list[float]:
