@@ -84,15 +84,34 @@ def _open(store_spec: str):  # type: ignore[no-untyped-def]
 
 def _make_action(name: str) -> click.Command:
     def command(
-        store_spec: str, scope: str | None, embedder: str | None, apply: bool, as_json: bool, **opts: Any
+        store_spec: str,
+        scope: str | None,
+        embedder: str | None,
+        apply: bool,
+        as_json: bool,
+        lock_timeout: float | None,
+        **opts: Any,
     ):
         from memwork.defrag import run_action
+        from memwork.defrag.actions import RunStopped
 
         params = {k: v for k, v in opts.items() if v is not None}
-        with _open(store_spec) as store, stage_progress(quiet=as_json) as bar:
-            result = run_action(
-                store, name, scope=scope, apply=apply, embedder=embedder, progress=bar, **params
-            )
+        try:
+            with _open(store_spec) as store, stage_progress(quiet=as_json) as bar:
+                result = run_action(
+                    store,
+                    name,
+                    scope=scope,
+                    apply=apply,
+                    embedder=embedder,
+                    progress=bar,
+                    lock_timeout=lock_timeout,
+                    **params,
+                )
+        except RunStopped as stopped:
+            if as_json:  # what was applied and how to undo it, on stdout too; the error line on stderr
+                emit_json(stopped.to_dict())
+            raise
         if as_json:
             emit_json(result.to_dict())
         else:
@@ -104,6 +123,11 @@ def _make_action(name: str) -> click.Command:
     for option in reversed(PARAM_OPTIONS.values()):
         command = option(command)
     command = click.option("--embedder", help="Re-embed merged entries: hash[:DIM] or a model spec.")(command)
+    command = click.option(
+        "--lock-timeout",
+        type=float,
+        help="With --apply: seconds to wait for another run on this store/scope (default 60), then fail.",
+    )(command)
     command = json_option(apply_option(scope_option(store_option()(command))))
     return click.command(name)(command)
 

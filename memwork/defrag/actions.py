@@ -1,4 +1,11 @@
-"""``run_action``: the ten defrag actions against a store (plan, then preview or apply)."""
+"""``run_action``: the ten defrag actions against a store (plan, then preview or apply).
+
+An applied run holds the store's run lock (:meth:`~memwork.stores.base.Store.run_lock`, per store and
+scope) from loading the entries to the last write, so two runs never interleave: a second run waits
+(at most ``lock_timeout`` seconds, then :class:`~memwork.stores.base.StoreLocked`) and then plans on
+what the first one left. A conflict with another writer stops the run with :class:`RunStopped`,
+which says what was applied (per step) and that ``memwork defrag undo RUN_ID`` reverts it.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from memwork.defrag import findings
-from memwork.defrag.apply import Change, compute_changes, execute
+from memwork.defrag.apply import Change, PlanConflict, compute_changes, execute
 from memwork.defrag.journal import Journal
 from memwork.defrag.memory import MemoryStore
 from memwork.defrag.params import READ_ONLY, normalize_action, validate_params
@@ -24,7 +31,7 @@ from memwork.defrag.scores import health
 from memwork.embed import Embedder, load_embedder
 from memwork.entry import Entry, as_utc, utcnow, validate_scope
 from memwork.errors import UsageError
-from memwork.stores.base import Store
+from memwork.stores.base import DEFAULT_RUN_LOCK_TIMEOUT, Store
 from memwork.stores.progress import Progress, track
 
 
@@ -80,6 +87,67 @@ class ActionResult:
             data["operations"] = self.plan.to_dict()
             data["changes"] = [c.to_dict() for c in self.changes]
         return data
+
+
+class RunStopped(PlanConflict):
+    """An applied run stopped on a conflict; it says what was already written and how to undo it."""
+
+    def __init__(self, conflict: PlanConflict, *, action: str, run_id: str, steps: list[dict[str, Any]]):
+        self.action, self.run_id, self.steps = action, run_id, steps
+        self.changes_applied = sum(step["changes"] for step in steps)
+        super().__init__(
+            conflict.path,
+            conflict.scope,
+            conflict.problem,
+            applied=conflict.applied,
+            planned=conflict.planned,
+            detail=self._detail(),
+        )
+
+    def _detail(self) -> str:
+        if not self.changes_applied:
+            return f"nothing was written (run {self.run_id}); run the action again"
+        done = ", ".join(
+            f"{s['action']} {s['changes']}" + (f" of {s['planned']}" if s["status"] != "applied" else "")
+            for s in self.steps
+            if s["status"] != "not run"
+        )
+        return (
+            f"the run stopped after applying {self.changes_applied} changes ({done}); they are journaled "
+            f"and `memwork defrag undo {self.run_id}` (same --store) reverts them"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` answer of a stopped run."""
+        return {
+            "action": self.action,
+            "applied": self.changes_applied > 0,
+            "complete": False,
+            "run_id": self.run_id,
+            "error": str(self),
+            "conflict": {"path": self.path, "scope": self.scope, "problem": self.problem},
+            "changes_applied": self.changes_applied,
+            "steps": self.steps,
+            "undo": f"memwork defrag undo {self.run_id}" if self.changes_applied else None,
+        }
+
+
+def _stopped_step(action: str, conflict: PlanConflict) -> dict[str, Any]:
+    return {
+        "action": action,
+        "status": "stopped",
+        "changes": len(conflict.applied),
+        "planned": conflict.planned,
+        "conflict": conflict.path,
+    }
+
+
+def _lock_timeout(value: float | None) -> float:
+    if value is None:
+        return DEFAULT_RUN_LOCK_TIMEOUT
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        raise UsageError("lock_timeout", value, "must be a number of seconds >= 0")
+    return float(value)
 
 
 def _change_summary(changes: list[Change]) -> dict[str, int]:
@@ -164,23 +232,43 @@ def run_action(
     now: datetime | str | None = None,
     embedder: Embedder | str | None = None,
     progress: Progress | None = None,
+    lock_timeout: float | None = None,
     **params: Any,
 ) -> ActionResult:
     """Run one defrag action on ``store`` (every scope, or only ``scope``).
 
     Modifying actions are a dry run unless ``apply``: the result then holds the plan and the predicted
-    changes; with ``apply`` exactly that plan is executed and journaled (``result.run_id``).
-    ``progress`` (see :class:`~memwork.stores.progress.Progress`) hears the long stages: loading
-    entries, finding pairs and applying changes.
+    changes; with ``apply`` exactly that plan is executed and journaled (``result.run_id``), under the
+    store's run lock (waiting at most ``lock_timeout`` seconds, default 60) from loading the entries
+    to the last write. ``progress`` (see :class:`~memwork.stores.progress.Progress`) hears the long
+    stages: loading entries, finding pairs and applying changes.
     """
     name = normalize_action(action)
     scope = validate_scope(scope) if scope is not None else None
     checked = validate_params(name, params)
     if apply and name in READ_ONLY:
         raise UsageError("apply", apply, f"{name} only reads; there is nothing to apply")
+    timeout = _lock_timeout(lock_timeout)
     if isinstance(embedder, str):
         embedder = load_embedder(embedder)
     when = as_utc(now) if now is not None else utcnow()
+    if not apply:
+        return _run(store, name, scope, checked, when, embedder, False, progress)
+    with store.run_lock(scope, timeout=timeout):
+        return _run(store, name, scope, checked, when, embedder, True, progress)
+
+
+def _run(
+    store: Store,
+    name: str,
+    scope: str | None,
+    checked: dict[str, Any],
+    when: datetime,
+    embedder: Embedder | None,
+    apply: bool,
+    progress: Progress | None,
+) -> ActionResult:
+    """Load, plan and (with ``apply``, under the caller's run lock) write one action."""
     entries = load_entries(store, scope, progress)
     result = ActionResult(name, checked, scope, store.describe())
     if name in READ_ONLY:
@@ -196,15 +284,19 @@ def run_action(
     result.entries, result.skipped = planned.entries, planned.skipped
     if apply:
         with Journal(name, checked, store, scope) as journal:
-            result.changes = execute(
-                store,
-                planned.plan,
-                now=when,
-                embedder=embedder,
-                journal=journal,
-                expected={e.key: e for e in entries},
-                progress=progress,
-            )
+            try:
+                result.changes = execute(
+                    store,
+                    planned.plan,
+                    now=when,
+                    embedder=embedder,
+                    journal=journal,
+                    expected={e.key: e for e in entries},
+                    progress=progress,
+                )
+            except PlanConflict as exc:
+                steps = [_stopped_step(name, exc)]
+                raise RunStopped(exc, action=name, run_id=journal.run_id, steps=steps) from None
         result.applied, result.run_id = True, journal.run_id
     else:
         result.changes = compute_changes(
@@ -214,6 +306,27 @@ def run_action(
     if planned.clusters:
         result.summary["clusters"] = planned.clusters
     return result
+
+
+def _full_steps(
+    names: tuple[str, ...],
+    applied: list[list[Change]],
+    predicted: list[list[Change]],
+    conflict: PlanConflict,
+) -> list[dict[str, Any]]:
+    """Per step of a stopped ``full`` run: applied, stopped (with its partial count) or not run."""
+    report: list[dict[str, Any]] = []
+    for index, name in enumerate(names):
+        if index < len(applied):
+            step = {"action": name, "status": "applied", "changes": len(applied[index])}
+            report.append(step | {"planned": len(predicted[index])} | _change_summary(applied[index]))
+        elif index == len(applied):
+            report.append(_stopped_step(name, conflict))
+        else:
+            report.append(
+                {"action": name, "status": "not run", "changes": 0, "planned": len(predicted[index])}
+            )
+    return report
 
 
 def _run_full(
@@ -259,26 +372,30 @@ def _run_full(
     result.pairs = steps[0][0].pairs
     result.entries = steps[1][0].entries + steps[2][0].entries
     result.skipped = steps[1][0].skipped + steps[2][0].skipped
+    names = ("merge_duplicates", "cleanup_stubs", "compact")
     if apply:
         applied: list[list[Change]] = []
         with Journal("full", p, store, result.scope) as journal:
             for planned, snapshot in steps:
-                applied.append(
-                    execute(
-                        store,
-                        planned.plan,
-                        now=now,
-                        embedder=embedder,
-                        journal=journal,
-                        expected=snapshot,
-                        progress=progress,
+                try:
+                    applied.append(
+                        execute(
+                            store,
+                            planned.plan,
+                            now=now,
+                            embedder=embedder,
+                            journal=journal,
+                            expected=snapshot,
+                            progress=progress,
+                        )
                     )
-                )
+                except PlanConflict as exc:
+                    report = _full_steps(names, applied, step_changes, exc)
+                    raise RunStopped(exc, action="full", run_id=journal.run_id, steps=report) from None
         step_changes = applied
         result.applied, result.run_id = True, journal.run_id
         after = health(load_entries(store, result.scope, progress))
     result.changes = [c for changes in step_changes for c in changes]
-    names = ("merge_duplicates", "cleanup_stubs", "compact")
     result.summary = {
         "health_before": before.to_dict(),
         "health_after": after.to_dict() | {"predicted": not apply},

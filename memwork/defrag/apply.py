@@ -2,14 +2,18 @@
 
 The compute phase only reads the store (``get``: no hits) and is the same code for a dry-run
 simulation (on a :class:`~memwork.defrag.memory.MemoryStore`) and for the real run, so the preview is
-what apply does. The write phase journals each change *before* making it (write-ahead), so a run
-that dies half way can still be undone.
+what apply does. The write phase writes each change with a compare-and-set
+(:meth:`~memwork.stores.base.Store.put_if_unchanged`): the entry is written only if it still equals
+the before-image, and its journal line is written right before (write-ahead), so a run that dies
+half way can still be undone and an edit made by someone else meanwhile is never overwritten -- the
+run stops with :class:`ApplyConflict` naming the entry. Callers hold the store's run lock
+(:meth:`~memwork.stores.base.Store.run_lock`) around planning and writing (see
+:func:`memwork.defrag.actions.run_action`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -19,16 +23,42 @@ from memwork.defrag.plan import Operation, Plan
 from memwork.embed import Embedder
 from memwork.entry import MAX_CONTENT_BYTES, Entry
 from memwork.errors import MemworkError, UsageError
-from memwork.stores.base import Store
+from memwork.stores.base import Store, WriteConflict, fingerprint
 from memwork.stores.progress import Progress
 
 Key = tuple[str, str]
 
 
+__all__ = ["ApplyConflict", "Change", "PlanConflict", "compute_changes", "execute", "fingerprint"]
+
+
 class PlanConflict(MemworkError):
-    """The store no longer matches the snapshot a plan was computed from; nothing was written."""
+    """The store no longer matches the snapshot a plan was computed from.
+
+    ``applied`` holds the changes this :func:`execute` call had already written (and journaled) when
+    the conflict was found (empty when it was found before the first write), ``planned`` how many it
+    meant to write; ``detail`` is appended to the message."""
 
     exit_code = 1
+
+    def __init__(
+        self,
+        path: str,
+        scope: str,
+        problem: str,
+        *,
+        applied: Sequence[Change] = (),
+        planned: int | None = None,
+        detail: str = "",
+    ) -> None:
+        self.path, self.scope, self.problem = path, scope, problem
+        self.applied: list[Change] = list(applied)
+        self.planned = planned
+        super().__init__(f"path={path!r}: {problem} (scope {scope!r})" + (f"; {detail}" if detail else ""))
+
+
+class ApplyConflict(PlanConflict):
+    """A write found its entry changed by another writer during the run (compare-and-set failed)."""
 
 
 @dataclass
@@ -56,19 +86,6 @@ class ChangeSink(Protocol):
     def record(self, change: Change) -> None: ...
 
 
-def fingerprint(entry: Entry | None) -> tuple[Any, ...] | None:
-    """What must be unchanged for a plan to still hold (hits may move; timestamps to the second)."""
-    if entry is None:
-        return None
-    return (
-        entry.content,
-        entry.title,
-        json.dumps(entry.metadata, sort_keys=True, default=str),
-        entry.embedded,
-        entry.updated_at.replace(microsecond=0),
-    )
-
-
 class _Overlay:
     """Reads through to the store once per key and keeps the working after-images."""
 
@@ -88,10 +105,10 @@ class _Overlay:
     def require(self, op: Operation, path: str, *, stub: bool | None) -> Entry:
         entry = self.load(op.scope, path)
         if entry is None:
-            raise PlanConflict(f"path={path!r}: {op.describe()}: entry is gone (scope {op.scope!r})")
+            raise PlanConflict(path, op.scope, f"{op.describe()}: entry is gone")
         if stub is not None and entry.is_stub != stub:
             what = "a stub" if stub else "an entry, not a stub"
-            raise PlanConflict(f"path={path!r}: {op.describe()}: expected {what}")
+            raise PlanConflict(path, op.scope, f"{op.describe()}: expected {what}")
         return entry
 
     def set(self, scope: str, path: str, entry: Entry | None) -> None:
@@ -195,26 +212,30 @@ def execute(
     """Apply ``plan`` to ``store`` and return the changes made.
 
     ``expected`` is the snapshot the plan was computed from: if any touched entry differs from it now
-    (other than in hits), :class:`PlanConflict` is raised before anything is written.
+    (other than in hits), :class:`PlanConflict` is raised before anything is written. Each write is a
+    compare-and-set against the before-image read here, journaled right before it is made; when
+    another writer changed the entry meanwhile :class:`ApplyConflict` is raised, naming the entry and
+    carrying the changes already written (``.applied``; they stay journaled and undoable).
     """
     changes = compute_changes(store, plan, now=now, embedder=embedder)
     if expected is not None:
         for change in changes:
-            key = (change.scope, change.path)
-            if fingerprint(change.before) != fingerprint(expected.get(key)):
+            if fingerprint(change.before) != fingerprint(expected.get((change.scope, change.path))):
                 raise PlanConflict(
-                    f"path={change.path!r}: changed since the plan was made (scope {change.scope!r});"
-                    " nothing was written, run the action again"
+                    change.path, change.scope, "changed since the plan was made", planned=len(changes)
                 )
     if progress is not None:
         progress.start(f"applying {plan.action}", len(changes))
+    written: list[Change] = []
     for change in changes:
-        if journal is not None:
-            journal.record(change)
-        if change.after is None:
-            store.delete(change.path, scope=change.scope)
-        else:
-            store.put(change.after)
+        record = None if journal is None else (lambda c=change: journal.record(c))  # type: ignore[misc]
+        try:
+            store.put_if_unchanged(change.before, change.after, before_write=record)
+        except WriteConflict as exc:
+            raise ApplyConflict(
+                exc.path, exc.scope, exc.problem, applied=written, planned=len(changes)
+            ) from None
+        written.append(change)
         if progress is not None:
             progress.advance(1)
     return changes

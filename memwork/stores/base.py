@@ -5,12 +5,21 @@ five primitives -- :meth:`get`, :meth:`put`, :meth:`_delete`, :meth:`iter_entrie
 plus :meth:`bump_hits`; the guide's methods (``list``, ``read_entry``, ``write``, ``delete``,
 ``total_size``, ``all_entries``) and the user-facing :meth:`read` are built on them here, once, so
 validation, stub following and hit counting behave the same in every store.
+
+Two more methods make modifying runs safe against other writers: :meth:`Store.run_lock` is a
+run-wide, inter-process lock per store and scope held for a defrag run's plan-check and writes, and
+:meth:`Store.put_if_unchanged` is a compare-and-set write that raises :class:`WriteConflict` when the entry no longer equals the image
+the caller read (an ordinary ``write``/``put`` by someone else is never silently overwritten).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -26,7 +35,75 @@ from memwork.entry import (
     utcnow,
     validate_scope,
 )
-from memwork.errors import EntryNotFound, StubChainError, UsageError
+from memwork.errors import EntryNotFound, MemworkError, StubChainError, UsageError
+
+#: how long a modifying run waits for another run on the same store/scope before giving up
+DEFAULT_RUN_LOCK_TIMEOUT = 60.0
+
+
+class StoreLocked(MemworkError):
+    """Another modifying run holds the store's (or scope's) run lock for longer than we may wait."""
+
+    exit_code = 1
+
+    def __init__(self, store: str, scope: str | None, timeout: float) -> None:
+        self.store, self.scope, self.timeout = store, scope, timeout
+        what = "every scope" if scope is None else f"scope={scope!r}"
+        super().__init__(
+            f"store={store!r} {what}: another defrag run or undo holds its lock; gave up after "
+            f"{timeout:g} s (try again when it has finished, or raise --lock-timeout)"
+        )
+
+
+class WriteConflict(MemworkError):
+    """A compare-and-set write found the entry changed since the caller read it; nothing written."""
+
+    exit_code = 1
+
+    def __init__(self, path: str, scope: str, problem: str = "changed by another writer since it was read"):
+        self.path, self.scope, self.problem = path, scope, problem
+        super().__init__(f"path={path!r}: {problem} (scope {scope!r})")
+
+
+def fingerprint(entry: Entry | None) -> tuple[Any, ...] | None:
+    """What must be unchanged for a plan (or an undo) to still hold: content, title, metadata, the
+    vector itself (a hash of its float32 bytes) and updated_at to the second. Hits may move."""
+    if entry is None:
+        return None
+    vector = None
+    if entry.embedding is not None:
+        vector = hashlib.blake2b(entry.embedding.astype("<f4").tobytes(), digest_size=16).hexdigest()
+    return (
+        entry.content,
+        entry.title,
+        json.dumps(entry.metadata, sort_keys=True, default=str),
+        vector,
+        entry.updated_at.replace(microsecond=0),
+    )
+
+
+def same_entry(a: Entry | None, b: Entry | None) -> bool:
+    """True when ``a`` and ``b`` are the same state of an entry (see :func:`fingerprint`)."""
+    return fingerprint(a) == fingerprint(b)
+
+
+def cas_key(expected: Entry | None, new: Entry | None) -> tuple[str, str] | None:
+    """The (scope, path) a compare-and-set write is about; None when there is nothing to do."""
+    keys = {(validate_scope(e.scope), normalize_path(e.path)) for e in (expected, new) if e is not None}
+    if len(keys) > 1:
+        raise ValueError(f"put_if_unchanged: expected and new name different entries: {sorted(keys)}")
+    return keys.pop() if keys else None
+
+
+def check_unchanged(current: Entry | None, expected: Entry | None, scope: str, path: str) -> None:
+    """Raise :class:`WriteConflict` unless ``current`` is still ``expected``."""
+    if same_entry(current, expected):
+        return
+    if expected is None:
+        raise WriteConflict(path, scope, "was created by another writer since it was read")
+    if current is None:
+        raise WriteConflict(path, scope, "was deleted by another writer since it was read")
+    raise WriteConflict(path, scope)
 
 
 @dataclass(frozen=True)
@@ -89,6 +166,43 @@ class Store(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections or locks."""
+
+    # ---- safe modifying runs -----------------------------------------------------------------
+    def run_lock(
+        self, scope: str | None, *, timeout: float = DEFAULT_RUN_LOCK_TIMEOUT
+    ) -> AbstractContextManager[None]:
+        """A run-wide lock for one modifying run (defrag apply, undo) on ``scope`` (None = every scope).
+
+        Held for the plan-check and every write, so two runs on the same store and scope never
+        interleave; a whole-store run excludes every scoped run. Waits at most ``timeout`` seconds,
+        then raises :class:`StoreLocked`. Not re-entrant. Stores that other processes can open
+        override this (this default is for in-process stores such as the defrag simulation)."""
+        return contextlib.nullcontext()
+
+    def put_if_unchanged(
+        self,
+        expected: Entry | None,
+        new: Entry | None,
+        *,
+        before_write: Callable[[], None] | None = None,
+    ) -> None:
+        """Compare-and-set: write ``new`` (None = delete) only if the entry is still ``expected``
+        (None = absent), else raise :class:`WriteConflict` naming it and write nothing.
+
+        ``before_write`` runs after the compare matched and right before the write (a journal line).
+        Stores override this to make compare and write atomic against other writers; this default
+        is only for single-process stores."""
+        key = cas_key(expected, new)
+        if key is None:
+            return
+        scope, path = key
+        check_unchanged(self.get(path, scope=scope), expected, scope, path)
+        if before_write is not None:
+            before_write()
+        if new is None:
+            self._delete(path, scope)
+        else:
+            self.put(new)
 
     def describe(self) -> str:
         """A human-readable, secret-free description of where the store lives."""

@@ -5,13 +5,30 @@ metadata, created_at, updated_at and hits) and ``<path>.emb`` (the embedding as 
 float32; absent when the entry has none). Scope ``default`` lives directly under the root, so an
 existing guide directory opens as-is; other scopes live under ``<root>/.scopes/<scope>/``.
 
-Every write goes to a hidden temp file in the same directory and is renamed into place (readers
-never see half a file), under a lock file in the root (two writers never interleave).
+Writes happen under a lock file in the root (two writers never interleave), and an entry's three
+files change together, so that neither a reader nor a kill -9 ever sees a stub sidecar over the
+original content:
+
+1. the new content, sidecar and embedding are written to hidden temp files beside the entry;
+2. a commit marker ``.<name>.<hash>.commit`` (JSON: which temp becomes which file, and whether the
+   ``.emb`` goes away) is renamed into place -- that rename is the commit point;
+3. the temps are renamed over ``<path>.yml``, ``<path>.emb`` and ``<path>``; the marker is removed.
+
+A kill before step 2 leaves the old entry (and stray hidden temps); a kill after it leaves a marker
+that the next access to that entry -- a read, a write, a listing -- completes under the lock (roll
+forward), so the entry is the new one. A reader does not take the lock: it stats the three files
+before and after reading them, and if any of them changed meanwhile or a marker is present it waits
+for the lock and reads again. At every instant a reader therefore gets the old or the new entry.
+
+Modifying runs (defrag apply, undo) also hold :meth:`FilesystemStore.run_lock`: flock files
+``.memwork-run.lock`` / ``.memwork-run.<scope>.lock`` in the root (see :mod:`memwork.stores.runlock`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -33,10 +50,14 @@ from memwork.entry import (
     validate_scope,
 )
 from memwork.errors import EntryNotFound, InvalidPath, UsageError
-from memwork.stores.base import Store
+from memwork.stores.base import DEFAULT_RUN_LOCK_TIMEOUT, Store, cas_key, check_unchanged
+from memwork.stores.runlock import flock_run_lock
 
 SCOPES_DIR = ".scopes"
 LOCK_NAME = ".memwork.lock"
+RUN_LOCK_STEM = ".memwork-run"
+COMMIT_SUFFIX = ".commit"
+_OPTIMISTIC_READS = 3
 SIDE_SUFFIXES = (".yml", ".emb")
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -74,6 +95,34 @@ class FilesystemStore(Store):
         with self._lock:
             return self._put_unlocked(entry)
 
+    def run_lock(self, scope: str | None, *, timeout: float = DEFAULT_RUN_LOCK_TIMEOUT):  # type: ignore[no-untyped-def]
+        """flock files in the store root (see :meth:`Store.run_lock`)."""
+        scope = validate_scope(scope) if scope is not None else None
+        return flock_run_lock(self.root / RUN_LOCK_STEM, scope, timeout, self.describe())
+
+    def put_if_unchanged(
+        self,
+        expected: Entry | None,
+        new: Entry | None,
+        *,
+        before_write: Callable[[], None] | None = None,
+    ) -> None:
+        """Compare and write under the store's write lock (see :meth:`Store.put_if_unchanged`)."""
+        key = cas_key(expected, new)
+        if key is None:
+            return
+        scope, path = key
+        if new is not None:
+            check_content_size(new.content)
+        with self._lock:
+            check_unchanged(self._load_locked(path, scope), expected, scope, path)
+            if before_write is not None:
+                before_write()
+            if new is None:
+                self._delete_unlocked(path, scope)
+            else:
+                self._put_unlocked(new)
+
     def put_many(self, entries: Iterable[Entry], *, progress: Callable[[int], None] | None = None) -> int:
         """Write many entries under one lock acquisition."""
         count = 0
@@ -87,13 +136,18 @@ class FilesystemStore(Store):
 
     def _delete(self, path: str, scope: str) -> bool:
         path, scope = normalize_path(path), validate_scope(scope)
-        target = self._file(path, scope)
         with self._lock:
-            if not target.is_file():
-                return False
-            for suffix in ("", *SIDE_SUFFIXES):
-                _unlink(target.with_name(target.name + suffix))
-            self._prune_empty_dirs(target.parent, self._scope_dir(scope))
+            return self._delete_unlocked(path, scope)
+
+    def _delete_unlocked(self, path: str, scope: str) -> bool:
+        """Content first: once it is gone the entry is gone; leftover sidecars are ignored."""
+        target = self._file(path, scope)
+        _roll_forward(target)
+        if not target.is_file():
+            return False
+        for suffix in ("", *SIDE_SUFFIXES):
+            _unlink(target.with_name(target.name + suffix))
+        self._prune_empty_dirs(target.parent, self._scope_dir(scope))
         return True
 
     def iter_entries(self, *, scope: str | None = None, prefix: str | None = None) -> Iterator[Entry]:
@@ -126,6 +180,7 @@ class FilesystemStore(Store):
         path, scope = normalize_path(path), validate_scope(scope)
         target = self._file(path, scope)
         with self._lock:
+            _roll_forward(target)
             if not target.is_file():
                 raise EntryNotFound(path, scope)
             side = self._read_sidecar(target)
@@ -177,18 +232,34 @@ class FilesystemStore(Store):
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_dir():
                 raise IsADirectoryError(str(target))
-            _atomic_write(_side(target, ".yml"), _dump_yaml(_sidecar(entry)))
-            if entry.embedding is None:
-                _unlink(_side(target, ".emb"))
-            else:
-                _atomic_write(_side(target, ".emb"), entry.embedding.astype("<f4").tobytes())
-            _atomic_write(target, entry.content.encode("utf-8"))
+            _roll_forward(target)  # a killed earlier put of this entry is completed first
+            files = {".yml": _dump_yaml(_sidecar(entry)), "": entry.content.encode("utf-8")}
+            if entry.embedding is not None:
+                files[".emb"] = entry.embedding.astype("<f4").tobytes()
+            _commit_files(target, files)
         except (NotADirectoryError, IsADirectoryError, FileExistsError):
             raise InvalidPath(path, "collides with another entry's directory in this store") from None
         return entry
 
     def _load(self, path: str, scope: str) -> Entry | None:
+        """Read without the lock; fall back to reading under it when a write raced (module docstring)."""
         target = self._file(path, scope)
+        for _ in range(_OPTIMISTIC_READS):
+            if _marker(target).exists():
+                break
+            stamps = _stamps(target)
+            entry = self._read(target, path, scope)
+            if _stamps(target) == stamps and not _marker(target).exists():
+                return entry
+        with self._lock:
+            return self._load_locked(path, scope)
+
+    def _load_locked(self, path: str, scope: str) -> Entry | None:
+        target = self._file(path, scope)
+        _roll_forward(target)
+        return self._read(target, path, scope)
+
+    def _read(self, target: Path, path: str, scope: str) -> Entry | None:
         try:
             raw = target.read_bytes()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
@@ -221,13 +292,22 @@ class FilesystemStore(Store):
         return data if isinstance(data, dict) else {}
 
     def _paths(self, scope: str) -> list[str]:
-        """Entry paths of one scope, sorted by code point like every other store."""
+        """Entry paths of one scope, sorted by code point like every other store (a killed put of a
+        new entry is completed first, so it is listed)."""
         base = self._scope_dir(scope)
+        markers: list[Path] = []
+        paths = sorted(self._walk(base, markers))
+        if not markers:
+            return paths
+        with self._lock:
+            for marker in markers:
+                _roll_forward_marker(marker)
         return sorted(self._walk(base))
 
     @staticmethod
-    def _walk(base: Path) -> Iterator[str]:
-        """Relative paths of content files under ``base``; hidden files/dirs and sidecars skipped."""
+    def _walk(base: Path, markers: list[Path] | None = None) -> Iterator[str]:
+        """Relative paths of content files under ``base``; hidden files/dirs and sidecars skipped
+        (commit markers found on the way are appended to ``markers``)."""
         if not base.is_dir():
             return
         for dirpath, dirnames, filenames in os.walk(base):
@@ -235,6 +315,8 @@ class FilesystemStore(Store):
             rel = os.path.relpath(dirpath, base)
             for name in filenames:
                 if name.startswith(".") or name.endswith(SIDE_SUFFIXES):
+                    if markers is not None and name.startswith(".") and name.endswith(COMMIT_SUFFIX):
+                        markers.append(Path(dirpath, name))
                     continue
                 yield name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}"
 
@@ -250,6 +332,68 @@ class FilesystemStore(Store):
 
 def _side(target: Path, suffix: str) -> Path:
     return target.with_name(target.name + suffix)
+
+
+def _marker(target: Path) -> Path:
+    """The commit marker of one entry (a short, fixed-length hidden name even for long names)."""
+    digest = hashlib.blake2b(target.name.encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
+    return target.with_name(f".{target.name[:40]}.{digest}{COMMIT_SUFFIX}")
+
+
+def _stamps(target: Path) -> tuple[tuple[int, int, int] | None, ...]:
+    """Identity of the entry's three files (inode, mtime, size): a rename over any of them changes it."""
+    out = []
+    for suffix in ("", *SIDE_SUFFIXES):
+        try:
+            st = os.stat(_side(target, suffix))
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+def _commit_files(target: Path, files: dict[str, bytes]) -> None:
+    """Replace the entry's files (suffix -> bytes; ``.emb`` absent = remove it) as one commit."""
+    temps: dict[str, str] = {}
+    try:
+        for suffix, data in files.items():
+            temps[suffix] = _write_temp(_side(target, suffix), data)
+        marker = {"name": target.name, "files": temps, "drop": [s for s in SIDE_SUFFIXES if s not in files]}
+        _atomic_write(_marker(target), json.dumps(marker).encode("utf-8"))  # the commit point
+    except BaseException:
+        for name in temps.values():
+            _unlink(target.parent / name)
+        raise
+    _apply_marker(target, marker)
+
+
+def _apply_marker(target: Path, marker: dict[str, Any]) -> None:
+    """Rename the committed temps into place (those already moved are skipped), drop, then unmark."""
+    files = marker.get("files") or {}
+    for suffix in (".yml", ".emb", ""):
+        if suffix in files:
+            temp = target.parent / files[suffix]
+            if temp.exists():
+                os.replace(temp, _side(target, suffix))
+        elif suffix in (marker.get("drop") or ()):
+            _unlink(_side(target, suffix))
+    _unlink(_marker(target))
+
+
+def _roll_forward(target: Path) -> None:
+    """Complete a put that was killed after its commit point (call with the store lock held)."""
+    marker = _marker(target)
+    if marker.exists():
+        _roll_forward_marker(marker)
+
+
+def _roll_forward_marker(marker: Path) -> None:
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    _apply_marker(marker.parent / data["name"], data)
 
 
 def _sidecar(entry: Entry) -> dict[str, Any]:
@@ -279,15 +423,25 @@ def _mtime(path: Path) -> datetime:
     return datetime.fromtimestamp(path.stat().st_mtime, UTC)
 
 
-def _atomic_write(target: Path, data: bytes) -> None:
-    """Write ``data`` to a hidden temp file beside ``target`` and rename it into place."""
+def _write_temp(target: Path, data: bytes) -> str:
+    """Write ``data`` to a new hidden temp file beside ``target``; return the temp's name."""
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:40]}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        os.replace(tmp, target)
     except BaseException:
         _unlink(Path(tmp))
+        raise
+    return os.path.basename(tmp)
+
+
+def _atomic_write(target: Path, data: bytes) -> None:
+    """Write ``data`` to a hidden temp file beside ``target`` and rename it into place."""
+    tmp = target.parent / _write_temp(target, data)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        _unlink(tmp)
         raise
 
 

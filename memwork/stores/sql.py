@@ -6,13 +6,21 @@ and ``stub``) and the embedding a ``vector(dimension)`` with an HNSW ``vector_co
 SQLite and MySQL metadata is JSON text and the embedding a little-endian float32 blob. Timestamps are
 stored as naive UTC (the guide's ``TIMESTAMP``). Paths compare by code point everywhere (``C`` /
 ``utf8mb4_bin`` collation), so every store lists entries in the same order.
+
+Modifying runs hold :meth:`SQLStore.run_lock`: flock files next to a SQLite file, a PostgreSQL
+advisory lock on a hash of (table, scope) held on a dedicated connection, or a MySQL ``GET_LOCK``
+(store-wide: MySQL has no shared locks). :meth:`SQLStore.put_if_unchanged` compares and writes in one
+transaction that locks the row first (``SELECT ... FOR UPDATE``; ``BEGIN IMMEDIATE`` on SQLite).
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,7 +45,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import mysql, postgresql, sqlite
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
 from memwork.db import dialect_of, get_engine
 from memwork.embedded_pg import resolve_url
@@ -51,7 +59,16 @@ from memwork.entry import (
 from memwork.errors import EntryNotFound, ServiceUnavailable, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.redaction import redact_url
-from memwork.stores.base import EntryInfo, Store
+from memwork.stores.base import (
+    DEFAULT_RUN_LOCK_TIMEOUT,
+    EntryInfo,
+    Store,
+    StoreLocked,
+    WriteConflict,
+    cas_key,
+    check_unchanged,
+)
+from memwork.stores.runlock import flock_run_lock, lock_key, lock_name, poll_until
 
 DEFAULT_TABLE = "agent_memories"
 DEFAULT_DIMENSION = 384
@@ -301,6 +318,109 @@ class SQLStore(Store):
             )
         conn.execute(stmt, rows)
         return len(rows)
+
+    # ---- safe modifying runs -----------------------------------------------------------------
+    def run_lock(self, scope: str | None, *, timeout: float = DEFAULT_RUN_LOCK_TIMEOUT):  # type: ignore[no-untyped-def]
+        """See :meth:`Store.run_lock`: a flock next to a SQLite file, else a server-side lock."""
+        scope = validate_scope(scope) if scope is not None else None
+        if self.dialect == "sqlite":
+            database = self.engine.url.database
+            if not database or database == ":memory:":
+                return contextlib.nullcontext()  # only this process can see the database
+            stem = Path(database).resolve()
+            return flock_run_lock(stem.with_name(f"{stem.name}.memwork-run"), scope, timeout, self.describe())
+        return self._server_run_lock(scope, timeout)
+
+    @contextmanager
+    def _server_run_lock(self, scope: str | None, timeout: float) -> Iterator[None]:
+        """PostgreSQL advisory locks (shared store key + exclusive scope key) or one MySQL GET_LOCK,
+        held on a dedicated autocommit connection; the server drops them if this process dies."""
+        deadline = time.monotonic() + max(timeout, 0.0)
+        table = self.table.name
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            releases: list[tuple[str, dict[str, Any]]] = []
+
+            def take(try_sql: str, release_sql: str, params: dict[str, Any]) -> None:
+                poll_until(
+                    lambda: bool(conn.execute(text(try_sql), params).scalar()),
+                    deadline,
+                    lambda: StoreLocked(self.describe(), scope, timeout),
+                )
+                releases.append((release_sql, params))
+
+            try:
+                if self.dialect == "mysql":
+                    name = {"n": lock_name(str(self.engine.url.database), table)}
+                    take("SELECT GET_LOCK(:n, 0)", "SELECT RELEASE_LOCK(:n)", name)
+                elif scope is None:
+                    key = {"k": lock_key("memwork-run", table)}
+                    take("SELECT pg_try_advisory_lock(:k)", "SELECT pg_advisory_unlock(:k)", key)
+                else:
+                    key = {"k": lock_key("memwork-run", table)}
+                    take(
+                        "SELECT pg_try_advisory_lock_shared(:k)", "SELECT pg_advisory_unlock_shared(:k)", key
+                    )
+                    key = {"k": lock_key("memwork-run", table, scope)}
+                    take("SELECT pg_try_advisory_lock(:k)", "SELECT pg_advisory_unlock(:k)", key)
+                yield
+            finally:
+                try:
+                    for release_sql, params in reversed(releases):
+                        conn.execute(text(release_sql), params)
+                except Exception:  # a dead connection holds no lock; never reuse it
+                    conn.invalidate()
+
+    def put_if_unchanged(
+        self,
+        expected: Entry | None,
+        new: Entry | None,
+        *,
+        before_write: Callable[[], None] | None = None,
+    ) -> None:
+        """Compare and write in one transaction that locks the row (see :meth:`Store.put_if_unchanged`)."""
+        key = cas_key(expected, new)
+        if key is None:
+            return
+        scope, path = key
+        values = None if new is None else self._row_values(new)  # bad input fails before anything
+        c = self.table.c
+        match = (c.scope == scope, c.file_path == path)
+        with self._write_transaction() as conn:
+            stmt = select(self.table).where(*match)
+            if self.dialect != "sqlite":
+                stmt = stmt.with_for_update()
+            row = conn.execute(stmt).first()
+            check_unchanged(None if row is None else self._entry(row), expected, scope, path)
+            if before_write is not None:
+                before_write()
+            if values is None:
+                conn.execute(self.table.delete().where(*match))
+            elif row is not None:
+                conn.execute(update(self.table).where(*match).values(values))
+            else:
+                try:
+                    conn.execute(self.table.insert().values(values))
+                except IntegrityError:
+                    raise WriteConflict(path, scope, "was created by another writer meanwhile") from None
+
+    @contextmanager
+    def _write_transaction(self) -> Iterator[Any]:
+        """A transaction that holds the write lock from its first statement (SQLite: BEGIN IMMEDIATE,
+        so the row read for a compare cannot change before the write)."""
+        if self.dialect != "sqlite":
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.exec_driver_sql("ROLLBACK")
+                raise
+            conn.exec_driver_sql("COMMIT")
 
     def _delete(self, path: str, scope: str) -> bool:
         c = self.table.c
