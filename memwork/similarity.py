@@ -2,6 +2,11 @@
 
 The guide scores a pair by ``max(Jaccard(words), cosine(embeddings))``. This module keeps that
 definition exactly and only changes how the pairs are found (see :func:`find_duplicate_pairs`).
+
+Every search spends a :class:`PairBudget`: pairs are verified block by block as they are found, and
+a search whose result would pass the budget (``--similarity-threshold 0`` on a few thousand
+entries is millions of pairs, gigabytes once they are objects) stops with a one-line usage error
+naming the threshold and the count so far, instead of a ``MemoryError`` minutes later.
 """
 
 from __future__ import annotations
@@ -13,14 +18,14 @@ import numbers
 import os
 import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import ThreadpoolController
 
-from memwork.errors import UsageError
+from memwork.errors import ConfigError, UsageError
 
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 # Scripts written without spaces: kana, CJK ideographs (+ ext. A, compatibility, ext. B+), hangul.
@@ -115,6 +120,42 @@ def _check_unit(field: str, value: object) -> float:
     if not 0.0 <= value <= 1.0:
         raise UsageError(field, value, "must be from 0 to 1")
     return float(value)
+
+
+# --- pair budget -----------------------------------------------------------------------------------
+#: pairs one search may return: ~1 GB end to end for a CLI run (the findings measured 1.1 GB for
+#: 500,000 pairs), and far more than any reviewer reads; ``MEMWORK_MAX_PAIRS`` changes it
+DEFAULT_MAX_PAIRS = 1_000_000
+MAX_PAIRS_ENV = "MEMWORK_MAX_PAIRS"
+
+
+def default_max_pairs() -> int:
+    """``$MEMWORK_MAX_PAIRS`` when set (a positive whole number), else :data:`DEFAULT_MAX_PAIRS`."""
+    raw = os.environ.get(MAX_PAIRS_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_PAIRS
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(MAX_PAIRS_ENV, raw, "must be a positive whole number")
+    return int(raw)
+
+
+class PairBudget:
+    """How many pairs a search may still return; one budget can span several searches (scopes)."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = default_max_pairs() if limit is None else int(limit)
+        self.found = 0
+
+    def spend(self, pairs: int, field: str, value: object) -> None:
+        """Count ``pairs`` more; past the limit, a usage error naming the parameter and the count."""
+        self.found += int(pairs)
+        if self.found > self.limit:
+            raise UsageError(
+                field,
+                value,
+                f"matches more than {self.limit:,} pairs ({self.found:,} found so far); "
+                f"use a stricter value, or set {MAX_PAIRS_ENV} to allow more",
+            )
 
 
 # --- exact all-pairs search: cheap candidates, then the exact scores above -----------------------
@@ -225,8 +266,8 @@ class _Tokens:
         return out
 
 
-def _jaccard_candidates(tokens: _Tokens, threshold: float, tick: Tick = _no_tick) -> np.ndarray:
-    """Pair codes ``i*n+j`` (i<j) that may reach Jaccard ``threshold`` (AllPairs prefix filter).
+def _jaccard_candidates(tokens: _Tokens, threshold: float, tick: Tick = _no_tick) -> Iterator[np.ndarray]:
+    """Blocks of pair codes ``i*n+j`` (i<j) that may reach Jaccard ``threshold`` (AllPairs prefix filter).
 
     Sets are visited in (size, index) order; a set ``x`` probes with its prefix for overlap
     ``t|x|`` the shorter index prefixes (overlap ``2t/(1+t)|y|``) of the sets ``y`` before it: if
@@ -239,7 +280,6 @@ def _jaccard_candidates(tokens: _Tokens, threshold: float, tick: Tick = _no_tick
     inverted = tokens.prefixes(2 * threshold / (1 + threshold)).T.tocsr()
     posting = np.diff(inverted.indptr).astype(np.int64)
     row_cost = np.asarray(probe @ posting).ravel()
-    found: list[np.ndarray] = []
     for a, b in _budget_blocks(row_cost, _SPARSE_BUDGET):
         tick(a / max(n, 1))
         block = (probe[a:b] @ inverted).tocoo()
@@ -250,9 +290,8 @@ def _jaccard_candidates(tokens: _Tokens, threshold: float, tick: Tick = _no_tick
         size_x, size_y = tokens.sizes[x], tokens.sizes[y]
         fits = size_y >= threshold * size_x - _SIZE_SLACK * size_x
         x, y = x[fits], y[fits]
-        found.append(np.minimum(x, y) * n + np.maximum(x, y))
+        yield np.minimum(x, y) * n + np.maximum(x, y)
     tick(1.0)
-    return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
 
 
 def _budget_blocks(cost: np.ndarray, budget: int) -> list[tuple[int, int]]:
@@ -313,19 +352,23 @@ class _Vectors:
         return unit32
 
     def candidates(self, low: float, high: float | None, tick: Tick = _no_tick) -> np.ndarray:
-        """Pair codes (input positions) whose float32 cosine lies in ``[low-ε, high+ε)``.
+        """Pair codes (input positions) whose float32 cosine lies in ``[low-ε, high+ε)``."""
+        found = list(self.candidate_blocks(low, high, tick))
+        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+
+    def candidate_blocks(self, low: float, high: float | None, tick: Tick = _no_tick) -> Iterator[np.ndarray]:
+        """:meth:`candidates`, one block of rows at a time (each pair in exactly one block).
 
         ``tick(f)`` reports the share of the upper-triangle work done after each block of rows."""
         m, n = len(self.index), len(self.slot)
         if m < 2:
             tick(1.0)
-            return np.empty(0, dtype=np.int64)
+            return
         unit32 = self._unit32()
         # small row blocks keep the upper-triangle work near m^2/2 and the buffer bounded
         step = max(1, min(m, _BLOCK_BYTES // (4 * m), max(_MIN_BLOCK_ROWS, -(-m // 16))))
         buffer = np.empty(step * m, dtype=np.float32)
         mask = np.empty(step * m, dtype=np.bool_)
-        found: list[np.ndarray] = []
         with _threadpools().limit(limits=_blas_threads(m), user_api="blas"):
             for a in range(0, m, step):
                 b = min(a + step, m)
@@ -339,9 +382,8 @@ class _Vectors:
                 upper = c > r
                 rows = self.index[r[upper] + a]
                 cols = self.index[c[upper] + a]
-                found.append(rows * n + cols)
                 tick(1.0 - ((m - b) / m) ** 2)  # rows a..b done: their share of the triangle
-        return np.concatenate(found)
+                yield rows * n + cols
 
 
 def _unique(codes: np.ndarray) -> np.ndarray:
@@ -387,38 +429,69 @@ def find_duplicate_pairs(
     threshold: float,
     *,
     progress: Advance | None = None,
+    budget: PairBudget | None = None,
 ) -> list[PairScore]:
     """Exactly every pair with ``max(jaccard, cosine) >= threshold``, sorted by (-similarity, i, j).
 
     Equal to the guide's all-pairs loop, found as candidates then re-scored exactly: a prefix-filter
-    set-similarity join (AllPairs) for Jaccard and blocked float32 matrix products for cosine.
-    A threshold of 0 matches every pair, so the output (not the search) is quadratic there.
+    set-similarity join (AllPairs) for Jaccard and blocked float32 matrix products for cosine. Each
+    block of candidates is verified as it is found and the pairs kept spend ``budget`` (default: a
+    fresh :class:`PairBudget`), so a threshold that matches too many pairs (0 matches every pair)
+    is refused early, naming the count so far.
 
     ``progress(n)`` is called after blocks of rows of each join; the calls sum to ``len(texts)``.
     """
     threshold = _check_unit("similarity_threshold", threshold)
     n = len(texts)
     _check_lengths("embeddings", len(embeddings), n)
+    budget = budget if budget is not None else PairBudget()
     ticker = _Ticker(progress, n)
     tokens = _Tokens.build(texts)
     vectors = _Vectors.build(embeddings)
     if threshold == 0.0:
+        budget.spend(n * (n - 1) // 2, "similarity_threshold", threshold)  # before building any of them
         codes = _all_pairs(n)
     else:
         split = 0.45 if len(vectors.index) >= 2 else 0.9  # the joins' rough shares of the time
-        text_codes = _jaccard_candidates(tokens, threshold, ticker.phase(0.0, split))
-        cosine_codes = _unique(vectors.candidates(threshold, None, ticker.phase(split, 0.9)))
+        text_codes = _kept(
+            _jaccard_candidates(tokens, threshold, ticker.phase(0.0, split)),
+            lambda i, j: tokens.jaccard(i, j) >= threshold,
+            n,
+            lambda kept: budget.spend(len(kept), "similarity_threshold", threshold),
+        )
+        text_codes = _unique(text_codes)
+        cosine_codes = _kept(
+            vectors.candidate_blocks(threshold, None, ticker.phase(split, 0.9)),
+            lambda i, j: vectors.cosine(i, j) >= threshold,
+            n,
+            lambda kept: budget.spend(
+                int((~_member(kept, text_codes)).sum()), "similarity_threshold", threshold
+            ),
+        )
         codes = _unique(np.concatenate((text_codes, cosine_codes)))
     i, j = np.divmod(codes, max(n, 1))
     text = tokens.jaccard(i, j)
-    # exact cosine only where it can matter: the pair is in already, or cosine is a candidate
-    maybe = (text >= threshold) | _member(codes, cosine_codes) if threshold > 0.0 else slice(None)
-    i, j, text = i[maybe], j[maybe], text[maybe]
     sem = vectors.cosine(i, j)
     keep = (text >= threshold) | (sem >= threshold)
     pairs = _to_pairs(i[keep], j[keep], text[keep], sem[keep])
     ticker.finish()
     return pairs
+
+
+def _kept(
+    blocks: Iterator[np.ndarray],
+    passes: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    n: int,
+    spend: Callable[[np.ndarray], None],
+) -> np.ndarray:
+    """The candidate codes of each block that pass the exact check, spent from the budget per block."""
+    found: list[np.ndarray] = []
+    for block in blocks:
+        i, j = np.divmod(block, max(n, 1))
+        kept = block[passes(i, j)]
+        spend(kept)
+        found.append(kept)
+    return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
 
 
 def find_related_pairs(
@@ -428,12 +501,13 @@ def find_related_pairs(
     texts: Sequence[str] | None = None,
     *,
     progress: Advance | None = None,
+    budget: PairBudget | None = None,
 ) -> list[PairScore]:
     """Exactly every embedded pair with ``min <= cosine < max`` (cosine only, no keyword boost).
 
     ``text_similarity`` is the pair's Jaccard when ``texts`` are given, else 0.0; sorting uses the
-    hybrid ``similarity`` like :func:`find_duplicate_pairs`. ``progress(n)`` is called after blocks
-    of rows; the calls sum to ``len(embeddings)``.
+    hybrid ``similarity`` like :func:`find_duplicate_pairs`, which it shares the pair ``budget``
+    with. ``progress(n)`` is called after blocks of rows; the calls sum to ``len(embeddings)``.
     """
     low = _check_unit("min_similarity", min_similarity)
     high = _check_unit("max_similarity", max_similarity)
@@ -442,16 +516,26 @@ def find_related_pairs(
     n = len(embeddings)
     if texts is not None:
         _check_lengths("texts", len(texts), n)
+    budget = budget if budget is not None else PairBudget()
     ticker = _Ticker(progress, n)
     vectors = _Vectors.build(embeddings)
     if low < high:
-        codes = _unique(vectors.candidates(low, high, ticker.phase(0.0, 0.9)))
+
+        def in_band(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+            sem = vectors.cosine(i, j)
+            return (sem >= low) & (sem < high)
+
+        codes = _kept(
+            vectors.candidate_blocks(low, high, ticker.phase(0.0, 0.9)),
+            in_band,
+            n,
+            lambda kept: budget.spend(len(kept), "min_similarity", min_similarity),
+        )
+        codes = _unique(codes)
     else:
         codes = np.empty(0, dtype=np.int64)
     i, j = np.divmod(codes, max(n, 1))
     sem = vectors.cosine(i, j)
-    keep = (sem >= low) & (sem < high)
-    i, j, sem = i[keep], j[keep], sem[keep]
     text = _Tokens.build(texts).jaccard(i, j) if texts is not None else np.zeros(len(i))
     pairs = _to_pairs(i, j, text, sem)
     ticker.finish()

@@ -145,9 +145,14 @@ def find_duplicates(
     pairs: list[Pair] = []
     groups = by_scope(entries)
     advance = _stage(progress, "finding duplicates", groups)
+    budget = similarity.PairBudget()  # one for the whole store, not one per scope
     for scope, group in groups.items():
         found = similarity.find_duplicate_pairs(
-            [e.content for e in group], _comparable_embeddings(group), threshold, progress=advance
+            [e.content for e in group],
+            _comparable_embeddings(group),
+            threshold,
+            progress=advance,
+            budget=budget,
         )
         pairs.extend(
             Pair(
@@ -193,6 +198,7 @@ def find_related(
     pairs: list[Pair] = []
     groups = by_scope(entries)
     advance = _stage(progress, "finding related pairs", groups)
+    budget = similarity.PairBudget()  # one for the whole store, not one per scope
     for scope, group in groups.items():
         vectors = _comparable_embeddings(group)
         keep = [k for k, v in enumerate(vectors) if v is not None]
@@ -204,6 +210,7 @@ def find_related(
             max_similarity,
             texts=[group[k].content for k in keep],
             progress=advance,
+            budget=budget,
         )
         for p in found:
             a, b = group[keep[p.i]], group[keep[p.j]]
