@@ -47,7 +47,7 @@ def open_store(spec: str, *, dimension: int = DEFAULT_DIMENSION, create: bool = 
     scheme = spec.split("://", 1)[0].lower()
     if is_embedded_url(spec) or scheme in _SQL_SCHEMES:
         if not create and scheme == "sqlite":
-            _require_sqlite_file(spec)
+            create = _require_sqlite_file(spec)  # an in-memory database is always new
         try:
             return SQLStore(spec, dimension=dimension, create=create)
         except MissingStore as exc:
@@ -63,15 +63,18 @@ def open_store(spec: str, *, dimension: int = DEFAULT_DIMENSION, create: bool = 
     )
 
 
-def _require_sqlite_file(spec: str) -> None:
-    """A SQLite URL names a file that exists (in-memory databases always do)."""
+def _require_sqlite_file(spec: str) -> bool:
+    """Refuse a SQLite URL naming a file that does not exist; True for an in-memory database (which
+    is new on every open, so it needs its table)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
         database = make_url(spec).database
     except ArgumentError:
-        return  # SQLStore reports a malformed URL
-    in_memory = not database or database == ":memory:" or database.startswith("file:")
-    if not in_memory and not Path(database).expanduser().exists():
+        return False  # SQLStore reports a malformed URL
+    if not database or database == ":memory:":
+        return True
+    if not database.startswith("file:") and not Path(database).expanduser().exists():
         raise MissingStore("store", spec, "no such SQLite file (a reading command never creates a store)")
+    return False

@@ -266,7 +266,8 @@ class _PathLayout:
         for parent in parents:
             if (scope, parent) in self.files:
                 other = self.files[(scope, parent)]
-                raise InvalidPath(path, f"lies below the entry file {parent!r} of line {other}")
+                what = "a sidecar file" if parent.endswith(_SIDECARS) else "the entry file"
+                raise InvalidPath(path, f"lies below {parent!r}, {what} of line {other}")
         for name in names:
             self.files[(scope, name)] = number
         for parent in parents:
