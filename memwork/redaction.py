@@ -1,11 +1,25 @@
-"""Secret redaction, written once: URLs lose their passwords, secret-named settings their values."""
+"""Secret redaction, written once: URLs lose their passwords, secret-named settings their values.
+
+URLs are not parsed with :func:`urllib.parse.urlsplit`: a password may hold an unencoded ``#``, ``/``,
+``?`` or ``@`` that SQLAlchemy and the drivers accept, and ``urlsplit`` would end the netloc early and
+print it. The userinfo here runs from ``://`` to the *last* ``@`` that is followed by a plausible
+``host[:port]``, so whatever any parser takes for the password is hidden (an ``@`` inside a query
+value may hide a little more than the password; never less).
+"""
 
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote
 
 _SECRET_NAME_RE = re.compile(r"(PASSWORD|PASSWD|SECRET|TOKEN|API_KEY|APIKEY|CREDENTIAL|PRIVATE_KEY)", re.I)
+_SCHEME_RE = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)\Z", re.S)
+# what may follow the userinfo's '@': a host (name, IPv4, [IPv6], empty for a socket) and a port
+_HOST_RE = re.compile(r"[\w.\-~%]*(?:\[[0-9A-Fa-f:.%\w]*\])?(?::\w*)?(?=[/?#]|\Z)")
+_QUERY_SECRET_RE = re.compile(
+    r"(?i)((?:^|(?<=[?&;]))[\w.-]*(?:password|passwd|token|secret|api_key)=)([^&;]*)"
+)
+_URL_IN_TEXT_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 REDACTED = "***"
 
 
@@ -14,22 +28,68 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME_RE.search(name))
 
 
+def _split_userinfo(rest: str) -> tuple[str, str] | None:
+    """``rest`` (after ``://``) -> (userinfo, the remainder after its '@'), or None without userinfo."""
+    for at in reversed([m.start() for m in re.finditer("@", rest)]):
+        userinfo, after = rest[:at], rest[at + 1 :]
+        user = userinfo.split(":", 1)[0]
+        if "/" in user or "?" in user or "#" in user:
+            continue  # a path ('sqlite:////tmp/a:b@c.db') or a query, not a user name
+        if _HOST_RE.match(after):
+            return userinfo, after
+    return None
+
+
+def _redact_query(text: str) -> str:
+    """``password=``, ``sslpassword=``, ``token=``... values of the query string hidden."""
+    head, sep, query = text.partition("?")
+    if not sep:
+        return text
+    return head + sep + _QUERY_SECRET_RE.sub(rf"\1{REDACTED}", query)
+
+
 def redact_url(url: str | None) -> str | None:
-    """``scheme://user:***@host/db`` -- the password (and any ``password=`` query value) hidden."""
+    """``scheme://user:***@host/db`` -- the password (and any ``password=`` query value) hidden.
+
+    The rest of the URL is kept as given (``postgresql:///x?host=/tmp`` stays that)."""
     if not url:
         return url
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return REDACTED
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
+    match = _SCHEME_RE.match(url)
+    if not match:
+        return url
+    scheme, rest = match["scheme"], match["rest"]
+    split = _split_userinfo(rest)
+    if split is not None:
+        userinfo, after = split
         if ":" in userinfo:
-            user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:{REDACTED}@{host}"
-    query = re.sub(r"(?i)(password|token|secret|api_key)=[^&]*", rf"\1={REDACTED}", parts.query)
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+            userinfo = f"{userinfo.split(':', 1)[0]}:{REDACTED}"
+        rest = f"{userinfo}@{_redact_query(after)}"
+    else:
+        rest = _redact_query(rest)
+    return f"{scheme}://{rest}"
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secret parts of ``url`` (password, secret query values), raw and percent-decoded."""
+    match = _SCHEME_RE.match(url or "")
+    if not match:
+        return []
+    rest = match["rest"]
+    found: list[str] = []
+    split = _split_userinfo(rest)
+    if split is not None:
+        userinfo, rest = split
+        if ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+    _, _, query = rest.partition("?")
+    found += [m.group(2) for m in _QUERY_SECRET_RE.finditer(query)]
+    found += [unquote(s) for s in found]
+    return [s for s in dict.fromkeys(found) if s and s != REDACTED]
+
+
+def redact_text(text: str) -> str:
+    """Free text (an error line, a reason) with every URL's password hidden."""
+    return _URL_IN_TEXT_RE.sub(lambda m: redact_url(m.group(0)) or "", text)
 
 
 def redact_value(name: str, value: str | None) -> str | None:

@@ -27,7 +27,7 @@ class MemworkGroup(click.Group):
         except MemworkError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(f"Error: {_redacted(exc)}", err=True)
             ctx.exit(exc.exit_code)
         except BrokenPipeError:
             # `memwork ... | head`: the reader left; stop quietly like other Unix tools
@@ -54,14 +54,18 @@ def _is_service_error(exc: BaseException) -> bool:
     return module in {"sqlalchemy", "psycopg", "psycopg_pool", "pymysql", "sqlite3", "redis", "httpx"}
 
 
+def _redacted(exc: BaseException) -> str:
+    """The error's message with every URL password hidden (values in messages are quoted URLs too)."""
+    from memwork.redaction import redact_text
+
+    return redact_text(str(exc))
+
+
 def _one_line(exc: BaseException) -> str:
     """The first line of an error message, with any URL password hidden."""
-    import re
+    from memwork.redaction import redact_text
 
-    from memwork.redaction import redact_url
-
-    text = (str(exc).strip().splitlines() or [""])[0]
-    return re.sub(r"\b[a-z][a-z0-9+.-]*://\S+", lambda m: redact_url(m.group(0)) or "", text)
+    return redact_text((str(exc).strip().splitlines() or [""])[0])
 
 
 @click.group(cls=MemworkGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -7,22 +7,17 @@ keeps running in its abandoned daemon thread; its result is discarded.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable
 from typing import TypeVar
 
 from memwork.errors import BackendTimeout
-from memwork.redaction import redact_url
+from memwork.redaction import redact_text
+
+__all__ = ["call_with_timeout", "describe_error", "redact_text"]
 
 T = TypeVar("T")
-_URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 MAX_REASON_CHARS = 300
-
-
-def redact_text(text: str) -> str:
-    """Free text with every URL's password hidden (reasons come from third-party code)."""
-    return _URL_RE.sub(lambda m: redact_url(m.group(0)) or "", text)
 
 
 def describe_error(exc: BaseException) -> str:
