@@ -114,6 +114,13 @@ def test_poison_rows_are_quarantined_listed_and_picked_up_again_once_fixed(mysql
     assert _dest_ids(dest) == {r["id"] for r in rows} | set(poison[:3])
     result = _verify(mysql_url, dest)
     assert [q["id"] for q in result.quarantined] == ["poison-id\\x00tail"]
+    text = CliRunner().invoke(
+        main,
+        ["backfill", "--apply", "--embedder", f"hash:{DIMS}", "--resume"],
+        env={"MEMORY_BACKFILL_MYSQL_URL": mysql_url, "MEMORY_PGVECTOR_DATABASE_URL": dest},
+    )
+    assert text.exit_code == 0, text.output
+    assert "quarantined: 0 row(s) in this run, 1 in memwork_backfill_rejects" in text.output
 
 
 class _PickyEmbedder(HashEmbedder):
