@@ -19,14 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from memwork.defrag import list_runs, read_run, run_action
+from memwork.defrag import list_runs, read_run, run_action, undo
 from memwork.defrag.journal import journal_dir
 from memwork.embed import HashEmbedder
 from memwork.entry import Entry
+from memwork.errors import CheckFailed
 from memwork.stores import open_store
+from memwork.stores.base import StoreLocked
 
 EMB = HashEmbedder(384)
-CLUSTERS = 200  # 600 entries -> 600 journaled changes, about a second of writes
+CLUSTERS = 100  # 300 entries -> 300 journaled changes
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "iota", "kappa", "lambda", "sigma"]
 
 
@@ -101,7 +103,7 @@ def runs_by_id() -> dict[str, dict]:
     return {r["run_id"]: r for r in list_runs()}
 
 
-@pytest.mark.parametrize("kill_at", [30, 300])
+@pytest.mark.parametrize("kill_at", [20, 150])
 def test_killed_apply_is_undone_without_force(spec, kill_at):
     before = seed(spec)
     apply = start("defrag", "merge-duplicates", "--store", spec, "--apply")
@@ -147,7 +149,7 @@ def gap_kill(spec: str, kill_at: int, undo_run: str | None = None) -> None:
     assert done.returncode == -signal.SIGKILL, done.stderr
 
 
-@pytest.mark.parametrize("kill_at", [1, 200, 550])  # merges, stubs (the plan writes survivors first)
+@pytest.mark.parametrize("kill_at", [1, 100, 250])  # merges, stubs (the plan writes survivors first)
 def test_kill_between_journal_line_and_write_is_undone_without_force(spec, kill_at):
     before = seed(spec)
     gap_kill(spec, kill_at)
@@ -170,7 +172,7 @@ def test_killed_undo_does_not_count_and_the_retry_works(spec):
     after_run = export(spec)
 
     undo = start("defrag", "undo", run_id, "--store", spec)
-    undo_id, _ = kill_when_journal_has(undo, 100)
+    undo_id, _ = kill_when_journal_has(undo, 60)
     runs = runs_by_id()
     assert runs[undo_id]["status"] == "incomplete" and runs[undo_id]["undoes"] == run_id
     assert runs[run_id]["undone_by"] is None  # before: the killed undo counted as done
@@ -199,7 +201,7 @@ def test_undo_killed_in_its_write_ahead_gap_then_retry(spec):
 
 def test_real_concurrent_edit_is_still_refused(spec):
     before = seed(spec)
-    gap_kill(spec, 100)
+    gap_kill(spec, 80)
     (run_id,) = runs_by_id()
     edited = read_run(run_id).changes[10]
     with open_store(spec) as store:
@@ -212,6 +214,75 @@ def test_real_concurrent_edit_is_still_refused(spec):
     assert "nothing undone" in refused.stderr
     forced = memwork("defrag", "undo", run_id, "--store", spec, "--force")
     assert forced.returncode == 0, forced.stderr
+    assert export(spec) == before
+
+
+# ---- undo is safe against concurrent runs and writers (H3's run lock and compare-and-set) ----------
+HOLD_LOCK = textwrap.dedent(
+    """
+    import sys, time
+    from memwork.stores import open_store
+
+    with open_store(sys.argv[1]) as store, store.run_lock(None):
+        print("locked", flush=True)
+        time.sleep(float(sys.argv[2]))
+    """
+)
+
+
+def test_undo_waits_for_another_runs_lock_and_gives_up_writing_nothing(spec):
+    seed(spec)
+    with open_store(spec) as store:
+        run_id = run_action(store, "merge_duplicates", apply=True).run_id
+    after_run = export(spec)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, spec, "4"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with open_store(spec) as store, pytest.raises(StoreLocked):
+            undo(run_id, store, lock_timeout=0.5)
+        assert export(spec) == after_run
+        assert [r["run_id"] for r in list_runs()] == [run_id]  # not even an undo journal
+    finally:
+        holder.wait(timeout=30)
+    with open_store(spec) as store:
+        undo(run_id, store, lock_timeout=10)
+
+
+class EditAfterFirstWrite:
+    """A progress listener that, after undo's first write (the checks have passed), lets an ordinary
+    writer edit an entry the undo has yet to write."""
+
+    def __init__(self, spec: str, victim: dict) -> None:
+        self.spec, self.victim, self.done = spec, victim, 0
+
+    def start(self, description, total) -> None:
+        pass
+
+    def advance(self, n=1) -> None:
+        self.done += n
+        if self.done == 1:
+            with open_store(self.spec) as other:
+                entry = other.get(self.victim["path"], scope=self.victim["scope"])
+                other.put(entry.copy(content=entry.content + " EDIT"))
+
+
+def test_an_edit_between_check_and_write_stops_the_undo_and_is_kept(spec):
+    before = seed(spec)
+    with open_store(spec) as store:
+        run_id = run_action(store, "merge_duplicates", apply=True).run_id
+    victim = read_run(run_id).changes[-2]  # undo restores in reverse: this is its second write
+    with open_store(spec) as store, pytest.raises(CheckFailed) as info:
+        undo(run_id, store, progress=EditAfterFirstWrite(spec, victim))
+    message = str(info.value)
+    assert f"path={victim['path']!r}: changed by another writer" in message
+    assert "stopped after restoring 1 of 300 entries" in message
+    with open_store(spec) as store:
+        assert store.get(victim["path"], scope=victim["scope"]).content.endswith(" EDIT")  # not lost
+    runs = runs_by_id()
+    assert runs[run_id]["undone_by"] is None
+    assert [r["status"][:6] for r in runs.values() if r.get("undoes")] == ["failed"]
+    with open_store(spec) as store:
+        undo(run_id, store, force=True)
     assert export(spec) == before
 
 

@@ -35,7 +35,7 @@ from sqlalchemy.engine import make_url
 from memwork.defrag.apply import Change, fingerprint
 from memwork.entry import Entry, utcnow
 from memwork.errors import CheckFailed, MemworkError, UsageError
-from memwork.stores.base import Store
+from memwork.stores.base import Store, WriteConflict
 from memwork.stores.progress import Progress, track
 from memwork.workspace import workspace_dir
 
@@ -396,7 +396,12 @@ def _image(run: RunRecord, change: dict[str, Any], which: str) -> Entry | None:
 
 
 def undo(
-    run_id: str, store: Store, *, force: bool = False, progress: Progress | None = None
+    run_id: str,
+    store: Store,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+    lock_timeout: float | None = None,
 ) -> tuple[str, list[Change]]:
     """Restore every entry ``run_id`` touched to its before-image (exactly: timestamps and hits too).
 
@@ -404,14 +409,38 @@ def undo(
     by a completed undo, unless ``force``; refuses (:class:`UsageError`) another store than the run's,
     even with ``force``. An entry may equal either image of its last change (write-ahead: a killed
     run's last change may not have been written) or its state before the run (a killed undo).
+    The checks and writes hold the store's run lock for the run's scope (so no defrag apply or other
+    undo interleaves), and each write is a compare-and-set against the state the check saw, so an
+    ordinary writer's edit in between stops the undo (:class:`CheckFailed`) instead of being lost.
     Returns the undo's own run id (it is journaled like any run) and its changes.
     """
     run = read_run(run_id)
     _check_same_store(run, store)
-    if not force:
-        done = [r for r in list_runs() if r["undoes"] == run_id and r["status"] == COMPLETED]
-        if done:
-            raise CheckFailed(f"run_id={run_id!r}: already undone by {done[0]['run_id']} (use force)")
+    timeout = {} if lock_timeout is None else {"timeout": lock_timeout}
+    with store.run_lock(run.header.get("scope"), **timeout):
+        if not force:
+            done = [r for r in list_runs() if r["undoes"] == run_id and r["status"] == COMPLETED]
+            if done:
+                raise CheckFailed(f"run_id={run_id!r}: already undone by {done[0]['run_id']} (use force)")
+        planned = _plan_undo(run, store, force=force)
+        params = {"run_id": run_id, "force": force}
+        with Journal("undo", params, store, run.header.get("scope"), undoes=run_id) as journal:
+            try:
+                _restore(store, planned, journal, progress)
+            except WriteConflict as exc:
+                raise CheckFailed(
+                    f"{exc}; undo of {run_id} stopped after restoring {journal.count} of "
+                    f"{len(planned)} entries (journaled as {journal.run_id}, not counted as an undo); "
+                    f"memwork defrag undo {run_id} --force restores the rest and overwrites that edit"
+                ) from None
+    return journal.run_id, planned
+
+
+def _plan_undo(run: RunRecord, store: Store, *, force: bool) -> list[Change]:
+    """One change per touched entry, from its current state to its state before the run.
+
+    Without ``force`` every entry must still be in a state the run (or a killed undo of it) left.
+    """
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     first: dict[tuple[str, str], dict[str, Any]] = {}
     for change in run.changes:
@@ -419,34 +448,30 @@ def undo(
         latest[key] = change
         first.setdefault(key, change)
     restore = {key: _image(run, change, "before") for key, change in first.items()}
+    current = {key: store.get(key[1], scope=key[0]) for key in restore}
     if not force:
         for key, change in latest.items():
-            current = fingerprint(store.get(key[1], scope=key[0]))
             allowed = {
                 fingerprint(_image(run, change, "after")),
-                fingerprint(_image(run, change, "before")),
-                fingerprint(restore[key]),
+                fingerprint(_image(run, change, "before")),  # write-ahead: never written
+                fingerprint(restore[key]),  # already restored by a killed undo
             }
-            if current not in allowed:
+            if fingerprint(current[key]) not in allowed:
                 raise CheckFailed(
-                    f"path={key[1]!r}: changed after run {run_id} (scope {key[0]!r});"
+                    f"path={key[1]!r}: changed after run {run.run_id} (scope {key[0]!r});"
                     " nothing undone (use force)"
                 )
-    planned: list[Change] = []
-    for (scope, path), before in reversed(list(restore.items())):
-        current = store.get(path, scope=scope)
-        if _same_record(current, before):
-            continue  # never written (write-ahead) or already restored by a killed undo
-        planned.append(Change(scope, path, current, before))
-    params = {"run_id": run_id, "force": force}
-    with Journal("undo", params, store, run.header.get("scope"), undoes=run_id) as journal:
-        for change in track(planned, progress, "restoring entries", len(planned), every=1):
-            journal.record(change)
-            if change.after is None:
-                store.delete(change.path, scope=change.scope)
-            else:
-                store.put(change.after)
-    return journal.run_id, planned
+    return [
+        Change(scope, path, current[(scope, path)], before)
+        for (scope, path), before in reversed(list(restore.items()))
+        if not _same_record(current[(scope, path)], before)
+    ]
+
+
+def _restore(store: Store, planned: list[Change], journal: Journal, progress: Progress | None) -> None:
+    """Write each change if the entry is still as planned; journal it right before the write."""
+    for change in track(planned, progress, "restoring entries", len(planned), every=1):
+        store.put_if_unchanged(change.before, change.after, before_write=lambda c=change: journal.record(c))
 
 
 def _same_record(a: Entry | None, b: Entry | None) -> bool:
