@@ -94,3 +94,18 @@ def test_check_config_shell_and_json_hide_a_password_with_a_hash(monkeypatch):
         result = CliRunner().invoke(main, ["check", "config", "--backend", "pgvector", "--format", fmt])
         assert "S3cret" not in result.output, fmt
         assert "postgresql://u:***@127.0.0.1:5/x" in result.output, result.output
+
+
+def test_a_sql_store_describes_itself_by_its_url_password_hidden(sqlite_url):
+    from memwork.stores.sql import SQLStore, build_table
+
+    with SQLStore(sqlite_url) as store:
+        assert store.describe() == f"{sqlite_url} table=agent_memories"  # not sqlite:sqlite:///...
+    store = SQLStore.__new__(SQLStore)
+    store.table = build_table("agent_memories", "postgresql", 8)
+    for url, shown in (
+        ("postgresql:///x?host=/tmp/pg", "postgresql:///x?host=/tmp/pg"),  # not postgresql:/x
+        ("postgresql://u:S3cret#PW@db:5432/mem", "postgresql://u:***@db:5432/mem"),
+    ):
+        store.url = url
+        assert store.describe() == f"{shown} table=agent_memories"

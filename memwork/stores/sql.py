@@ -166,8 +166,8 @@ class SQLStore(Store):
         self._create(create)
 
     def describe(self) -> str:
-        shown = self.url if self.dialect == "sqlite" else redact_url(self.url)
-        return f"{self.kind}:{shown} table={self.table.name}"
+        """The URL as given (``pg://embedded`` as the server URL it names), password hidden."""
+        return f"{redact_url(self.url)} table={self.table.name}"
 
     def _create(self, create: bool = True) -> None:
         try:
