@@ -7,6 +7,7 @@ naming the store) and create nothing; only a writing command (``store import --a
 from __future__ import annotations
 
 import json
+import uuid
 
 import psycopg
 import pytest
@@ -50,6 +51,18 @@ def test_a_database_without_the_table_is_refused_and_left_alone(pg_url):
     assert "has no table agent_memories: no such store" in result.stderr
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT to_regclass('agent_memories')").fetchone()[0] is None
+
+
+def test_a_missing_embedded_database_is_refused_and_not_created(pg_server):
+    name = f"typo_{uuid.uuid4().hex[:8]}"
+    result = CliRunner().invoke(main, ["store", "info", "--store", f"pg://embedded/{name}"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        f"Error: store='pg://embedded/{name}': no database {name!r} on the embedded PostgreSQL"
+        " (a reading command never creates a store)\n"
+    )
+    with psycopg.connect(pg_server.get_uri()) as conn:
+        assert conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None
 
 
 def test_open_store_creates_only_when_asked(tmp_path, pg_url):

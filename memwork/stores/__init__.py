@@ -32,8 +32,8 @@ def open_store(spec: str, *, dimension: int = DEFAULT_DIMENSION, create: bool = 
 
     A store that does not exist is an error (:class:`MissingStore`, exit 2), never an empty store:
     only ``create=True`` (a writing command such as ``store import --apply``) makes the directory,
-    the SQLite file or the table. A server database (PostgreSQL, MySQL) must always exist already;
-    ``pg://embedded/NAME`` is the workspace's own server, where the database is made on first use.
+    the SQLite file or the table (and the database NAME of ``pg://embedded/NAME``). A database on
+    another server (``postgresql://``, ``mysql://``) must always exist already.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise UsageError(
@@ -48,6 +48,8 @@ def open_store(spec: str, *, dimension: int = DEFAULT_DIMENSION, create: bool = 
     if is_embedded_url(spec) or scheme in _SQL_SCHEMES:
         if not create and scheme == "sqlite":
             create = _require_sqlite_file(spec)  # an in-memory database is always new
+        if not create and is_embedded_url(spec):
+            _require_embedded_database(spec)
         try:
             return SQLStore(spec, dimension=dimension, create=create)
         except MissingStore as exc:
@@ -78,3 +80,25 @@ def _require_sqlite_file(spec: str) -> bool:
     if not database.startswith("file:") and not Path(database).expanduser().exists():
         raise MissingStore("store", spec, "no such SQLite file (a reading command never creates a store)")
     return False
+
+
+def _require_embedded_database(spec: str) -> None:
+    """Refuse ``pg://embedded/NAME`` when the workspace's server has no database NAME (asking it
+    directly: resolving the URL would create the database)."""
+    from urllib.parse import urlsplit
+
+    import psycopg
+
+    from memwork import embedded_pg
+    from memwork.identifiers import check_identifier
+
+    parts = urlsplit(spec)
+    if parts.netloc != "embedded":
+        return  # resolve_url names the mistake
+    name = check_identifier(parts.path.strip("/") or embedded_pg.DEFAULT_DATABASE, field="database")
+    admin_url = embedded_pg.start().get_uri()  # type: ignore[attr-defined]
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    if not found:
+        problem = f"no database {name!r} on the embedded PostgreSQL (a reading command never creates a store)"
+        raise MissingStore("store", spec, problem)
