@@ -595,6 +595,9 @@ class _Batch:
 
 def _value_problem(row: Mapping[str, Any]) -> str | None:
     """Why PostgreSQL text cannot hold one of the row's values, found before any I/O (or None)."""
+    joined = "".join([v for v in map(row.get, _TEXT_FIELDS) if type(v) is str])
+    if joined.isascii() and "\x00" not in joined:
+        return None  # the common case, at half the cost of the per-field look below
     for name in _TEXT_FIELDS:
         value = row.get(name)
         if not isinstance(value, str):
