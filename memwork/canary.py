@@ -4,7 +4,10 @@ Gates: the facade's status (enabled, configured and selected backend as expected
 a fallback check (target made unavailable -> legacy still answers), resolve latency of target vs
 legacy on a sample of real users and queries, error counts, and the latest health and backfill
 verification summaries. The sign-off block binds the verdict to who, when, which code and which
-inputs (SHA-256 of the parameters and of each input summary file).
+inputs (SHA-256 of the parameters, passwords hidden, and of each input summary file).
+
+A target (or legacy database) that cannot be reached is a NO-GO with that reason, not a broken
+report: the reachability gates come first and, when one fails, nothing is timed.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from memwork.errors import UsageError
+from memwork.errors import ServiceUnavailable, UsageError
+from memwork.redaction import redact_text, redact_url, redact_value
 
 
 @dataclass
@@ -182,6 +186,12 @@ def digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def shown_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
+    """The parameters as the sign-off may fingerprint them: passwords hidden (a digest of a password
+    would let anyone holding the report test guesses against it)."""
+    return {k: redact_value(k, v) if isinstance(v, str) else v for k, v in parameters.items()}
+
+
 def file_digest(path: str) -> str | None:
     return hashlib.sha256(_summary_path(path).read_bytes()).hexdigest() if path else None
 
@@ -194,6 +204,8 @@ def run_canary(options: CanaryOptions, parameters: dict[str, Any] | None = None)
     options.check()
     result = CanaryResult()
     env = dict(options.env)
+    if not _reachability_gates(result, env, options):
+        return _unmeasured(result, env, options, parameters or {})
     facade = facade_from_env(env)
     try:
         result.status = facade.status()
@@ -213,6 +225,77 @@ def run_canary(options: CanaryOptions, parameters: dict[str, Any] | None = None)
     _latency_gates(result, options, target_sources)
     _input_gates(result, options)
     result.signoff = signoff_block(options, parameters or {}, result.verdict)
+    return result
+
+
+def target_url(env: dict[str, str], backend: str) -> str:
+    """The target backend's database URL in the canary environment (empty when it has none)."""
+    return env.get(f"MEMORY_{backend.upper().replace('-', '_')}_DATABASE_URL", "")
+
+
+def _reachability_gates(result: CanaryResult, env: dict[str, str], options: CanaryOptions) -> bool:
+    """A gate per database the canary talks to; False when one of them cannot be reached."""
+    from memwork.facade.policy import legacy_url_from_env
+
+    legacy = legacy_url_from_env(env)
+    # a SQLite file is not probed: opening it would create it
+    probes = [] if legacy.startswith("sqlite") else [("legacy reachable", legacy, probe_sql)]
+    url = target_url(env, options.expected_backend)
+    if url.startswith(("postgresql", "postgres", "pg://")):
+        probes.insert(0, ("target reachable", url, probe_postgresql))
+    reachable = True
+    for name, url, probe in probes:
+        problem = probe(url)
+        reachable = reachable and problem is None
+        result.gates.append(Gate(name, "FAIL" if problem else "PASS", problem or "connected"))
+    return reachable
+
+
+def probe_postgresql(url: str) -> str | None:
+    """None when PostgreSQL at ``url`` answers, else why not (one line, password hidden)."""
+    from memwork.pgvector.conn import pg_connection
+
+    try:
+        with pg_connection(url) as conn:
+            conn.execute("SELECT 1")
+    except ServiceUnavailable as exc:
+        return redact_text(str(exc))
+    return None
+
+
+def probe_sql(url: str) -> str | None:
+    """None when the SQLAlchemy database at ``url`` answers, else why not (one line, password hidden)."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from memwork.db import get_engine
+
+    try:
+        with get_engine(url).connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except SQLAlchemyError as exc:
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
+        return redact_text(f"{redact_url(url)} unreachable: {detail[0]}")
+    return None
+
+
+def _unmeasured(
+    result: CanaryResult, env: dict[str, str], options: CanaryOptions, parameters: dict[str, Any]
+) -> CanaryResult:
+    """NO-GO without timing anything: status as the facade sees it, the input gates, the sign-off."""
+    from memwork.facade import facade_from_env
+    from memwork.facade.safety import describe_error
+
+    facade = facade_from_env(env)
+    try:
+        result.status = facade.status()
+    except Exception as exc:  # the status is shown, never the verdict's reason
+        result.status = {"backends": [], "statusError": describe_error(exc)}
+    finally:
+        facade.close()
+    result.gates.append(Gate("latency and fallback", "SKIP", "not measured: a database is unreachable"))
+    _input_gates(result, options)
+    result.signoff = signoff_block(options, parameters, result.verdict)
     return result
 
 
@@ -331,7 +414,7 @@ def signoff_block(options: CanaryOptions, parameters: dict[str, Any], verdict: s
         "time_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "memwork_version": __version__,
         "git_commit": git_commit(),
-        "parameters_sha256": digest(parameters),
+        "parameters_sha256": digest(shown_parameters(parameters)),
         "inputs_sha256": {
             "health_summary": file_digest(options.health_summary),
             "verification_summary": file_digest(options.verification_summary),
@@ -352,6 +435,15 @@ def write_embedding_module(dimensions: int, folder: Path | None = None) -> str:
     return str(path)
 
 
+def default_embedding_module(pgvector_url: str, table: str = "memory_embeddings") -> str:
+    """A hash query module of the target table's dimension; empty when the target cannot be
+    reached (the ``target reachable`` gate of :func:`run_canary` then says why: NO-GO)."""
+    try:
+        return write_embedding_module(table_dimensions(pgvector_url, table))
+    except ServiceUnavailable:
+        return ""
+
+
 def canary_env(
     legacy_url: str, pgvector_url: str, embedding_module: str, table: str = "memory_embeddings"
 ) -> dict[str, str]:
@@ -370,12 +462,10 @@ def canary_env(
 
 def table_dimensions(url: str, table: str = "memory_embeddings") -> int:
     """The destination's declared vector dimension (for the default query embedder)."""
-    import psycopg
-
-    from memwork.db import libpq_url
+    from memwork.pgvector.conn import pg_connection
     from memwork.pgvector.schema import table_dimensions as declared
 
-    with psycopg.connect(libpq_url(url)) as conn:
+    with pg_connection(url) as conn:
         dims = declared(conn, table)
     if not dims:
         raise UsageError("table", table, "has no vector column with a declared dimension")

@@ -406,7 +406,9 @@ def health_report(
 
 
 def _redacted(spec: str) -> str:
-    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", spec)
+    from memwork.redaction import redact_url
+
+    return redact_url(spec) or spec
 
 
 # ---- duplicate review -----------------------------------------------------------------------------

@@ -18,18 +18,22 @@ from memwork.reports.runner import (
     run_report,
     verify_manifest,
 )
-from memwork.reports.summary import load_summary, record
+from memwork.reports.secrets import real_value
+from memwork.reports.summary import VerdictError, gate_on_verdict, load_summary, record
 
 __all__ = [
     "Parameter",
     "ReportRun",
+    "VerdictError",
     "build_index",
     "collect_runs",
     "find_notebook",
+    "gate_on_verdict",
     "list_reports",
     "load_summary",
     "notebooks_dir",
     "read_parameters",
+    "real_value",
     "record",
     "reports_dir",
     "run_report",

