@@ -80,13 +80,16 @@ def index_cmd(out_dir: str | None, as_json: bool) -> None:
     Example:
         memwork report index --out reports/
     """
-    from memwork.reports import build_index, collect_runs
+    from memwork.reports.index import build_index, scan_runs
 
     path = build_index(out_dir)
+    runs, skipped = scan_runs(Path(path).parent)
     if as_json:
-        emit_json({"index": str(path), "runs": collect_runs(Path(path).parent)})
-    else:
-        click.echo(str(path))
+        emit_json({"index": str(path), "runs": runs, "skipped": skipped})
+        return
+    for damaged in skipped:
+        click.echo(f"skipped {damaged['run_id']}: {damaged['problem']}", err=True)
+    click.echo(str(path))
 
 
 @report.command("list")
