@@ -351,13 +351,9 @@ class _Vectors:
             unit32[a : a + _VERIFY_CHUNK] = np.where(norms > 0, chunk, 0.0)
         return unit32
 
-    def candidates(self, low: float, high: float | None, tick: Tick = _no_tick) -> np.ndarray:
-        """Pair codes (input positions) whose float32 cosine lies in ``[low-ε, high+ε)``."""
-        found = list(self.candidate_blocks(low, high, tick))
-        return np.concatenate(found) if found else np.empty(0, dtype=np.int64)
-
     def candidate_blocks(self, low: float, high: float | None, tick: Tick = _no_tick) -> Iterator[np.ndarray]:
-        """:meth:`candidates`, one block of rows at a time (each pair in exactly one block).
+        """Pair codes (input positions) whose float32 cosine lies in ``[low-ε, high+ε)``, one block
+        of rows at a time (each pair in exactly one block).
 
         ``tick(f)`` reports the share of the upper-triangle work done after each block of rows."""
         m, n = len(self.index), len(self.slot)
