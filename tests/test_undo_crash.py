@@ -235,15 +235,19 @@ def test_undo_waits_for_another_runs_lock_and_gives_up_writing_nothing(spec):
     with open_store(spec) as store:
         run_id = run_action(store, "merge_duplicates", apply=True).run_id
     after_run = export(spec)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, spec, "4"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, spec, "8"], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"
         with open_store(spec) as store, pytest.raises(StoreLocked):
             undo(run_id, store, lock_timeout=0.5)
+        waited = memwork("defrag", "undo", run_id, "--store", spec, "--lock-timeout", "0.5")
+        assert waited.returncode == 1 and "holds its lock; gave up after 0.5 s" in waited.stderr
         assert export(spec) == after_run
         assert [r["run_id"] for r in list_runs()] == [run_id]  # not even an undo journal
     finally:
         holder.wait(timeout=30)
+    bad = memwork("defrag", "undo", run_id, "--store", spec, "--lock-timeout", "-1")
+    assert bad.returncode == 2 and "lock_timeout=-1.0" in bad.stderr
     with open_store(spec) as store:
         undo(run_id, store, lock_timeout=10)
 

@@ -139,9 +139,16 @@ for _name in ACTION_HELP:
 @defrag.command("undo")
 @click.argument("run_id")
 @store_option()
-@click.option("--force", is_flag=True, help="Undo even if entries changed after the run.")
+@click.option(
+    "--force", is_flag=True, help="Undo even if entries changed after the run (never into another store)."
+)
+@click.option(
+    "--lock-timeout", type=float, help="Seconds to wait for another run on this store/scope (default 60)."
+)
 @json_option
-def undo_command(run_id: str, store_spec: str, force: bool, as_json: bool) -> None:
+def undo_command(
+    run_id: str, store_spec: str, force: bool, lock_timeout: float | None, as_json: bool
+) -> None:
     """Restore every entry an applied run touched, exactly as it was (itself journaled).
 
     \b
@@ -151,7 +158,7 @@ def undo_command(run_id: str, store_spec: str, force: bool, as_json: bool) -> No
     from memwork.defrag import undo
 
     with _open(store_spec) as store, stage_progress(quiet=as_json) as bar:
-        new_run, changes = undo(run_id, store, force=force, progress=bar)
+        new_run, changes = undo(run_id, store, force=force, progress=bar, lock_timeout=lock_timeout)
     data = {"undone": run_id, "run_id": new_run, "changes": [c.to_dict() for c in changes]}
     if as_json:
         emit_json(data)

@@ -416,7 +416,10 @@ def undo(
     """
     run = read_run(run_id)
     _check_same_store(run, store)
-    timeout = {} if lock_timeout is None else {"timeout": lock_timeout}
+    bad_timeout = isinstance(lock_timeout, bool) or not isinstance(lock_timeout, int | float | None)
+    if bad_timeout or (lock_timeout is not None and not 0 <= lock_timeout < float("inf")):
+        raise UsageError("lock_timeout", lock_timeout, "must be a number of seconds >= 0")
+    timeout = {} if lock_timeout is None else {"timeout": float(lock_timeout)}
     with store.run_lock(run.header.get("scope"), **timeout):
         if not force:
             done = [r for r in list_runs() if r["undoes"] == run_id and r["status"] == COMPLETED]
