@@ -66,3 +66,22 @@ def test_options_and_percentiles():
     with pytest.raises(UsageError, match="verification_summary"):
         CanaryOptions({}, verification_summary="/no/such/file.json").check()
     assert percentiles([1, 2, 3, 4])["p50"] == 2.5 and percentiles([])["count"] == 0
+
+
+def test_unreachable_target_or_legacy_is_no_go_with_the_reason_and_nothing_timed(env, tmp_path):
+    from memwork.canary import default_embedding_module, shown_parameters
+
+    down = "postgresql://u:S3cretPW@127.0.0.1:5/x"
+    assert default_embedding_module(down) == ""  # no cell error before the gates run
+    params = {"pgvector_url": down, "sample_size": 5}
+    result = run_canary(CanaryOptions({**env, "MEMORY_PGVECTOR_DATABASE_URL": down}, sample_size=5), params)
+    assert result.verdict == "NO-GO" and result.latency_ms == {}
+    gates = {g.name: g for g in result.gates}
+    assert gates["target reachable"].status == "FAIL" and "unreachable" in gates["target reachable"].detail
+    assert "u:***@127.0.0.1:5/x" in result.reasons[0] and "S3cretPW" not in json.dumps(result.to_dict())
+    assert gates["legacy reachable"].status == "PASS" and gates["latency and fallback"].status == "SKIP"
+    # the sign-off fingerprints the parameters with the password hidden
+    assert result.signoff["parameters_sha256"] == digest(shown_parameters(params)) != digest(params)
+    legacy_down = {**env, "MEMORY_LEGACY_DATABASE_URL": "mysql://root@127.0.0.1:3306/no_such_db_x"}
+    result = run_canary(CanaryOptions(legacy_down, sample_size=5))
+    assert result.verdict == "NO-GO" and result.reasons[0].startswith("legacy reachable: ")

@@ -146,3 +146,39 @@ def test_canary_go_and_unreachable_target_no_go_without_the_password(tmp_path, m
     assert any(r.startswith("target reachable: ") and "unreachable" in r for r in reasons), reasons
     assert any("u:***@127.0.0.1:5/x" in r for r in reasons)
     assert_no_secret(tmp_path / "no-go", output)
+
+
+def _echo_notebook(path: Path, fail: bool) -> str:
+    """A report whose kernel prints the real URL (and fails with it): the worst a notebook can do."""
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell('url: str = ""  # a database URL')
+    params.metadata["tags"] = ["parameters"]
+    body = (
+        "from memwork.reports import real_value, record\n\n"
+        'url = real_value("url", url)\n'
+        "print('connecting to', url, 'with', url.split(':')[2].split('@')[0])\n"
+        'record({"verdict": "PASS", "url": url, "reasons": []})\n'
+    )
+    if fail:
+        body += "raise ValueError(f'cannot use {url}')\n"
+    nb.cells = [params, nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_what_the_kernel_prints_is_scrubbed_before_it_is_written(tmp_path, fail):
+    notebook = _echo_notebook(tmp_path / "echo.ipynb", fail)
+    out = tmp_path / "reports"
+    url = f"postgresql://u:{PASSWORD}#1@db:5432/x"
+    code, output, payload = run_cli(out, notebook, {"url": url})
+    assert code == (2 if fail else 0), output
+    assert_no_secret(out, output)
+    nb = nbformat.read(str(next(out.rglob("echo.ipynb"))), as_version=4)
+    printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    assert "connecting to postgresql://u:***@db:5432/x with ***" in printed  # the kernel had the real one
+    summary = json.loads(next(out.rglob("summary.json")).read_text())
+    assert summary.get("url", "postgresql://u:***@db:5432/x") == "postgresql://u:***@db:5432/x"
+    if fail:
+        assert "cannot use postgresql://u:***@db:5432/x" in payload["error"]
