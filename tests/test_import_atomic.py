@@ -148,7 +148,10 @@ def test_a_row_the_database_refuses_commits_nothing(tmp_path, request, kind):
     result = CliRunner().invoke(main, ["store", "import", "--store", spec, source, "--apply"])
     assert result.exit_code == 2, result.output
     assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.output
-    assert "refused an entry" in result.stderr and "nothing was written (one transaction)" in result.stderr
+    assert result.stderr.startswith(
+        f"Error: line {BAD_LINE}: path='n/{BAD_LINE - 1}.md': the store refused it: "
+    )
+    assert result.stderr.endswith("; nothing was written (one transaction)\n")
     assert _records(spec) == before  # not the first 500 rows: one transaction for the whole file
 
 

@@ -319,6 +319,32 @@ class SQLStore(Store):
         conn.execute(stmt, rows)
         return len(rows)
 
+    def first_refused(self, entries: list[Entry]) -> tuple[int, Exception] | None:
+        """The index of the first entry the database refuses, and its error (None: all accepted).
+
+        For naming the line after a failed import: every probe runs in a transaction that is rolled
+        back, batch by batch and then row by row inside the failing batch, so nothing is written."""
+        rows = [self._row_values(entry) for entry in entries]
+        for start in range(0, len(rows), _BATCH):
+            if self._refusal(rows[start : start + _BATCH]) is None:
+                continue
+            for offset, row in enumerate(rows[start : start + _BATCH]):
+                error = self._refusal([row])
+                if error is not None:
+                    return start + offset, error
+        return None
+
+    def _refusal(self, rows: list[dict[str, Any]]) -> Exception | None:
+        with self.engine.connect() as conn:
+            transaction = conn.begin()
+            try:
+                self._upsert(rows, conn)
+            except Exception as exc:  # the database's own refusal, whatever its class
+                return exc
+            finally:
+                transaction.rollback()
+        return None
+
     # ---- safe modifying runs -----------------------------------------------------------------
     def run_lock(self, scope: str | None, *, timeout: float = DEFAULT_RUN_LOCK_TIMEOUT):  # type: ignore[no-untyped-def]
         """See :meth:`Store.run_lock`: a flock next to a SQLite file, else a server-side lock."""

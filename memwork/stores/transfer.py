@@ -176,17 +176,20 @@ def import_jsonl(
             to_write.append(entry)
     if apply and to_write:
         if store is not None:
-            _write_all(store, to_write, progress)
+            _write_all(store, to_write, progress, numbered)
         elif create is None:
             raise UsageError("store", None, "does not exist and nothing may create it")
         else:
             with create() as created:
-                _write_all(created, to_write, progress)
+                _write_all(created, to_write, progress, numbered)
     return report
 
 
-def _write_all(store: Store, entries: list[Entry], progress: Progress | None) -> None:
-    """``put_many`` with a store's own refusal as one line naming the store (exit 2)."""
+def _write_all(
+    store: Store, entries: list[Entry], progress: Progress | None, numbered: list[tuple[int, Entry]]
+) -> None:
+    """``put_many`` with a store's own refusal as one line (exit 2): a SQL store has written nothing
+    and names the refused entry's line; the filesystem store says how many entries it wrote."""
     if progress is not None:
         progress.start("writing", len(entries))
     written = 0
@@ -202,13 +205,33 @@ def _write_all(store: Store, entries: list[Entry], progress: Progress | None) ->
     except MemworkError:
         raise
     except Exception as exc:  # a constraint, a trigger, a full disk: the store's own refusal
-        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-        reason = f"{type(exc).__name__}: {cause[0] if cause else ''}".rstrip(": ")
-        if isinstance(store, SQLStore):
-            done = "nothing was written (one transaction)"
-        else:
+        if not isinstance(store, SQLStore):
             done = f"{written} of {len(entries)} entries were written before it"
-        raise ImportWriteError("store", store.describe(), f"refused an entry: {reason}; {done}") from exc
+            problem = f"refused an entry: {_reason(exc)}; {done}"
+            raise ImportWriteError("store", store.describe(), problem) from exc
+        done = "nothing was written (one transaction)"
+        refused = _first_refused(store, entries)
+        if refused is None:
+            raise ImportWriteError(
+                "store", store.describe(), f"refused the import: {_reason(exc)}; {done}"
+            ) from exc
+        entry, error = entries[refused[0]], refused[1]
+        line = next(number for number, parsed in numbered if parsed.key == entry.key)
+        problem = f"the store refused it: {_reason(error)}; {done}"
+        raise ImportLineError(line, ImportWriteError("path", entry.path, problem)) from exc
+
+
+def _first_refused(store: SQLStore, entries: list[Entry]) -> tuple[int, Exception] | None:
+    try:
+        return store.first_refused(entries)
+    except Exception:  # the server went away meanwhile: the import error itself still stands
+        return None
+
+
+def _reason(exc: BaseException) -> str:
+    """A driver error's first line, its class named (no traceback, no SQL statement)."""
+    cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return f"{type(exc).__name__}: {cause[0] if cause else ''}".rstrip(": ")
 
 
 def parse_jsonl(
