@@ -199,6 +199,17 @@ def test_undo_killed_in_its_write_ahead_gap_then_retry(spec):
     assert statuses == ["incomplete", "ok"]
 
 
+def test_postgresql_killed_apply_then_killed_undo_then_retry(pg_url):
+    before = seed(pg_url)
+    gap_kill(pg_url, 100)
+    (run_id,) = runs_by_id()
+    gap_kill(pg_url, 40, undo_run=run_id)
+    assert runs_by_id()[run_id]["undone_by"] is None
+    retry = memwork("defrag", "undo", run_id, "--store", pg_url)
+    assert retry.returncode == 0, retry.stderr
+    assert export(pg_url) == before
+
+
 def test_real_concurrent_edit_is_still_refused(spec):
     before = seed(spec)
     gap_kill(spec, 80)
