@@ -184,3 +184,35 @@ def test_non_finite_vectors_quarantine_their_row(mysql_url, dest):
     report = run_backfill(options)
     assert report.rows_quarantined == 1 and report.quarantined[0]["id"] == rows[7]["id"]
     assert "non-finite" in report.quarantined[0]["reason"] and report.rows_written == 19
+
+
+def test_the_row_by_row_retry_catches_what_the_precheck_does_not(dest):
+    """The safety net under the pre-check: a value PostgreSQL refuses inside the binary COPY itself
+    fails the batch; the batch is retried row by row and only that row is quarantined."""
+    from pgvector.psycopg import register_vector
+
+    from memwork.backfill import (
+        Cursor,
+        _Batch,
+        _prepare,
+        _register_packed_vectors,
+        _write_batch,
+    )
+    from memwork.pgvector.conn import pg_connection
+
+    rows = legacy_items(1, 3, seed=6)
+    for row in rows:
+        row["metadata"] = None
+        row["created_at"], row["updated_at"] = str(row["created_at"]), str(row["updated_at"])
+    rows[1]["content"] = "nul \x00 inside"  # as if the pre-check had missed it
+    vectors = np.asarray(HashEmbedder(DIMS).embed([r["content"] for r in rows]), dtype=np.float32)
+    with pg_connection(dest, autocommit=True) as pg:
+        register_vector(pg)
+        _register_packed_vectors(pg)
+        _prepare(pg)
+        batch = _Batch(rows, rows, vectors, [], Cursor.parse(rows[-1]["updated_at"], rows[-1]["id"]))
+        written, rejects = _write_batch(pg, "memory_embeddings", batch, "hash-8", DIMS, 0, "run-1")
+    assert written == 2 and [r.id for r in rejects] == [rows[1]["id"]]
+    assert rejects[0].reason.startswith("postgresql: ")
+    assert _dest_ids(dest) == {rows[0]["id"], rows[2]["id"]}
+    assert load_rejects(dest)[0]["runId"] == "run-1" and load_checkpoint(dest)["rowsWritten"] == 2
