@@ -455,9 +455,8 @@ def _set_quarantined_apart(
 
 
 def _compare_content(result: VerificationResult, source: dict, dest: dict, range_size: int) -> None:
-    """Counts, checksums and drill-down on ``source``/``dest`` (quarantined rows already set apart)."""
-    result.source_active = result.source_active or len(source)
-    result.dest_distinct = result.dest_distinct or len(dest)
+    """Counts, checksums and drill-down on ``source``/``dest`` (quarantined rows already set apart:
+    ``result.source_active``/``dest_distinct`` keep the full counts)."""
     result.ranges = range_checksums(source, dest, range_size)
     missing, extra, changed = drill_down(result.ranges, source, dest)
     result.missing_count, result.extra_count, result.changed_count = len(missing), len(extra), len(changed)
