@@ -69,7 +69,8 @@ class Scrubber:
     def __init__(self, secrets: Mapping[str, str] | None = None) -> None:
         pairs: dict[str, str] = {}
         for name, real in (secrets or {}).items():
-            pairs[real] = str(shown_value(name, real))
+            if "://" in real or len(real) >= MIN_FRAGMENT_CHARS:
+                pairs[real] = str(shown_value(name, real))
             for part in url_secrets(real):
                 if len(part) >= MIN_FRAGMENT_CHARS:
                     pairs.setdefault(part, REDACTED)
