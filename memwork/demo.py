@@ -21,8 +21,12 @@ DEMO_USERS = 300
 DEMO_ITEMS_PER_USER = 12
 DEMO_SESSIONS_PER_USER = 2
 DEMO_ENTRIES = 1500
-DEMO_DIMENSIONS = 384
 DEMO_DATABASE = "pg://embedded/memwork_demo"
+# the real model (onnxruntime, default install): the duplicate review and the backfill show semantic
+# similarity, not the hash embedder's shared words. Its dimension (384) is the pgvector table's, and the
+# canary embeds its runtime queries with the same model.
+DEMO_EMBEDDER = "minilm"
+DEMO_QUERY_MODULE = "memwork.pgvector.minilm"
 
 
 @dataclass
@@ -69,11 +73,13 @@ class DemoResult:
 
 def build_demo_data(folder: Path, *, seed: int = 2024) -> dict[str, Any]:
     """The legacy SQLite store, the defrag entry store and the backfilled pgvector table."""
+    from memwork.embed import load_embedder
     from memwork.migration import build_migration, load_legacy
     from memwork.stores import open_store
     from memwork.synth import generate_conversations, generate_entries, generate_legacy_items
 
     folder.mkdir(parents=True, exist_ok=True)
+    embedder = load_embedder(DEMO_EMBEDDER)
     legacy_url = f"sqlite:///{folder / 'legacy.db'}"
     items = generate_legacy_items(DEMO_USERS, DEMO_ITEMS_PER_USER, seed=seed)
     load_legacy(legacy_url, items)
@@ -85,15 +91,21 @@ def build_demo_data(folder: Path, *, seed: int = 2024) -> dict[str, Any]:
     opened = open_store(store, create=True)
     try:
         opened.put_many(
-            generate_entries(DEMO_ENTRIES, scopes=("alice", "bob", "support-bot", "ops"), seed=seed)
+            generate_entries(
+                DEMO_ENTRIES, scopes=("alice", "bob", "support-bot", "ops"), seed=seed, embedder=embedder
+            )
         )
     finally:
         opened.close()
-    migration = build_migration(legacy_url, DEMO_DATABASE, rows=items, dimensions=DEMO_DIMENSIONS, seed=seed)
+    migration = build_migration(
+        legacy_url, DEMO_DATABASE, rows=items, dimensions=embedder.dimension, seed=seed, embedder=embedder
+    )
     return {
         "legacy_url": legacy_url,
         "store": store,
         "pgvector_url": DEMO_DATABASE,
+        "embedding_model": embedder.model_id,
+        "dimensions": embedder.dimension,
         "users": DEMO_USERS,
         "items": len(items),
         "active_items": migration.active,
@@ -150,7 +162,7 @@ def run_demo(
         ("health_report", {"store": data["store"]}),
         ("duplicate_review", {"store": data["store"]}),
         ("backfill_verification", {"source_url": data["legacy_url"], "pgvector_url": data["pgvector_url"],
-                                   "expected_dimensions": DEMO_DIMENSIONS}),
+                                   "expected_dimensions": data["dimensions"]}),
     ]  # fmt: skip
     summaries: dict[str, str] = {}
     for name, params in plans:
@@ -166,6 +178,7 @@ def run_demo(
         "verification_summary": summaries["backfill_verification"],
         "require_inputs": True,
         "approver": "memwork demo",
+        "embedding_module": DEMO_QUERY_MODULE,
     }
     say("running report canary_signoff…")
     run = run_report("canary_signoff", canary_params, out, raise_on_error=False)

@@ -59,15 +59,26 @@ def output_dir() -> Path:
     return Path(target) if target else Path(tempfile.mkdtemp(prefix="memwork-nb-"))
 
 
-def sample_store(n: int = 400, *, seed: int = 11, scopes: tuple[str, ...] = ("alice", "bob", "ops")) -> str:
-    """A small generated SQLite entry store in a temp dir (defaults when a notebook gets no store)."""
+def sample_store(
+    n: int = 400,
+    *,
+    seed: int = 11,
+    scopes: tuple[str, ...] = ("alice", "bob", "ops"),
+    embedder: str = "minilm",
+) -> str:
+    """A small generated SQLite entry store in a temp dir (defaults when a notebook gets no store).
+
+    Embedded with the real model by default, so the duplicate review shows semantic similarity.
+    """
+    from memwork.embed import load_embedder
     from memwork.stores import open_store
     from memwork.synth import generate_entries
 
     path = Path(tempfile.mkdtemp(prefix="memwork-store-")) / "store.db"
     spec = f"sqlite:///{path}"
+    entries = generate_entries(n, scopes=scopes, seed=seed, embedder=load_embedder(embedder))
     with _closing(open_store(spec, create=True)) as store:
-        store.put_many(generate_entries(n, scopes=scopes, seed=seed))
+        store.put_many(entries)
     return spec
 
 

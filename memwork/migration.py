@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memwork.embed import HashEmbedder
+from memwork.embed import Embedder, HashEmbedder
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,12 @@ def build_migration(
     seed: int = 7,
     vector_index: bool = True,
     rows: list[dict[str, Any]] | None = None,
+    embedder: Embedder | None = None,
 ) -> Migration:
-    """Generate legacy items, load them, create the pgvector table and backfill it (hash embedder).
+    """Generate legacy items, load them, create the pgvector table and backfill it.
+
+    ``embedder`` defaults to the hash embedder of ``dimensions`` (cheap, for tests and notebooks'
+    defaults); the demo passes the real model, whose dimension then sets the table's.
 
     Defaults: a SQLite file in a fresh temp dir and the workspace's embedded PostgreSQL, database
     ``memwork_verify``. The destination table is emptied first, so a rebuild is always a clean copy.
@@ -77,11 +81,12 @@ def build_migration(
     dest_url = dest_url or "pg://embedded/memwork_verify"
     rows = rows if rows is not None else generate_legacy_items(n_users, items_per_user, seed=seed)
     load_legacy(source_url, rows)
+    embedder = embedder or HashEmbedder(dimensions)
+    dimensions = embedder.dimension
     ensure_schema(dest_url, table=table, dimensions=dimensions, create_vector_index=vector_index)
     with psycopg.connect(libpq_url(dest_url), autocommit=True) as conn:
         conn.execute(f"TRUNCATE {quote_identifier(table)}")
         conn.execute(f"DELETE FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s", (table,))
-    embedder = HashEmbedder(dimensions)
     checkpoint = Path(tempfile.mkdtemp(prefix="memwork-ckpt-")) / "checkpoint.json"
     report = run_backfill(
         BackfillOptions(

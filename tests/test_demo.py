@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 from click.testing import CliRunner
 
 from memwork import demo
@@ -14,7 +15,6 @@ from memwork.reports import verify_manifest
 def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_server):
     monkeypatch.setattr(demo, "DEMO_USERS", 20)
     monkeypatch.setattr(demo, "DEMO_ENTRIES", 200)
-    monkeypatch.setattr(demo, "DEMO_DIMENSIONS", 64)
     monkeypatch.setenv("MEMWORK_REPORTS_DIR", str(tmp_path / "reports"))
     first = demo.run_demo(tmp_path / "ws")
     verdicts = {r["name"]: r["verdict"] for r in first.runs}
@@ -26,6 +26,8 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     }, [r["reasons"] for r in first.runs]
     assert first.exit_code == 0 and first.data["users"] == 20 and first.data["sessions"] == 40
     assert first.data["backfilled"] == first.data["active_items"]
+    assert (first.data["embedding_model"], first.data["dimensions"]) == ("all-MiniLM-L6-v2", 384)
+    _assert_embedded_by_minilm(first.data["store"])
     for run in first.runs:
         assert verify_manifest(run["run_dir"]) == []
     described = first.describe()
@@ -37,3 +39,18 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     assert second["data"]["active_items"] == first.data["active_items"]
     index = (tmp_path / "reports" / "index.html").read_text()
     assert index.count("canary_signoff</a>") == 2
+
+
+def _assert_embedded_by_minilm(store_spec):
+    """The demo's entry store carries the real model's vectors (the duplicate review reads them)."""
+    from memwork.embed import load_embedder
+    from memwork.stores import open_store
+
+    store = open_store(store_spec)
+    try:
+        embedded = [e for e in store.iter_entries() if e.embedding is not None][:5]
+    finally:
+        store.close()
+    assert embedded
+    again = load_embedder("minilm").embed([e.content for e in embedded])
+    assert np.allclose(np.vstack([e.embedding for e in embedded]), again, atol=1e-5)

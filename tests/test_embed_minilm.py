@@ -130,3 +130,18 @@ def test_thread_count_defaults_to_the_usable_cpus_and_can_be_set(monkeypatch):
 def test_unknown_minilm_runtime_is_refused():
     with pytest.raises(UsageError, match="minilm runs on onnx"):
         load_embedder("minilm:gpu")
+
+
+def test_the_notebooks_sample_store_carries_the_real_models_vectors(minilm):
+    """A report notebook given no store reviews one embedded by minilm, not by the hash embedder."""
+    from memwork.health import sample_store
+    from memwork.stores import open_store
+
+    store = open_store(sample_store(30, seed=3))
+    try:
+        embedded = [e for e in store.iter_entries() if e.embedding is not None]
+    finally:
+        store.close()
+    assert embedded
+    vectors = np.vstack([e.embedding for e in embedded])
+    assert np.allclose(vectors, minilm.embed([e.content for e in embedded]), atol=1e-5)
