@@ -351,3 +351,22 @@ def test_full_apply_conflict_in_a_later_step_reports_what_was_applied(kind, tmp_
             assert after[key]["content"] == record["content"] + " CONCURRENT-EDIT-0"
         else:
             assert after[key] == record, key
+
+
+# ---- MySQL / MariaDB: GET_LOCK (store-wide) and the same compare-and-set -----------------------------
+def test_mysql_store_run_lock_is_store_wide_and_identical_applies_apply_once(mysql_url):
+    seed_duplicates(mysql_url, 50)
+    with open_store(mysql_url) as a, open_store(mysql_url) as b:
+        entry = a.get("dup/n0000-0.md")
+        a.put_if_unchanged(entry, entry.copy(content="edited"))
+        with pytest.raises(WriteConflict, match="changed by another writer"):
+            a.put_if_unchanged(entry, entry.copy(content="lost"))
+        with a.run_lock("alice"), pytest.raises(StoreLocked), b.run_lock("bob", timeout=0.2):
+            pass  # MySQL has no shared locks: one run at a time per store
+        with b.run_lock(None, timeout=1):
+            pass
+    args = ("defrag", "merge-duplicates", "--store", mysql_url, "--apply", "--json")
+    results = [finish(p) for p in (mw_start(*args), mw_start(*args))]
+    assert [rc for rc, _, _ in results] == [0, 0], [err for _, _, err in results]
+    assert sorted(len(json.loads(out)["changes"]) for _, out, _ in results) == [0, 98]
+    assert not dangling_stubs(mysql_url)
