@@ -26,7 +26,7 @@ def build(items: int, folder: Path) -> dict[str, str]:
     from memwork.synth import generate_entries, generate_legacy_items
 
     store = f"sqlite:///{folder / 'entries.db'}"
-    opened = open_store(store)
+    opened = open_store(store, create=True)
     try:
         opened.put_many(generate_entries(items, scopes=[f"agent-{i}" for i in range(10)], seed=1))
     finally:
