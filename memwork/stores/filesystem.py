@@ -244,12 +244,14 @@ class FilesystemStore(Store):
     def _load(self, path: str, scope: str) -> Entry | None:
         """Read without the lock; fall back to reading under it when a write raced (module docstring)."""
         target = self._file(path, scope)
+        base, marker = os.fspath(target), os.fspath(_marker(target))
+        files = (base, base + ".yml", base + ".emb")
         for _ in range(_OPTIMISTIC_READS):
-            if _marker(target).exists():
+            if os.path.exists(marker):
                 break
-            stamps = _stamps(target)
+            stamps = _stamps(files)
             entry = self._read(target, path, scope)
-            if _stamps(target) == stamps and not _marker(target).exists():
+            if _stamps(files) == stamps and not os.path.exists(marker):
                 return entry
         with self._lock:
             return self._load_locked(path, scope)
@@ -340,12 +342,12 @@ def _marker(target: Path) -> Path:
     return target.with_name(f".{target.name[:40]}.{digest}{COMMIT_SUFFIX}")
 
 
-def _stamps(target: Path) -> tuple[tuple[int, int, int] | None, ...]:
-    """Identity of the entry's three files (inode, mtime, size): a rename over any of them changes it."""
+def _stamps(files: tuple[str, ...]) -> tuple[tuple[int, int, int] | None, ...]:
+    """Identity of the entry's files (inode, mtime, size): a rename over any of them changes it."""
     out = []
-    for suffix in ("", *SIDE_SUFFIXES):
+    for name in files:
         try:
-            st = os.stat(_side(target, suffix))
+            st = os.stat(name)
         except OSError:
             out.append(None)
         else:
