@@ -8,8 +8,9 @@ validation, stub following and hit counting behave the same in every store.
 
 Two more methods make modifying runs safe against other writers: :meth:`Store.run_lock` is a
 run-wide, inter-process lock per store and scope held for a defrag run's plan-check and writes, and
-:meth:`Store.put_if_unchanged` is a compare-and-set write that raises :class:`WriteConflict` when the entry no longer equals the image
-the caller read (an ordinary ``write``/``put`` by someone else is never silently overwritten).
+:meth:`Store.put_if_unchanged` is a compare-and-set write that raises :class:`WriteConflict` when
+the entry no longer equals the image the caller read (an ordinary ``write``/``put`` by someone else
+is never silently overwritten).
 """
 
 from __future__ import annotations

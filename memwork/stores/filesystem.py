@@ -32,6 +32,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,9 @@ class FilesystemStore(Store):
         with self._lock:
             return self._put_unlocked(entry)
 
-    def run_lock(self, scope: str | None, *, timeout: float = DEFAULT_RUN_LOCK_TIMEOUT):  # type: ignore[no-untyped-def]
+    def run_lock(
+        self, scope: str | None, *, timeout: float = DEFAULT_RUN_LOCK_TIMEOUT
+    ) -> AbstractContextManager[None]:
         """flock files in the store root (see :meth:`Store.run_lock`)."""
         scope = validate_scope(scope) if scope is not None else None
         return flock_run_lock(self.root / RUN_LOCK_STEM, scope, timeout, self.describe())

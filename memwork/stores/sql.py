@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -346,7 +346,9 @@ class SQLStore(Store):
         return None
 
     # ---- safe modifying runs -----------------------------------------------------------------
-    def run_lock(self, scope: str | None, *, timeout: float = DEFAULT_RUN_LOCK_TIMEOUT):  # type: ignore[no-untyped-def]
+    def run_lock(
+        self, scope: str | None, *, timeout: float = DEFAULT_RUN_LOCK_TIMEOUT
+    ) -> AbstractContextManager[None]:
         """See :meth:`Store.run_lock`: a flock next to a SQLite file, else a server-side lock."""
         scope = validate_scope(scope) if scope is not None else None
         if self.dialect == "sqlite":
