@@ -231,12 +231,12 @@ def test_real_concurrent_edit_is_still_refused(spec):
 # ---- undo is safe against concurrent runs and writers (H3's run lock and compare-and-set) ----------
 HOLD_LOCK = textwrap.dedent(
     """
-    import sys, time
+    import sys
     from memwork.stores import open_store
 
     with open_store(sys.argv[1]) as store, store.run_lock(None):
         print("locked", flush=True)
-        time.sleep(float(sys.argv[2]))
+        sys.stdin.readline()  # hold the lock until the test says so
     """
 )
 
@@ -246,7 +246,9 @@ def test_undo_waits_for_another_runs_lock_and_gives_up_writing_nothing(spec):
     with open_store(spec) as store:
         run_id = run_action(store, "merge_duplicates", apply=True).run_id
     after_run = export(spec)
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, spec, "8"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, spec], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         with open_store(spec) as store, pytest.raises(StoreLocked):
@@ -256,7 +258,7 @@ def test_undo_waits_for_another_runs_lock_and_gives_up_writing_nothing(spec):
         assert export(spec) == after_run
         assert [r["run_id"] for r in list_runs()] == [run_id]  # not even an undo journal
     finally:
-        holder.wait(timeout=30)
+        holder.communicate("release\n", timeout=30)
     bad = memwork("defrag", "undo", run_id, "--store", spec, "--lock-timeout", "-1")
     assert bad.returncode == 2 and "lock_timeout=-1.0" in bad.stderr
     with open_store(spec) as store:
