@@ -290,7 +290,8 @@ def _unmeasured(
     try:
         result.status = facade.status()
     except Exception as exc:  # the status is shown, never the verdict's reason
-        result.status = {"backends": [], "statusError": describe_error(exc)}
+        problem = {"name": "(status)", "available": False, "reason": describe_error(exc), "supports": []}
+        result.status = {"backends": [problem]}
     finally:
         facade.close()
     result.gates.append(Gate("latency and fallback", "SKIP", "not measured: a database is unreachable"))
