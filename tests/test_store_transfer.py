@@ -236,3 +236,16 @@ def test_cli_unknown_store_scheme_hides_password():
 def test_cli_help_has_example(command):
     result = CliRunner().invoke(main, ["store", command, "--help"])
     assert result.exit_code == 0 and "Example:" in result.output and "memwork store" in result.output
+
+
+def test_cli_import_from_stdin_names_the_line_of_invalid_utf8(tmp_path):
+    spec = f"sqlite:///{tmp_path / 'in.db'}"
+    data = b'{"path": "a.md", "content": "x"}\n{"path": "b.md", "title": "caf\xe9", "content": "x"}\n'
+    bad = CliRunner().invoke(main, ["store", "import", "--store", spec, "-", "--apply"], input=data)
+    assert bad.exit_code == 2
+    assert bad.stderr == "Error: line 2: title='<byte 0xe9 at byte 31 of the line>': not valid UTF-8\n"
+    assert not (tmp_path / "in.db").exists()
+    good = CliRunner().invoke(
+        main, ["store", "import", "--store", spec, "-", "--apply"], input=data.split(b"\n")[0]
+    )
+    assert good.exit_code == 0 and "imported: 1 new" in good.stdout
