@@ -107,7 +107,7 @@ def url_command(name: str, stop: bool) -> None:
 )
 @click.option("--cursor-id", default=None, help="... and after this id at that updated_at.")
 @click.option("--resume", is_flag=True, help="Continue from the last committed checkpoint.")
-@click.option("--embedder", "embedder_spec", default=None, help="hash[:DIM], minilm or module:PATH.")
+@click.option("--embedder", "embedder_spec", default=None, help="hash[:DIM], minilm[:st] or module:PATH.")
 @click.option("--embedding-module", default=None, help="Module exporting embed_memory(memory) or a default.")
 @click.option("--prune-inactive", is_flag=True, help="Delete rows whose source is archived or deleted.")
 @json_option
