@@ -64,20 +64,24 @@ def agreement_sample(seed: int = 7) -> list[str]:
     return english + CHINESE + mixed * 2 + SHORT + [s.upper() for s in SHORT] + long + ODD
 
 
-def test_onnx_vectors_agree_with_sentence_transformers():
+@pytest.fixture(scope="module")
+def both() -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The sample, its ONNX vectors and its sentence-transformers vectors (torch loads once)."""
     texts = agreement_sample()
+    return texts, MiniLMEmbedder().embed(texts), SentenceEmbedder().embed(texts)
+
+
+def test_onnx_vectors_agree_with_sentence_transformers(both):
+    texts, onnx, reference = both
     assert len(texts) >= 190
-    onnx = MiniLMEmbedder().embed(texts)
-    reference = SentenceEmbedder().embed(texts)
     cosines = np.sum(onnx * reference, axis=1)
     assert cosines.mean() >= 0.995, f"mean cosine {cosines.mean():.4f}"
     assert cosines.min() >= 0.99, f"worst cosine {cosines.min():.4f} for {texts[int(cosines.argmin())]!r}"
 
 
-def test_onnx_and_sentence_transformers_rank_neighbours_alike():
-    texts = agreement_sample()[:110]  # the English facts: many near neighbours, real ranking work
-    onnx = MiniLMEmbedder().embed(texts)
-    reference = SentenceEmbedder().embed(texts)
+def test_onnx_and_sentence_transformers_rank_neighbours_alike(both):
+    texts, onnx, reference = both
+    texts, onnx, reference = texts[:110], onnx[:110], reference[:110]  # English facts: close neighbours
     sims_onnx, sims_ref = onnx @ onnx.T, reference @ reference.T
     np.fill_diagonal(sims_onnx, -1.0)
     np.fill_diagonal(sims_ref, -1.0)
