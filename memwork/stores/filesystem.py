@@ -56,6 +56,7 @@ from memwork.stores.runlock import flock_run_lock
 
 SCOPES_DIR = ".scopes"
 LOCK_NAME = ".memwork.lock"
+WRITE_LOCK_POLL = 0.001
 RUN_LOCK_STEM = ".memwork-run"
 COMMIT_SUFFIX = ".commit"
 _OPTIMISTIC_READS = 3
@@ -75,7 +76,9 @@ class FilesystemStore(Store):
         if self.root.exists() and not self.root.is_dir():
             raise UsageError("store", str(root), "exists and is not a directory")
         self.root.mkdir(parents=True, exist_ok=True)
-        self._lock = FileLock(str(self.root / LOCK_NAME))
+        # a short poll: a writer waiting while a defrag run writes entry after entry must find one
+        # of the short gaps between its writes instead of starving until the run ends
+        self._lock = FileLock(str(self.root / LOCK_NAME), poll_interval=WRITE_LOCK_POLL)
 
     def describe(self) -> str:
         return f"filesystem:{self.root}"
