@@ -134,7 +134,7 @@ def test_unknown_minilm_runtime_is_refused():
 
 def test_the_notebooks_sample_store_carries_the_real_models_vectors(minilm):
     """A report notebook given no store reviews one embedded by minilm, not by the hash embedder."""
-    from memwork.health import sample_store
+    from memwork.samples.store import sample_store
     from memwork.stores import open_store
 
     store = open_store(sample_store(30, seed=3))

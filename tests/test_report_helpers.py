@@ -7,31 +7,32 @@ import re
 
 import pytest
 
-from memwork import health as mh
+from memwork.errors import UsageError
+from memwork.reports import display
 from memwork.reports.params import Parameter, coerce
 from memwork.reports.summary import record
 
 
-def test_checks_raise_value_errors_naming_parameter_and_value(tmp_path):
-    with pytest.raises(ValueError, match=r"threshold=1.2: must be a number from 0 to 1"):
-        mh.check_unit("threshold", 1.2)
-    with pytest.raises(ValueError, match=r"k=0: must be from 1 to 10"):
-        mh.check_range("k", 0, 1, 10)
-    with pytest.raises(ValueError, match=r"strategy='merge_all'"):
-        mh.check_choice("strategy", "merge_all", ("keep_newer", "combine"))
-    with pytest.raises(ValueError, match="no such file"):
-        mh.check_file("previous_summary", str(tmp_path / "missing.json"))
-    mh.check_file("previous_summary", "")
+def test_checks_raise_usage_errors_naming_parameter_and_value(tmp_path):
+    with pytest.raises(UsageError, match=r"threshold=1.2: must be a number from 0 to 1"):
+        display.check_unit("threshold", 1.2)
+    with pytest.raises(UsageError, match=r"k=0: must be from 1 to 10"):
+        display.check_range("k", 0, 1, 10)
+    with pytest.raises(UsageError, match=r"strategy='merge_all'"):
+        display.check_choice("strategy", "merge_all", ("keep_newer", "combine"))
+    with pytest.raises(UsageError, match="no such file"):
+        display.check_file("previous_summary", str(tmp_path / "missing.json"))
+    display.check_file("previous_summary", "")
 
 
 def test_word_diff_marks_removed_and_added_words():
-    out = mh.word_diff_html("the user prefers tea", "the user likes green tea")
+    out = display.word_diff_html("the user prefers tea", "the user likes green tea")
     assert "<del" in out and ">prefers</del>" in out and ">likes green</ins>" in out
-    assert mh.word_diff_html("<b>", "<b>") == "&lt;b&gt;"
+    assert display.word_diff_html("<b>", "<b>") == "&lt;b&gt;"
 
 
 def test_histogram_data_counts_every_value():
-    data = mh.histogram_data([0.1, 0.5, 0.5, 0.95], bins=10)
+    data = display.histogram_data([0.1, 0.5, 0.5, 0.95], bins=10)
     assert sum(data["counts"]) == 4 and len(data["edges"]) == 11
 
 
@@ -55,7 +56,7 @@ def test_coercion_from_command_line_strings():
 
 def test_tables_show_whole_readable_values_not_pandas_reprs():
     long_path = "experience/embeddings/vector-normalisation-000928-with-a-long-tail.md"
-    table = mh.table(
+    table = display.table(
         [
             {"path": long_path, "confidence": float("nan"), "issues": ["no tags", "no links"],
              "supports": {"resolve": True, "write": False}, "n": 30, "score": 0.25, "note": "<b>"},
@@ -72,17 +73,17 @@ def test_tables_show_whole_readable_values_not_pandas_reprs():
     assert "no tags, no links" in page and "resolve: yes; write: no" in page and "12,345" in page
     assert "text-align:left" in page and "text-align:right" in page  # text left, numbers right
     assert "<th" in page and ">0<" not in page  # no row index
-    assert "first 1 of 2 rows" in mh.table(table.frame, limit=1)._repr_html_()
-    assert mh.table([], empty="no stubs")._repr_html_() == "<p><em>no stubs</em></p>"
-    diff = mh.table([{"d": "<ins>x</ins>"}], html_columns=("d",))._repr_html_()
+    assert "first 1 of 2 rows" in display.table(table.frame, limit=1)._repr_html_()
+    assert display.table([], empty="no stubs")._repr_html_() == "<p><em>no stubs</em></p>"
+    diff = display.table([{"d": "<ins>x</ins>"}], html_columns=("d",))._repr_html_()
     assert "<ins>x</ins>" in diff
     digest = "ab" * 32
-    assert digest in mh.fields({"parameters_sha256": digest})._repr_html_()  # never truncated
+    assert digest in display.fields({"parameters_sha256": digest})._repr_html_()  # never truncated
     assert "NaN" not in repr(table) and "None" not in repr(table)
 
 
 def test_verdict_text_lists_every_reason():
-    assert mh.verdict_text({"verdict": "PASS", "reasons": []}) == "verdict: PASS"
-    text = mh.verdict_text({"verdict": "FAIL", "reasons": ["missing: 1", "changed: 2"]})
+    assert display.verdict_text({"verdict": "PASS", "reasons": []}) == "verdict: PASS"
+    text = display.verdict_text({"verdict": "FAIL", "reasons": ["missing: 1", "changed: 2"]})
     assert text.splitlines() == ["verdict: FAIL", "  - missing: 1", "  - changed: 2"]
-    assert mh.human_bytes(456823) == "456.8 kB" and mh.human_bytes(12) == "12 B"
+    assert display.human_bytes(456823) == "456.8 kB" and display.human_bytes(12) == "12 B"

@@ -12,10 +12,11 @@ import psycopg
 import pytest
 
 from memwork.db import libpq_url
+from memwork.defrag.review import read_review_csv
 from memwork.errors import ReportExecutionError, UsageError
-from memwork.health import read_review_csv, sample_store
 from memwork.migration import build_migration
 from memwork.reports import list_reports, notebooks_dir, read_parameters, run_report
+from memwork.samples.store import sample_store
 
 REPORTS = ["backfill_verification", "canary_signoff", "duplicate_review", "health_report"]
 
@@ -101,7 +102,7 @@ def test_duplicate_review_writes_the_review_file(tmp_path, store):
 def test_duplicate_review_bad_threshold_is_a_one_line_validation_error(tmp_path, store):
     with pytest.raises(ReportExecutionError) as info:
         run_report("duplicate_review", {"store": store, "threshold": "1.5"}, tmp_path)
-    assert "ValueError: threshold=1.5: must be a number from 0 to 1" in str(info.value)
+    assert "UsageError: threshold=1.5: must be a number from 0 to 1" in str(info.value)
     assert "\n" not in str(info.value) and info.value.exit_code == 2
 
 

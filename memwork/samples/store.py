@@ -1,0 +1,29 @@
+"""The sample entry store the notebooks open when they are given no store."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+
+def sample_store(
+    n: int = 400,
+    *,
+    seed: int = 11,
+    scopes: tuple[str, ...] = ("alice", "bob", "ops"),
+    embedder: str = "minilm",
+) -> str:
+    """A small generated SQLite entry store in a temp dir; returns its URL.
+
+    Embedded with the real model by default, so the duplicate review shows semantic similarity.
+    """
+    from memwork.embed import load_embedder
+    from memwork.stores import open_store
+    from memwork.synth import generate_entries
+
+    path = Path(tempfile.mkdtemp(prefix="memwork-store-")) / "store.db"
+    spec = f"sqlite:///{path}"
+    entries = generate_entries(n, scopes=scopes, seed=seed, embedder=load_embedder(embedder))
+    with open_store(spec, create=True) as store:
+        store.put_many(entries)
+    return spec
