@@ -10,7 +10,7 @@ import pytest
 from memwork.backends.base import Backend
 from memwork.errors import BackendError, BackendTimeout, UsageError
 from memwork.facade.facade import facade_from_env
-from memwork.legacy.backend import init_schema
+from memwork.legacy.schema import init_schema
 
 RELEASE = threading.Event()
 

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
-from memwork.legacy.backend import init_schema
+from memwork.legacy.schema import init_schema
 
 
 @pytest.fixture(params=["sqlite", "mysql"])

@@ -150,7 +150,7 @@ def test_placeholder_never_connects_and_is_never_selected_even_when_configured(s
         "MEMORY_BACKEND": slot,
         "MEMORY_LEGACY_DATABASE_URL": f"sqlite:///{tmp_path / 'legacy.db'}",
     }
-    from memwork.legacy.backend import init_schema
+    from memwork.legacy.schema import init_schema
 
     init_schema(env["MEMORY_LEGACY_DATABASE_URL"], apply=True)
     facade = facade_from_env(env)

@@ -9,9 +9,9 @@ from memwork.cli import main
 from memwork.db import get_engine
 from memwork.errors import UsageError
 from memwork.facade.inputs import MAX_MESSAGE_CHARS
-from memwork.legacy.backend import LegacyMemoryStore, init_schema
 from memwork.legacy.extractor import ExtractedItem
-from memwork.legacy.schema import memory_items, messages
+from memwork.legacy.schema import init_schema, memory_items, messages
+from memwork.legacy.store import LegacyMemoryStore
 
 
 @pytest.fixture(params=["sqlite", "mysql"])

@@ -1,4 +1,4 @@
-"""The legacy conversation-memory backend: the facade's default, over :mod:`memwork.legacy.backend`.
+"""The legacy conversation-memory backend: the facade's default, over :mod:`memwork.legacy.store`.
 
 Selected as ``MEMORY_BACKEND=legacy``; reports itself as ``legacy-conversation-memory`` (the seed's
 ``selectedBackend``). Its database is ``MEMORY_LEGACY_DATABASE_URL``, never the app's
@@ -18,8 +18,8 @@ from memwork.errors import UsageError
 from memwork.facade.inputs import validate
 from memwork.facade.policy import LEGACY_URL_VAR, legacy_url_from_env
 from memwork.facade.safety import describe_error
-from memwork.legacy.backend import LegacyMemoryStore
 from memwork.legacy.extractor import Extractor
+from memwork.legacy.store import LegacyMemoryStore
 
 
 class LegacyConversationMemoryBackend(Backend):

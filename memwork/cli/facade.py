@@ -229,7 +229,7 @@ def legacy_init(database_url: str, apply: bool) -> None:
     Example:
         memwork legacy init --database-url mysql://root@127.0.0.1:3306/memind --apply
     """
-    from memwork.legacy.backend import init_schema
+    from memwork.legacy.schema import init_schema
     from memwork.redaction import redact_url
 
     result = init_schema(database_url, apply=apply)

@@ -13,6 +13,7 @@ that already exist keep their collation, so queries still compare ids through
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
@@ -27,8 +28,14 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    create_mock_engine,
+    inspect,
+    text,
 )
 from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import Engine
+
+from memwork.db import get_engine, sqlalchemy_url
 
 metadata = MetaData()
 
@@ -98,3 +105,63 @@ def identifier_columns() -> list[tuple[str, str]]:
         for column in table.columns
         if column.info.get("identifier")
     ]
+
+
+# ---- DDL: printed (dry run) or applied by ``memwork legacy init`` --------------------------------
+def schema_ddl(database_url: str) -> list[str]:
+    """The CREATE TABLE / CREATE INDEX statements for this URL's dialect, without connecting."""
+    statements: list[str] = []
+    mock = create_mock_engine(sqlalchemy_url(database_url), lambda sql, *a, **k: statements.append(sql))
+    metadata.create_all(mock, checkfirst=False)
+    return [str(s.compile(dialect=mock.dialect)).strip() + ";" for s in statements]
+
+
+@dataclass(frozen=True)
+class InitResult:
+    statements: list[str]
+    applied: bool
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    #: ``table.column -> collation`` of existing MySQL id columns that are not binary-collated
+    inexact_ids: dict[str, str] = field(default_factory=dict)
+
+
+def init_schema(database_url: str, *, apply: bool = False) -> InitResult:
+    """Dry run: the DDL. ``apply=True``: create the missing tables, report which already existed.
+
+    Existing tables are never altered (production owns their DDL); their id columns that a
+    case-insensitive collation would fold are listed, since only the queries keep those exact.
+    """
+    statements = schema_ddl(database_url)
+    if not apply:
+        return InitResult(statements, applied=False)
+    engine = get_engine(database_url)
+    before = set(inspect(engine).get_table_names())
+    metadata.create_all(engine, checkfirst=True)
+    names = [t.name for t in metadata.sorted_tables]
+    existing = [n for n in names if n in before]
+    return InitResult(
+        statements,
+        applied=True,
+        created=[n for n in names if n not in before],
+        existing=existing,
+        inexact_ids=_inexact_id_columns(engine, existing),
+    )
+
+
+def _inexact_id_columns(engine: Engine, tables: list[str]) -> dict[str, str]:
+    """MySQL/MariaDB id columns of ``tables`` whose collation is not binary (``*_bin``)."""
+    if engine.dialect.name not in ("mysql", "mariadb") or not tables:
+        return {}
+    wanted = {(t, c) for t, c in identifier_columns() if t in tables}
+    query = text(
+        "SELECT TABLE_NAME, COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = DATABASE()"
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    return {
+        f"{table}.{column}": collation
+        for table, column, collation in rows
+        if (table, column) in wanted and collation and not collation.endswith("_bin")
+    }

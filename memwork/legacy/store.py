@@ -24,24 +24,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Engine,
-    and_,
-    create_mock_engine,
-    delete,
-    insert,
-    inspect,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import Connection, Engine, and_, delete, insert, select, update
 
-from memwork.db import get_engine, sqlalchemy_url
+from memwork.db import get_engine
 from memwork.errors import UsageError
 from memwork.legacy.exact import exact_eq
 from memwork.legacy.extractor import ExtractedItem, Extractor, extract_rules
-from memwork.legacy.schema import ITEM_TYPES, identifier_columns, memory_items, messages, metadata
+from memwork.legacy.schema import ITEM_TYPES, memory_items, messages, metadata
 from memwork.similarity import find_duplicate_pairs, jaccard, tokenize
 
 DUPLICATE_THRESHOLD = 0.8  #: Jaccard at or above which two items say the same thing
@@ -63,67 +52,6 @@ def now() -> datetime:
         return value
 
 
-# ---- schema -------------------------------------------------------------------------------------
-def schema_ddl(database_url: str) -> list[str]:
-    """The CREATE TABLE / CREATE INDEX statements for this URL's dialect, without connecting."""
-    statements: list[str] = []
-    mock = create_mock_engine(sqlalchemy_url(database_url), lambda sql, *a, **k: statements.append(sql))
-    metadata.create_all(mock, checkfirst=False)
-    return [str(s.compile(dialect=mock.dialect)).strip() + ";" for s in statements]
-
-
-@dataclass(frozen=True)
-class InitResult:
-    statements: list[str]
-    applied: bool
-    created: list[str] = field(default_factory=list)
-    existing: list[str] = field(default_factory=list)
-    #: ``table.column -> collation`` of existing MySQL id columns that are not binary-collated
-    inexact_ids: dict[str, str] = field(default_factory=dict)
-
-
-def init_schema(database_url: str, *, apply: bool = False) -> InitResult:
-    """Dry run: the DDL. ``apply=True``: create the missing tables, report which already existed.
-
-    Existing tables are never altered (production owns their DDL); their id columns that a
-    case-insensitive collation would fold are listed, since only the queries keep those exact.
-    """
-    statements = schema_ddl(database_url)
-    if not apply:
-        return InitResult(statements, applied=False)
-    engine = get_engine(database_url)
-    before = set(inspect(engine).get_table_names())
-    metadata.create_all(engine, checkfirst=True)
-    names = [t.name for t in metadata.sorted_tables]
-    existing = [n for n in names if n in before]
-    return InitResult(
-        statements,
-        applied=True,
-        created=[n for n in names if n not in before],
-        existing=existing,
-        inexact_ids=_inexact_id_columns(engine, existing),
-    )
-
-
-def _inexact_id_columns(engine: Engine, tables: list[str]) -> dict[str, str]:
-    """MySQL/MariaDB id columns of ``tables`` whose collation is not binary (``*_bin``)."""
-    if engine.dialect.name not in ("mysql", "mariadb") or not tables:
-        return {}
-    wanted = {(t, c) for t, c in identifier_columns() if t in tables}
-    query = text(
-        "SELECT TABLE_NAME, COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
-        "WHERE TABLE_SCHEMA = DATABASE()"
-    )
-    with engine.connect() as conn:
-        rows = conn.execute(query).all()
-    return {
-        f"{table}.{column}": collation
-        for table, column, collation in rows
-        if (table, column) in wanted and collation and not collation.endswith("_bin")
-    }
-
-
-# ---- the store ----------------------------------------------------------------------------------
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
