@@ -13,18 +13,18 @@ from collections import Counter
 import pymysql
 import pytest
 from click.testing import CliRunner
+from memwork.backfill import BackfillOptions, run_backfill
 from sqlalchemy import insert, select
 from sqlalchemy.engine import make_url
 
 from memwork.backends.pgvector import PgvectorBackend
-from memwork.backfill import BackfillOptions, run_backfill
 from memwork.cli import main
 from memwork.db import get_engine
 from memwork.embed import HashEmbedder
 from memwork.facade import facade_from_env
-from memwork.legacy.backend import LegacyMemoryStore, init_schema, now
 from memwork.legacy.exact import exact_eq
-from memwork.legacy.schema import memory_items, messages
+from memwork.legacy.schema import init_schema, memory_items, messages
+from memwork.legacy.store import LegacyMemoryStore, now
 from memwork.pgvector.schema import ensure_schema
 
 LOOK_ALIKES = ["TenantX", "tenantx", "TENANTX", "tenantẍ", "tenantx "]
