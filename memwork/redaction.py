@@ -101,3 +101,17 @@ def redact_value(name: str, value: str | None) -> str | None:
     if "://" in value:
         return redact_url(value)
     return value
+
+
+MAX_REASON_CHARS = 300  #: the longest error line :func:`describe_error` returns
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: first line of the message`` -- URLs redacted, SQL and parameters (later lines) dropped.
+
+    The one way memwork shows an exception it caught (a backend's unavailable reason, a failed call).
+    """
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    text = redact_text(text)
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return line[:MAX_REASON_CHARS]

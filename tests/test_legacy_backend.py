@@ -5,10 +5,10 @@ from click.testing import CliRunner
 from sqlalchemy import func, inspect, select
 
 from memwork.backends.legacy import LegacyConversationMemoryBackend, from_env
+from memwork.backends.requests import MAX_MESSAGE_CHARS
 from memwork.cli import main
 from memwork.db import get_engine
 from memwork.errors import UsageError
-from memwork.facade.inputs import MAX_MESSAGE_CHARS
 from memwork.legacy.extractor import ExtractedItem
 from memwork.legacy.schema import init_schema, memory_items, messages
 from memwork.legacy.store import LegacyMemoryStore

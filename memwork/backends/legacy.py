@@ -13,13 +13,25 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from memwork.backends.base import Availability, Backend
+from memwork.backends.requests import validate
 from memwork.db import sqlalchemy_url
 from memwork.errors import UsageError
-from memwork.facade.inputs import validate
-from memwork.facade.policy import LEGACY_URL_VAR, legacy_url_from_env
-from memwork.facade.safety import describe_error
 from memwork.legacy.extractor import Extractor
 from memwork.legacy.store import LegacyMemoryStore
+from memwork.redaction import describe_error
+from memwork.workspace import workspace_dir
+
+LEGACY_URL_VAR = "MEMORY_LEGACY_DATABASE_URL"  #: the legacy tables' URL (never the app's ``DATABASE_URL``)
+
+
+def default_legacy_url() -> str:
+    """The embedded default legacy store: a SQLite file in the memwork workspace."""
+    return f"sqlite:///{workspace_dir() / 'legacy.db'}"
+
+
+def legacy_url_from_env(env: Mapping[str, str]) -> str:
+    """``MEMORY_LEGACY_DATABASE_URL`` or the workspace SQLite file (never the app's ``DATABASE_URL``)."""
+    return (env.get(LEGACY_URL_VAR) or "").strip() or default_legacy_url()
 
 
 class LegacyConversationMemoryBackend(Backend):

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memwork.backends.legacy import LEGACY_URL_VAR
 from memwork.facade.contract import availability_of
-from memwork.facade.policy import LEGACY_URL_VAR, TRUE_WORDS
+from memwork.facade.policy import TRUE_WORDS
 from memwork.facade.registry import Registry
-from memwork.facade.safety import redact_text
-from memwork.redaction import REDACTED, is_secret_name, redact_value
+from memwork.redaction import REDACTED, is_secret_name, redact_text, redact_value
 
 
 @dataclass(frozen=True)

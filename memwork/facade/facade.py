@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from memwork.backends.base import OPERATIONS, Availability
+from memwork.backends.requests import validate
 from memwork.errors import BackendError, BackendTimeout, UsageError
 from memwork.facade.contract import availability_of, backend_name, supports_of
-from memwork.facade.inputs import validate
 from memwork.facade.policy import Policy, policy_from_env
 from memwork.facade.registry import Registry
-from memwork.facade.safety import call_with_timeout, describe_error, redact_text
+from memwork.facade.safety import call_with_timeout
+from memwork.redaction import describe_error, redact_text
 
 log = logging.getLogger("memwork.facade")
 

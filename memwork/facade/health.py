@@ -12,7 +12,8 @@ from typing import Any
 
 from memwork.facade.contract import backend_name
 from memwork.facade.facade import MemoryFacade
-from memwork.facade.safety import call_with_timeout, describe_error
+from memwork.facade.safety import call_with_timeout
+from memwork.redaction import describe_error
 
 SYNTHETIC_MESSAGES = [
     {"role": "user", "content": "My name is Health Check. I like synthetic round trips."},

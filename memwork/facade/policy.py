@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from memwork.backends.legacy import LEGACY_URL_VAR, legacy_url_from_env
 from memwork.redaction import redact_value
-from memwork.workspace import workspace_dir
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -22,7 +22,6 @@ FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 DEFAULT_BACKEND = "legacy"
 DEFAULT_TIMEOUT_MS = 2000
 MAX_TIMEOUT_MS = 600_000
-LEGACY_URL_VAR = "MEMORY_LEGACY_DATABASE_URL"
 _BACKEND_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*\Z")
 
 
@@ -122,16 +121,6 @@ def _timeout_ms(env: Mapping[str, str], errors: list[ConfigIssue]) -> int:
         errors.append(ConfigIssue("MEMORY_BACKEND_TIMEOUT_MS", raw, problem))
         return DEFAULT_TIMEOUT_MS
     return value
-
-
-def default_legacy_url() -> str:
-    """The embedded default legacy store: a SQLite file in the memwork workspace."""
-    return f"sqlite:///{workspace_dir() / 'legacy.db'}"
-
-
-def legacy_url_from_env(env: Mapping[str, str]) -> str:
-    """``MEMORY_LEGACY_DATABASE_URL`` or the workspace SQLite file (never the app's ``DATABASE_URL``)."""
-    return (env.get(LEGACY_URL_VAR) or "").strip() or default_legacy_url()
 
 
 _CORE_FLAGS = frozenset(

@@ -25,7 +25,7 @@ from typing import Any
 
 from memwork.backends import placeholders
 from memwork.errors import UnknownBackend, UsageError
-from memwork.facade.safety import describe_error
+from memwork.redaction import describe_error
 
 GROUP = "memwork.backends"
 

@@ -1,4 +1,4 @@
-"""Fail-open plumbing: run a backend call in a worker thread with a deadline, describe errors safely.
+"""Fail-open plumbing: run a backend call in a worker thread with a deadline.
 
 Each call gets its own daemon thread rather than a ``ThreadPoolExecutor`` worker: the executor joins
 its workers at interpreter exit, so one hung backend would hang the host's shutdown. A timed-out call
@@ -12,20 +12,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from memwork.errors import BackendTimeout
-from memwork.redaction import redact_text
 
-__all__ = ["call_with_timeout", "describe_error", "redact_text"]
+__all__ = ["call_with_timeout"]
 
 T = TypeVar("T")
-MAX_REASON_CHARS = 300
-
-
-def describe_error(exc: BaseException) -> str:
-    """``Type: first line of the message`` -- URLs redacted, SQL and parameters (later lines) dropped."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    text = redact_text(text)
-    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return line[:MAX_REASON_CHARS]
 
 
 def call_with_timeout(fn: Callable[[], T], timeout_s: float, what: str) -> T:
