@@ -15,7 +15,7 @@ import click
 from memwork.errors import MemworkError
 
 #: command modules, each exporting ``commands`` (a list of click commands or groups)
-COMMAND_MODULES = ["store", "defrag", "facade", "pgvector", "report"]
+COMMAND_MODULES = ["store", "defrag", "status", "check", "scaffold", "legacy", "pgvector", "report"]
 
 
 class MemworkGroup(click.Group):

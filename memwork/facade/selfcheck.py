@@ -1,7 +1,10 @@
-"""The synthetic health gate: write -> compact -> resolve for a throw-away user, then cleanup.
+"""The facade's self-check (``memwork check health``): write -> compact -> resolve for a throw-away user,
+then cleanup.
 
 Runs through the configured facade (so it proves selection, timeouts and fail-open too) and removes
-the synthetic user's data from every backend that offers ``purge_user(user_id)``.
+the synthetic user's data from every backend that offers ``purge_user(user_id)``. Called a self-check,
+not "health": in memwork health is the defrag health score (:mod:`memwork.defrag.scores`); the CLI
+command ``check health`` and its JSON keep their names.
 """
 
 from __future__ import annotations
@@ -22,16 +25,20 @@ SYNTHETIC_MESSAGES = [
 
 
 @dataclass(frozen=True)
-class Check:
+class SelfCheckStep:
+    """One named expectation or operation of the self-check and how it went."""
+
     name: str
     ok: bool
     detail: str
 
 
 @dataclass
-class HealthReport:
+class SelfCheckReport:
+    """Every step of one self-check run, and what the cleanup purged per backend."""
+
     userId: str
-    checks: list[Check] = field(default_factory=list)
+    checks: list[SelfCheckStep] = field(default_factory=list)
     cleanup: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -39,7 +46,7 @@ class HealthReport:
         return all(c.ok for c in self.checks)
 
     def add(self, name: str, ok: bool, detail: str) -> None:
-        self.checks.append(Check(name, ok, detail))
+        self.checks.append(SelfCheckStep(name, ok, detail))
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, **asdict(self)}
@@ -55,7 +62,7 @@ def _matches(facade: MemoryFacade, expected: str, actual: str | None) -> bool:
 
 def _expectations(
     facade: MemoryFacade,
-    report: HealthReport,
+    report: SelfCheckReport,
     status: dict[str, Any],
     require_enabled: bool,
     expect_backend: str | None,
@@ -72,7 +79,7 @@ def _expectations(
         report.add("selectedBackend", ok, detail)
 
 
-def _round_trip(facade: MemoryFacade, report: HealthReport, session_id: str) -> None:
+def _round_trip(facade: MemoryFacade, report: SelfCheckReport, session_id: str) -> None:
     request = {"userId": report.userId, "sessionId": session_id}
     for operation, payload in (
         ("write", {**request, "messages": SYNTHETIC_MESSAGES}),
@@ -104,15 +111,15 @@ def _cleanup(facade: MemoryFacade, user_id: str) -> dict[str, Any]:
     return done
 
 
-def run_health(
+def run_selfcheck(
     facade: MemoryFacade,
     *,
     require_enabled: bool = False,
     expect_backend: str | None = None,
     expect_selected_backend: str | None = None,
-) -> HealthReport:
+) -> SelfCheckReport:
     """Check the expectations, run the synthetic round trip, remove the synthetic user."""
-    report = HealthReport(userId=f"memwork-health-{uuid.uuid4().hex[:12]}")
+    report = SelfCheckReport(userId=f"memwork-health-{uuid.uuid4().hex[:12]}")
     status = facade.status()
     _expectations(facade, report, status, require_enabled, expect_backend, expect_selected_backend)
     if not facade.policy.enabled:  # MEMORY_ENABLED=0: nothing is written, no backend is touched

@@ -1,0 +1,122 @@
+"""``memwork check``: the facade's gates (contracts, config, the synthetic self-check): parse, call, print."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from memwork.cli.options import emit_json, json_option
+from memwork.errors import CheckFailed
+
+
+@click.group("check")
+def check() -> None:
+    """Gates for the Memory V2 facade: backend contracts, per-backend config, the synthetic self-check."""
+
+
+@check.command("contracts")
+@click.option("--include-pgvector-adapter", is_flag=True, help="Also validate memwork.backends.pgvector.")
+@click.option(
+    "--adapter",
+    "adapters",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Also validate an adapter module file (e.g. one written by scaffold). Repeatable.",
+)
+@json_option
+def contracts(include_pgvector_adapter: bool, adapters: tuple[str, ...], as_json: bool) -> None:
+    """Validate every registered backend against the contract; exit 1 listing each violation.
+
+    \b
+    Example:
+        memwork check contracts --include-pgvector-adapter
+    """
+    from memwork.facade.contract import check_pgvector_adapter, check_registry, validate_backend
+    from memwork.facade.registry import Registry
+    from memwork.facade.scaffold import load_adapter_file
+
+    registry = Registry()
+    violations = check_registry(registry)
+    if include_pgvector_adapter:
+        violations += check_pgvector_adapter()
+    for path in adapters:
+        violations += validate_backend(load_adapter_file(path))
+    checked = registry.names() + (["pgvector adapter"] if include_pgvector_adapter else []) + list(adapters)
+    if as_json:
+        emit_json({"ok": not violations, "checked": checked, "violations": [str(v) for v in violations]})
+    else:
+        for v in violations:
+            click.echo(f"FAIL {v}")
+        click.echo(f"{len(checked)} backends checked, {len(violations)} violations")
+    if violations:
+        raise CheckFailed(f"{len(violations)} contract violation(s)")
+
+
+@check.command("config")
+@click.option("--backend", "backend", required=True, help="Backend name, e.g. qdrant, letta, legacy.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "shell"]),
+    default="json",
+    show_default=True,
+    help="json: missing keys and readiness; shell: a copy-paste export template.",
+)
+def config(backend: str, fmt: str) -> None:
+    """Which variables BACKEND still needs and whether it is ready (exit 1 when not). Secrets never shown.
+
+    \b
+    Example:
+        memwork check config --backend letta --format shell
+    """
+    from memwork.facade.configcheck import check_config, shell_template
+    from memwork.facade.registry import Registry
+
+    result = check_config(Registry(), backend, os.environ)
+    if fmt == "shell":
+        click.echo(shell_template(result))
+    else:
+        emit_json(result)
+    if not result["ready"]:
+        problems = result["missing"] + result["invalid"]
+        if not result["available"]:
+            problems.append(f"unavailable ({result['reason']})")
+        raise CheckFailed(f"backend {result['backend']} is not ready: {', '.join(problems)}")
+
+
+@check.command("health")
+@click.option("--require-enabled", is_flag=True, help="Fail unless Memory V2 is enabled.")
+@click.option("--expect-backend", default=None, help="Fail unless MEMORY_BACKEND is this backend.")
+@click.option("--expect-selected-backend", default=None, help="Fail unless resolve selects this backend.")
+@json_option
+def health(
+    require_enabled: bool, expect_backend: str | None, expect_selected_backend: str | None, as_json: bool
+) -> None:
+    """Synthetic write -> compact -> resolve round trip through the configured facade, then cleanup.
+
+    \b
+    Example:
+        memwork check health --require-enabled --expect-backend legacy
+    """
+    from memwork.facade.facade import facade_from_env
+    from memwork.facade.selfcheck import run_selfcheck
+
+    report = run_selfcheck(
+        facade_from_env(),
+        require_enabled=require_enabled,
+        expect_backend=expect_backend,
+        expect_selected_backend=expect_selected_backend,
+    )
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        for c in report.checks:
+            click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+        click.echo(f"cleanup: {report.cleanup}")
+    if not report.ok:
+        failed = [c.name for c in report.checks if not c.ok]
+        raise CheckFailed(f"health check failed: {', '.join(failed)}")
+
+
+commands = [check]
