@@ -19,6 +19,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib import resources
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,6 @@ from memwork.reports.secrets import (
 from memwork.reports.summary import FAILING_VERDICTS, REPORT_DIR_ENV, SUMMARY_FILE
 from memwork.workspace import workspace_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFEST_FILE = "manifest.json"
 #: the notebooks' gate parameter; the runner sets it false and takes the verdict from summary.json
 GATE_PARAMETER = "fail_on_verdict"
@@ -50,8 +50,14 @@ KEY_PACKAGES = (
 
 
 def notebooks_dir() -> Path:
-    """Where report notebooks live: ``$MEMWORK_NOTEBOOKS`` or the repository's ``notebooks/``."""
-    return Path(os.environ.get("MEMWORK_NOTEBOOKS") or REPO_ROOT / "notebooks")
+    """Where report notebooks live: ``$MEMWORK_NOTEBOOKS``, else the ``memwork.notebooks`` package.
+
+    The package is the repository's ``notebooks/`` folder (setup.py maps it), so an editable install
+    finds the checkout's notebooks and a non-editable one the copies it installed; papermill needs a
+    real file, which an unzipped install always has.
+    """
+    override = os.environ.get("MEMWORK_NOTEBOOKS")
+    return Path(override) if override else Path(str(resources.files("memwork.notebooks")))
 
 
 def reports_dir(out: Path | str | None = None) -> Path:
@@ -76,8 +82,14 @@ def find_notebook(name: str) -> Path:
     return path
 
 
-def git_commit(repo: Path = REPO_ROOT) -> str:
-    """The repository's HEAD commit (``-dirty`` when it has changes), or ``unknown``."""
+def git_commit(repo: Path | str | None = None) -> str:
+    """HEAD of the git repository holding ``repo`` (default: the working directory), ``-dirty`` when
+    it has changes, or ``unknown``.
+
+    The working directory, not memwork's own folder: provenance names the project a report ran in,
+    and an installed memwork lives in site-packages, outside any repository.
+    """
+    repo = Path.cwd() if repo is None else Path(repo)
     try:
         head = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
@@ -280,7 +292,7 @@ def run_report(
     run.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
     if failure:
         run.error_name, run.error = failure
-    _finish_artifacts(run, notebook, show_code=show_code)
+    _finish_artifacts(run, notebook, show_code=show_code, workdir=workdir)
     if run.error and raise_on_error:
         exc = ReportExecutionError(f"report {report_name} failed at {run.error} (artifacts: {run_dir})")
         exc.exit_code = run.exit_code
@@ -289,7 +301,7 @@ def run_report(
     return run
 
 
-def _finish_artifacts(run: ReportRun, source: Path, *, show_code: bool) -> None:
+def _finish_artifacts(run: ReportRun, source: Path, *, show_code: bool, workdir: Path) -> None:
     """summary.json (synthesised when the notebook died first), HTML, then the manifest."""
     run.summary = run.scrubber.data(_read_summary(run.summary_path))
     if run.error:
@@ -308,7 +320,7 @@ def _finish_artifacts(run: ReportRun, source: Path, *, show_code: bool) -> None:
         **run.to_dict(),
         "reasons": run.summary.get("reasons") or [],
         "versions": package_versions(),
-        "git_commit": git_commit(),
+        "git_commit": git_commit(workdir),
         "python_executable": sys.executable,
         "cell_timings": _cell_timings(nb),
     }
