@@ -7,7 +7,7 @@ BIN     = $(VENV)/bin
 EXTRAS ?= dev
 STAMP   = $(VENV)/.memwork-installed-$(EXTRAS)
 
-.PHONY: demo test lint format bench install clean
+.PHONY: demo test lint format docs bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,10 +35,16 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check memwork tests benchmarks
 	$(BIN)/ruff format --check memwork tests benchmarks
+	@# docs/cli.md and README's command list are generated from --help: fail when they are stale
+	$(BIN)/python -m memwork.cli.docs --check
 
 format: $(STAMP)
 	$(BIN)/ruff format memwork tests benchmarks
 	$(BIN)/ruff check --fix memwork tests benchmarks
+
+## docs/cli.md and README's command list, regenerated from every command's --help.
+docs: $(STAMP)
+	$(BIN)/python -m memwork.cli.docs
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/defrag_bench.py

@@ -1,0 +1,117 @@
+"""The CLI reference cannot drift: every command's help has an example, every command that reports
+something has ``--json``, docs/cli.md is the generated ``--help``, and the README names only real
+commands and options (and lists every command, generated the same way)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+import pytest
+
+from memwork.cli import main
+from memwork.cli.docs import command_list, iter_commands, render, with_command_list
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = {doc.name: doc for doc in iter_commands()}
+LEAVES = [name for name, doc in COMMANDS.items() if not doc.is_group]
+
+#: the only commands without ``--json``, and why: their output is a file's content, not a report
+NO_JSON = {
+    "memwork scaffold backend": "prints (or writes) the generated Python source of an adapter and its test",
+}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_command_and_group_shows_an_example(name):
+    assert re.search(r"^\s*Examples?:\s*$", COMMANDS[name].help, re.MULTILINE), COMMANDS[name].help
+
+
+@pytest.mark.parametrize("name", LEAVES)
+def test_every_reporting_command_has_json(name):
+    options = {opt for param in COMMANDS[name].command.params for opt in getattr(param, "opts", [])}
+    if name in NO_JSON:
+        assert "--json" not in options, f"{name} has --json now: remove it from NO_JSON"
+    else:
+        assert "--json" in options, f"{name} reports something but has no --json"
+
+
+def test_no_json_names_real_commands():
+    assert set(NO_JSON) <= set(LEAVES)
+
+
+def test_the_tree_has_every_group():
+    groups = {name.split()[1] for name in COMMANDS if len(name.split()) > 1}
+    assert {"store", "defrag", "status", "check", "scaffold", "legacy", "pgvector", "backfill"} <= groups
+    assert {"smoke", "report", "demo"} <= groups
+
+
+def test_docs_cli_md_is_the_generated_help():
+    path = ROOT / "docs" / "cli.md"
+    assert path.read_text(encoding="utf-8") == render(), "docs/cli.md is stale: run `make docs`"
+
+
+def test_readme_command_list_is_generated():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert readme == with_command_list(readme), "README's command list is stale: run `make docs`"
+    for name in LEAVES:
+        assert f"[`{name}`]" in command_list()
+
+
+def test_the_generated_help_is_what_the_command_prints():
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(main, ["store", "info", "--help"], prog_name="memwork", terminal_width=100)
+    assert result.exit_code == 0
+    assert result.output.strip() == COMMANDS["memwork store info"].help.strip()
+
+
+def _readme_mentions() -> list[str]:
+    """Every ``memwork ...`` command line in README's shell blocks and inline code spans."""
+    mentions, prose, fence = [], [], None
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").replace("\\\n", " ").splitlines()
+    for line in lines:
+        if line.startswith("```"):
+            fence = None if fence is not None else (line[3:].strip() or "text")
+        elif fence in ("bash", "sh", "shell", "console"):
+            code = "" if line.lstrip().startswith("#") else line.split(" #", 1)[0]
+            mentions += re.findall(r"(?:^|[\s;|&(])(memwork\s[^;|&)`]*)", code)
+        elif fence is None:
+            prose.append(line)
+    spans = re.findall(r"`([^`\n]+)`", "\n".join(prose))
+    mentions += [span for span in spans if span.startswith("memwork ")]
+    return [m.strip().replace("\\|", "|") for m in mentions]
+
+
+def _resolve(words: list[str]) -> tuple[click.Command, list[str]]:
+    """The command ``memwork WORDS...`` runs and the words left for it, as click resolves them."""
+    command: click.Command = main
+    ctx = click.Context(main, info_name="memwork")
+    while isinstance(command, click.Group) and words and not words[0].startswith("-"):
+        _, sub, words = command.resolve_command(ctx, words)
+        assert sub is not None
+        command, ctx = sub, click.Context(sub, info_name=sub.name, parent=ctx)
+    return command, words
+
+
+def test_readme_names_only_real_commands_and_options():
+    mentions = _readme_mentions()
+    assert len(mentions) > 20
+    wrong = []
+    for mention in mentions:
+        words = mention.split()[1:]
+        if not words or not re.fullmatch(r"[a-z][a-z0-9_-]*", words[0]):
+            continue  # prose such as "memwork moves", not a command line
+        try:
+            command, rest = _resolve(words)
+        except (click.UsageError, AssertionError):
+            wrong.append(f"{mention}: no such command")
+            continue
+        if isinstance(command, click.Group):
+            continue  # a group named on its own ("the `memwork defrag` group")
+        known = {opt for param in command.params for opt in getattr(param, "opts", [])} | {"-h", "--help"}
+        for option in re.findall(r"(?<![\w-])(--?[a-z][a-z0-9-]*)", " ".join(rest)):
+            if option not in known:
+                wrong.append(f"{mention}: {command.name} has no {option}")
+    assert not wrong, "\n".join(wrong)
