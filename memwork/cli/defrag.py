@@ -1,4 +1,9 @@
-"""``memwork defrag``: the ten defrag actions, ``undo`` and ``journal`` (thin: parse, call, print)."""
+"""``memwork defrag``: the ten defrag actions, ``undo`` and ``journal`` (thin: parse, call, print).
+
+One command per action in :data:`memwork.defrag.table.ACTIONS`, each with only its own options: its
+parameters, plus ``--apply``/``--lock-timeout`` for a modifying action and ``--embedder`` for one
+that rewrites content. Any other action's option is a click usage error (exit 2).
+"""
 
 from __future__ import annotations
 
@@ -14,37 +19,9 @@ from memwork.cli.options import (
     stage_progress,
     store_option,
 )
+from memwork.defrag.params import Param
+from memwork.defrag.table import ACTIONS, Action
 from memwork.errors import UsageError
-
-ACTION_HELP = {
-    "analyze": "Health score (0-100, with its band) and metadata, tag, link and embedding coverage.",
-    "find-duplicates": "Pairs with max(Jaccard, cosine) >= --similarity-threshold (default 0.85).",
-    "find-low-quality": "Entries with quality issues (no metadata/tags/links/embedding, low confidence).",
-    "find-archival-candidates": "Entries not updated for --age-days (default 90).",
-    "find-related": "Pairs with min <= cosine < max similarity (0.60..0.85) and their link status.",
-    "link-related": "Link related pairs both ways (memory://path in metadata.related).",
-    "merge-duplicates": "Merge duplicate clusters into one survivor each, leaving redirect stubs.",
-    "cleanup-stubs": "Delete stubs older than --age-days (90) with at most --max-hits (10) hits.",
-    "compact": "Delete entries with quality < 20, age >= 30 days and hits <= 0 (all adjustable).",
-    "full": "merge-duplicates, then cleanup-stubs, then compact; health before and after.",
-}
-
-#: CLI option -> run_action parameter
-PARAM_OPTIONS = {
-    "similarity_threshold": click.option(
-        "--similarity-threshold", type=float, help="Duplicate threshold, 0..1."
-    ),
-    "min_similarity": click.option("--min-similarity", type=float, help="Related: lowest cosine, 0..1."),
-    "max_similarity": click.option("--max-similarity", type=float, help="Related: cosine below this, 0..1."),
-    "age_days": click.option("--age-days", type=float, help="Minimum age in days (archival, stubs)."),
-    "max_hits": click.option("--max-hits", type=int, help="Most hits a deleted stub/entry may have."),
-    "min_quality_score": click.option("--min-quality-score", type=float, help="Compact below this quality."),
-    "min_age_days": click.option("--min-age-days", type=float, help="Compact: minimum age in days."),
-    "compact_max_hits": click.option("--compact-max-hits", type=int, help="full: compact's --max-hits."),
-    "strategy": click.option("--strategy", help="keep_newer (default), keep_larger or combine."),
-    "confidence_filter": click.option("--confidence-filter", help="Only this confidence: high, medium, low."),
-    "approved": click.option("--approved", help="Review CSV: merge only its approved pairs."),
-}
 
 
 class ActionGroup(click.Group):
@@ -82,16 +59,19 @@ def _open(store_spec: str):  # type: ignore[no-untyped-def]
     return open_store(store_spec)
 
 
-def _make_action(name: str) -> click.Command:
+def _make_action(action: Action) -> click.Command:
+    """The click command of ``action``: its own options only, generated from its parameters."""
+    name = action.cli_name
+
     def command(
         store_spec: str,
         scope: str | None,
-        embedder: str | None,
-        apply: bool,
         as_json: bool,
-        lock_timeout: float | None,
+        apply: bool = False,
+        embedder: str | None = None,
+        lock_timeout: float | None = None,
         **opts: Any,
-    ):
+    ) -> None:
         from memwork.defrag import run_action
         from memwork.defrag.actions import RunStopped
 
@@ -100,7 +80,7 @@ def _make_action(name: str) -> click.Command:
             with _open(store_spec) as store, stage_progress(quiet=as_json) as bar:
                 result = run_action(
                     store,
-                    name,
+                    action.name,
                     scope=scope,
                     apply=apply,
                     embedder=embedder,
@@ -119,21 +99,29 @@ def _make_action(name: str) -> click.Command:
 
             show_result(result)
 
-    command.__doc__ = f"{ACTION_HELP[name]}\n\n\b\nExample:\n    memwork defrag {name} --store ./memory"
-    for option in reversed(PARAM_OPTIONS.values()):
-        command = option(command)
-    command = click.option("--embedder", help="Re-embed merged entries: hash[:DIM] or a model spec.")(command)
-    command = click.option(
-        "--lock-timeout",
-        type=float,
-        help="With --apply: seconds to wait for another run on this store/scope (default 60), then fail.",
-    )(command)
-    command = json_option(apply_option(scope_option(store_option()(command))))
-    return click.command(name)(command)
+    command.__doc__ = f"{action.help}\n\n\b\nExample:\n    memwork defrag {name} --store ./memory"
+    for param_name, param in reversed(action.params.items()):
+        command = click.option(Param.option(param_name), param_name, type=param.cli_type, help=param.help)(
+            command
+        )
+    if action.reembeds:
+        command = click.option("--embedder", help="Re-embed merged entries: hash[:DIM] or a model spec.")(
+            command
+        )
+    if not action.read_only:
+        command = click.option(
+            "--lock-timeout",
+            type=float,
+            help="With --apply: seconds to wait for another run on this store/scope (default 60), then fail.",
+        )(command)
+    command = scope_option(store_option()(command))
+    if not action.read_only:
+        command = apply_option(command)
+    return click.command(name)(json_option(command))
 
 
-for _name in ACTION_HELP:
-    defrag.add_command(_make_action(_name))
+for _action in ACTIONS.values():
+    defrag.add_command(_make_action(_action))
 
 
 @defrag.command("undo")

@@ -1,5 +1,8 @@
 """The defrag engine: the guide's ten MemoryDefrag actions, made safe.
 
+Each action is declared once in :mod:`memwork.defrag.table` (:data:`ACTIONS`); ``run_action`` and
+``memwork defrag`` are generated from it.
+
 Library first: :func:`run_action` runs an action against a store; the pure functions below work on
 plain lists of :class:`~memwork.entry.Entry` (benchmarks, notebooks). Every modifying action builds a
 :class:`Plan` first; a dry run returns it, ``apply=True`` executes exactly it and journals every
@@ -22,7 +25,7 @@ from memwork.defrag.findings import (
 from memwork.defrag.journal import list_runs, read_run, undo
 from memwork.defrag.memory import MemoryStore
 from memwork.defrag.merge import STRATEGIES, merge_entries, union_metadata
-from memwork.defrag.params import ACTIONS, DEFAULTS, normalize_action, validate_params
+from memwork.defrag.params import Param
 from memwork.defrag.plan import Operation, Plan
 from memwork.defrag.planners import (
     Planned,
@@ -33,12 +36,22 @@ from memwork.defrag.planners import (
 )
 from memwork.defrag.review import read_approved_pairs, write_review_csv
 from memwork.defrag.scores import HEALTH_BANDS, Health, health, health_band, quality_issues, quality_score
+from memwork.defrag.table import (
+    ACTIONS,
+    DEFAULTS,
+    Action,
+    lookup,
+    normalize_action,
+    register,
+    validate_params,
+)
 
 __all__ = [
     "ACTIONS",
     "DEFAULTS",
     "HEALTH_BANDS",
     "STRATEGIES",
+    "Action",
     "ActionResult",
     "Change",
     "EntryReport",
@@ -46,6 +59,7 @@ __all__ = [
     "MemoryStore",
     "Operation",
     "Pair",
+    "Param",
     "Plan",
     "PlanConflict",
     "Planned",
@@ -59,6 +73,7 @@ __all__ = [
     "health",
     "health_band",
     "list_runs",
+    "lookup",
     "merge_entries",
     "normalize_action",
     "plan_cleanup_stubs",
@@ -69,6 +84,7 @@ __all__ = [
     "quality_score",
     "read_approved_pairs",
     "read_run",
+    "register",
     "run_action",
     "undo",
     "union_metadata",

@@ -1,4 +1,7 @@
-"""``run_action``: the ten defrag actions against a store (plan, then preview or apply).
+"""``run_action``: a registered defrag action against a store (plan, then preview or apply).
+
+What each action is (its parameters, read-only or not, how it finds or plans) is declared once in
+:mod:`memwork.defrag.table`; this module loads the entries, dispatches, executes and journals.
 
 An applied run holds the store's run lock (:meth:`~memwork.stores.base.Store.run_lock`, per store and
 scope) from loading the entries to the last write, so two runs never interleave: a second run waits
@@ -17,17 +20,11 @@ from memwork.defrag import findings
 from memwork.defrag.apply import Change, PlanConflict, compute_changes, execute
 from memwork.defrag.journal import Journal
 from memwork.defrag.memory import MemoryStore
-from memwork.defrag.params import READ_ONLY, normalize_action, validate_params
 from memwork.defrag.plan import Plan
-from memwork.defrag.planners import (
-    Planned,
-    plan_cleanup_stubs,
-    plan_compact,
-    plan_link_related,
-    plan_merge_duplicates,
-)
+from memwork.defrag.planners import Planned
 from memwork.defrag.review import read_approved_pairs
 from memwork.defrag.scores import health
+from memwork.defrag.table import ACTIONS, Action, Context, lookup
 from memwork.embed import Embedder, load_embedder
 from memwork.entry import Entry, as_utc, utcnow, validate_scope
 from memwork.errors import UsageError
@@ -67,19 +64,10 @@ class ActionResult:
             "run_id": self.run_id,
             "summary": self.summary,
         }
-        if self.pairs or self.action in (
-            "find_duplicates",
-            "find_related",
-            "link_related",
-            "merge_duplicates",
-        ):
+        lists = ACTIONS[self.action].lists if self.action in ACTIONS else ()
+        if self.pairs or "pairs" in lists:
             data["pairs"] = [p.to_dict() for p in self.pairs]
-        if self.entries or self.action in (
-            "find_low_quality",
-            "find_archival_candidates",
-            "cleanup_stubs",
-            "compact",
-        ):
+        if self.entries or "entries" in lists:
             data["entries"] = [e.to_dict() for e in self.entries]
         if self.skipped:
             data["skipped"] = [e.to_dict() for e in self.skipped]
@@ -162,60 +150,6 @@ def _change_summary(changes: list[Change]) -> dict[str, int]:
     }
 
 
-def _plan_for(
-    action: str,
-    entries: list[Entry],
-    params: dict[str, Any],
-    approved: list[tuple[str, str, str]] | None,
-    now: datetime,
-    progress: Progress | None,
-) -> Planned:
-    if action == "merge_duplicates":
-        return plan_merge_duplicates(
-            entries, params["similarity_threshold"], params["strategy"], approved=approved, progress=progress
-        )
-    if action == "link_related":
-        return plan_link_related(
-            entries, params["min_similarity"], params["max_similarity"], progress=progress
-        )
-    if action == "cleanup_stubs":
-        return plan_cleanup_stubs(entries, params["age_days"], params["max_hits"], now=now)
-    if action == "compact":
-        return plan_compact(
-            entries, params["min_quality_score"], params["min_age_days"], params["max_hits"], now=now
-        )
-    raise AssertionError(action)  # pragma: no cover
-
-
-def _read_only(
-    result: ActionResult,
-    entries: list[Entry],
-    params: dict[str, Any],
-    now: datetime,
-    progress: Progress | None,
-) -> None:
-    action = result.action
-    if action == "analyze":
-        result.summary = findings.analyze(entries)
-    elif action == "find_duplicates":
-        result.pairs = findings.find_duplicates(entries, params["similarity_threshold"], progress=progress)
-        result.summary = {"pairs": len(result.pairs)}
-    elif action == "find_related":
-        result.pairs = findings.find_related(
-            entries, params["min_similarity"], params["max_similarity"], progress=progress
-        )
-        status = [p.link_status for p in result.pairs]
-        result.summary = {"pairs": len(status)} | {
-            s: status.count(s) for s in ("unlinked", "one-way", "bidirectional")
-        }
-    elif action == "find_low_quality":
-        result.entries = findings.find_low_quality(entries, params["confidence_filter"], now=now)
-        result.summary = {"entries": len(result.entries)}
-    elif action == "find_archival_candidates":
-        result.entries = findings.find_archival_candidates(entries, params["age_days"], now=now)
-        result.summary = {"entries": len(result.entries)}
-
-
 def load_entries(store: Store, scope: str | None = None, progress: Progress | None = None) -> list[Entry]:
     """``store.all_entries(scope=scope)``, as a "loading entries" stage of ``progress`` when given."""
     if progress is None:
@@ -243,24 +177,24 @@ def run_action(
     to the last write. ``progress`` (see :class:`~memwork.stores.progress.Progress`) hears the long
     stages: loading entries, finding pairs and applying changes.
     """
-    name = normalize_action(action)
+    act = lookup(action)
     scope = validate_scope(scope) if scope is not None else None
-    checked = validate_params(name, params)
-    if apply and name in READ_ONLY:
-        raise UsageError("apply", apply, f"{name} only reads; there is nothing to apply")
+    checked = act.validate(params)
+    if apply and act.read_only:
+        raise UsageError("apply", apply, f"{act.name} only reads; there is nothing to apply")
     timeout = _lock_timeout(lock_timeout)
     if isinstance(embedder, str):
         embedder = load_embedder(embedder)
     when = as_utc(now) if now is not None else utcnow()
     if not apply:
-        return _run(store, name, scope, checked, when, embedder, False, progress)
+        return _run(store, act, scope, checked, when, embedder, False, progress)
     with store.run_lock(scope, timeout=timeout):
-        return _run(store, name, scope, checked, when, embedder, True, progress)
+        return _run(store, act, scope, checked, when, embedder, True, progress)
 
 
 def _run(
     store: Store,
-    name: str,
+    act: Action,
     scope: str | None,
     checked: dict[str, Any],
     when: datetime,
@@ -269,17 +203,21 @@ def _run(
     progress: Progress | None,
 ) -> ActionResult:
     """Load, plan and (with ``apply``, under the caller's run lock) write one action."""
+    name = act.name
     entries = load_entries(store, scope, progress)
     result = ActionResult(name, checked, scope, store.describe())
-    if name in READ_ONLY:
-        _read_only(result, entries, checked, when, progress)
+    if act.find is not None:
+        found = act.find(entries, checked, Context(when, progress))
+        result.summary, result.pairs, result.entries = found.summary, found.pairs, found.entries
         return result
     approved = None
     if checked.get("approved"):
         approved = read_approved_pairs(checked["approved"], entries, scope=scope)
-    if name == "full":
-        return _run_full(result, store, entries, approved, when, embedder, apply, progress)
-    planned = _plan_for(name, entries, checked, approved, when, progress)
+    ctx = Context(when, progress, approved)
+    if act.steps:
+        return _run_steps(result, act, store, entries, ctx, embedder, apply)
+    assert act.plan is not None  # register() guarantees find, plan or steps
+    planned = act.plan(entries, checked, ctx)
     result.plan, result.pairs = planned.plan, planned.pairs
     result.entries, result.skipped = planned.entries, planned.skipped
     if apply:
@@ -308,13 +246,13 @@ def _run(
     return result
 
 
-def _full_steps(
+def _step_report(
     names: tuple[str, ...],
     applied: list[list[Change]],
     predicted: list[list[Change]],
     conflict: PlanConflict,
 ) -> list[dict[str, Any]]:
-    """Per step of a stopped ``full`` run: applied, stopped (with its partial count) or not run."""
+    """Per step of a stopped composite run: applied, stopped (with its partial count) or not run."""
     report: list[dict[str, Any]] = []
     for index, name in enumerate(names):
         if index < len(applied):
@@ -329,53 +267,46 @@ def _full_steps(
     return report
 
 
-def _run_full(
+def _run_steps(
     result: ActionResult,
+    act: Action,
     store: Store,
     entries: list[Entry],
-    approved: list[tuple[str, str, str]] | None,
-    now: datetime,
+    ctx: Context,
     embedder: Embedder | None,
     apply: bool,
-    progress: Progress | None = None,
 ) -> ActionResult:
-    """merge_duplicates → cleanup_stubs → compact, each planned on the state the previous one leaves.
+    """A composite action (``full``): its steps' planners, each on the state the previous one leaves.
 
-    The three plans are computed on an in-memory simulation first, so the preview (including the
+    The plans are computed on an in-memory simulation first, so the preview (including the
     predicted health) is what apply does; apply then executes exactly those plans, in order, checking
     each against the simulated state before writing.
     """
-    p = result.params
+    p, now, progress = result.params, ctx.now, ctx.progress
     sim = MemoryStore(entries, copy=False)
     steps: list[tuple[Planned, dict[tuple[str, str], Entry]]] = []
     step_changes: list[list[Change]] = []
-    planners = (
-        lambda es: plan_merge_duplicates(
-            es, p["similarity_threshold"], p["strategy"], approved=approved, progress=progress
-        ),
-        lambda es: plan_cleanup_stubs(es, p["age_days"], p["max_hits"], now=now),
-        lambda es: plan_compact(
-            es, p["min_quality_score"], p["min_age_days"], p["compact_max_hits"], now=now
-        ),
-    )
-    for planner in planners:
+    for step in act.steps:
+        planner = ACTIONS[step.action]
+        assert planner.plan is not None  # register() refuses a step that is not a planner
         state = sim.snapshot()
-        planned = planner(state)
+        planned = planner.plan(state, {n: p[step.name_of(n)] for n in planner.params}, ctx)
         steps.append((planned, {e.key: e for e in state}))
         step_changes.append(execute(sim, planned.plan, now=now, embedder=embedder))
     before = health(entries)
     after = health(sim.snapshot())
-    plan = Plan("full")
+    plan = Plan(act.name)
     for planned, _ in steps:
         plan.extend(planned.plan)
     result.plan = plan
-    result.pairs = steps[0][0].pairs
-    result.entries = steps[1][0].entries + steps[2][0].entries
-    result.skipped = steps[1][0].skipped + steps[2][0].skipped
-    names = ("merge_duplicates", "cleanup_stubs", "compact")
+    result.pairs = [pair for planned, _ in steps for pair in planned.pairs]
+    result.entries = [e for planned, _ in steps for e in planned.entries]
+    result.skipped = [e for planned, _ in steps for e in planned.skipped]
+    clusters = [c for planned, _ in steps for c in planned.clusters]
+    names = tuple(step.action for step in act.steps)
     if apply:
         applied: list[list[Change]] = []
-        with Journal("full", p, store, result.scope) as journal:
+        with Journal(act.name, p, store, result.scope) as journal:
             for planned, snapshot in steps:
                 try:
                     applied.append(
@@ -390,8 +321,8 @@ def _run_full(
                         )
                     )
                 except PlanConflict as exc:
-                    report = _full_steps(names, applied, step_changes, exc)
-                    raise RunStopped(exc, action="full", run_id=journal.run_id, steps=report) from None
+                    report = _step_report(names, applied, step_changes, exc)
+                    raise RunStopped(exc, action=act.name, run_id=journal.run_id, steps=report) from None
         step_changes = applied
         result.applied, result.run_id = True, journal.run_id
         after = health(load_entries(store, result.scope, progress))
@@ -405,6 +336,6 @@ def _run_full(
             for n, s, c in zip(names, steps, step_changes, strict=True)
         ],
     } | _change_summary(result.changes)
-    if steps[0][0].clusters:
-        result.summary["clusters"] = steps[0][0].clusters
+    if clusters:
+        result.summary["clusters"] = clusters
     return result

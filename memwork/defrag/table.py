@@ -1,0 +1,341 @@
+"""The defrag actions, each declared once: name, help, parameters, read-only or not, and how it runs.
+
+:func:`~memwork.defrag.actions.run_action` dispatches through :data:`ACTIONS`, and ``memwork defrag``
+generates one command per action with only that action's options. A read-only action has ``find``
+(entries -> :class:`Found`); a modifying action has ``plan`` (entries -> :class:`Planned`); a composite
+one (``full``) has ``steps``: registered planners run in order, each on the state the previous one
+leaves, its parameters derived from theirs. Adding an action is one :func:`register` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from memwork.defrag import findings
+from memwork.defrag import params as p
+from memwork.defrag.params import Param
+from memwork.defrag.planners import (
+    Planned,
+    plan_cleanup_stubs,
+    plan_compact,
+    plan_link_related,
+    plan_merge_duplicates,
+)
+from memwork.defrag.review import Pair3
+from memwork.entry import Entry
+from memwork.errors import UsageError
+from memwork.stores.progress import Progress
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an action may use besides its parameters: the clock, progress and approved pairs."""
+
+    now: datetime
+    progress: Progress | None = None
+    approved: list[Pair3] | None = None
+
+
+@dataclass
+class Found:
+    """A read-only action's answer: its summary and the pairs or entries it found."""
+
+    summary: dict[str, Any]
+    pairs: list[findings.Pair] = field(default_factory=list)
+    entries: list[findings.EntryReport] = field(default_factory=list)
+
+
+Finder = Callable[[list[Entry], dict[str, Any], Context], Found]
+Planner = Callable[[list[Entry], dict[str, Any], Context], Planned]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One planner of a composite action; ``rename`` maps its parameter names to the composite's."""
+
+    action: str
+    rename: Mapping[str, str] = field(default_factory=dict)
+
+    def name_of(self, param: str) -> str:
+        return self.rename.get(param, param)
+
+
+@dataclass(frozen=True)
+class Action:
+    """One defrag action. ``params`` keeps the order of the ``--json`` ``params`` object."""
+
+    name: str
+    help: str
+    params: Mapping[str, Param]
+    read_only: bool
+    find: Finder | None = None
+    plan: Planner | None = None
+    steps: tuple[Step, ...] = ()
+    #: the lists (``pairs``, ``entries``) its JSON always carries, even when empty
+    lists: tuple[str, ...] = ()
+    #: its plan can rewrite content, so it takes ``--embedder``
+    reembeds: bool = False
+    #: a check across parameters, after each one is checked
+    check: Callable[[dict[str, Any]], None] | None = None
+
+    @property
+    def cli_name(self) -> str:
+        return self.name.replace("_", "-")
+
+    def defaults(self) -> dict[str, Any]:
+        return {name: param.default for name, param in self.params.items()}
+
+    def validate(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Defaults merged with ``given``, each checked; an unknown parameter names the ones accepted.
+
+        ``None`` for a parameter whose default is not ``None`` means "not given" (the CLI's unset option).
+        """
+        out = self.defaults()
+        for raw_name, value in given.items():
+            name = ALIASES.get(raw_name, raw_name)
+            if name not in self.params:
+                accepted = ", ".join(self.params) or "none"
+                raise UsageError(name, value, f"not a parameter of {self.name} (accepts: {accepted})")
+            if value is None and self.params[name].default is not None:
+                continue
+            out[name] = value
+        for name, value in out.items():
+            out[name] = self.params[name].check(name, value)
+        if self.check is not None:
+            self.check(out)
+        return out
+
+
+#: every action by name, in the guide's order
+ACTIONS: dict[str, Action] = {}
+#: alias -> parameter name, over every registered action
+ALIASES: dict[str, str] = {}
+
+
+def register(action: Action) -> Action:
+    """Add ``action``; a second action of the same name, or a step that is not a planner, is refused."""
+    if action.name in ACTIONS:
+        raise ValueError(f"defrag action {action.name!r} is already registered")
+    runs = (action.find is not None, action.plan is not None, bool(action.steps))
+    if runs not in (
+        {(True, False, False)} if action.read_only else {(False, True, False), (False, False, True)}
+    ):
+        raise ValueError(f"{action.name}: a read-only action has find, a modifying one plan or steps")
+    for step in action.steps:
+        if step.action not in ACTIONS or ACTIONS[step.action].plan is None:
+            raise ValueError(f"{action.name}: step {step.action!r} is not a registered planner")
+    ACTIONS[action.name] = action
+    for name, param in action.params.items():
+        for alias in param.aliases:
+            ALIASES[alias] = name
+    return action
+
+
+def composite(name: str, help: str, steps: tuple[Step, ...], helps: Mapping[str, str]) -> Action:
+    """An action running ``steps`` in order; its parameters are theirs, renamed (``helps`` by new name)."""
+    params: dict[str, Param] = {}
+    for step in steps:
+        for param_name, param in ACTIONS[step.action].params.items():
+            new = step.name_of(param_name)
+            if new in params:
+                raise ValueError(f"{name}: two steps take {new!r}; rename one")
+            params[new] = param.but(help=helps[new]) if new in helps else param
+    return Action(
+        name,
+        help,
+        params,
+        read_only=False,
+        steps=steps,
+        reembeds=any(ACTIONS[s.action].reembeds for s in steps),
+    )
+
+
+def normalize_action(action: str) -> str:
+    """``find-duplicates`` and ``find_duplicates`` are the same action; anything else is a usage error."""
+    name = str(action).strip().lower().replace("-", "_")
+    if name not in ACTIONS:
+        raise UsageError("action", action, f"unknown action; known: {', '.join(ACTIONS)}")
+    return name
+
+
+def lookup(action: str) -> Action:
+    """The registered action of that name (either spelling)."""
+    return ACTIONS[normalize_action(action)]
+
+
+def validate_params(action: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    """``action``'s defaults merged with ``params``, each checked (see :meth:`Action.validate`)."""
+    return lookup(action).validate(params)
+
+
+# ---- the read-only actions -----------------------------------------------------------------------------
+def _analyze(entries: list[Entry], _: dict[str, Any], ctx: Context) -> Found:
+    return Found(findings.analyze(entries))
+
+
+def _find_duplicates(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
+    pairs = findings.find_duplicates(entries, q["similarity_threshold"], progress=ctx.progress)
+    return Found({"pairs": len(pairs)}, pairs=pairs)
+
+
+def _find_related(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
+    pairs = findings.find_related(entries, q["min_similarity"], q["max_similarity"], progress=ctx.progress)
+    status = [pair.link_status for pair in pairs]
+    counts = {s: status.count(s) for s in ("unlinked", "one-way", "bidirectional")}
+    return Found({"pairs": len(status)} | counts, pairs=pairs)
+
+
+def _find_low_quality(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
+    found = findings.find_low_quality(entries, q["confidence_filter"], now=ctx.now)
+    return Found({"entries": len(found)}, entries=found)
+
+
+def _find_archival(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
+    found = findings.find_archival_candidates(entries, q["age_days"], now=ctx.now)
+    return Found({"entries": len(found)}, entries=found)
+
+
+# ---- the planners --------------------------------------------------------------------------------------
+def _merge(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
+    return plan_merge_duplicates(
+        entries,
+        q["similarity_threshold"],
+        q["strategy"],
+        approved=ctx.approved,
+        progress=ctx.progress,
+    )
+
+
+def _link(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
+    return plan_link_related(entries, q["min_similarity"], q["max_similarity"], progress=ctx.progress)
+
+
+def _cleanup(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
+    return plan_cleanup_stubs(entries, q["age_days"], q["max_hits"], now=ctx.now)
+
+
+def _compact(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
+    return plan_compact(entries, q["min_quality_score"], q["min_age_days"], q["max_hits"], now=ctx.now)
+
+
+_RELATED = {"min_similarity": p.MIN_SIMILARITY, "max_similarity": p.MAX_SIMILARITY}
+_related_order = p.ordered("min_similarity", "max_similarity")
+
+register(
+    Action(
+        "analyze",
+        "Health score (0-100, with its band) and metadata, tag, link and embedding coverage.",
+        {},
+        read_only=True,
+        find=_analyze,
+    )
+)
+register(
+    Action(
+        "find_duplicates",
+        "Pairs with max(Jaccard, cosine) >= --similarity-threshold (default 0.85).",
+        {"similarity_threshold": p.SIMILARITY_THRESHOLD},
+        read_only=True,
+        find=_find_duplicates,
+        lists=("pairs",),
+    )
+)
+register(
+    Action(
+        "find_low_quality",
+        "Entries with quality issues (no metadata/tags/links/embedding, low confidence).",
+        {"confidence_filter": p.CONFIDENCE_FILTER},
+        read_only=True,
+        find=_find_low_quality,
+        lists=("entries",),
+    )
+)
+register(
+    Action(
+        "find_archival_candidates",
+        "Entries not updated for --age-days (default 90).",
+        {"age_days": p.AGE_DAYS},
+        read_only=True,
+        find=_find_archival,
+        lists=("entries",),
+    )
+)
+register(
+    Action(
+        "find_related",
+        "Pairs with min <= cosine < max similarity (0.60..0.85) and their link status.",
+        _RELATED,
+        read_only=True,
+        find=_find_related,
+        lists=("pairs",),
+        check=_related_order,
+    )
+)
+register(
+    Action(
+        "link_related",
+        "Link related pairs both ways (memory://path in metadata.related).",
+        _RELATED,
+        read_only=False,
+        plan=_link,
+        lists=("pairs",),
+        check=_related_order,
+    )
+)
+register(
+    Action(
+        "merge_duplicates",
+        "Merge duplicate clusters into one survivor each, leaving redirect stubs.",
+        {
+            "similarity_threshold": p.SIMILARITY_THRESHOLD,
+            "strategy": p.STRATEGY,
+            "approved": p.APPROVED,
+        },
+        read_only=False,
+        plan=_merge,
+        lists=("pairs",),
+        reembeds=True,
+    )
+)
+register(
+    Action(
+        "cleanup_stubs",
+        "Delete stubs older than --age-days (90) with at most --max-hits (10) hits.",
+        {"age_days": p.AGE_DAYS, "max_hits": p.MAX_HITS},
+        read_only=False,
+        plan=_cleanup,
+        lists=("entries",),
+    )
+)
+register(
+    Action(
+        "compact",
+        "Delete entries with quality < 20, age >= 30 days and hits <= 0 (all adjustable).",
+        {
+            "min_quality_score": p.MIN_QUALITY_SCORE,
+            "min_age_days": p.MIN_AGE_DAYS,
+            "max_hits": p.MAX_HITS.but(default=0),
+        },
+        read_only=False,
+        plan=_compact,
+        lists=("entries",),
+    )
+)
+register(
+    composite(
+        "full",
+        "merge-duplicates, then cleanup-stubs, then compact; health before and after.",
+        (
+            Step("merge_duplicates"),
+            Step("cleanup_stubs"),
+            Step("compact", {"max_hits": "compact_max_hits"}),
+        ),
+        helps={"compact_max_hits": "full: compact's --max-hits."},
+    )
+)
+
+#: every action's default parameters (derived from :data:`ACTIONS`)
+DEFAULTS: dict[str, dict[str, Any]] = {name: action.defaults() for name, action in ACTIONS.items()}
