@@ -12,6 +12,7 @@ import pytest
 
 from memwork.cli import main
 from memwork.cli.docs import command_list, iter_commands, render, with_command_list
+from memwork.errors import UsageError as MemworkUsageError
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {doc.name: doc for doc in iter_commands()}
@@ -88,7 +89,10 @@ def _resolve(words: list[str]) -> tuple[click.Command, list[str]]:
     """The command ``memwork WORDS...`` runs and the words left for it, as click resolves them."""
     command: click.Command = main
     ctx = click.Context(main, info_name="memwork")
-    while isinstance(command, click.Group) and words and not words[0].startswith("-"):
+    # an upper-case word is a placeholder (``memwork defrag ACTION``): the group is what is named
+    while (
+        isinstance(command, click.Group) and words and not words[0].startswith("-") and not words[0].isupper()
+    ):
         _, sub, words = command.resolve_command(ctx, words)
         assert sub is not None
         command, ctx = sub, click.Context(sub, info_name=sub.name, parent=ctx)
@@ -105,7 +109,7 @@ def test_readme_names_only_real_commands_and_options():
             continue  # prose such as "memwork moves", not a command line
         try:
             command, rest = _resolve(words)
-        except (click.UsageError, AssertionError):
+        except (click.UsageError, MemworkUsageError, AssertionError):
             wrong.append(f"{mention}: no such command")
             continue
         if isinstance(command, click.Group):
@@ -115,3 +119,28 @@ def test_readme_names_only_real_commands_and_options():
             if option not in known:
                 wrong.append(f"{mention}: {command.name} has no {option}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_check_config_json_is_the_documented_spelling_of_format_json():
+    from click.testing import CliRunner
+
+    runner = CliRunner()
+    as_json = runner.invoke(main, ["check", "config", "--backend", "legacy", "--json"])
+    as_format = runner.invoke(main, ["check", "config", "--backend", "legacy", "--format", "json"])
+    assert as_json.exit_code == as_format.exit_code and as_json.stdout == as_format.stdout
+    both = runner.invoke(main, ["check", "config", "--backend", "legacy", "--json", "--format", "shell"])
+    assert both.exit_code == 2 and "exclude each other" in both.output
+
+
+def test_legacy_init_json(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    url = f"sqlite:///{tmp_path / 'legacy.db'}"
+    dry = json.loads(CliRunner().invoke(main, ["legacy", "init", "--database-url", url, "--json"]).stdout)
+    assert dry["applied"] is False and dry["created"] == [] and dry["statements"]
+    result = CliRunner().invoke(main, ["legacy", "init", "--database-url", url, "--apply", "--json"])
+    applied = json.loads(result.stdout)
+    assert applied["applied"] is True
+    assert sorted(applied["created"]) == ["h5_conversation_messages", "h5_user_memory_items"]

@@ -12,7 +12,14 @@ from memwork.errors import CheckFailed
 
 @click.group("check")
 def check() -> None:
-    """Gates for the Memory V2 facade: backend contracts, per-backend config, the synthetic self-check."""
+    """Gates for the Memory V2 facade: backend contracts, per-backend config, the synthetic self-check.
+
+    \b
+    Examples:
+        memwork check contracts --json
+        memwork check config --backend pgvector --json
+        memwork check health --require-enabled
+    """
 
 
 @check.command("contracts")
@@ -61,17 +68,22 @@ def contracts(include_pgvector_adapter: bool, adapters: tuple[str, ...], as_json
     type=click.Choice(["json", "shell"]),
     default="json",
     show_default=True,
-    help="json: missing keys and readiness; shell: a copy-paste export template.",
+    help="json: missing keys and readiness (same as --json); shell: a copy-paste export template.",
 )
-def config(backend: str, fmt: str) -> None:
+@json_option
+def config(backend: str, fmt: str, as_json: bool) -> None:
     """Which variables BACKEND still needs and whether it is ready (exit 1 when not). Secrets never shown.
 
     \b
-    Example:
+    Examples:
+        memwork check config --backend letta --json
         memwork check config --backend letta --format shell
     """
     from memwork.facade.configcheck import check_config, shell_template
     from memwork.facade.registry import Registry
+
+    if as_json and fmt == "shell":
+        raise click.UsageError("--json and --format shell exclude each other")
 
     result = check_config(Registry(), backend, os.environ)
     if fmt == "shell":

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import click
 
-from memwork.cli.options import apply_option, database_url_option
+from memwork.cli.options import apply_option, database_url_option, emit_json, json_option
 
 
 @click.group("legacy")
 def legacy() -> None:
-    """The legacy conversation-memory tables (h5_conversation_messages, h5_user_memory_items)."""
+    """The legacy conversation-memory tables (h5_conversation_messages, h5_user_memory_items).
+
+    \b
+    Example:
+        memwork legacy init --database-url sqlite:///legacy.db --apply --json
+    """
 
 
 @legacy.command("init")
@@ -19,17 +24,24 @@ def legacy() -> None:
     help="Legacy database URL (mysql://..., sqlite:///...). Env: MEMORY_LEGACY_DATABASE_URL.",
 )
 @apply_option
-def legacy_init(database_url: str, apply: bool) -> None:
+@json_option
+def legacy_init(database_url: str, apply: bool, as_json: bool) -> None:
     """Print the DDL of the two legacy tables; --apply creates the missing ones.
 
     \b
-    Example:
-        memwork legacy init --database-url mysql://root@127.0.0.1:3306/memind --apply
+    Examples:
+        memwork legacy init --database-url mysql://root@127.0.0.1:3306/memind
+        memwork legacy init --database-url mysql://root@127.0.0.1:3306/memind --apply --json
     """
+    from dataclasses import asdict
+
     from memwork.legacy.schema import init_schema
     from memwork.redaction import redact_url
 
     result = init_schema(database_url, apply=apply)
+    if as_json:
+        emit_json({"database": redact_url(database_url), **asdict(result)})
+        return
     if not apply:
         click.echo("\n\n".join(result.statements))
         click.echo("-- dry run: nothing executed; add --apply to create", err=True)

@@ -9,7 +9,13 @@ import click
 
 @click.group("scaffold")
 def scaffold() -> None:
-    """Generate code skeletons."""
+    """Generate code skeletons.
+
+    \b
+    Example:
+        memwork scaffold backend --name qdrant --category semantic --role scale-out-vector-store \\
+            --capability resolve --capability write --write --dir adapters/
+    """
 
 
 @scaffold.command("backend")

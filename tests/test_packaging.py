@@ -1,0 +1,229 @@
+"""Packaging that works outside a checkout, and dependencies declared honestly.
+
+``test_imports_match_declared_dependencies`` compares the third-party modules memwork imports (its
+code and the notebooks it ships) with pyproject.toml. ``test_non_editable_install_outside_the_checkout``
+builds the wheel, installs it non-editable into a fresh venv and runs ``memwork demo`` and
+``memwork report health_report`` from a folder that is not the checkout.
+
+The fresh venv takes its *dependencies* from the dev venv (a ``.pth`` to a view of its site-packages
+without memwork's own editable install), so the test needs no network and takes a minute, and it
+checks that every requirement in the wheel's metadata is satisfied there; memwork itself comes only
+from the wheel.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import zipfile
+from functools import cache
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+#: declared runtime dependencies memwork never imports, and why they are declared anyway
+NOT_IMPORTED = {
+    "pymysql": "the SQLAlchemy driver of mysql+pymysql:// URLs, loaded by SQLAlchemy",
+    "ipykernel": "the kernel papermill starts for the report notebooks",
+}
+#: extras' packages memwork never imports
+NOT_IMPORTED_EXTRAS = {
+    "torch": "pinned so sentence-transformers does not pull a CUDA build",
+    "jupyterlab": "a tool to open the notebooks, not a library",
+}
+
+
+def _name(requirement: str) -> str:
+    """``psycopg[binary]>=3.2`` -> ``psycopg`` (normalised distribution name)."""
+    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    assert match, requirement
+    return re.sub(r"[-_.]+", "-", match.group(1)).lower()
+
+
+def _top_level_imports(source: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _third_party_imports() -> dict[str, set[str]]:
+    """Top-level module -> the files importing it, over memwork/ and the shipped notebooks."""
+    found: dict[str, set[str]] = {}
+    sources = [(p, p.read_text(encoding="utf-8")) for p in (ROOT / "memwork").rglob("*.py")]
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = nbformat.read(str(path), as_version=4).cells
+        code = [c.source for c in cells if c.cell_type == "code"]
+        # IPython magics and shell lines are not Python
+        text = "\n".join(line for cell in code for line in cell.splitlines() if line.lstrip()[:1] not in "%!")
+        sources.append((path, text))
+    for path, text in sources:
+        for name in _top_level_imports(text):
+            if name not in sys.stdlib_module_names and name != "memwork":
+                found.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+_packages_distributions = cache(packages_distributions)
+
+
+def _distributions(module: str) -> set[str]:
+    """The distributions providing import name ``module`` (by name when it is not installed)."""
+    dists = _packages_distributions().get(module) or [module]
+    return {_name(d) for d in dists}
+
+
+def test_imports_match_declared_dependencies():
+    runtime = {_name(r) for r in PYPROJECT["project"]["dependencies"]}
+    extras = {
+        extra: {_name(r) for r in reqs}
+        for extra, reqs in PYPROJECT["project"]["optional-dependencies"].items()
+        if extra != "dev"  # tools for the repository (pytest, ruff, ...), not memwork's
+    }
+    imports = _third_party_imports()
+    undeclared = {
+        module: sorted(files)
+        for module, files in imports.items()
+        if not _distributions(module) & (runtime | set().union(*extras.values()))
+    }
+    assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
+    imported = set().union(*(_distributions(m) for m in imports))
+    unused = runtime - imported - set(NOT_IMPORTED)
+    assert not unused, f"declared but never imported by memwork/ or its notebooks: {sorted(unused)}"
+    unused_extras = set().union(*extras.values()) - imported - set(NOT_IMPORTED_EXTRAS)
+    assert not unused_extras, f"extras' packages never imported: {sorted(unused_extras)}"
+    stale = (set(NOT_IMPORTED) - runtime) | (set(NOT_IMPORTED) & imported)
+    assert not stale, f"NOT_IMPORTED is out of date: {sorted(stale)}"
+
+
+def test_package_data_names_only_existing_files():
+    for package, patterns in PYPROJECT["tool"]["setuptools"]["package-data"].items():
+        folder = ROOT / "notebooks" if package == "memwork.notebooks" else ROOT / package.replace(".", "/")
+        for pattern in patterns:
+            assert list(folder.glob(pattern)), f"package-data {package}: {pattern} matches nothing"
+
+
+def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(args, capture_output=True, text=True, timeout=900, **kwargs)
+    assert result.returncode == 0, (
+        f"{' '.join(args)} -> {result.returncode}\n{result.stdout}\n{result.stderr}"
+    )
+    return result
+
+
+def _dependency_view(target: Path) -> Path:
+    """A folder of links to the dev venv's installed packages, minus memwork itself and .pth hooks."""
+    target.mkdir()
+    site = Path(sysconfig.get_paths()["purelib"])
+    for entry in site.iterdir():
+        name = entry.name.lower()
+        if name.endswith(".pth") or "memwork" in name:
+            continue
+        (target / entry.name).symlink_to(entry)
+    return target
+
+
+@pytest.mark.slow
+def test_non_editable_install_outside_the_checkout(tmp_path):
+    dist = tmp_path / "dist"
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(dist),
+            str(ROOT),
+        ]
+    )
+    (wheel,) = dist.glob("memwork-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for shipped in ("health_report", "duplicate_review", "backfill_verification", "canary_signoff"):
+        assert f"memwork/notebooks/{shipped}.ipynb" in names
+    assert "memwork/embed_data/all-MiniLM-L6-v2/tokenizer.json" in names
+    assert "memwork/py.typed" in names
+    assert not [n for n in names if n.startswith(("tests/", "notebooks/", "benchmarks/"))]
+
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    python = venv / "bin" / "python"
+    site = Path(
+        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    )
+    (site / "memwork_test_dependencies.pth").write_text(str(_dependency_view(tmp_path / "deps")) + "\n")
+    for data in ("share/jupyter", "etc/jupyter"):  # what the dependencies' wheels put in the prefix
+        source = Path(sys.prefix) / data  # (nbconvert's HTML templates, jupyter config)
+        if source.exists():
+            (venv / data).parent.mkdir(parents=True, exist_ok=True)
+            (venv / data).symlink_to(source)
+    _run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)])
+
+    # the wheel's own requirements are all satisfied by what the venv sees
+    check = """
+import json
+from importlib.metadata import distribution, version
+from packaging.requirements import Requirement
+import memwork, memwork.reports.runner as runner
+missing = []
+for text in distribution("memwork").requires or []:
+    req = Requirement(text)
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue
+    try:
+        if version(req.name) not in req.specifier:
+            missing.append(text)
+    except Exception:
+        missing.append(text)
+print(json.dumps({"missing": missing, "memwork": memwork.__file__, "notebooks": str(runner.notebooks_dir())}))
+"""
+    outside = tmp_path / "project"
+    outside.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMWORK_", "VIRTUAL_ENV", "PYTHON"))}
+    env.update(MEMWORK_HOME=str(tmp_path / "home"), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    facts = json.loads(_run([str(python), "-c", check], cwd=outside, env=env).stdout)
+    assert facts["missing"] == []
+    assert facts["memwork"].startswith(str(site)) and facts["notebooks"].startswith(str(site))
+
+    # provenance names the project the command ran in: a git repository of its own
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-C", str(outside)]
+    _run([*git, "init", "-q"])
+    (outside / "notes.txt").write_text("a project that uses memwork\n")
+    _run([*git, "add", "notes.txt"])
+    _run([*git, "commit", "-q", "-m", "start"])
+    head = _run([*git, "rev-parse", "HEAD"]).stdout.strip()
+
+    memwork = str(venv / "bin" / "memwork")
+    try:
+        demo = json.loads(_run([memwork, "demo", "--json"], cwd=outside, env=env).stdout)
+        verdicts = {r["name"]: r["verdict"] for r in demo["runs"]}
+        assert verdicts == {
+            "health_report": "PASS",
+            "duplicate_review": "INFO",
+            "backfill_verification": "PASS",
+            "canary_signoff": "GO",
+        }, demo
+        store = demo["data"]["store"]
+        _run([memwork, "report", "health_report", "-p", "store", store], cwd=outside, env=env)
+    finally:  # the demo's embedded PostgreSQL lives in MEMWORK_HOME and outlives the commands
+        subprocess.run([memwork, "pgvector", "url", "--stop"], cwd=outside, env=env, capture_output=True)
+    manifests = sorted((outside / "reports").glob("*-health_report*/manifest.json"))
+    assert len(manifests) == 2  # the demo's and ours
+    assert {json.loads(m.read_text())["git_commit"] for m in manifests} == {head}
