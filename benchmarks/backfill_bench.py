@@ -25,10 +25,10 @@ from _pgvector_common import scratch_mysql, scratch_pg
 
 
 def load_source(mysql_url: str, rows: int, users: int) -> list[dict]:
-    from memwork.pgvector.sample import legacy_items, load_legacy_items
+    from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
-    items = legacy_items(users, max(1, rows // users), seed=42)[:rows]
-    load_legacy_items(mysql_url, items)
+    items = generate_legacy_items(users, max(1, rows // users), seed=42, active_only=True)[:rows]
+    load_legacy_rows(mysql_url, ITEMS, items)
     return items
 
 
@@ -72,7 +72,7 @@ def baseline_rate(pg_url: str, items: list[dict], embedder, sample: int) -> floa
 
 
 def run_backfill_timed(mysql_url: str, pg_url: str, embedder, batch_size: int) -> tuple[float, int]:
-    from memwork.backfill import BackfillOptions, run_backfill
+    from memwork.pgvector.backfill import BackfillOptions, run_backfill
 
     options = BackfillOptions(
         mysql_url=mysql_url,

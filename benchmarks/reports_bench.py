@@ -21,9 +21,10 @@ from pathlib import Path
 
 def build(items: int, folder: Path) -> dict[str, str]:
     """A 100k-entry defrag store and a 100k-item legacy store backfilled into pgvector."""
-    from memwork.migration import build_migration
+    from memwork.samples.entries import generate_entries
+    from memwork.samples.legacy import generate_legacy_items
+    from memwork.samples.migration import build_migration
     from memwork.stores import open_store
-    from memwork.synth import generate_entries, generate_legacy_items
 
     store = f"sqlite:///{folder / 'entries.db'}"
     opened = open_store(store, create=True)
@@ -105,7 +106,7 @@ def main() -> int:
             print(f"four reports: {total} s (target 300 s)")
     if not args.skip_demo:
         with tempfile.TemporaryDirectory(prefix="mwdemo-", dir="/tmp") as tmp:
-            from memwork.demo import run_demo
+            from memwork.samples.demo import run_demo
 
             start = time.perf_counter()
             result = run_demo(tmp, reports=Path(tmp) / "reports")

@@ -1,4 +1,5 @@
-"""Database connections, written once: URL normalisation and SQLAlchemy engines for every store and backend.
+"""Database connections, written once: URL normalisation, SQLAlchemy engines for every store and backend, and
+the psycopg connection (and MySQL error wrapper) that turns an unreachable server into one clear error.
 
 Accepted URLs: ``sqlite:///file.db``, ``mysql://`` / ``mariadb://`` (through PyMySQL),
 ``postgresql://`` (through psycopg 3) and ``pg://embedded[/NAME]`` (the embedded server).
@@ -7,11 +8,15 @@ Accepted URLs: ``sqlite:///file.db``, ``mysql://`` / ``mariadb://`` (through PyM
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 
 from memwork.embedded_pg import is_embedded_url, resolve_url
-from memwork.errors import UsageError
+from memwork.errors import ServiceUnavailable, UsageError
+from memwork.redaction import redact_url
 
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
@@ -80,3 +85,36 @@ def dispose_all() -> None:
         for engine in _engines.values():
             engine.dispose()
         _engines.clear()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+@contextmanager
+def pg_connect(url: str, *, autocommit: bool = False) -> Iterator[Any]:
+    """``psycopg.connect`` on ``url`` (``pg://embedded`` resolved); connection failures and a lost
+    server become :class:`ServiceUnavailable` (exit 1, one line, password redacted)."""
+    import psycopg
+
+    try:
+        conn = psycopg.connect(libpq_url(url), autocommit=autocommit)
+    except psycopg.OperationalError as exc:
+        raise ServiceUnavailable(f"PostgreSQL at {redact_url(url)} unreachable: {_first_line(exc)}") from None
+    try:
+        with conn:
+            yield conn
+    except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        raise ServiceUnavailable(f"PostgreSQL at {redact_url(url)} failed: {_first_line(exc)}") from exc
+
+
+@contextmanager
+def mysql_errors(url: str) -> Iterator[None]:
+    """SQLAlchemy/PyMySQL connection failures as :class:`ServiceUnavailable`."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        detail = _first_line(exc.orig) if exc.orig is not None else _first_line(exc)
+        raise ServiceUnavailable(f"MySQL at {redact_url(url)} unreachable: {detail}") from None

@@ -6,6 +6,8 @@ Defaults to ``./.memwork`` (override with ``MEMWORK_HOME``), so ``make demo`` ne
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -15,3 +17,23 @@ def workspace_dir(create: bool = True) -> Path:
     if create:
         path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextmanager
+def using_workspace(path: str | Path | None) -> Iterator[Path]:
+    """Make ``path`` the workspace while the block runs (``None``: keep the current one), then restore.
+
+    Scoped, not a lasting ``os.environ`` write: the embedded server, and report kernels (which inherit
+    the environment), find the same folder, and the caller's process is left as it was."""
+    if path is None:
+        yield workspace_dir()
+        return
+    saved = os.environ.get("MEMWORK_HOME")
+    os.environ["MEMWORK_HOME"] = str(Path(path).expanduser().resolve())
+    try:
+        yield workspace_dir()
+    finally:
+        if saved is None:
+            os.environ.pop("MEMWORK_HOME", None)
+        else:
+            os.environ["MEMWORK_HOME"] = saved

@@ -15,15 +15,15 @@ from click.testing import CliRunner
 from pgvector.psycopg import register_vector
 from sqlalchemy import update
 
-from memwork.backfill import BackfillOptions, Cursor, load_checkpoint, run_backfill
 from memwork.cli import main
 from memwork.cli.options import progress as options_progress
 from memwork.db import get_engine
 from memwork.embed import HashEmbedder, MemoryModuleEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
-from memwork.pgvector.sample import legacy_items, load_legacy_items
+from memwork.pgvector.backfill import BackfillOptions, Cursor, load_checkpoint, run_backfill
 from memwork.pgvector.schema import ensure_schema
+from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
 DIMS = 8
 
@@ -40,8 +40,8 @@ class ExplodingEmbedder:
 
 @pytest.fixture
 def source(mysql_url):
-    rows = legacy_items(5, 12, seed=1)
-    load_legacy_items(mysql_url, rows)
+    rows = generate_legacy_items(5, 12, seed=1, active_only=True)
+    load_legacy_rows(mysql_url, ITEMS, rows)
     return mysql_url, rows
 
 
@@ -109,10 +109,10 @@ def test_apply_copies_everything_with_model_and_content(source, dest):
 
 def test_keyset_walks_ties_on_updated_at_one_row_at_a_time(mysql_url, dest):
     same = datetime(2024, 5, 1, 12, 0, 0)
-    rows = legacy_items(1, 9, seed=2)
+    rows = generate_legacy_items(1, 9, seed=2, active_only=True)
     for row in rows:
         row["updated_at"] = same
-    load_legacy_items(mysql_url, rows)
+    load_legacy_rows(mysql_url, ITEMS, rows)
     report = run_backfill(_options(mysql_url, dest, batch_size=1))
     assert report.rows_written == 9 and report.batches == 9
     assert set(_dest_rows(dest)) == {r["id"] for r in rows}
@@ -332,7 +332,7 @@ def test_cli_backfill_feeds_the_shared_progress_bar(source, dest, monkeypatch):
         calls.append(("open", description, total, quiet, unit))
         yield lambda n=1, total=None: calls.append((n, total))
 
-    monkeypatch.setattr("memwork.cli.pgvector.progress", recorder)
+    monkeypatch.setattr("memwork.cli.backfill.progress", recorder)
     args = ["backfill", "--mysql-url", mysql_url, "--database-url", dest, "--batch-size", "25"]
     result = CliRunner().invoke(main, [*args, "--apply", "--embedder", f"hash:{DIMS}"])
     assert result.exit_code == 0, result.output

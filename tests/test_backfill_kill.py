@@ -18,8 +18,8 @@ from sqlalchemy import select, update
 from memwork.db import get_engine
 from memwork.embed import HashEmbedder
 from memwork.legacy.schema import memory_items
-from memwork.pgvector.sample import legacy_items, load_legacy_items
 from memwork.pgvector.schema import ensure_schema
+from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 DIMS = 16
@@ -85,8 +85,8 @@ def _count(pg_url: str) -> int:
 
 
 def test_sigkill_mid_backfill_then_resume_loses_and_duplicates_nothing(mysql_url, pg_url, tmp_path):
-    rows = legacy_items(40, 500, seed=7)  # 20,000 rows -> 1,000 batches of 20
-    load_legacy_items(mysql_url, rows)
+    rows = generate_legacy_items(40, 500, seed=7, active_only=True)  # 20,000 rows -> 1,000 batches of 20
+    load_legacy_rows(mysql_url, ITEMS, rows)
     with get_engine(mysql_url).begin() as conn:  # inactive rows must never arrive
         for row in rows[:30]:
             conn.execute(update(memory_items).where(memory_items.c.id == row["id"]).values(status="archived"))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from memwork.backends.pgvector import from_env
-from memwork.backfill import BackfillOptions, run_backfill
 from memwork.embed import load_embedder
-from memwork.pgvector.sample import load_legacy_items
+from memwork.pgvector.backfill import BackfillOptions, run_backfill
 from memwork.pgvector.schema import ensure_schema
+from memwork.samples.legacy import ITEMS, load_legacy_rows
 
 pytestmark = pytest.mark.usefixtures("require_minilm")
 
@@ -40,7 +40,7 @@ def test_backfill_with_minilm_then_semantic_resolve(mysql_url, pg_url):
         }
         for i, text in enumerate(FACTS)
     ]
-    load_legacy_items(mysql_url, rows)
+    load_legacy_rows(mysql_url, ITEMS, rows)
     ensure_schema(pg_url, "memory_embeddings", 384)
     report = run_backfill(
         BackfillOptions(

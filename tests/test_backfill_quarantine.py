@@ -11,14 +11,14 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import update
 
-from memwork.backfill import BackfillOptions, load_checkpoint, load_rejects, run_backfill
 from memwork.cli import main
 from memwork.db import get_engine
 from memwork.embed import HashEmbedder
 from memwork.legacy.schema import memory_items
-from memwork.pgvector.sample import legacy_items, load_legacy_items
+from memwork.pgvector.backfill import BackfillOptions, load_checkpoint, load_rejects, run_backfill
 from memwork.pgvector.schema import ensure_schema
-from memwork.verify import VerifyOptions, verify_backfill
+from memwork.pgvector.verify import VerifyOptions, verify_backfill
+from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
 DIMS = 8
 NUL_ID = "poison-id\x00tail"
@@ -32,7 +32,7 @@ def dest(pg_url):
 
 def _poison_source(mysql_url):
     """30 good rows and four poison ones among them; the NUL id is the newest row of all."""
-    rows = legacy_items(3, 10, seed=4)
+    rows = generate_legacy_items(3, 10, seed=4, active_only=True)
     ordered = sorted(rows, key=lambda r: (r["updated_at"], r["id"]))
     template = dict(ordered[0], metadata=None)
     poison = [
@@ -42,7 +42,7 @@ def _poison_source(mysql_url):
         dict(template, id="poison-json", metadata={"note": "\x00"}, updated_at=ordered[22]["updated_at"]),
         dict(template, id=NUL_ID, updated_at=ordered[-1]["updated_at"] + timedelta(seconds=1)),
     ]
-    load_legacy_items(mysql_url, rows + poison)
+    load_legacy_rows(mysql_url, ITEMS, rows + poison)
     return rows, [p["id"] for p in poison]
 
 
@@ -140,9 +140,9 @@ class _BrokenEmbedder(HashEmbedder):
 
 
 def _embedder_source(mysql_url):
-    rows = legacy_items(2, 10, seed=5)
+    rows = generate_legacy_items(2, 10, seed=5, active_only=True)
     rows[7]["content"] = "please explode here"
-    load_legacy_items(mysql_url, rows)
+    load_legacy_rows(mysql_url, ITEMS, rows)
     return rows
 
 
@@ -191,27 +191,22 @@ def test_the_row_by_row_retry_catches_what_the_precheck_does_not(dest):
     fails the batch; the batch is retried row by row and only that row is quarantined."""
     from pgvector.psycopg import register_vector
 
-    from memwork.backfill import (
-        Cursor,
-        _Batch,
-        _prepare,
-        _register_packed_vectors,
-        _write_batch,
-    )
-    from memwork.pgvector.conn import pg_connection
+    from memwork.db import pg_connect
+    from memwork.pgvector.backfill import Cursor
+    from memwork.pgvector.backfill.writer import Batch, prepare_session, register_packed_vectors, write_batch
 
-    rows = legacy_items(1, 3, seed=6)
+    rows = generate_legacy_items(1, 3, seed=6, active_only=True)
     for row in rows:
         row["metadata"] = None
         row["created_at"], row["updated_at"] = str(row["created_at"]), str(row["updated_at"])
     rows[1]["content"] = "nul \x00 inside"  # as if the pre-check had missed it
     vectors = np.asarray(HashEmbedder(DIMS).embed([r["content"] for r in rows]), dtype=np.float32)
-    with pg_connection(dest, autocommit=True) as pg:
+    with pg_connect(dest, autocommit=True) as pg:
         register_vector(pg)
-        _register_packed_vectors(pg)
-        _prepare(pg)
-        batch = _Batch(rows, rows, vectors, [], Cursor.parse(rows[-1]["updated_at"], rows[-1]["id"]))
-        written, rejects = _write_batch(pg, "memory_embeddings", batch, "hash-8", DIMS, 0, "run-1")
+        register_packed_vectors(pg)
+        prepare_session(pg)
+        batch = Batch(rows, rows, vectors, [], Cursor.parse(rows[-1]["updated_at"], rows[-1]["id"]))
+        written, rejects = write_batch(pg, "memory_embeddings", batch, "hash-8", DIMS, 0, "run-1")
     assert written == 2 and [r.id for r in rejects] == [rows[1]["id"]]
     assert rejects[0].reason.startswith("postgresql: ")
     assert _dest_ids(dest) == {rows[0]["id"], rows[2]["id"]}

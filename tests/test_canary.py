@@ -6,15 +6,16 @@ import json
 
 import pytest
 
-from memwork.canary import CanaryOptions, canary_env, digest, percentiles, run_canary, write_embedding_module
 from memwork.errors import UsageError
-from memwork.migration import build_migration
+from memwork.pgvector.canary import CanaryOptions, canary_env, digest, percentiles, run_canary
+from memwork.pgvector.local_hash import write_module
+from memwork.samples.migration import build_migration
 
 
 @pytest.fixture
 def env(pg_url, mysql_url):
     m = build_migration(mysql_url, pg_url, n_users=4, items_per_user=15, dimensions=16, seed=2)
-    return canary_env(m.source_url, m.dest_url, write_embedding_module(m.dimensions))
+    return canary_env(m.source_url, m.dest_url, write_module(m.dimensions))
 
 
 def test_go_with_every_gate_passing_and_a_signoff(env, tmp_path):
@@ -69,7 +70,7 @@ def test_options_and_percentiles():
 
 
 def test_unreachable_target_or_legacy_is_no_go_with_the_reason_and_nothing_timed(env, tmp_path):
-    from memwork.canary import default_embedding_module, shown_parameters
+    from memwork.pgvector.canary import default_embedding_module, shown_parameters
 
     down = "postgresql://u:S3cretPW@127.0.0.1:5/x"
     assert default_embedding_module(down) == ""  # no cell error before the gates run

@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 from click.testing import CliRunner
 
-from memwork import demo
 from memwork.cli import main
 from memwork.reports import verify_manifest
+from memwork.samples import demo
 
 
 def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_server):
-    monkeypatch.setattr(demo, "DEMO_USERS", 20)
-    monkeypatch.setattr(demo, "DEMO_ENTRIES", 200)
     monkeypatch.setenv("MEMWORK_REPORTS_DIR", str(tmp_path / "reports"))
-    first = demo.run_demo(tmp_path / "ws")
+    home_before = os.environ.get("MEMWORK_HOME")
+    first = demo.run_demo(tmp_path / "ws", users=20, entries=200)
+    assert os.environ.get("MEMWORK_HOME") == home_before  # the workspace was scoped to the demo
     verdicts = {r["name"]: r["verdict"] for r in first.runs}
     assert verdicts == {
         "health_report": "PASS",
@@ -32,7 +33,8 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
         assert verify_manifest(run["run_dir"]) == []
     described = first.describe()
     assert "{" not in described and "20 users, 40 sessions" in described  # a sentence, not a dict repr
-    result = CliRunner().invoke(main, ["demo", "--workspace", str(tmp_path / "ws"), "--json"])
+    small = ["--users", "20", "--entries", "200"]
+    result = CliRunner().invoke(main, ["demo", "--workspace", str(tmp_path / "ws"), *small, "--json"])
     assert result.exit_code == 0, result.output
     second = json.loads(result.stdout)
     assert [r["verdict"] for r in second["runs"]] == [r["verdict"] for r in first.runs]

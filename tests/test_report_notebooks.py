@@ -14,8 +14,8 @@ import pytest
 from memwork.db import libpq_url
 from memwork.defrag.review import read_review_csv
 from memwork.errors import ReportExecutionError, UsageError
-from memwork.migration import build_migration
 from memwork.reports import list_reports, notebooks_dir, read_parameters, run_report
+from memwork.samples.migration import build_migration
 from memwork.samples.store import sample_store
 
 REPORTS = ["backfill_verification", "canary_signoff", "duplicate_review", "health_report"]

@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
-from memwork.migration import build_migration
+from memwork.samples.entries import generate_entries
+from memwork.samples.migration import build_migration
 from memwork.stores import open_store
-from memwork.synth import generate_entries
 
 PASSWORD = "S3cretPW"
 UNREACHABLE_PG = f"postgresql://u:{PASSWORD}@127.0.0.1:5/x"

@@ -117,7 +117,7 @@ def test_mysql_store(mysql_url):
 
 @pytest.mark.slow
 def test_iter_entries_streams_quickly(pg_url):
-    from memwork.synth import generate_entries
+    from memwork.samples.entries import generate_entries
 
     store = SQLStore(pg_url)
     entries = generate_entries(5000, seed=9)
@@ -131,8 +131,8 @@ def test_iter_entries_streams_quickly(pg_url):
 
 
 def test_bulk_load_rebuilds_the_hnsw_index(pg_url, monkeypatch):
+    from memwork.samples.entries import generate_entries
     from memwork.stores import sql
-    from memwork.synth import generate_entries
 
     monkeypatch.setattr(sql, "_BULK_REBUILD", 50)
     store = SQLStore(pg_url)

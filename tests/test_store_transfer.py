@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from memwork.cli import main
 from memwork.entry import Entry
 from memwork.errors import UsageError
+from memwork.samples.entries import generate_entries
 from memwork.stores import open_store
 from memwork.stores.transfer import (
     RECORD_FIELDS,
@@ -20,7 +21,6 @@ from memwork.stores.transfer import (
     export_jsonl,
     import_jsonl,
 )
-from memwork.synth import generate_entries
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 

@@ -13,7 +13,8 @@ from sqlalchemy import create_engine, insert, select
 from memwork.embed import HashEmbedder
 from memwork.entry import normalize_path
 from memwork.legacy import schema
-from memwork.synth import generate_conversations, generate_entries, generate_legacy_items
+from memwork.samples.entries import generate_entries
+from memwork.samples.legacy import generate_conversations, generate_legacy_items
 
 NOW = datetime(2025, 6, 1, tzinfo=UTC)
 CJK = re.compile(r"[\u4e00-\u9fff]")

@@ -7,8 +7,8 @@ import pytest
 
 from memwork.db import libpq_url
 from memwork.errors import UsageError
-from memwork.migration import build_migration
-from memwork.verify import VerifyOptions, range_checksums, row_digest, verify_backfill
+from memwork.pgvector.verify import VerifyOptions, range_checksums, row_digest, verify_backfill
+from memwork.samples.migration import build_migration
 
 
 def _options(m, **kw) -> VerifyOptions:

@@ -15,7 +15,19 @@ import click
 from memwork.errors import MemworkError
 
 #: command modules, each exporting ``commands`` (a list of click commands or groups)
-COMMAND_MODULES = ["store", "defrag", "status", "check", "scaffold", "legacy", "pgvector", "report"]
+COMMAND_MODULES = [
+    "store",
+    "defrag",
+    "status",
+    "check",
+    "scaffold",
+    "legacy",
+    "pgvector",
+    "backfill",
+    "smoke",
+    "report",
+    "demo",
+]
 
 
 class MemworkGroup(click.Group):

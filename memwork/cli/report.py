@@ -1,4 +1,4 @@
-"""CLI commands: ``report NAME|index|list`` and ``demo`` -- parse, call memwork, print, exit."""
+"""CLI group ``report NAME|index|list`` -- parse, call memwork, print, exit."""
 
 from __future__ import annotations
 
@@ -115,24 +115,4 @@ def list_cmd(as_json: bool) -> None:
             click.echo(f"  {p['name']}: {p['type']} = {p['default']!r}  {p['help']}")
 
 
-@click.command("demo")
-@click.option("--workspace", type=click.Path(file_okay=False), default=None, help="Workspace folder.")
-@json_option
-def demo(workspace: str | None, as_json: bool) -> None:
-    """The main job on embedded defaults: demo data, schema, backfill and all four reports.
-
-    \b
-    Example:
-        memwork demo
-    """
-    from memwork.demo import run_demo
-
-    result = run_demo(workspace, quiet=as_json)
-    if as_json:
-        emit_json(result.to_dict())
-    else:
-        click.echo(result.describe())
-    raise SystemExit(result.exit_code)
-
-
-commands = [report, demo]
+commands = [report]

@@ -1,5 +1,7 @@
-"""PostgreSQL + pgvector semantic memory: schema helpers and embedding modules for the canary env.
+"""The MySQL -> PostgreSQL + pgvector migration, in one package.
 
-The adapter itself is :mod:`memwork.backends.pgvector`; the MySQL -> pgvector copy is
-:mod:`memwork.backfill`; the post-migration check is :mod:`memwork.smoke`.
+``schema`` (the destination table), ``backfill/`` (the copy), ``verify`` (the post-copy comparison), ``smoke``
+(a write/search/delete round trip), ``canary`` (the sign-off run), and the query-embedding modules
+``local_hash`` and ``minilm`` named by ``MEMORY_PGVECTOR_EMBEDDING_MODULE``. The runtime adapter itself is
+:mod:`memwork.backends.pgvector`.
 """

@@ -4,26 +4,55 @@ Point ``MEMORY_PGVECTOR_EMBEDDING_MODULE=memwork.pgvector.local_hash`` (runtime 
 ``memwork backfill --embedding-module memwork.pgvector.local_hash`` at it; the dimension comes from
 ``MEMORY_V2_LOCAL_EMBEDDING_DIMENSIONS`` (default 3, as in the seed's canary env). Plumbing only:
 never for production retrieval quality.
+
+A canary whose table has another dimension gets a module file of its own from :func:`write_module`; that
+file only calls :func:`functions` here, so there is one hash query module, not two.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from memwork.embed import HashEmbedder
 
 DIMENSIONS = int(os.environ.get("MEMORY_V2_LOCAL_EMBEDDING_DIMENSIONS", "3"))
 MODEL_ID = f"hash-{DIMENSIONS}"
-_embedder = HashEmbedder(DIMENSIONS)
+
+QueryFunction = Callable[..., list[float]]
+MemoryFunction = Callable[[Mapping[str, Any]], list[float]]
 
 
-def embed_query(query: str, input: Mapping[str, Any] | None = None) -> list[float]:
-    """The vector of the request's query text."""
-    return _embedder.embed_one(query or "").tolist()
+def functions(dimensions: int) -> tuple[QueryFunction, MemoryFunction]:
+    """``embed_query`` and ``embed_memory`` for the hash embedder of ``dimensions``."""
+    embedder = HashEmbedder(int(dimensions))
+
+    def embed_query(query: str, input: Mapping[str, Any] | None = None) -> list[float]:
+        """The vector of the request's query text."""
+        return embedder.embed_one(query or "").tolist()
+
+    def embed_memory(memory: Mapping[str, Any]) -> list[float]:
+        """The vector of a memory item's content."""
+        return embedder.embed_one(str(memory.get("content") or "")).tolist()
+
+    return embed_query, embed_memory
 
 
-def embed_memory(memory: Mapping[str, Any]) -> list[float]:
-    """The vector of a memory item's content."""
-    return _embedder.embed_one(str(memory.get("content") or "")).tolist()
+embed_query, embed_memory = functions(DIMENSIONS)
+
+
+def write_module(dimensions: int, folder: Path | None = None) -> str:
+    """The path of a module file (for ``MEMORY_PGVECTOR_EMBEDDING_MODULE``) embedding with ``dimensions``.
+
+    A file, not this module plus an environment variable: this module reads its dimension once per process,
+    and a canary may check tables of several dimensions in one kernel."""
+    folder = folder or Path(tempfile.mkdtemp(prefix="memwork-embed-"))
+    path = folder / f"hash_query_{int(dimensions)}.py"
+    path.write_text(
+        "from memwork.pgvector.local_hash import functions\n\n"
+        f"embed_query, embed_memory = functions({int(dimensions)})\n"
+    )
+    return str(path)

@@ -19,6 +19,7 @@ DEFAULT_DIMENSIONS = 1536
 MAX_DIMENSIONS = 16000  # pgvector's limit for the vector type
 MAX_HNSW_DIMENSIONS = 2000  # pgvector's HNSW/IVFFlat limit for the vector type
 CHECKPOINT_TABLE = "memwork_backfill_checkpoints"
+SMOKE_PREFIX = "memory-v2-smoke-"  # ids of the smoke check's rows: the backfill's orphan count skips them
 
 
 @dataclass(frozen=True)
@@ -125,10 +126,10 @@ def ensure_schema(
     ``CREATE TABLE IF NOT EXISTS`` would otherwise report success on a table that cannot take the
     vectors the caller means to store.
     """
-    from memwork.pgvector.conn import pg_connection
+    from memwork.db import pg_connect
 
     statements = schema_sql(table, dimensions, create_extension, create_vector_index)
-    with pg_connection(url) as conn:
+    with pg_connect(url) as conn:
         existing = table_dimensions(conn, table)
         if existing is not None and existing != dimensions:
             raise UsageError("dimensions", dimensions, f"table {table} already has vector({existing})")

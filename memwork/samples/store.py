@@ -18,8 +18,8 @@ def sample_store(
     Embedded with the real model by default, so the duplicate review shows semantic similarity.
     """
     from memwork.embed import load_embedder
+    from memwork.samples.entries import generate_entries
     from memwork.stores import open_store
-    from memwork.synth import generate_entries
 
     path = Path(tempfile.mkdtemp(prefix="memwork-store-")) / "store.db"
     spec = f"sqlite:///{path}"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -198,8 +197,8 @@ def file_digest(path: str) -> str | None:
 
 def run_canary(options: CanaryOptions, parameters: dict[str, Any] | None = None) -> CanaryResult:
     """Every gate, in order; a failing gate never stops the others."""
+    from memwork.backends.legacy import legacy_url_from_env
     from memwork.facade import facade_from_env
-    from memwork.facade.policy import legacy_url_from_env
 
     options.check()
     result = CanaryResult()
@@ -235,7 +234,7 @@ def target_url(env: dict[str, str], backend: str) -> str:
 
 def _reachability_gates(result: CanaryResult, env: dict[str, str], options: CanaryOptions) -> bool:
     """A gate per database the canary talks to; False when one of them cannot be reached."""
-    from memwork.facade.policy import legacy_url_from_env
+    from memwork.backends.legacy import legacy_url_from_env
 
     legacy = legacy_url_from_env(env)
     # a SQLite file is not probed: opening it would create it
@@ -253,10 +252,10 @@ def _reachability_gates(result: CanaryResult, env: dict[str, str], options: Cana
 
 def probe_postgresql(url: str) -> str | None:
     """None when PostgreSQL at ``url`` answers, else why not (one line, password hidden)."""
-    from memwork.pgvector.conn import pg_connection
+    from memwork.db import pg_connect
 
     try:
-        with pg_connection(url) as conn:
+        with pg_connect(url) as conn:
             conn.execute("SELECT 1")
     except ServiceUnavailable as exc:
         return redact_text(str(exc))
@@ -284,7 +283,7 @@ def _unmeasured(
 ) -> CanaryResult:
     """NO-GO without timing anything: status as the facade sees it, the input gates, the sign-off."""
     from memwork.facade import facade_from_env
-    from memwork.facade.safety import describe_error
+    from memwork.redaction import describe_error
 
     facade = facade_from_env(env)
     try:
@@ -423,26 +422,21 @@ def signoff_block(options: CanaryOptions, parameters: dict[str, Any], verdict: s
     }
 
 
-def write_embedding_module(dimensions: int, folder: Path | None = None) -> str:
-    """A query-embedding module file for the hash embedder of ``dimensions`` (canary plumbing)."""
-    folder = folder or Path(tempfile.mkdtemp(prefix="memwork-embed-"))
-    path = folder / f"hash_query_{dimensions}.py"
-    path.write_text(
-        "from memwork.embed import HashEmbedder\n"
-        f"_embedder = HashEmbedder({int(dimensions)})\n\n\n"
-        "def embed_query(query, input=None):\n"
-        "    return _embedder.embed_one(query or '').tolist()\n"
-    )
-    return str(path)
-
-
 def default_embedding_module(pgvector_url: str, table: str = "memory_embeddings") -> str:
     """A hash query module of the target table's dimension; empty when the target cannot be
     reached (the ``target reachable`` gate of :func:`run_canary` then says why: NO-GO)."""
+    from memwork.db import pg_connect
+    from memwork.pgvector import local_hash
+    from memwork.pgvector.schema import table_dimensions
+
     try:
-        return write_embedding_module(table_dimensions(pgvector_url, table))
+        with pg_connect(pgvector_url) as conn:
+            dims = table_dimensions(conn, table)
     except ServiceUnavailable:
         return ""
+    if not dims:
+        raise UsageError("table", table, "has no vector column with a declared dimension")
+    return local_hash.write_module(dims)
 
 
 def canary_env(
@@ -459,15 +453,3 @@ def canary_env(
         "MEMORY_PGVECTOR_EMBEDDING_MODULE": embedding_module,
         "MEMORY_PGVECTOR_TABLE": table,
     }
-
-
-def table_dimensions(url: str, table: str = "memory_embeddings") -> int:
-    """The destination's declared vector dimension (for the default query embedder)."""
-    from memwork.pgvector.conn import pg_connection
-    from memwork.pgvector.schema import table_dimensions as declared
-
-    with pg_connection(url) as conn:
-        dims = declared(conn, table)
-    if not dims:
-        raise UsageError("table", table, "has no vector column with a declared dimension")
-    return dims

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from memwork.backfill import REJECTS_TABLE, printable, read_rejects
 from memwork.embed import Embedder, load_embedder
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
+from memwork.pgvector.backfill import REJECTS_TABLE, printable, read_rejects
 
 ROW_FIELDS = ("id", "user_id", "content", "type")
 _SEP = "\x1f"
@@ -371,16 +371,15 @@ def embedder_for(spec: Embedder | str | None, models: dict[str, int]) -> tuple[E
 
 def verify_backfill(options: VerifyOptions) -> VerificationResult:
     """Run every check and collect every reason for FAIL (never stops at the first)."""
-    import psycopg
     from pgvector.psycopg import register_vector
 
-    from memwork.db import libpq_url
+    from memwork.db import pg_connect
 
     options.check()
     result = VerificationResult(k=options.k)
     with _timed(result, "source"):
         source = read_source_digests(options.source_url)
-    with psycopg.connect(libpq_url(options.dest_url), autocommit=True) as conn:
+    with pg_connect(options.dest_url, autocommit=True) as conn:
         register_vector(conn)
         with _timed(result, "destination"), conn.transaction():
             dest, result.dest_rows = read_dest_digests(conn, options.table)

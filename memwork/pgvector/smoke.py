@@ -17,9 +17,8 @@ import numpy as np
 from memwork.backends.pgvector import PgvectorBackend
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
-from memwork.pgvector.schema import DEFAULT_TABLE, ensure_schema, table_dimensions
+from memwork.pgvector.schema import DEFAULT_TABLE, SMOKE_PREFIX, ensure_schema, table_dimensions
 
-SMOKE_PREFIX = "memory-v2-smoke-"
 SMOKE_MODEL = "memory-v2-smoke"
 EMBEDDED_URL = "pg://embedded"
 
@@ -82,8 +81,7 @@ def run_smoke(
     check -- the report's ``ok`` says it -- but does raise usage errors before touching anything."""
     from pgvector.psycopg import register_vector
 
-    from memwork.db import libpq_url
-    from memwork.pgvector.conn import pg_connection
+    from memwork.db import libpq_url, pg_connect
 
     check_identifier(table)
     run_id = uuid.uuid4().hex[:10]
@@ -96,7 +94,7 @@ def run_smoke(
     ids = [f"{SMOKE_PREFIX}{run_id}-{i}" for i in range(len(vectors))]
     report.expected_order = ids
     user_id = f"{SMOKE_PREFIX}user-{run_id}"
-    with pg_connection(url, autocommit=True) as conn:
+    with pg_connect(url, autocommit=True) as conn:
         existing = table_dimensions(conn, table)
         if existing is None:
             report.checks.append({"check": "table", "ok": False, "error": f"{table} does not exist"})

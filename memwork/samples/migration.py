@@ -31,21 +31,6 @@ class Migration:
         return dict(self.__dict__)
 
 
-def load_legacy(url: str, rows: list[dict[str, Any]], *, replace: bool = True) -> int:
-    """Create the legacy tables at ``url`` and (re)load ``rows`` into ``h5_user_memory_items``."""
-    from memwork.db import get_engine
-    from memwork.legacy.schema import memory_items, metadata
-
-    engine = get_engine(url)
-    metadata.create_all(engine)
-    with engine.begin() as conn:
-        if replace:
-            conn.execute(memory_items.delete())
-        for start in range(0, len(rows), 5000):
-            conn.execute(memory_items.insert(), rows[start : start + 5000])
-    return len(rows)
-
-
 def build_migration(
     source_url: str | None = None,
     dest_url: str | None = None,
@@ -67,24 +52,22 @@ def build_migration(
     Defaults: a SQLite file in a fresh temp dir and the workspace's embedded PostgreSQL, database
     ``memwork_verify``. The destination table is emptied first, so a rebuild is always a clean copy.
     """
-    import psycopg
-
-    from memwork.backfill import BackfillOptions, run_backfill
-    from memwork.db import libpq_url
+    from memwork.db import pg_connect
     from memwork.identifiers import quote_identifier
+    from memwork.pgvector.backfill import BackfillOptions, run_backfill
     from memwork.pgvector.schema import CHECKPOINT_TABLE, ensure_schema
-    from memwork.synth import generate_legacy_items
+    from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
     if source_url is None:
         folder = Path(tempfile.mkdtemp(prefix="memwork-legacy-"))
         source_url = f"sqlite:///{folder / 'legacy.db'}"
     dest_url = dest_url or "pg://embedded/memwork_verify"
     rows = rows if rows is not None else generate_legacy_items(n_users, items_per_user, seed=seed)
-    load_legacy(source_url, rows)
+    load_legacy_rows(source_url, ITEMS, rows, replace=True)
     embedder = embedder or HashEmbedder(dimensions)
     dimensions = embedder.dimension
     ensure_schema(dest_url, table=table, dimensions=dimensions, create_vector_index=vector_index)
-    with psycopg.connect(libpq_url(dest_url), autocommit=True) as conn:
+    with pg_connect(dest_url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {quote_identifier(table)}")
         conn.execute(f"DELETE FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s", (table,))
     checkpoint = Path(tempfile.mkdtemp(prefix="memwork-ckpt-")) / "checkpoint.json"

@@ -8,14 +8,13 @@ rebuilds ``reports/index.html``. Every step rebuilds its data, so a second run g
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memwork.workspace import workspace_dir
+from memwork.workspace import using_workspace
 
 DEMO_USERS = 300
 DEMO_ITEMS_PER_USER = 12
@@ -71,20 +70,35 @@ class DemoResult:
         return "\n".join(lines)
 
 
-def build_demo_data(folder: Path, *, seed: int = 2024) -> dict[str, Any]:
+def build_demo_data(
+    folder: Path,
+    *,
+    seed: int = 2024,
+    users: int = DEMO_USERS,
+    items_per_user: int = DEMO_ITEMS_PER_USER,
+    sessions_per_user: int = DEMO_SESSIONS_PER_USER,
+    entries: int = DEMO_ENTRIES,
+) -> dict[str, Any]:
     """The legacy SQLite store, the defrag entry store and the backfilled pgvector table."""
     from memwork.embed import load_embedder
-    from memwork.migration import build_migration, load_legacy
+    from memwork.samples.entries import generate_entries
+    from memwork.samples.legacy import (
+        ITEMS,
+        MESSAGES,
+        generate_conversations,
+        generate_legacy_items,
+        load_legacy_rows,
+    )
+    from memwork.samples.migration import build_migration
     from memwork.stores import open_store
-    from memwork.synth import generate_conversations, generate_entries, generate_legacy_items
 
     folder.mkdir(parents=True, exist_ok=True)
     embedder = load_embedder(DEMO_EMBEDDER)
     legacy_url = f"sqlite:///{folder / 'legacy.db'}"
-    items = generate_legacy_items(DEMO_USERS, DEMO_ITEMS_PER_USER, seed=seed)
-    load_legacy(legacy_url, items)
-    messages = generate_conversations(DEMO_USERS, DEMO_SESSIONS_PER_USER, seed=seed)
-    _load_messages(legacy_url, messages)
+    items = generate_legacy_items(users, items_per_user, seed=seed)
+    load_legacy_rows(legacy_url, ITEMS, items, replace=True)
+    messages = generate_conversations(users, sessions_per_user, seed=seed)
+    load_legacy_rows(legacy_url, MESSAGES, messages, replace=True)
     store_path = folder / "entries.db"
     _remove_sqlite(store_path)
     store = f"sqlite:///{store_path}"
@@ -92,7 +106,7 @@ def build_demo_data(folder: Path, *, seed: int = 2024) -> dict[str, Any]:
     try:
         opened.put_many(
             generate_entries(
-                DEMO_ENTRIES, scopes=("alice", "bob", "support-bot", "ops"), seed=seed, embedder=embedder
+                entries, scopes=("alice", "bob", "support-bot", "ops"), seed=seed, embedder=embedder
             )
         )
     finally:
@@ -106,12 +120,12 @@ def build_demo_data(folder: Path, *, seed: int = 2024) -> dict[str, Any]:
         "pgvector_url": DEMO_DATABASE,
         "embedding_model": embedder.model_id,
         "dimensions": embedder.dimension,
-        "users": DEMO_USERS,
+        "users": users,
         "items": len(items),
         "active_items": migration.active,
         "messages": len(messages),
         "sessions": len({m["session_id"] for m in messages}),
-        "entries": DEMO_ENTRIES,
+        "entries": entries,
         "backfilled": migration.backfill.get("rowsWritten", migration.backfill.get("rows_written")),
     }
 
@@ -125,34 +139,46 @@ def _remove_sqlite(path: Path) -> None:
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
-def _load_messages(url: str, rows: list[dict[str, Any]]) -> None:
-    from memwork.db import get_engine
-    from memwork.legacy.schema import messages
-
-    with get_engine(url).begin() as conn:
-        conn.execute(messages.delete())
-        for start in range(0, len(rows), 5000):
-            conn.execute(messages.insert(), rows[start : start + 5000])
-
-
 def run_demo(
     workspace: str | Path | None = None,
     *,
     reports: str | Path | None = None,
     quiet: bool = True,
     echo: Callable[[str], None] | None = None,
+    users: int = DEMO_USERS,
+    items_per_user: int = DEMO_ITEMS_PER_USER,
+    sessions_per_user: int = DEMO_SESSIONS_PER_USER,
+    entries: int = DEMO_ENTRIES,
 ) -> DemoResult:
-    """The whole demo; returns where the HTML reports are. ``workspace`` overrides MEMWORK_HOME."""
+    """The whole demo; returns where the HTML reports are.
+
+    ``workspace`` (default: ``MEMWORK_HOME`` or ``./.memwork``) holds the demo data and the embedded
+    server while the demo runs; the process's own workspace setting is restored afterwards. The sizes
+    default to the demo's (a few hundred users, 20 s); tests pass smaller ones."""
+    sizes = {
+        "users": users,
+        "items_per_user": items_per_user,
+        "sessions_per_user": sessions_per_user,
+        "entries": entries,
+    }
+    with using_workspace(workspace) as home:
+        return _run_demo(home, reports, quiet, echo, sizes)
+
+
+def _run_demo(
+    home: Path,
+    reports: str | Path | None,
+    quiet: bool,
+    echo: Callable[[str], None] | None,
+    sizes: dict[str, int],
+) -> DemoResult:
     from memwork.reports import build_index, reports_dir, run_report
 
-    if workspace is not None:
-        os.environ["MEMWORK_HOME"] = str(Path(workspace).expanduser().resolve())
-    home = workspace_dir()
     say = echo or (lambda _m: None) if quiet else (echo or print)
     timings: dict[str, float] = {}
     clock = time.perf_counter()
     say("building demo data (legacy store, entry store, pgvector schema and backfill)…")
-    data = build_demo_data(home / "demo")
+    data = build_demo_data(home / "demo", **sizes)
     timings["data"] = round(time.perf_counter() - clock, 2)
     out = reports_dir(reports)
     result = DemoResult(

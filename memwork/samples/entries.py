@@ -1,17 +1,15 @@
-"""Deterministic synthetic data: agent memories, legacy memory items and conversations.
+"""Deterministic synthetic agent memories (entries) for the demo, the tests and the benchmarks.
 
-The demo, the tests and the benchmarks need stores that look like real ones -- uneven metadata, exact
-and near duplicates, paraphrases, junk, stale entries, stubs, some Chinese -- without shipping data.
-Everything is drawn from one seeded generator, so the same seed and ``now`` give the same output.
-Texts are templates x vocabulary, so finding the planted duplicates is not trivial.
+They need stores that look like real ones -- uneven metadata, exact and near duplicates, paraphrases, junk,
+stale entries, stubs, some Chinese -- without shipping data. Everything is drawn from one seeded generator,
+so the same seed and ``now`` give the same output. Texts are templates x vocabulary, so finding the planted
+duplicates is not trivial. The legacy-table rows are in :mod:`memwork.samples.legacy`.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
 import random
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -140,9 +138,17 @@ _PARAPHRASES = [
 _MONTHS = ["January", "March", "May", "July", "September", "November"]
 
 
-def _pick(rng: random.Random, items: Sequence[Any]) -> Any:
+def pick(rng: random.Random, items: Sequence[Any]) -> Any:
     """``rng.choice`` at a third of the cost (one C call); 100k items must take seconds."""
     return items[int(rng.random() * len(items))]
+
+
+def weighted(rng: random.Random, population: Sequence[str], cum: list[int]) -> str:
+    """``rng.choices(population, cum_weights=cum)[0]`` without its per-call set-up."""
+    return population[bisect.bisect(cum, rng.random() * cum[-1])]
+
+
+_CONFIDENCE_CUM = [5, 8, 10]
 
 
 def generate_entries(
@@ -187,20 +193,20 @@ def _make_entry(
     """One entry: a stub, an exact/near duplicate or paraphrase of a recent one, junk, or fresh."""
     roll = rng.random()
     candidates = (
-        [e for e in (_pick(rng, earlier[-200:]) for _ in range(3)) if not e.is_stub and e.size > 40]
+        [e for e in (pick(rng, earlier[-200:]) for _ in range(3)) if not e.is_stub and e.size > 40]
         if earlier
         else []
     )
     if candidates and roll < 0.02:
-        return _stub(rng, i, scope, _pick(rng, candidates), now)
+        return _stub(rng, i, scope, pick(rng, candidates), now)
     if candidates and roll < 0.06:
-        source = _pick(rng, candidates)
+        source = pick(rng, candidates)
         return _variant(rng, i, scope, source, source.content, now)
     if candidates and roll < 0.11:
-        source = _pick(rng, candidates)
+        source = pick(rng, candidates)
         return _variant(rng, i, scope, source, _near_duplicate(rng, source.content), now)
     if candidates and roll < 0.14:
-        source = _pick(rng, candidates)
+        source = pick(rng, candidates)
         if source.key in paraphrases:
             return _variant(rng, i, scope, source, paraphrases.pop(source.key), now)
     if roll < 0.19:
@@ -224,7 +230,7 @@ class _Slots(dict):
             value = subject[0].upper() + subject[1:]
         else:
             pool = DOMAINS[self.domain] if key == "s" else _SLOT_POOLS[key]
-            value = _pick(self.rng, pool)
+            value = pick(self.rng, pool)
         self[key] = value
         return value
 
@@ -238,20 +244,20 @@ def _slots(rng: random.Random, domain: str) -> _Slots:
 
 def _fresh(rng: random.Random, i: int, scope: str, now: datetime, *, chinese: bool) -> tuple[Entry, str]:
     """A new memory and a paraphrase of it (same facts, other words) for later planting."""
-    etype = _pick(rng, ENTRY_TYPES)
-    domain = _pick(rng, list(DOMAINS))
+    etype = pick(rng, ENTRY_TYPES)
+    domain = pick(rng, list(DOMAINS))
     slots = _slots(rng, domain)
     if chinese:
-        subject = _pick(rng, ZH_SUBJECTS)
-        content = f"{subject}{_pick(rng, ZH_FACTS)}，{_pick(rng, ZH_REASONS)}。{_pick(rng, ZH_FACTS)}。"
-        title, para = f"{subject}笔记", f"关于{subject}：{_pick(rng, ZH_FACTS)}，{_pick(rng, ZH_REASONS)}。"
+        subject = pick(rng, ZH_SUBJECTS)
+        content = f"{subject}{pick(rng, ZH_FACTS)}，{pick(rng, ZH_REASONS)}。{pick(rng, ZH_FACTS)}。"
+        title, para = f"{subject}笔记", f"关于{subject}：{pick(rng, ZH_FACTS)}，{pick(rng, ZH_REASONS)}。"
     else:
-        content = _pick(rng, _TEMPLATES[etype]).format_map(slots)
+        content = pick(rng, _TEMPLATES[etype]).format_map(slots)
         extra = rng.randint(0, 4)
         for _ in range(extra):
-            content += " " + _pick(rng, _TEMPLATES[_pick(rng, ENTRY_TYPES)]).format_map(_slots(rng, domain))
+            content += " " + pick(rng, _TEMPLATES[pick(rng, ENTRY_TYPES)]).format_map(_slots(rng, domain))
         title = f"{slots['S']} ({slots['q']})"
-        para = _pick(rng, _PARAPHRASES).format_map(slots)
+        para = pick(rng, _PARAPHRASES).format_map(slots)
     path = f"{etype}/{domain.split('/')[-1]}/{_slug(slots['s'])}-{i:06d}.md"
     created, updated, hits = _times(rng, now)
     entry = Entry(
@@ -290,7 +296,7 @@ def _near_duplicate(rng: random.Random, content: str) -> str:
     for _ in range(rng.randint(1, 2)):
         spots = [k for k, w in enumerate(words) if w.lower().strip(".,;:") in SYNONYMS]
         if spots and rng.random() < 0.7:
-            k = _pick(rng, spots)
+            k = pick(rng, spots)
             bare = words[k].strip(".,;:")
             words[k] = words[k].replace(bare, SYNONYMS[bare.lower()])
         elif len(words) > 6:
@@ -298,20 +304,20 @@ def _near_duplicate(rng: random.Random, content: str) -> str:
             if rng.random() < 0.5:
                 del words[k]
             else:
-                words.insert(k, _pick(rng, ["really", "also", "usually", "still"]))
+                words.insert(k, pick(rng, ["really", "also", "usually", "still"]))
         else:
-            words.append(_pick(rng, ["(again)", "indeed.", "for now."]))
+            words.append(pick(rng, ["(again)", "indeed.", "for now."]))
     return " ".join(words)
 
 
 def _junk(rng: random.Random, i: int, scope: str, now: datetime) -> Entry:
     created, updated, hits = _times(rng, now, stale_bias=0.5)
-    metadata: dict[str, Any] = {} if rng.random() < 0.7 else {"type": _pick(rng, ENTRY_TYPES)}
+    metadata: dict[str, Any] = {} if rng.random() < 0.7 else {"type": pick(rng, ENTRY_TYPES)}
     return Entry(
         path=f"scratch/note-{i:06d}.md",
         scope=scope,
         title="",
-        content=_pick(rng, LOW_QUALITY),
+        content=pick(rng, LOW_QUALITY),
         metadata=metadata,
         created_at=created,
         updated_at=updated,
@@ -329,11 +335,11 @@ def _stub(rng: random.Random, i: int, scope: str, target: Entry, now: datetime) 
         metadata={
             "stub": True,
             "redirect_to": target.path,
-            "reason": _pick(rng, ["merged", "moved", "renamed"]),
+            "reason": pick(rng, ["merged", "moved", "renamed"]),
         },
         created_at=created,
         updated_at=updated,
-        hits=_pick(rng, [0, 0, 1, 3, 12, 40]),
+        hits=pick(rng, [0, 0, 1, 3, 12, 40]),
     )
 
 
@@ -360,7 +366,7 @@ def _metadata(rng: random.Random, etype: str, domain: str, now: datetime) -> dic
     verified = (now - timedelta(days=rng.randint(0, 200))).date().isoformat()
     return {
         "type": etype,
-        "confidence": _weighted(rng, CONFIDENCE, _CONFIDENCE_CUM),
+        "confidence": weighted(rng, CONFIDENCE, _CONFIDENCE_CUM),
         "tags": rng.sample(TAGS, rng.randint(2, 4)),
         "domain": domain,
         "related": [],
@@ -374,7 +380,7 @@ def _link_related(rng: random.Random, by_scope: dict[str, list[Entry]]) -> None:
         real = [e.path for e in entries if not e.is_stub]
         for entry in entries:
             if "related" in entry.metadata and real and rng.random() < 0.6:
-                picks = {_pick(rng, real) for _ in range(rng.randint(1, 3))} - {entry.path}
+                picks = {pick(rng, real) for _ in range(rng.randint(1, 3))} - {entry.path}
                 entry.metadata["related"] = [f"memory://{p}" for p in sorted(picks)]
 
 
@@ -389,204 +395,3 @@ def _embed(entries: list[Entry], embedder: Embedder, rng: random.Random) -> None
 
 def _slug(text: str) -> str:
     return "-".join(text.lower().split())
-
-
-# ---- legacy memory items (memwork.legacy.schema.memory_items) ------------------------------------
-LEGACY_FACTS: dict[str, list[str]] = {
-    "preference": ["prefers {a} over {b}", "likes {a}", "dislikes {b}", "would rather use {a} than {b}"],
-    "profile": ["name is {name}", "lives in {city}", "works as a {job}", "is {age} years old"],
-    "goal": ["wants to {goal}", "is planning to {goal}", "hopes to {goal} this year"],
-    "fact": ["has a {pet} named {name}", "is allergic to {food}", "drives a {car}"],
-    "event": ["travelled to {city} in {month}", "started a new job in {month}", "moved to {city}"],
-    "skill": ["speaks {lang}", "is learning {lang}", "knows how to {goal}"],
-    "note": ["mentioned {a} twice", "asked about {food} recipes", "was unhappy with {b}"],
-}
-LEGACY_ZH: dict[str, list[str]] = {
-    "preference": ["喜欢{a_zh}", "不喜欢{b_zh}", "更喜欢{a_zh}而不是{b_zh}"],
-    "profile": ["名字叫{name}", "住在{city_zh}"],
-    "goal": ["想要学习{lang_zh}", "打算去{city_zh}旅行"],
-}
-_FILL = {
-    "a": ["dark mode", "green tea", "window seats", "morning meetings", "vim", "short answers", "jazz"],
-    "b": ["light mode", "coffee", "aisle seats", "late meetings", "emacs", "long answers", "techno"],
-    "name": ["Alice", "Bo", "Chen Wei", "Dana", "Emeka", "Fatima", "Goran", "Hana", "Ivan", "Jun"],
-    "city": ["Berlin", "Shanghai", "Lagos", "Lima", "Osaka", "Toronto", "Porto", "Nairobi"],
-    "job": ["nurse", "data engineer", "teacher", "chef", "pilot", "lawyer", "designer"],
-    "age": [str(a) for a in range(19, 71)],
-    "goal": ["run a marathon", "learn the piano", "save for a house", "write a novel", "get fit"],
-    "pet": ["cat", "dog", "parrot", "rabbit"],
-    "food": ["peanuts", "shellfish", "gluten", "lactose", "sesame"],
-    "car": ["Tesla", "Volvo", "bicycle", "Toyota"],
-    "month": ["January", "April", "June", "August", "October", "December"],
-    "lang": ["Spanish", "Mandarin", "French", "German", "Japanese"],
-    "a_zh": ["深色模式", "绿茶", "靠窗的座位", "爵士乐"],
-    "b_zh": ["浅色模式", "咖啡", "靠过道的座位", "长篇回答"],
-    "city_zh": ["上海", "北京", "成都", "杭州"],
-    "lang_zh": ["西班牙语", "日语", "法语"],
-}
-_LEGACY_PREFIX = ["User", "The user", "This user", "Customer"]
-_LEGACY_PARA = {
-    "prefers": "would pick",
-    "likes": "enjoys",
-    "wants to": "would like to",
-    "lives in": "is based in",
-}
-_ITEM_TYPES = list(LEGACY_FACTS)
-_ITEM_CUM = list(itertools.accumulate([25, 15, 15, 20, 10, 8, 7]))
-_STATUSES = ("active", "archived", "deleted")
-_STATUS_CUM = [85, 95, 100]
-_CONFIDENCE_CUM = [5, 8, 10]
-
-
-def _weighted(rng: random.Random, population: Sequence[str], cum: list[int]) -> str:
-    """``rng.choices(population, cum_weights=cum)[0]`` without its per-call set-up."""
-    return population[bisect.bisect(cum, rng.random() * cum[-1])]
-
-
-class _Fill(dict):
-    """Template values drawn only for the placeholders a template uses."""
-
-    def __init__(self, rng: random.Random) -> None:
-        super().__init__()
-        self.rng = rng
-
-    def __missing__(self, key: str) -> str:
-        value = self[key] = _pick(self.rng, _FILL[key])
-        return value
-
-
-def _legacy_text(rng: random.Random, itype: str, chinese: bool) -> str:
-    fill = _Fill(rng)
-    if chinese and itype in LEGACY_ZH:
-        return "用户" + _pick(rng, LEGACY_ZH[itype]).format_map(fill)
-    return f"{_pick(rng, _LEGACY_PREFIX)} {_pick(rng, LEGACY_FACTS[itype]).format_map(fill)}."
-
-
-def _legacy_near(rng: random.Random, text: str) -> str:
-    if text.startswith("用户"):
-        return text + _pick(rng, ["。", "！", "（确认过）"])
-    for old, new in _LEGACY_PARA.items():
-        if old in text and rng.random() < 0.6:
-            return text.replace(old, new, 1)
-    return text.rstrip(".") + _pick(rng, [" (confirmed).", " again.", ", apparently."])
-
-
-def generate_legacy_items(
-    n_users: int, items_per_user: int, *, seed: int = 0, now: datetime | None = None
-) -> list[dict[str, Any]]:
-    """Rows for ``h5_user_memory_items``: string ids, mostly active (some archived/deleted), with
-    per-user exact duplicates, near duplicates, paraphrases and ~5% Chinese. Timestamps are naive
-    UTC datetimes (the column type); pass ``now`` for byte-identical output."""
-    rng = random.Random(seed)
-    now = (now or utcnow()).astimezone(UTC).replace(tzinfo=None)
-    rows: list[dict[str, Any]] = []
-    for u in range(n_users):
-        user_id = f"user-{u:06d}"
-        mine: list[dict[str, Any]] = []
-        for k in range(items_per_user):
-            roll = rng.random()
-            if mine and roll < 0.05:
-                source = _pick(rng, mine)
-                content, itype = source["content"], source["type"]
-            elif mine and roll < 0.12:
-                source = _pick(rng, mine)
-                content, itype = _legacy_near(rng, source["content"]), source["type"]
-            else:
-                itype = _weighted(rng, _ITEM_TYPES, _ITEM_CUM)
-                content = _legacy_text(rng, itype, chinese=roll > 0.95)
-            row = _legacy_row(rng, user_id, k, content, itype, now)
-            mine.append(row)
-            rows.append(row)
-    return rows
-
-
-def _legacy_row(
-    rng: random.Random, user_id: str, k: int, content: str, itype: str, now: datetime
-) -> dict[str, Any]:
-    updated = now - timedelta(seconds=rng.randint(0, 400 * 86400), microseconds=rng.randint(0, 999_999))
-    created = updated - timedelta(seconds=rng.randint(0, 30 * 86400))
-    status = _weighted(rng, _STATUSES, _STATUS_CUM)
-    roll = rng.random()
-    if roll < 0.2:
-        metadata: dict[str, Any] | None = None
-    elif roll < 0.4:
-        metadata = {}
-    else:
-        metadata = {"source": _pick(rng, ["chat", "import", "profile_form"]), "tags": rng.sample(TAGS, 2)}
-        if content.startswith("用户"):
-            metadata["language"] = "zh"
-    session = f"{user_id}-s{rng.randint(0, 40):03d}"
-    return {
-        "id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-        "user_id": user_id,
-        "content": content,
-        "type": itype,
-        "status": status,
-        "confidence": round(rng.uniform(0.3, 1.0), 2),
-        "metadata": metadata,
-        "source_session_id": session if rng.random() < 0.9 else None,
-        "source_message_id": str(rng.getrandbits(40)) if rng.random() < 0.8 else None,
-        "created_at": created,
-        "updated_at": updated,
-    }
-
-
-# ---- conversations (h5_conversation_messages) --------------------------------------------------------
-_STATEMENTS = [
-    "I prefer {a} over {b}.",
-    "My name is {name}.",
-    "I want to {goal}.",
-    "I live in {city} these days.",
-    "I work as a {job}.",
-    "I'm allergic to {food}, please remember that.",
-    "I have a {pet} called {name}.",
-    "Honestly I really like {a}.",
-    "我喜欢{a_zh}。",
-    "我住在{city_zh}。",
-]
-_QUESTIONS = [
-    "Can you suggest something for dinner?",
-    "What's the weather like in {city}?",
-    "How do I get started with {lang}?",
-    "Any tips to {goal}?",
-    "Remind me what we talked about last time.",
-    "这个周末有什么推荐吗？",
-]
-_REPLIES = [
-    "Got it, I'll keep that in mind.",
-    "Thanks for telling me!",
-    "Here are a few ideas you might like.",
-    "Sure - let's take it step by step.",
-    "明白了，我会记住的。",
-]
-
-
-def generate_conversations(
-    n_users: int, sessions_per_user: int, *, seed: int = 0, now: datetime | None = None
-) -> list[dict[str, Any]]:
-    """Rows for ``h5_conversation_messages`` (user_id, session_id, role, content, created_at), in
-    order: alternating user/assistant turns where about half the user turns state something about
-    themselves ("I prefer...", "My name is...", "我喜欢..."). Naive UTC timestamps."""
-    rng = random.Random(seed)
-    now = (now or utcnow()).astimezone(UTC).replace(tzinfo=None)
-    rows: list[dict[str, Any]] = []
-    for u in range(n_users):
-        user_id = f"user-{u:06d}"
-        for s in range(sessions_per_user):
-            session_id = f"{user_id}-s{s:03d}"
-            at = now - timedelta(days=rng.uniform(1, 180))
-            for _ in range(rng.randint(2, 6)):
-                fill = _Fill(rng)
-                pool = _STATEMENTS if rng.random() < 0.5 else _QUESTIONS
-                for role, text in (("user", _pick(rng, pool)), ("assistant", _pick(rng, _REPLIES))):
-                    at += timedelta(seconds=rng.randint(5, 300), microseconds=rng.randint(0, 999_999))
-                    rows.append(
-                        {
-                            "user_id": user_id,
-                            "session_id": session_id,
-                            "role": role,
-                            "content": text.format_map(fill),
-                            "created_at": at,
-                        }
-                    )
-    return rows

@@ -1,0 +1,64 @@
+"""CLI group ``smoke pgvector``: the post-migration round trip -- parse, call, print."""
+
+from __future__ import annotations
+
+import click
+
+from memwork.cli.options import emit_json, json_option
+from memwork.cli.pgvector import pg_url_option, table_option
+from memwork.errors import CheckFailed
+
+
+@click.group("smoke")
+def smoke_group() -> None:
+    """Post-migration smoke tests."""
+
+
+@smoke_group.command("pgvector")
+@pg_url_option
+@click.option("--create-schema", is_flag=True, help="Create the table first (local setups only).")
+@click.option("--create-extension", is_flag=True, help="With --create-schema: also CREATE EXTENSION vector.")
+@table_option
+@click.option("--dimensions", type=int, default=3, show_default=True)
+@click.option("--keep", is_flag=True, help="Leave the synthetic rows in place.")
+@json_option
+def smoke_pgvector_command(
+    database_url: str | None,
+    create_schema: bool,
+    create_extension: bool,
+    table: str,
+    dimensions: int,
+    keep: bool,
+    as_json: bool,
+) -> None:
+    """Insert memory-v2-smoke-* rows, check nearest-first through the adapter, clean up. Exit 1 on failure.
+
+    Without a URL it runs against the embedded PostgreSQL (pg://embedded).
+
+    \b
+    Example:
+        memwork smoke pgvector --create-schema --create-extension --table memory_embeddings --dimensions 3
+    """
+    from memwork.pgvector.smoke import run_smoke
+
+    report = run_smoke(
+        database_url,
+        table=table,
+        dimensions=dimensions,
+        create_schema=create_schema,
+        create_extension=create_extension,
+        keep=keep,
+    )
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        for check in report.checks:
+            click.echo(
+                f"{'ok  ' if check['ok'] else 'FAIL'} {check['check']} {check.get('error', '')}".rstrip()
+            )
+        click.echo(f"returned: {report.returned_order}  scores: {report.scores}")
+    if not report.ok:
+        raise CheckFailed(f"smoke pgvector failed on table {table}")
+
+
+commands: list = [smoke_group]

@@ -1,0 +1,288 @@
+"""Poison rows: found before I/O, or by the embedder or PostgreSQL, recorded in ``memwork_backfill_rejects``.
+
+A row that cannot be written is quarantined with its id and reason (like pgloader's reject file, but queryable
+by the verification) and the run continues past it; once fixed at the source it is read again, written,
+and its reject is cleared.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from memwork.db import pg_connect
+from memwork.embed import Embedder, embed_memories
+from memwork.errors import UsageError
+from memwork.identifiers import check_identifier, quote_identifier
+from memwork.pgvector.backfill.options import row_timestamp
+from memwork.pgvector.schema import DEFAULT_TABLE
+
+REJECTS_TABLE = "memwork_backfill_rejects"
+
+
+MAX_LISTED_REJECTS = 50
+
+
+_REASON_CHARS = 300
+
+
+# SQLSTATE classes that blame the row's values, not the server or the schema: data exception (22),
+# integrity constraint violation (23), program limit exceeded (54: e.g. a value too large to index)
+_ROW_ERROR_CLASSES = ("22", "23", "54")
+
+
+_TEXT_FIELDS = (
+    "id",
+    "user_id",
+    "content",
+    "type",
+    "source_session_id",
+    "source_message_id",
+    "metadata",
+    "created_at",
+    "updated_at",
+)
+
+
+def rejects_table_sql() -> str:
+    """Quarantined source rows: one row per (destination table, source id), cleared once written."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {quote_identifier(REJECTS_TABLE)} (\n"
+        "  target_table TEXT NOT NULL,\n"
+        "  source_memory_id TEXT NOT NULL,\n"
+        "  source_updated_at TEXT,\n"
+        "  reason TEXT NOT NULL,\n"
+        "  run_id TEXT NOT NULL,\n"
+        "  first_seen TIMESTAMPTZ NOT NULL DEFAULT NOW(),\n"
+        "  last_seen TIMESTAMPTZ NOT NULL DEFAULT NOW(),\n"
+        "  PRIMARY KEY (target_table, source_memory_id)\n"
+        ")"
+    )
+
+
+def printable(value: object) -> str:
+    """``value`` as text PostgreSQL can store: NUL as ``\\x00``, lone surrogates as ``\\udXXX``.
+
+    Reject ids and reasons pass through it (the id itself may be the poison); the verification
+    compares source ids through it too."""
+    text = str(value).replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+@dataclass(frozen=True)
+class Reject:
+    """A source row that could not be written, and why (``id`` is :func:`printable`)."""
+
+    id: str
+    reason: str
+    updated_at: str
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any], reason: str) -> Reject:
+        return cls(printable(row["id"]), printable(reason)[:_REASON_CHARS], printable(row["updated_at"]))
+
+    def to_json(self) -> dict[str, str]:
+        return {"id": self.id, "reason": self.reason}
+
+
+def _value_problem(row: Mapping[str, Any]) -> str | None:
+    """Why PostgreSQL text cannot hold one of the row's values, found before any I/O (or None)."""
+    joined = "".join([v for v in map(row.get, _TEXT_FIELDS) if type(v) is str])
+    if joined.isascii() and "\x00" not in joined:
+        return None  # the common case, at half the cost of the per-field look below
+    for name in _TEXT_FIELDS:
+        value = row.get(name)
+        if not isinstance(value, str):
+            continue
+        if "\x00" in value:
+            return f"{name}: NUL byte at offset {value.index(chr(0))} (PostgreSQL text cannot hold it)"
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return f"{name}: invalid text (lone surrogate at offset {exc.start})"
+    return None
+
+
+def precheck(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Reject]]:
+    """The rows worth embedding, and the rejects whose values can never be written."""
+    good: list[dict[str, Any]] = []
+    rejects: list[Reject] = []
+    for row in rows:
+        problem = _value_problem(row)
+        if problem is None:
+            good.append(row)
+        else:
+            rejects.append(Reject.of(row, problem))
+    return good, rejects
+
+
+def reject_reason(exc: BaseException) -> str:
+    """One line for a reject's reason: the error class, its first line, where PostgreSQL says."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    context = getattr(getattr(exc, "diag", None), "context", None) or ""
+    where = f" ({context.strip().splitlines()[0]})" if context.strip() else ""
+    return f"{type(exc).__name__}: {first}{where}"
+
+
+class RowEmbedder:
+    """Embeds a batch; when a batch fails, retries it row by row and quarantines the rows that fail.
+
+    A row counts as poison only while the embedder still embeds the last row it embedded well (a
+    probe): a broken model or a dead embedding service stops the run instead of quarantining it."""
+
+    def __init__(self, embedder: Embedder, dimensions: int) -> None:
+        self.embedder, self.dimensions = embedder, dimensions
+        self.last_good: dict[str, Any] | None = None
+
+    def embed(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], np.ndarray, list[Reject]]:
+        if not rows:
+            return [], np.zeros((0, self.dimensions), dtype=np.float32), []
+        try:
+            vectors = self._vectors(rows)
+        except UsageError:
+            raise  # wrong shape for the whole batch: the embedder, not a row
+        except Exception as exc:
+            return self._one_by_one(rows, exc)
+        finite = np.isfinite(vectors).all(axis=1)
+        kept = [row for row, ok in zip(rows, finite, strict=True) if ok]
+        if not kept and not self._still_works():
+            raise UsageError("embedder", self.embedder.model_id, "returned non-finite values")
+        if kept:
+            self.last_good = kept[-1]
+        rejects = [
+            Reject.of(row, "embedder returned non-finite values")
+            for row, ok in zip(rows, finite, strict=True)
+            if not ok
+        ]
+        return kept, vectors[finite], rejects
+
+    def _one_by_one(
+        self, rows: list[dict[str, Any]], batch_error: Exception
+    ) -> tuple[list[dict[str, Any]], np.ndarray, list[Reject]]:
+        kept: list[dict[str, Any]] = []
+        vectors: list[np.ndarray] = []
+        rejects: list[Reject] = []
+        for row in rows:
+            try:
+                vector = self._vectors([row])
+                if not np.isfinite(vector).all():
+                    raise ValueError("non-finite values")
+            except Exception as exc:
+                if not self._still_works():
+                    raise batch_error from None
+                rejects.append(Reject.of(row, f"embedder: {reject_reason(exc)}"))
+                continue
+            self.last_good = row
+            kept.append(row)
+            vectors.append(vector[0])
+        stacked = np.vstack(vectors) if vectors else np.zeros((0, self.dimensions), dtype=np.float32)
+        return kept, stacked, rejects
+
+    def _still_works(self) -> bool:
+        """The probe: does the last row embedded well still embed (finite, right shape)?"""
+        if self.last_good is None:
+            return False
+        try:
+            return bool(np.isfinite(self._vectors([self.last_good])).all())
+        except Exception:
+            return False
+
+    def _vectors(self, rows: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        embedder = self.embedder
+        if callable(getattr(embedder, "embed_memories", None)):
+            rows = [_public_row(row) for row in rows]
+        vectors = np.asarray(embed_memories(embedder, rows), dtype=np.float32)
+        if vectors.shape != (len(rows), self.dimensions):
+            raise UsageError(
+                "embedder",
+                embedder.model_id,
+                f"returned shape {vectors.shape}, not ({len(rows)}, {self.dimensions})",
+            )
+        return vectors
+
+
+def blames_rows(exc: BaseException) -> bool:
+    """True when a write error is about the values written (retry row by row), not the server."""
+    import psycopg
+
+    if isinstance(exc, UnicodeError | psycopg.DataError | psycopg.IntegrityError):
+        return True
+    state = getattr(exc, "sqlstate", None) or ""
+    return state[:2] in _ROW_ERROR_CLASSES
+
+
+def store_rejects(cur: Any, table: str, rejects: Sequence[Reject], run_id: str) -> None:
+    cur.executemany(
+        f"INSERT INTO {quote_identifier(REJECTS_TABLE)} AS r "
+        "(target_table, source_memory_id, source_updated_at, reason, run_id) VALUES (%s, %s, %s, %s, %s) "
+        "ON CONFLICT (target_table, source_memory_id) DO UPDATE SET "
+        "source_updated_at = EXCLUDED.source_updated_at, reason = EXCLUDED.reason, "
+        "run_id = EXCLUDED.run_id, last_seen = NOW()",
+        [(table, r.id, r.updated_at, r.reason, run_id) for r in rejects],
+    )
+
+
+def clear_written_rejects(cur: Any, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Rows written now are no longer quarantined (fixed at the source and read again)."""
+    cur.execute(
+        f"DELETE FROM {quote_identifier(REJECTS_TABLE)} "
+        "WHERE target_table = %s AND source_memory_id = ANY(%s)",
+        (table, [printable(row["id"]) for row in rows]),
+    )
+
+
+def count_rejects(pg: Any, table: str) -> int:
+    if pg.execute("SELECT to_regclass(%s)", (REJECTS_TABLE,)).fetchone()[0] is None:
+        pg.commit()
+        return 0
+    row = pg.execute(
+        f"SELECT count(*) FROM {quote_identifier(REJECTS_TABLE)} WHERE target_table = %s", (table,)
+    ).fetchone()
+    pg.commit()
+    return int(row[0])
+
+
+def read_rejects(pg: Any, table: str = DEFAULT_TABLE) -> list[dict[str, Any]]:
+    """Every quarantined row recorded for ``table`` (id order), on an open psycopg connection."""
+    if pg.execute("SELECT to_regclass(%s)", (REJECTS_TABLE,)).fetchone()[0] is None:
+        return []
+    rows = pg.execute(
+        "SELECT source_memory_id, reason, source_updated_at, first_seen, last_seen, run_id "
+        f"FROM {quote_identifier(REJECTS_TABLE)} WHERE target_table = %s ORDER BY source_memory_id",
+        (table,),
+    ).fetchall()
+    return [
+        {
+            "id": r[0],
+            "reason": r[1],
+            "sourceUpdatedAt": r[2],
+            "firstSeen": r[3].isoformat(),
+            "lastSeen": r[4].isoformat(),
+            "runId": r[5],
+        }
+        for r in rows
+    ]
+
+
+def load_rejects(database_url: str, table: str = DEFAULT_TABLE) -> list[dict[str, Any]]:
+    """:func:`read_rejects` from a URL (``pg://embedded`` works too)."""
+    check_identifier(table)
+    with pg_connect(database_url) as pg:
+        return read_rejects(pg, table)
+
+
+def _public_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row a module's ``embed_memory(memory)`` sees: metadata decoded, timestamps ISO text."""
+    public = dict(row)
+    try:
+        public["metadata"] = json.loads(row["metadata"]) if row["metadata"] else {}
+    except ValueError:
+        public["metadata"] = {}
+    for stamp in ("created_at", "updated_at"):
+        public[stamp] = row_timestamp(row[stamp]).isoformat()
+    return public

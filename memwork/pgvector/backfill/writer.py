@@ -1,0 +1,292 @@
+"""The PostgreSQL side: binary COPY into a staging table, one ``INSERT ... ON CONFLICT`` per batch, committed
+with its rejects and checkpoint in one transaction, on a writer thread that overlaps the next batch's
+embedding."""
+
+from __future__ import annotations
+
+import queue
+import struct
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memwork.errors import UsageError
+from memwork.identifiers import quote_identifier
+from memwork.pgvector.backfill.checkpoint import save_json_checkpoint, store_checkpoint
+from memwork.pgvector.backfill.options import BackfillReport, Cursor, Progress, cursor_of
+from memwork.pgvector.backfill.quarantine import (
+    MAX_LISTED_REJECTS,
+    Reject,
+    blames_rows,
+    clear_written_rejects,
+    count_rejects,
+    reject_reason,
+    rejects_table_sql,
+    store_rejects,
+)
+from memwork.pgvector.schema import checkpoint_table_sql, table_dimensions
+
+STAGE_TABLE = "memwork_backfill_stage"
+
+
+_DEST_COLUMNS = (
+    "source_memory_id",
+    "user_id",
+    "content",
+    "embedding",
+    "embedding_model",
+    "type",
+    "source_session_id",
+    "source_message_id",
+    "metadata",
+    "created_at",
+    "updated_at",
+)
+
+
+_COPY_TYPES = ["text", "text", "text", "vector", "text", "text", "text", "text", "text", "text", "text"]
+
+
+class BatchWriter:
+    """Commits batches (rows + checkpoint, one transaction each) on its own thread, in order.
+
+    While PostgreSQL merges batch *n* (the thread waits on the socket, GIL released) the caller reads
+    and embeds batch *n+1*. At most one batch waits in the queue, so memory stays bounded. A write
+    error that blames the rows is retried row by row (the failing rows are quarantined); any other
+    write error stops the run: ``submit`` and ``__exit__`` re-raise it in the caller's thread.
+    """
+
+    def __init__(
+        self,
+        pg: Any,
+        table: str,
+        model_id: str,
+        json_path: Path,
+        report: BackfillReport,
+        progress: Progress | None,
+        rows_total: int = 0,
+    ) -> None:
+        self.pg, self.table, self.model_id, self.json_path = pg, table, model_id, json_path
+        self.report, self.progress, self.rows_total = report, progress, rows_total
+        self.has_rejects = count_rejects(pg, table) > 0  # only then do written rows clear rejects
+        self.pending: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="memwork-backfill-writer", daemon=True)
+
+    def __enter__(self) -> BatchWriter:
+        self.thread.start()
+        return self
+
+    def submit(self, batch: Batch) -> None:
+        while True:
+            self._raise_if_failed()
+            try:
+                self.pending.put(batch, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        while self.thread.is_alive():  # the writer may be blocked on a full queue only if it died
+            try:
+                self.pending.put(None, timeout=0.2)
+                break
+            except queue.Full:
+                continue
+        self.thread.join()
+        if exc is None:
+            self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        try:
+            while (batch := self.pending.get()) is not None:
+                written, rejects = write_batch(
+                    self.pg,
+                    self.table,
+                    batch,
+                    self.model_id,
+                    self.report.dimensions or 0,
+                    self.rows_total,
+                    self.report.run_id or "",
+                    clear_rejects=self.has_rejects,
+                )
+                self.rows_total += written
+                self.has_rejects = self.has_rejects or bool(rejects)
+                save_json_checkpoint(self.json_path, self.table, batch.cursor, self.rows_total, self.report)
+                self._committed(batch, written, rejects)
+        except BaseException as exc:  # handed to the caller's thread
+            self.error = exc
+
+    def _committed(self, batch: Batch, written: int, rejects: list[Reject]) -> None:
+        report = self.report
+        report.first_checkpoint = report.first_checkpoint or cursor_of(batch.read[0]).to_json()
+        report.last_checkpoint = batch.cursor.to_json()
+        report.rows_written += written
+        report.rows_quarantined += len(rejects)
+        room = MAX_LISTED_REJECTS - len(report.quarantined)
+        report.quarantined.extend(reject.to_json() for reject in rejects[: max(room, 0)])
+        report.batches += 1
+        if self.progress:
+            self.progress(len(batch.read), report.planned)
+
+
+def check_destination(pg: Any, table: str, dimensions: int, model_id: str) -> None:
+    """Refuse before writing anything: no table, or a table whose vectors have another dimension."""
+    existing = table_dimensions(pg, table)
+    if existing is None:
+        raise UsageError("table", table, "does not exist; run `memwork pgvector schema --apply` first")
+    if existing != dimensions:
+        raise UsageError(
+            "embedder",
+            model_id,
+            f"makes {dimensions}-dim vectors but {table}.embedding is vector({existing})",
+        )
+
+
+def prepare_session(pg: Any) -> None:
+    """Checkpoint and rejects tables (bookkeeping, created if missing) and this session's staging table."""
+    pg.execute(checkpoint_table_sql())
+    pg.execute(rejects_table_sql())
+    pg.execute(
+        f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} ("
+        "source_memory_id TEXT, user_id TEXT, content TEXT, embedding vector, embedding_model TEXT, "
+        "type TEXT, source_session_id TEXT, source_message_id TEXT, metadata TEXT, "
+        "created_at TEXT, updated_at TEXT) ON COMMIT DELETE ROWS"
+    )
+    pg.commit()
+
+
+@dataclass
+class Batch:
+    """One keyset page: every row read, the rows to write with their vectors, the rows quarantined."""
+
+    read: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+    vectors: np.ndarray
+    rejects: list[Reject]
+    cursor: Cursor
+
+
+class PackedVector(bytes):
+    """A vector already in pgvector's binary wire format (``>HH`` dims, 0, then ``>f4`` values)."""
+
+
+def _pack_vectors(vectors: np.ndarray) -> list[PackedVector]:
+    """Encode a whole batch at once with numpy instead of one pgvector dumper call per row."""
+    header = struct.pack(">HH", vectors.shape[1], 0)
+    big_endian = np.ascontiguousarray(vectors, dtype=">f4")
+    return [PackedVector(header + row.tobytes()) for row in big_endian]
+
+
+def register_packed_vectors(pg: Any) -> None:
+    """On this connection only, dump the ``vector`` type from :class:`PackedVector` bytes as they are."""
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    oid = pg.execute("SELECT 'vector'::regtype::oid").fetchone()[0]
+
+    class PackedVectorDumper(Dumper):
+        format = Format.BINARY
+
+        def dump(self, obj: Any) -> bytes:
+            return obj  # already the wire format
+
+    PackedVectorDumper.oid = oid
+    pg.adapters.register_dumper(PackedVector, PackedVectorDumper)
+
+
+def write_batch(
+    pg: Any,
+    table: str,
+    batch: Batch,
+    model_id: str,
+    dimensions: int,
+    rows_before: int,
+    run_id: str,
+    *,
+    clear_rejects: bool = False,
+) -> tuple[int, list[Reject]]:
+    """Upsert the batch and commit it with its rejects and checkpoint; returns (rows written, rejects).
+
+    The batch is tried whole first (inside a savepoint); an error that blames the values is retried
+    row by row, each row in its own savepoint, so one poison row costs only itself."""
+    rejects = list(batch.rejects)
+    with pg.transaction(), pg.cursor() as cur:
+        written = batch.rows
+        if written:
+            try:
+                with pg.transaction():
+                    _upsert(cur, table, batch.rows, batch.vectors, model_id)
+            except Exception as exc:
+                if not blames_rows(exc):
+                    raise
+                written, failed = _upsert_one_by_one(pg, cur, table, batch, model_id)
+                rejects.extend(failed)
+        if clear_rejects and written:
+            clear_written_rejects(cur, table, written)
+        if rejects:
+            store_rejects(cur, table, rejects, run_id)
+        store_checkpoint(cur, table, batch.cursor, rows_before + len(written), model_id, dimensions)
+    # leaving pg.transaction() commits; the stage table empties itself ON COMMIT
+    return len(written), rejects
+
+
+def _upsert_one_by_one(
+    pg: Any, cur: Any, table: str, batch: Batch, model_id: str
+) -> tuple[list[dict[str, Any]], list[Reject]]:
+    written: list[dict[str, Any]] = []
+    rejects: list[Reject] = []
+    for k, row in enumerate(batch.rows):
+        try:
+            with pg.transaction():
+                _upsert(cur, table, [row], batch.vectors[k : k + 1], model_id)
+                cur.execute(f"DELETE FROM {STAGE_TABLE}")  # the next row's INSERT must not see it
+        except Exception as exc:
+            if not blames_rows(exc):
+                raise
+            rejects.append(Reject.of(row, f"postgresql: {reject_reason(exc)}"))
+            continue
+        written.append(row)
+    return written, rejects
+
+
+def _upsert(
+    cur: Any, table: str, rows: Sequence[Mapping[str, Any]], vectors: np.ndarray, model_id: str
+) -> None:
+    """COPY ``rows`` into the staging table, then one ``INSERT ... ON CONFLICT`` into ``table``."""
+    target = quote_identifier(table)
+    columns = ", ".join(_DEST_COLUMNS)
+    merged = columns.replace("metadata", "coalesce(metadata::jsonb, '{}'::jsonb)")
+    for stamp in ("created_at", "updated_at"):
+        merged = merged.replace(stamp, f"({stamp}::timestamp AT TIME ZONE 'UTC')")
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _DEST_COLUMNS if c != "source_memory_id")
+    with cur.copy(f"COPY {STAGE_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(_COPY_TYPES)
+        for row, vector in zip(rows, _pack_vectors(vectors), strict=True):
+            copy.write_row(
+                (
+                    row["id"],
+                    row["user_id"],
+                    row["content"],
+                    vector,
+                    model_id,
+                    row["type"] or "fact",
+                    row["source_session_id"],
+                    row["source_message_id"],
+                    row["metadata"],
+                    row["created_at"],
+                    row["updated_at"],
+                )
+            )
+    cur.execute(
+        f"INSERT INTO {target} ({columns}) SELECT {merged} FROM {STAGE_TABLE} "
+        f"ON CONFLICT (source_memory_id) DO UPDATE SET {updates}"
+    )
