@@ -163,7 +163,7 @@ def require_sentence_transformers() -> None:
 
 # ---- progress doubles (the library's Progress protocol and the CLI's rich bar) ------------------------
 class Recorder:
-    """A :class:`memwork.stores.progress.Progress` that remembers every stage and its advances."""
+    """A :class:`memwork.progress.Progress` that remembers every stage and its advances."""
 
     def __init__(self) -> None:
         self.stages: list[list] = []  # [description, total, advanced]

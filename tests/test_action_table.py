@@ -9,10 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
-from memwork.defrag import ACTIONS, DEFAULTS, Action, MemoryStore, Param, register, run_action
+from memwork.defrag import ACTIONS, DEFAULTS, Action, Param, register, run_action
 from memwork.defrag.table import Step, composite
 from memwork.entry import Entry, utcnow
 from memwork.errors import UsageError
+from memwork.stores.memory import MemoryStore
 
 COMMON = {"--store", "--scope", "--json", "--help", "-h"}
 EVERY_PARAM_OPTION = {Param.option(n) for a in ACTIONS.values() for n in a.params}

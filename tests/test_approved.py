@@ -18,10 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memwork.cli import main
-from memwork.defrag import MemoryStore, plan_merge_duplicates, run_action
+from memwork.defrag import plan_merge_duplicates, run_action
 from memwork.entry import Entry
 from memwork.errors import UsageError
 from memwork.stores import open_store
+from memwork.stores.memory import MemoryStore
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 TEXT = "postgres vacuum settings tuned for the nightly batch job alpha"

@@ -11,7 +11,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memwork.defrag import (
-    MemoryStore,
     analyze,
     find_duplicates,
     find_low_quality,
@@ -31,6 +30,7 @@ from memwork.defrag.scores import health_points
 from memwork.embed import HashEmbedder
 from memwork.entry import Entry, utcnow
 from memwork.errors import UsageError
+from memwork.stores.memory import MemoryStore
 
 NOW = utcnow().replace(microsecond=0)
 EMB = HashEmbedder(32)

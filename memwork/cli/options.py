@@ -139,7 +139,7 @@ def progress(
 
 
 class _StageBar:
-    """:class:`memwork.stores.progress.Progress` on a rich bar: one bar per stage, the last replaced."""
+    """:class:`memwork.progress.Progress` on a rich bar: one bar per stage, the last replaced."""
 
     def __init__(self, bar: Any) -> None:
         self.bar = bar

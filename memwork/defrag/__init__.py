@@ -23,7 +23,6 @@ from memwork.defrag.findings import (
     find_related,
 )
 from memwork.defrag.journal import list_runs, read_run, undo
-from memwork.defrag.memory import MemoryStore
 from memwork.defrag.merge import STRATEGIES, merge_entries, union_metadata
 from memwork.defrag.params import Param
 from memwork.defrag.plan import Operation, Plan
@@ -56,7 +55,6 @@ __all__ = [
     "Change",
     "EntryReport",
     "Health",
-    "MemoryStore",
     "Operation",
     "Pair",
     "Param",

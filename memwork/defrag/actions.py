@@ -19,7 +19,6 @@ from typing import Any
 from memwork.defrag import findings
 from memwork.defrag.apply import Change, PlanConflict, compute_changes, execute
 from memwork.defrag.journal import Journal
-from memwork.defrag.memory import MemoryStore
 from memwork.defrag.plan import Plan
 from memwork.defrag.planners import Planned
 from memwork.defrag.review import read_approved_pairs
@@ -28,8 +27,9 @@ from memwork.defrag.table import ACTIONS, Action, Context, lookup
 from memwork.embed import Embedder, load_embedder
 from memwork.entry import Entry, as_utc, utcnow, validate_scope
 from memwork.errors import UsageError
+from memwork.progress import Progress, track
 from memwork.stores.base import DEFAULT_RUN_LOCK_TIMEOUT, Store
-from memwork.stores.progress import Progress, track
+from memwork.stores.memory import MemoryStore
 
 
 @dataclass
@@ -174,7 +174,7 @@ def run_action(
     Modifying actions are a dry run unless ``apply``: the result then holds the plan and the predicted
     changes; with ``apply`` exactly that plan is executed and journaled (``result.run_id``), under the
     store's run lock (waiting at most ``lock_timeout`` seconds, default 60) from loading the entries
-    to the last write. ``progress`` (see :class:`~memwork.stores.progress.Progress`) hears the long
+    to the last write. ``progress`` (see :class:`~memwork.progress.Progress`) hears the long
     stages: loading entries, finding pairs and applying changes.
     """
     act = lookup(action)

@@ -1,7 +1,7 @@
 """Execute a plan: compute every touched entry's after-image first, then write them.
 
 The compute phase only reads the store (``get``: no hits) and is the same code for a dry-run
-simulation (on a :class:`~memwork.defrag.memory.MemoryStore`) and for the real run, so the preview is
+simulation (on a :class:`~memwork.stores.memory.MemoryStore`) and for the real run, so the preview is
 what apply does. The write phase writes each change with a compare-and-set
 (:meth:`~memwork.stores.base.Store.put_if_unchanged`): the entry is written only if it still equals
 the before-image, and its journal line is written right before (write-ahead), so a run that dies
@@ -23,8 +23,8 @@ from memwork.defrag.plan import Operation, Plan
 from memwork.embed import Embedder
 from memwork.entry import MAX_CONTENT_BYTES, Entry
 from memwork.errors import MemworkError, UsageError
+from memwork.progress import Progress
 from memwork.stores.base import Store, WriteConflict, fingerprint
-from memwork.stores.progress import Progress
 
 Key = tuple[str, str]
 

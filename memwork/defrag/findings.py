@@ -18,7 +18,7 @@ from memwork import similarity
 from memwork.defrag.merge import links_to
 from memwork.defrag.scores import confidence_of, health, quality_issues, quality_score
 from memwork.entry import Entry, utcnow
-from memwork.stores.progress import Progress
+from memwork.progress import Progress
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from sqlalchemy.engine import make_url
 from memwork.defrag.apply import Change, fingerprint
 from memwork.entry import Entry, utcnow
 from memwork.errors import CheckFailed, MemworkError, UsageError
+from memwork.progress import Progress, track
 from memwork.stores.base import Store, WriteConflict
-from memwork.stores.progress import Progress, track
 from memwork.workspace import workspace_dir
 
 INDEX_NAME = "index.json"

@@ -33,7 +33,7 @@ from memwork.defrag.review import Pair3, pair_key
 from memwork.defrag.scores import quality_score
 from memwork.entry import Entry, normalize_path
 from memwork.errors import InvalidPath
-from memwork.stores.progress import Progress
+from memwork.progress import Progress
 
 
 @dataclass

@@ -27,7 +27,7 @@ from memwork.defrag.planners import (
 from memwork.defrag.review import Pair3
 from memwork.entry import Entry
 from memwork.errors import UsageError
-from memwork.stores.progress import Progress
+from memwork.progress import Progress
 
 
 @dataclass(frozen=True)

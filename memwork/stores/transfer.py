@@ -36,8 +36,8 @@ from memwork.entry import (
     validate_scope,
 )
 from memwork.errors import InvalidPath, MemworkError, UsageError
+from memwork.progress import Progress, track
 from memwork.stores.base import Store
-from memwork.stores.progress import Progress, track
 from memwork.stores.sql import SQLStore
 
 RECORD_FIELDS = (
