@@ -144,3 +144,32 @@ def test_legacy_init_json(tmp_path):
     applied = json.loads(result.stdout)
     assert applied["applied"] is True
     assert sorted(applied["created"]) == ["h5_conversation_messages", "h5_user_memory_items"]
+
+
+@pytest.mark.services
+def test_pgvector_url_json(pg_server):
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="mwjs-", dir="/tmp"))  # short: Unix socket path limit
+    env = {**os.environ, "MEMWORK_PGDATA": str(root / "pgdata"), "MEMWORK_HOME": str(root / "home")}
+
+    def memwork(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "memwork", "pgvector", "url", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+
+    try:
+        started = memwork("--name", "jsoncheck", "--json")
+        assert started.returncode == 0, started.stderr
+        data = json.loads(started.stdout)
+        assert data["url"].startswith("postgresql://") and data["database"] == "jsoncheck"
+        assert data["embedded"] == "pg://embedded/jsoncheck"
+        stopped = memwork("--stop", "--json")
+        assert stopped.returncode == 0 and json.loads(stopped.stdout) == {"stopped": True}
+    finally:
+        memwork("--stop")
+        shutil.rmtree(root, ignore_errors=True)

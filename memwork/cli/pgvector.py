@@ -27,7 +27,14 @@ def table_option(f):  # type: ignore[no-untyped-def]
 
 @click.group("pgvector")
 def pgvector_group() -> None:
-    """pgvector semantic memory: schema setup and the embedded server's URL."""
+    """pgvector semantic memory: schema setup and the embedded server's URL.
+
+    \b
+    Examples:
+        memwork pgvector schema --dimensions 384 --create-extension
+        memwork pgvector schema --apply --database-url "$(memwork pgvector url)" --create-extension
+        memwork pgvector url --json
+    """
 
 
 @pgvector_group.command("schema")
@@ -73,7 +80,8 @@ def schema_command(
 @pgvector_group.command("url")
 @click.option("--name", default="memwork", show_default=True, help="Database on the embedded server.")
 @click.option("--stop", is_flag=True, help="Stop the embedded server instead of printing a URL.")
-def url_command(name: str, stop: bool) -> None:
+@json_option
+def url_command(name: str, stop: bool, as_json: bool) -> None:
     """Start (or join) the embedded PostgreSQL + pgvector and print a postgresql:// URL for it.
 
     The server keeps running after this command exits, so the URL stays usable; `--stop` stops it.
@@ -81,17 +89,25 @@ def url_command(name: str, stop: bool) -> None:
     \b
     Example:
         export MEMORY_PGVECTOR_DATABASE_URL="$(memwork pgvector url)"
+        memwork pgvector url --name demo --json
         memwork pgvector url --stop
     """
     from memwork import embedded_pg
 
     if stop:
         embedded_pg.release()
-        click.echo("stopped", err=True)
+        if as_json:
+            emit_json({"stopped": True})
+        else:
+            click.echo("stopped", err=True)
         return
     # kept running past this process and every later pg://embedded user (see memwork.embedded_pg)
     embedded_pg.keep_running()
-    click.echo(embedded_pg.server_url(name))
+    url = embedded_pg.server_url(name)
+    if as_json:
+        emit_json({"url": url, "database": name, "embedded": f"pg://embedded/{name}"})
+    else:
+        click.echo(url)
 
 
 commands: list = [pgvector_group]

@@ -11,7 +11,12 @@ from memwork.errors import CheckFailed
 
 @click.group("smoke")
 def smoke_group() -> None:
-    """Post-migration smoke tests."""
+    """Post-migration smoke tests.
+
+    \b
+    Example:
+        MEMORY_PGVECTOR_DATABASE_URL=postgresql://... memwork smoke pgvector --dimensions 384 --json
+    """
 
 
 @smoke_group.command("pgvector")
