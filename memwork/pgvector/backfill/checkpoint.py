@@ -39,6 +39,7 @@ def read_json_checkpoint(path: Path) -> Cursor | None:
 def store_checkpoint(
     cur: Any, table: str, cursor: Cursor, rows_total: int, model_id: str, dimensions: int
 ) -> None:
+    """Write the batch's cursor and running total in the batch's own transaction."""
     cur.execute(
         f"INSERT INTO {quote_identifier(CHECKPOINT_TABLE)} AS c "
         "(target_table, cursor_updated_at, cursor_id, rows_written, embedding_model, dimensions, updated_at) "
@@ -84,6 +85,7 @@ def read_checkpoint(pg: Any, table: str) -> Cursor | None:
 
 
 def read_rows_written(pg: Any, table: str) -> int:
+    """The running total of rows written, as committed with the last checkpoint."""
     row = pg.execute(
         f"SELECT rows_written FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s", (table,)
     ).fetchone()

@@ -53,6 +53,7 @@ class Cursor:
 
 
 def cursor_of(row: Mapping[str, Any]) -> Cursor:
+    """The keyset position of a source row (where the next page starts)."""
     return Cursor(row_timestamp(row["updated_at"]), row["id"])
 
 

@@ -217,6 +217,7 @@ def blames_rows(exc: BaseException) -> bool:
 
 
 def store_rejects(cur: Any, table: str, rejects: Sequence[Reject], run_id: str) -> None:
+    """Record (or refresh) ``rejects`` for ``table`` in the batch's transaction."""
     cur.executemany(
         f"INSERT INTO {quote_identifier(REJECTS_TABLE)} AS r "
         "(target_table, source_memory_id, source_updated_at, reason, run_id) VALUES (%s, %s, %s, %s, %s) "
@@ -237,6 +238,7 @@ def clear_written_rejects(cur: Any, table: str, rows: Sequence[Mapping[str, Any]
 
 
 def count_rejects(pg: Any, table: str) -> int:
+    """Rejects recorded for ``table`` (0 when the rejects table does not exist yet)."""
     if pg.execute("SELECT to_regclass(%s)", (REJECTS_TABLE,)).fetchone()[0] is None:
         pg.commit()
         return 0

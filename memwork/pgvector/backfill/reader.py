@@ -29,6 +29,7 @@ _SOURCE_COLUMNS = (
 
 
 def status_counts(conn: Any) -> dict[str, int]:
+    """Source rows per status, plus ``total`` (``active`` always present)."""
     rows = conn.execute(select(memory_items.c.status, func.count()).group_by(memory_items.c.status)).all()
     counts = {str(status): int(n) for status, n in rows}
     counts["total"] = sum(counts.values())
@@ -49,6 +50,7 @@ def _after(cursor: Cursor | None) -> Any:
 
 
 def count_after(conn: Any, cursor: Cursor | None) -> int:
+    """Active source rows strictly after ``cursor`` (what a run without a limit would read)."""
     return int(conn.execute(select(func.count()).select_from(memory_items).where(_after(cursor))).scalar())
 
 
@@ -117,6 +119,7 @@ def last_cursor(conn: Any, cursor: Cursor | None, limit: int | None) -> Cursor |
 
 
 def sample_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A short, display-safe view of a source row for the dry run's sample."""
     content = str(row["content"] or "")
     return {
         "id": row["id"],
