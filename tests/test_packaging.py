@@ -227,3 +227,20 @@ print(json.dumps({"missing": missing, "memwork": memwork.__file__, "notebooks": 
     manifests = sorted((outside / "reports").glob("*-health_report*/manifest.json"))
     assert len(manifests) == 2  # the demo's and ours
     assert {json.loads(m.read_text())["git_commit"] for m in manifests} == {head}
+
+
+def test_git_commit_comes_from_the_working_directory(tmp_path, monkeypatch):
+    from memwork.reports.runner import git_commit
+
+    monkeypatch.chdir(tmp_path)
+    assert git_commit() == "unknown"  # not a repository: not memwork's own checkout either
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    _run([*git, "init", "-q"])
+    (tmp_path / "a.txt").write_text("a\n")
+    _run([*git, "add", "a.txt"])
+    _run([*git, "commit", "-q", "-m", "a"])
+    head = _run(["git", "rev-parse", "HEAD"]).stdout.strip()
+    assert git_commit() == head
+    (tmp_path / "a.txt").write_text("b\n")
+    assert git_commit() == f"{head}-dirty"
+    assert git_commit(ROOT) != head
