@@ -1,4 +1,4 @@
-"""Shared fixtures: real servers only (embedded PostgreSQL + pgvector, MariaDB, Redis, SQLite).
+"""Shared fixtures: real servers only (embedded PostgreSQL + pgvector, MariaDB, SQLite).
 
 A test whose server is unreachable skips locally; with ``MEMWORK_REQUIRE_SERVICES=1`` (set by
 ``.ci/run``) that skip becomes a failure, so CI can never pass by skipping.
@@ -16,7 +16,6 @@ import pytest
 
 REQUIRE_SERVICES = os.environ.get("MEMWORK_REQUIRE_SERVICES") == "1"
 MARIADB_ADMIN_URL = os.environ.get("MEMWORK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
-REDIS_URL = os.environ.get("MEMWORK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
 def service_missing(name: str, reason: object) -> None:
@@ -94,19 +93,6 @@ def mysql_url() -> str:
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
     conn.close()
-
-
-# ---- Redis --------------------------------------------------------------------------------------
-@pytest.fixture
-def redis_url() -> str:
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
-    try:
-        client.ping()
-    except Exception as exc:
-        service_missing("Redis at 127.0.0.1:6379", exc)
-    return REDIS_URL
 
 
 # ---- SQLite -------------------------------------------------------------------------------------
