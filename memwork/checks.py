@@ -1,4 +1,4 @@
-"""Small value checks written once: booleans from text (and later 0..1 and vector dimensions).
+"""Small value checks written once: booleans from text, numbers from 0 to 1, vector dimensions.
 
 Each check turns user-supplied text into a value or raises :class:`~memwork.errors.UsageError` naming
 the field, so environment variables, notebook parameters and CLI options agree on what is valid.
@@ -6,11 +6,17 @@ the field, so environment variables, notebook parameters and CLI options agree o
 
 from __future__ import annotations
 
+import math
+import numbers
+
 from memwork.errors import UsageError
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 BOOL_HINT = "expected 1/0/true/false/yes/no/on/off"
+MAX_DIMENSION = 16000  #: pgvector's limit for the vector type, and every store's
+UNIT_HINT = "must be a number from 0 to 1"
+DIMENSION_HINT = f"must be an integer from 1 to {MAX_DIMENSION}"
 
 
 def parse_bool(name: str, value: object, default: bool | None = None) -> bool:
@@ -29,3 +35,21 @@ def parse_bool(name: str, value: object, default: bool | None = None) -> bool:
     if text == "" and default is not None:
         return default
     raise UsageError(name, value, BOOL_HINT)
+
+
+def unit(name: str, value: object) -> float:
+    """A finite number from 0 to 1 (a similarity, a threshold, a recall) as float; UsageError naming
+    ``name`` otherwise -- never silently clamped. A ``bool`` is not a number here."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise UsageError(name, value, UNIT_HINT)
+    if not 0.0 <= value <= 1.0:
+        raise UsageError(name, value, UNIT_HINT)
+    return float(value)
+
+
+def dimension(name: str, value: object) -> int:
+    """A vector dimension: an integer from 1 to 16000 (pgvector's limit); UsageError naming ``name``
+    otherwise. Every embedder, store and schema agrees on this range."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= MAX_DIMENSION:
+        raise UsageError(name, value, DIMENSION_HINT)
+    return int(value)

@@ -1,8 +1,12 @@
-"""Database connections, written once: URL normalisation, SQLAlchemy engines for every store and backend, and
-the psycopg connection (and MySQL error wrapper) that turns an unreachable server into one clear error.
+"""Database URLs and connections, written once: a URL is parsed once into a :class:`DatabaseURL`
+value, SQLAlchemy engines are made for every store and backend from it, and the psycopg connection
+(and MySQL error wrapper) turns an unreachable server into one clear error.
 
-Accepted URLs: ``sqlite:///file.db``, ``mysql://`` / ``mariadb://`` (through PyMySQL),
-``postgresql://`` (through psycopg 3) and ``pg://embedded[/NAME]`` (the embedded server).
+Accepted URLs (:data:`SCHEMES`, the one scheme list): ``sqlite:///file.db``, ``mysql://`` /
+``mariadb://`` (through PyMySQL), ``postgresql://`` (through psycopg 3) and ``pg://embedded[/NAME]``
+(the embedded server). Parsing is pure: only :func:`memwork.embedded_pg.ensure` -- which
+:func:`get_engine` and :func:`pg_connect` call, since connecting needs a server -- starts the
+embedded server.
 """
 
 from __future__ import annotations
@@ -10,54 +14,101 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import Engine, create_engine, event
 
-from memwork.embedded_pg import is_embedded_url, resolve_url
 from memwork.errors import ServiceUnavailable, UsageError
-from memwork.redaction import redact_url
+from memwork.identifiers import check_identifier
+from memwork.redaction import first_line, redact_url
+
+#: scheme as typed (lower case) -> (dialect, the SQLAlchemy dialect+driver memwork uses)
+SCHEMES: dict[str, tuple[str, str]] = {
+    "sqlite": ("sqlite", "sqlite"),
+    "mysql": ("mysql", "mysql+pymysql"),
+    "mariadb": ("mysql", "mysql+pymysql"),
+    "mysql+pymysql": ("mysql", "mysql+pymysql"),
+    "mariadb+pymysql": ("mysql", "mysql+pymysql"),
+    "postgresql": ("postgresql", "postgresql+psycopg"),
+    "postgres": ("postgresql", "postgresql+psycopg"),
+    "postgresql+psycopg": ("postgresql", "postgresql+psycopg"),
+    "pg": ("postgresql", "postgresql+psycopg"),  # pg://embedded[/NAME] only
+}
+EMBEDDED_SCHEME = "pg"
+EMBEDDED_DATABASE = "memwork"  #: the database ``pg://embedded`` names
+_URL_HINT = "must be a URL like sqlite:///file.db or mysql://user@host/db"
 
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
 
 
-def sqlalchemy_url(url: str) -> str:
-    """Map a user-facing URL to the SQLAlchemy dialect+driver form memwork uses."""
-    if not isinstance(url, str) or "://" not in url:
-        raise UsageError("database_url", url, "must be a URL like sqlite:///file.db or mysql://user@host/db")
-    if is_embedded_url(url):
-        url = resolve_url(url)
-    scheme, rest = url.split("://", 1)
+@dataclass(frozen=True)
+class DatabaseURL:
+    """A database URL parsed once: everything memwork derives from the text, computed up front.
+
+    ``sqlalchemy`` and ``libpq`` are None for ``pg://embedded[/NAME]`` until
+    :func:`memwork.embedded_pg.ensure` has started the server and resolved it (``libpq`` is None
+    for SQLite and MySQL too: psycopg cannot connect there).
+    """
+
+    # the three URL forms may hold a password: never in repr() (tracebacks, notebook output)
+    text: str = field(repr=False)  #: the URL as given (after ``embedded_pg.ensure``: the server's)
+    dialect: str  #: ``sqlite``, ``mysql`` or ``postgresql``
+    driver: str  #: SQLAlchemy dialect+driver, known without connecting (``postgresql+psycopg``)
+    sqlalchemy: str | None = field(repr=False)  #: the URL SQLAlchemy connects to
+    libpq: str | None = field(repr=False)  #: the ``postgresql://`` URL psycopg connects to
+    redacted: str  #: ``text`` with its password hidden, for messages
+    embedded: str | None = None  #: the database NAME of ``pg://embedded[/NAME]``, else None
+
+    def __str__(self) -> str:
+        return self.redacted
+
+
+def is_database_url(text: object) -> bool:
+    """True when ``text`` has a scheme memwork can open (not yet whether the rest is valid)."""
+    return isinstance(text, str) and text.split("://", 1)[0].strip().lower() in SCHEMES and "://" in text
+
+
+def parse_url(text: str | DatabaseURL) -> DatabaseURL:
+    """Parse a user-facing database URL into a :class:`DatabaseURL`; never connects, never starts a
+    server. UsageError for a text that is not a URL, an unknown scheme or a bad ``pg://`` name."""
+    if isinstance(text, DatabaseURL):
+        return text
+    if not isinstance(text, str) or "://" not in text:
+        raise UsageError("database_url", text, _URL_HINT)
+    text = text.strip()
+    scheme, rest = text.split("://", 1)
     scheme = scheme.lower()
-    if scheme in ("mysql", "mariadb", "mysql+pymysql", "mariadb+pymysql"):
-        return f"mysql+pymysql://{rest}"
-    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        return f"postgresql+psycopg://{rest}"
-    if scheme == "sqlite":
-        return url
-    raise UsageError("database_url", url.split("@")[-1], f"unsupported scheme {scheme!r}")
+    redacted = redact_url(text) or text
+    if scheme not in SCHEMES:
+        raise UsageError("database_url", redacted, f"unsupported scheme {scheme!r}")
+    dialect, driver = SCHEMES[scheme]
+    if scheme == EMBEDDED_SCHEME:
+        parts = urlsplit(text)
+        if parts.netloc != "embedded":
+            raise UsageError(
+                "store", redacted, "the embedded PostgreSQL is named pg://embedded or pg://embedded/NAME"
+            )
+        name = check_identifier(parts.path.strip("/") or EMBEDDED_DATABASE, field="database")
+        return DatabaseURL(text, dialect, driver, None, None, redacted, embedded=name)
+    sqlalchemy = text if dialect == "sqlite" else f"{driver}://{rest}"
+    libpq = f"postgresql://{rest}" if dialect == "postgresql" else None
+    return DatabaseURL(text, dialect, driver, sqlalchemy, libpq, redacted)
 
 
-def libpq_url(url: str) -> str:
-    """A URL psycopg can connect to directly (``pg://embedded`` resolved, driver suffix removed)."""
-    if is_embedded_url(url):
-        return resolve_url(url)
-    if url.startswith("postgresql+psycopg://"):
-        return "postgresql://" + url.split("://", 1)[1]
-    if url.startswith("postgres://"):
-        return "postgresql://" + url.split("://", 1)[1]
-    return url
+def _ready(url: str | DatabaseURL) -> DatabaseURL:
+    """The parsed URL with ``pg://embedded`` resolved (starting the server): a connection needs one."""
+    from memwork import embedded_pg
+
+    return embedded_pg.ensure(parse_url(url))
 
 
-def dialect_of(url: str) -> str:
-    """``sqlite``, ``mysql`` or ``postgresql``."""
-    return sqlalchemy_url(url).split("+", 1)[0].split(":", 1)[0]
-
-
-def get_engine(url: str) -> Engine:
-    """A cached SQLAlchemy engine for ``url`` (one per URL per process)."""
-    key = sqlalchemy_url(url)
+def get_engine(url: str | DatabaseURL) -> Engine:
+    """A cached SQLAlchemy engine for ``url`` (one per URL per process; ``pg://embedded`` started)."""
+    key = _ready(url).sqlalchemy
+    assert key is not None  # _ready resolved it
     with _lock:
         engine = _engines.get(key)
         if engine is None:
@@ -87,25 +138,33 @@ def dispose_all() -> None:
         _engines.clear()
 
 
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
 @contextmanager
-def pg_connect(url: str, *, autocommit: bool = False) -> Iterator[Any]:
-    """``psycopg.connect`` on ``url`` (``pg://embedded`` resolved); connection failures and a lost
-    server become :class:`ServiceUnavailable` (exit 1, one line, password redacted)."""
+def pg_connect(url: str | DatabaseURL, *, autocommit: bool = False) -> Iterator[Any]:
+    """The one way memwork opens a psycopg connection: ``psycopg.connect`` on ``url``
+    (``pg://embedded`` started and resolved); connection failures and a lost server become
+    :class:`ServiceUnavailable` (exit 1, one line, password redacted)."""
     import psycopg
 
+    given = parse_url(url)
+    if given.dialect != "postgresql":
+        raise UsageError(
+            "database_url", given.redacted, "must be a PostgreSQL URL (postgresql:// or pg://embedded)"
+        )
+    target = _ready(given)
+    assert target.libpq is not None  # a resolved PostgreSQL URL
     try:
-        conn = psycopg.connect(libpq_url(url), autocommit=autocommit)
+        conn = psycopg.connect(target.libpq, autocommit=autocommit)
     except psycopg.OperationalError as exc:
-        raise ServiceUnavailable(f"PostgreSQL at {redact_url(url)} unreachable: {_first_line(exc)}") from None
+        raise ServiceUnavailable(f"PostgreSQL at {given.redacted} unreachable: {_line(exc)}") from None
     try:
         with conn:
             yield conn
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-        raise ServiceUnavailable(f"PostgreSQL at {redact_url(url)} failed: {_first_line(exc)}") from exc
+        raise ServiceUnavailable(f"PostgreSQL at {given.redacted} failed: {_line(exc)}") from exc
+
+
+def _line(exc: BaseException) -> str:
+    return first_line(exc) or type(exc).__name__
 
 
 @contextmanager
@@ -116,5 +175,5 @@ def mysql_errors(url: str) -> Iterator[None]:
     try:
         yield
     except (OperationalError, InterfaceError) as exc:
-        detail = _first_line(exc.orig) if exc.orig is not None else _first_line(exc)
+        detail = _line(exc.orig if exc.orig is not None else exc)
         raise ServiceUnavailable(f"MySQL at {redact_url(url)} unreachable: {detail}") from None

@@ -26,6 +26,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from memwork import checks
 from memwork.errors import UsageError
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
@@ -52,9 +53,7 @@ class HashEmbedder:
     """
 
     def __init__(self, dimension: int = 384) -> None:
-        if not isinstance(dimension, int) or not 1 <= dimension <= 16000:
-            raise UsageError("dimensions", dimension, "must be an integer from 1 to 16000")
-        self.dimension = dimension
+        self.dimension = checks.dimension("dimensions", dimension)
         self.model_id = f"hash-{dimension}"
 
     def _features(self, text: str) -> list[str]:

@@ -26,14 +26,15 @@ import re
 import threading
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
-from urllib.parse import urlsplit
 
-from memwork.errors import ServiceUnavailable, UsageError
+from memwork.db import EMBEDDED_DATABASE, DatabaseURL, parse_url
+from memwork.errors import ServiceUnavailable
 from memwork.identifiers import check_identifier
 from memwork.workspace import workspace_dir
 
-DEFAULT_DATABASE = "memwork"
+DEFAULT_DATABASE = EMBEDDED_DATABASE
 KEEP_FILE = ".memwork-keep-running"
 _PID_LIST = ".handle_pids.json"  # pgserver's list of the processes using the server
 _LEGACY_KEEP_PID = 0  # the placeholder older memwork versions put into that list
@@ -213,12 +214,19 @@ def server_url(database: str = DEFAULT_DATABASE, data_dir: Path | str | None = N
     return url
 
 
+def ensure(url: str | DatabaseURL) -> DatabaseURL:
+    """The explicit step that starts the embedded server: ``pg://embedded[/NAME]`` parsed and resolved
+    to the server's ``postgresql://`` URL (database NAME and the ``vector`` extension created when
+    missing); ``embedded`` keeps NAME. Any other URL is only parsed."""
+    parsed = parse_url(url)
+    if parsed.embedded is None or parsed.sqlalchemy is not None:
+        return parsed
+    return replace(parse_url(server_url(parsed.embedded)), embedded=parsed.embedded)
+
+
 def resolve_url(url: str) -> str:
-    """Turn ``pg://embedded[/NAME]`` into a real ``postgresql://`` URL; other URLs pass through."""
+    """Turn ``pg://embedded[/NAME]`` into a real ``postgresql://`` URL (starting the server); other
+    URLs pass through unchanged."""
     if not is_embedded_url(url):
         return url
-    parts = urlsplit(url)
-    if parts.netloc != "embedded":
-        raise UsageError("store", url, "the embedded PostgreSQL is named pg://embedded or pg://embedded/NAME")
-    database = parts.path.strip("/") or DEFAULT_DATABASE
-    return server_url(database)
+    return ensure(url).text

@@ -106,12 +106,22 @@ def redact_value(name: str, value: str | None) -> str | None:
 MAX_REASON_CHARS = 300  #: the longest error line :func:`describe_error` returns
 
 
+def first_line(error: BaseException | str | None) -> str:
+    """The first line of an error's message with every URL password hidden ("" when it has none).
+
+    The one "first line, password hidden" rule: later lines of driver errors hold the SQL and its
+    parameters, which a one-line report must not print. Pass ``exc.orig`` for the driver's own
+    message inside a SQLAlchemy error.
+    """
+    text = "" if error is None else str(error).strip()
+    return redact_text(text.splitlines()[0]) if text else ""
+
+
 def describe_error(exc: BaseException) -> str:
     """``Type: first line of the message`` -- URLs redacted, SQL and parameters (later lines) dropped.
 
     The one way memwork shows an exception it caught (a backend's unavailable reason, a failed call).
     """
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    text = redact_text(text)
+    text = first_line(exc)
     line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return line[:MAX_REASON_CHARS]

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
-import numbers
 import os
 import re
 from collections import defaultdict
@@ -25,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 from threadpoolctl import ThreadpoolController
 
+from memwork.checks import unit
 from memwork.errors import ConfigError, UsageError
 
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
@@ -111,15 +110,6 @@ class PairScore:
         if self.semantic_similarity is None:
             return self.text_similarity
         return max(self.text_similarity, self.semantic_similarity)
-
-
-def _check_unit(field: str, value: object) -> float:
-    """Reject thresholds outside 0..1 (and non-numbers) instead of silently clamping them."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise UsageError(field, value, "must be a number from 0 to 1")
-    if not 0.0 <= value <= 1.0:
-        raise UsageError(field, value, "must be from 0 to 1")
-    return float(value)
 
 
 # --- pair budget -----------------------------------------------------------------------------------
@@ -437,7 +427,7 @@ def find_duplicate_pairs(
 
     ``progress(n)`` is called after blocks of rows of each join; the calls sum to ``len(texts)``.
     """
-    threshold = _check_unit("similarity_threshold", threshold)
+    threshold = unit("similarity_threshold", threshold)
     n = len(texts)
     _check_lengths("embeddings", len(embeddings), n)
     budget = budget if budget is not None else PairBudget()
@@ -505,8 +495,8 @@ def find_related_pairs(
     hybrid ``similarity`` like :func:`find_duplicate_pairs`, which it shares the pair ``budget``
     with. ``progress(n)`` is called after blocks of rows; the calls sum to ``len(embeddings)``.
     """
-    low = _check_unit("min_similarity", min_similarity)
-    high = _check_unit("max_similarity", max_similarity)
+    low = unit("min_similarity", min_similarity)
+    high = unit("max_similarity", max_similarity)
     if low > high:
         raise UsageError("min_similarity", min_similarity, f"must not exceed max_similarity ({high})")
     n = len(embeddings)

@@ -8,10 +8,9 @@ import re
 
 import nbformat
 import papermill
-import psycopg
 import pytest
 
-from memwork.db import libpq_url
+from memwork.db import pg_connect
 from memwork.defrag.review import read_review_csv
 from memwork.errors import ReportExecutionError, UsageError
 from memwork.reports import list_reports, notebooks_dir, read_parameters, run_report
@@ -128,7 +127,7 @@ def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
     assert intact.verdict == "PASS" and intact.exit_code == 0
     assert intact.summary["source_active"] == migration.active and intact.summary["reasons"] == []
     assert_readable(intact)
-    with psycopg.connect(libpq_url(migration.dest_url), autocommit=True) as conn:
+    with pg_connect(migration.dest_url, autocommit=True) as conn:
         ids = [r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1")]
         conn.execute("DELETE FROM memory_embeddings WHERE source_memory_id = %s", (ids[0],))
         conn.execute(

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 
-from memwork.db import libpq_url
+from memwork.db import pg_connect
 from memwork.errors import UsageError
 from memwork.pgvector.verify import VerifyOptions, range_checksums, row_digest, verify_backfill
 from memwork.samples.migration import build_migration
@@ -32,7 +31,7 @@ def test_intact_destination_passes_every_check(migration):
 
 
 def test_damaged_destination_fails_and_names_each_damage(migration):
-    with psycopg.connect(libpq_url(migration.dest_url), autocommit=True) as conn:
+    with pg_connect(migration.dest_url, autocommit=True) as conn:
         ids = [r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1")]
         removed, changed, reshaped = ids[3], ids[40], ids[70]
         conn.execute("DELETE FROM memory_embeddings WHERE source_memory_id = %s", (removed,))
@@ -61,7 +60,7 @@ def test_damaged_destination_fails_and_names_each_damage(migration):
 
 
 def test_zero_vectors_mixed_models_and_extra_rows_are_reasons(migration):
-    with psycopg.connect(libpq_url(migration.dest_url), autocommit=True) as conn:
+    with pg_connect(migration.dest_url, autocommit=True) as conn:
         first = conn.execute("SELECT id FROM memory_embeddings ORDER BY id LIMIT 1").fetchone()[0]
         zero = "[" + ",".join(["0"] * 16) + "]"
         conn.execute("UPDATE memory_embeddings SET embedding = %s WHERE id = %s", (zero, first))

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from memwork.backends.base import Availability, Backend
 from memwork.backends.requests import validate
-from memwork.db import sqlalchemy_url
+from memwork.db import parse_url
 from memwork.errors import UsageError
 from memwork.legacy.extractor import Extractor
 from memwork.legacy.store import LegacyMemoryStore
@@ -50,7 +50,7 @@ class LegacyConversationMemoryBackend(Backend):
         if self.problem:
             return Availability.no(self.problem)
         try:
-            sqlalchemy_url(self.store.database_url)
+            parse_url(self.store.database_url)
         except UsageError as exc:
             return Availability.no(f"{LEGACY_URL_VAR}: {exc.problem}")
         return Availability.ok()

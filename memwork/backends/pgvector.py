@@ -125,10 +125,10 @@ class PgvectorBackend(Backend):
             if self._pool is None:
                 from psycopg_pool import ConnectionPool
 
-                from memwork.db import libpq_url
+                from memwork.embedded_pg import ensure
 
                 self._pool = ConnectionPool(
-                    libpq_url(self.database_url or ""),
+                    ensure(self.database_url or "").libpq or "",
                     min_size=1,
                     max_size=self.pool_max,
                     kwargs={"autocommit": True},

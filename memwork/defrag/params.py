@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from memwork.checks import unit
 from memwork.defrag.merge import STRATEGIES
 from memwork.defrag.scores import CONFIDENCE_LEVELS
 from memwork.errors import UsageError
@@ -39,15 +40,6 @@ class Param:
     def but(self, **changes: Any) -> Param:
         """This parameter with another default or help (``max_hits`` is 10 for stubs, 0 for compact)."""
         return replace(self, **changes)
-
-
-def unit(name: str, value: Any) -> float:
-    """A number from 0 to 1 (similarities)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise UsageError(name, value, "must be a number from 0 to 1")
-    if not 0.0 <= value <= 1.0:
-        raise UsageError(name, value, "must be from 0 to 1")
-    return float(value)
 
 
 def non_negative(*, integer: bool = False, upper: float | None = None) -> Check:

@@ -35,7 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Engine
 
-from memwork.db import get_engine, sqlalchemy_url
+from memwork.db import get_engine, parse_url
 
 metadata = MetaData()
 
@@ -111,7 +111,8 @@ def identifier_columns() -> list[tuple[str, str]]:
 def schema_ddl(database_url: str) -> list[str]:
     """The CREATE TABLE / CREATE INDEX statements for this URL's dialect, without connecting."""
     statements: list[str] = []
-    mock = create_mock_engine(sqlalchemy_url(database_url), lambda sql, *a, **k: statements.append(sql))
+    driver = parse_url(database_url).driver + "://"  # the dialect alone: nothing connects
+    mock = create_mock_engine(driver, lambda sql, *a, **k: statements.append(sql))
     metadata.create_all(mock, checkfirst=False)
     return [str(s.compile(dialect=mock.dialect)).strip() + ";" for s in statements]
 

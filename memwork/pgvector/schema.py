@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memwork.checks import MAX_DIMENSION, dimension
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 
 DEFAULT_TABLE = "memory_embeddings"
 DEFAULT_DIMENSIONS = 1536
-MAX_DIMENSIONS = 16000  # pgvector's limit for the vector type
+MAX_DIMENSIONS = MAX_DIMENSION  # pgvector's limit for the vector type
 MAX_HNSW_DIMENSIONS = 2000  # pgvector's HNSW/IVFFlat limit for the vector type
 CHECKPOINT_TABLE = "memwork_backfill_checkpoints"
 SMOKE_PREFIX = "memory-v2-smoke-"  # ids of the smoke check's rows: the backfill's orphan count skips them
@@ -44,11 +45,7 @@ def index_names(table: str) -> IndexNames:
 
 def check_dimensions(dimensions: object) -> int:
     """An integer from 1 to 16000 (pgvector's limit), or a usage error naming the value."""
-    if isinstance(dimensions, bool) or not isinstance(dimensions, int):
-        raise UsageError("dimensions", dimensions, "must be an integer")
-    if not 1 <= dimensions <= MAX_DIMENSIONS:
-        raise UsageError("dimensions", dimensions, f"must be from 1 to {MAX_DIMENSIONS}")
-    return dimensions
+    return dimension("dimensions", dimensions)
 
 
 def checkpoint_table_sql() -> str:

@@ -81,13 +81,14 @@ def run_smoke(
     check -- the report's ``ok`` says it -- but does raise usage errors before touching anything."""
     from pgvector.psycopg import register_vector
 
-    from memwork.db import libpq_url, pg_connect
+    from memwork.db import pg_connect
+    from memwork.embedded_pg import ensure
 
     check_identifier(table)
     run_id = uuid.uuid4().hex[:10]
     report = SmokeReport(ok=False, table=table, dimensions=dimensions, run_id=run_id, kept=keep)
     query, vectors = smoke_vectors(dimensions)
-    url = libpq_url(database_url or EMBEDDED_URL)
+    url = ensure(database_url or EMBEDDED_URL).text  # pg://embedded starts once, here
     if create_schema:
         ensure_schema(url, table, dimensions, create_extension=create_extension)
         report.checks.append({"check": "schema", "ok": True})

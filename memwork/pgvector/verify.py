@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from memwork.checks import dimension, unit
 from memwork.embed import Embedder, load_embedder
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
@@ -62,12 +63,10 @@ class VerifyOptions:
             raise UsageError("sample_size", self.sample_size, "must be an integer from 0 to 100000")
         if not isinstance(self.range_size, int) or self.range_size < 1:
             raise UsageError("range_size", self.range_size, "must be a positive integer")
-        if self.expected_dimensions is not None and not 1 <= int(self.expected_dimensions) <= 16000:
-            raise UsageError("expected_dimensions", self.expected_dimensions, "must be from 1 to 16000")
+        if self.expected_dimensions is not None:
+            dimension("expected_dimensions", self.expected_dimensions)
         for name in ("min_recall", "min_self_retrieval"):
-            value = getattr(self, name)
-            if not 0.0 <= float(value) <= 1.0:
-                raise UsageError(name, value, "must be between 0 and 1")
+            unit(name, getattr(self, name))
         quote_identifier(self.table)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from memwork import checks
 from memwork.errors import UsageError
 from memwork.reports.summary import REPORT_DIR_ENV
 
@@ -26,8 +27,7 @@ from memwork.reports.summary import REPORT_DIR_ENV
 # UsageError (not ValueError) so a bad notebook parameter reads like bad CLI input: field, value, problem.
 def check_unit(name: str, value: float) -> None:
     """UsageError naming the parameter unless 0 <= value <= 1."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
-        raise UsageError(name, value, "must be a number from 0 to 1")
+    checks.unit(name, value)
 
 
 def check_range(name: str, value: float, low: float, high: float) -> None:

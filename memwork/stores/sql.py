@@ -47,8 +47,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
-from memwork.db import dialect_of, get_engine
-from memwork.embedded_pg import resolve_url
+from memwork import embedded_pg
+from memwork.checks import dimension as check_dimension
+from memwork.db import DatabaseURL, get_engine, parse_url
 from memwork.entry import (
     DEFAULT_SCOPE,
     Entry,
@@ -58,7 +59,7 @@ from memwork.entry import (
 )
 from memwork.errors import EntryNotFound, ServiceUnavailable, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
-from memwork.redaction import redact_url
+from memwork.redaction import first_line, redact_url
 from memwork.stores.base import (
     DEFAULT_RUN_LOCK_TIMEOUT,
     EntryInfo,
@@ -152,16 +153,21 @@ class SQLStore(Store):
     creates a store)."""
 
     def __init__(
-        self, url: str, *, dimension: int = DEFAULT_DIMENSION, table: str = DEFAULT_TABLE, create: bool = True
+        self,
+        url: str | DatabaseURL,
+        *,
+        dimension: int = DEFAULT_DIMENSION,
+        table: str = DEFAULT_TABLE,
+        create: bool = True,
     ) -> None:
-        if not isinstance(dimension, int) or not 1 <= dimension <= 16000:
-            raise UsageError("dimension", dimension, "must be an integer from 1 to 16000")
-        self.url = resolve_url(url)
-        self.dialect = dialect_of(self.url)
+        check_dimension("dimension", dimension)
+        self.database = embedded_pg.ensure(parse_url(url))  # pg://embedded starts here, and only here
+        self.url = self.database.text
+        self.dialect = self.database.dialect
         self.kind = self.dialect
         self.dimension = dimension
         self.table = build_table(table, self.dialect, dimension)
-        self.engine: Engine = get_engine(self.url)
+        self.engine: Engine = get_engine(self.database)
         self._pg_vector_oid: int | None = None
         self._create(create)
 
@@ -181,7 +187,7 @@ class SQLStore(Store):
         except (OperationalError, InterfaceError) as exc:
             # one line for the CLI: a file that cannot be opened is bad input, a server that does
             # not answer is an unavailable service (exit 1); passwords never shown
-            problem = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+            problem = first_line(getattr(exc, "orig", None) or exc)
             if self.dialect == "sqlite":
                 raise UsageError("store", self.url, f"cannot open: {problem}") from None
             raise ServiceUnavailable(f"store={redact_url(self.url)!r}: unreachable: {problem}") from None
