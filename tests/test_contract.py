@@ -3,13 +3,13 @@
 import pytest
 from click.testing import CliRunner
 
-from memwork.backends.base import Availability, Backend
+from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar, availability_of
 from memwork.cli import main
-from memwork.facade.contract import check_pgvector_adapter, check_registry, validate_backend
+from memwork.facade.contract import check_all, check_registry, validate_backend
 from memwork.facade.registry import Registry
 
 
-class Good(Backend):
+class Good(BaseBackend):
     name = "good-one"
     category = "behavior"
     flag = "MEMORY_GOOD_ONE_ENABLED"
@@ -18,14 +18,23 @@ class Good(Backend):
         return {}
 
 
-class SeedStyle:
-    """Not a Backend subclass: is_available() + unavailable_reason, as in the seed."""
+class Minimal:
+    """Not a BaseBackend subclass: a name and one operation; no availability() means available."""
 
-    name = "seed-style"
-    unavailable_reason = "not configured"
+    name = "minimal"
 
-    def is_available(self):
-        return False
+    def resolve(self, request):
+        return {}
+
+
+class Declared(BaseBackend):
+    declaration = Declaration(
+        "declared",
+        category="semantic",
+        capabilities=("resolve",),
+        variables=(EnvVar("MEMORY_DECLARED_URL", required=True),),
+        database_url_var="MEMORY_DECLARED_URL",
+    )
 
     def resolve(self, request):
         return {}
@@ -37,7 +46,8 @@ def _bad(**attrs):
 
 def test_good_backends_pass():
     assert validate_backend(Good()) == []
-    assert validate_backend(SeedStyle()) == []
+    assert validate_backend(Minimal()) == [] and availability_of(Minimal()).available
+    assert validate_backend(Declared()) == [] and Declared().name == "declared"
 
 
 @pytest.mark.parametrize(
@@ -50,6 +60,7 @@ def test_good_backends_pass():
         ({"write": None}, "operations"),
         ({"availability": lambda self: Availability(False, None)}, "availability"),
         ({"availability": lambda self: 1 / 0}, "availability"),
+        ({"availability": lambda self: False}, "availability"),  # not an Availability
     ],
 )
 def test_each_rule(attrs, rule):
@@ -66,7 +77,22 @@ def test_registry_passes_and_broken_plugins_are_violations():
 
 
 def test_real_pgvector_adapter_is_dormant_and_valid():
-    assert check_pgvector_adapter() == []
+    report = check_all({}, adapters=True, plugins=[])
+    assert report.ok and "pgvector adapter" in report.checked
+
+
+@pytest.mark.parametrize(
+    ("declaration", "rule"),
+    [
+        (Declaration("declared", capabilities=("resolve", "write")), "capabilities"),
+        (Declaration("declared", capabilities=("resolve",), variables=(EnvVar("memory_url"),)), "variables"),
+        (Declaration("declared", capabilities=("resolve",), database_url_var="MEMORY_X_URL"), "variables"),
+        (Declaration("declared", capabilities=("resolve",), aliases=("Bad Alias",)), "aliases"),
+    ],
+)
+def test_declarations_are_checked(declaration, rule):
+    backend = type("D", (Declared,), {"declaration": declaration})()
+    assert [v.rule for v in validate_backend(backend)] == [rule]
 
 
 def test_cli_gate_exit_codes():

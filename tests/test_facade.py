@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from memwork.backends.base import Backend
+from memwork.backends.base import BaseBackend
 from memwork.errors import BackendError, BackendTimeout, UsageError
 from memwork.facade.facade import facade_from_env
 from memwork.legacy.schema import init_schema
@@ -15,7 +15,7 @@ from memwork.legacy.schema import init_schema
 RELEASE = threading.Event()
 
 
-class ExplodingBackend(Backend):
+class ExplodingBackend(BaseBackend):
     """Available, and every call raises -- deliberately failing test backend."""
 
     name = "exploding"
@@ -31,7 +31,7 @@ class ExplodingBackend(Backend):
         raise RuntimeError("boom")
 
 
-class HangingBackend(Backend):
+class HangingBackend(BaseBackend):
     name = "hanging"
 
     def resolve(self, request):
@@ -39,7 +39,7 @@ class HangingBackend(Backend):
         return {"memories": [{"content": "too late"}]}
 
 
-class SemanticBackend(Backend):
+class SemanticBackend(BaseBackend):
     """Available, resolve only: like pgvector once configured."""
 
     name = "semantic-test"
@@ -56,7 +56,7 @@ class SemanticBackend(Backend):
         }
 
 
-class FakeQdrant(Backend):
+class FakeQdrant(BaseBackend):
     name = "qdrant"
     category = "semantic"
 
@@ -64,7 +64,7 @@ class FakeQdrant(Backend):
         return {"semanticMemories": [{"content": "from qdrant"}]}
 
 
-class BrokenAvailability(Backend):
+class BrokenAvailability(BaseBackend):
     name = "broken-availability"
 
     def availability(self):
@@ -316,7 +316,7 @@ def test_memwork_exports_facade_lazily():
     assert memwork.MemoryFacade.__name__ == "MemoryFacade"
 
 
-class SpyBackend(Backend):
+class SpyBackend(BaseBackend):
     """Records every touch, availability checks included."""
 
     name = "spy"

@@ -4,7 +4,7 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from memwork.backends.base import Backend
+from memwork.backends.base import BaseBackend, supports_of
 from memwork.backends.placeholders import SLOTS
 from memwork.errors import UnknownBackend
 from memwork.facade.registry import BUILTIN_ENTRY_POINTS, GROUP, DuplicateBackend, Registry
@@ -12,7 +12,7 @@ from memwork.facade.registry import BUILTIN_ENTRY_POINTS, GROUP, DuplicateBacken
 SLOT_NAMES = ["pgvector", "qdrant", "weaviate", "mem0", "letta", "neo4j", "redis-streams", "langgraph"]
 
 
-class EchoBackend(Backend):
+class EchoBackend(BaseBackend):
     name = "echo"
     category = "policy"
 
@@ -40,6 +40,7 @@ def ep(name, target):
 
 def test_builtins_are_entry_points_legacy_first():
     assert all(isinstance(e, EntryPoint) and e.group == GROUP for e in BUILTIN_ENTRY_POINTS)
+    assert [s.name for s in SLOTS] == SLOT_NAMES[1:]  # pgvector is a shipped adapter, not a slot
     registry = Registry({}, plugins=[])
     assert registry.names() == ["legacy-conversation-memory", *SLOT_NAMES]
     assert registry.find("legacy") is registry.find("legacy-conversation-memory")
@@ -51,8 +52,8 @@ def test_placeholders_declare_capabilities_and_stay_unavailable():
         backend = registry.get(slot.name)
         assert backend.category == slot.category and backend.role
         assert backend.availability().available is False and backend.availability().reason
-        if slot.name != "pgvector":  # the real pgvector adapter may take that slot
-            assert [op for op, yes in backend.supports().items() if yes] == list(slot.capabilities)
+        assert [op for op, yes in supports_of(backend).items() if yes] == list(slot.capabilities)
+        assert backend.declaration is slot and backend.flag == slot.flag
 
 
 def test_plugins_are_discovered_lazily_and_broken_ones_reported():

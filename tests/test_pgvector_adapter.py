@@ -10,6 +10,7 @@ import psycopg
 import pytest
 from pgvector.psycopg import register_vector
 
+from memwork.backends.base import supports_of
 from memwork.backends.pgvector import PgvectorBackend, from_env
 from memwork.errors import BackendError, UsageError
 from memwork.pgvector.schema import ensure_schema
@@ -29,7 +30,7 @@ def test_empty_env_is_dormant_with_every_missing_piece_named():
         "MEMORY_VECTOR_ENABLED is not 1; MEMORY_PGVECTOR_DATABASE_URL is not set; "
         "MEMORY_PGVECTOR_EMBEDDING_MODULE is not set"
     )
-    assert backend.supports() == {"resolve": True, "write": False, "compact": False}
+    assert supports_of(backend) == {"resolve": True, "write": False, "compact": False}
 
 
 @pytest.mark.parametrize(
@@ -74,9 +75,11 @@ def test_bad_settings_make_it_unavailable_with_the_value_named(key, value, reaso
 
 
 def test_contract_gate_passes():
-    contract = pytest.importorskip("memwork.facade.contract")
-    assert contract.check_pgvector_adapter() == []
-    assert contract.check_pgvector_adapter(FULL_ENV) == []
+    from memwork.facade.contract import check_all, validate_backend
+
+    assert validate_backend(from_env({})) == [] and validate_backend(from_env(FULL_ENV)) == []
+    report = check_all({}, adapters=True, plugins=[])  # built from an empty env: dormant
+    assert report.ok and "pgvector adapter" in report.checked, report.violations
 
 
 # ---- against the embedded PostgreSQL ------------------------------------------------------------

@@ -82,7 +82,7 @@ def test_refuses_when_only_the_test_exists(tmp_path):
 def test_kebab_name_becomes_module_and_class():
     scaffold = render_backend("redis-streams", "behavior", "event tracking", ["write", "write"])
     text = scaffold.files["redis_streams_backend.py"]
-    assert "class RedisStreamsBackend(Backend)" in text and "MEMORY_REDIS_STREAMS_ENABLED" in text
+    assert "class RedisStreamsBackend(BaseBackend)" in text and "MEMORY_REDIS_STREAMS_ENABLED" in text
     assert "def write(" in text and "def resolve(" not in text
 
 

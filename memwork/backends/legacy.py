@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from memwork.backends.base import Availability, Backend
+from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar
 from memwork.backends.requests import validate
 from memwork.db import parse_url
 from memwork.errors import UsageError
@@ -22,6 +22,19 @@ from memwork.redaction import describe_error
 from memwork.workspace import workspace_dir
 
 LEGACY_URL_VAR = "MEMORY_LEGACY_DATABASE_URL"  #: the legacy tables' URL (never the app's ``DATABASE_URL``)
+EXTRACTOR_VAR = "MEMORY_LEGACY_EXTRACTOR"
+
+DECLARATION = Declaration(
+    name="legacy-conversation-memory",
+    aliases=("legacy",),
+    role="existing conversation memory (h5_* tables)",
+    capabilities=("resolve", "write", "compact"),
+    variables=(
+        EnvVar(LEGACY_URL_VAR, "legacy tables URL", default="sqlite:///<workspace>/legacy.db"),
+        EnvVar(EXTRACTOR_VAR, "package.module:function extractor"),
+    ),
+    database_url_var=LEGACY_URL_VAR,
+)
 
 
 def default_legacy_url() -> str:
@@ -34,12 +47,10 @@ def legacy_url_from_env(env: Mapping[str, str]) -> str:
     return (env.get(LEGACY_URL_VAR) or "").strip() or default_legacy_url()
 
 
-class LegacyConversationMemoryBackend(Backend):
+class LegacyConversationMemoryBackend(BaseBackend):
     """resolve = active memories; write = saveAndAnalyze; compact = analyzeUser."""
 
-    name: ClassVar[str] = "legacy-conversation-memory"
-    aliases: ClassVar[tuple[str, ...]] = ("legacy",)
-    role: ClassVar[str] = "existing conversation memory (h5_* tables)"
+    declaration: ClassVar[Declaration | None] = DECLARATION
 
     def __init__(self, store: LegacyMemoryStore, *, problem: str | None = None) -> None:
         self.store = store
@@ -69,9 +80,6 @@ class LegacyConversationMemoryBackend(Backend):
 
     def purge_user(self, user_id: str) -> dict[str, int]:
         return self.store.purge_user(user_id)
-
-
-EXTRACTOR_VAR = "MEMORY_LEGACY_EXTRACTOR"
 
 
 def load_extractor(spec: str) -> Extractor:

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from memwork.backends.base import Availability, Backend
+from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar, flag_var
+from memwork.checks import parse_bool
 from memwork.embed import QueryModuleEmbedder
 from memwork.errors import BackendError, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
@@ -34,19 +35,34 @@ MAX_LIMIT = 1000
 DEFAULT_EXACT_MAX = 5000
 DEFAULT_EF_SEARCH = 100
 SEARCH_STRATEGIES = ("auto", "exact", "hnsw")
+FLAG_VAR = "MEMORY_VECTOR_ENABLED"
+URL_VAR = "MEMORY_PGVECTOR_DATABASE_URL"
+MODULE_VAR = "MEMORY_PGVECTOR_EMBEDDING_MODULE"
+
+DECLARATION = Declaration(
+    name="pgvector",
+    category="semantic",
+    role="primary vector store (read-only semantic lookup)",
+    capabilities=("resolve",),
+    variables=(
+        flag_var(FLAG_VAR),
+        EnvVar(URL_VAR, "dedicated PostgreSQL URL", required=True),
+        EnvVar(MODULE_VAR, "embedding module", required=True),
+        EnvVar("MEMORY_PGVECTOR_TABLE", default=DEFAULT_TABLE),
+        EnvVar("MEMORY_PGVECTOR_POOL_MAX", default=str(DEFAULT_POOL_MAX)),
+    ),
+    database_url_var=URL_VAR,
+)
 _COLUMNS = (
     "id, source_memory_id, user_id, content, type, source_session_id, source_message_id, "
     "metadata, embedding_model, created_at, updated_at"
 )
 
 
-class PgvectorBackend(Backend):
+class PgvectorBackend(BaseBackend):
     """Semantic memory in PostgreSQL + pgvector; ``resolve`` returns ``semanticMemories`` nearest first."""
 
-    name = "pgvector"
-    category = "semantic"
-    flag = "MEMORY_VECTOR_ENABLED"
-    role = "primary vector store (read-only semantic lookup)"
+    declaration = DECLARATION
 
     def __init__(
         self,
@@ -71,7 +87,7 @@ class PgvectorBackend(Backend):
         self.timeout = timeout
         self._unavailable = list(unavailable or [])
         if not database_url and not self._unavailable:
-            self._unavailable.append("MEMORY_PGVECTOR_DATABASE_URL is not set")
+            self._unavailable.append(f"{URL_VAR} is not set")
         self._pool: Any = None
         self._lock = threading.Lock()
 
@@ -263,12 +279,16 @@ def from_env(env: Mapping[str, str]) -> PgvectorBackend:
     exactly what to set.
     """
     problems: list[str] = []
-    if env.get("MEMORY_VECTOR_ENABLED", "").strip().lower() not in ("1", "true", "yes", "on"):
-        problems.append("MEMORY_VECTOR_ENABLED is not 1")
-    database_url = (env.get("MEMORY_PGVECTOR_DATABASE_URL") or "").strip() or None
+    try:
+        enabled = parse_bool(FLAG_VAR, env.get(FLAG_VAR), default=False)
+    except UsageError:
+        enabled = False
+    if not enabled:
+        problems.append(f"{FLAG_VAR} is not 1")
+    database_url = (env.get(URL_VAR) or "").strip() or None
     if database_url is None:
-        problems.append("MEMORY_PGVECTOR_DATABASE_URL is not set")
-    module_spec = (env.get("MEMORY_PGVECTOR_EMBEDDING_MODULE") or "").strip()
+        problems.append(f"{URL_VAR} is not set")
+    module_spec = (env.get(MODULE_VAR) or "").strip()
     table = (env.get("MEMORY_PGVECTOR_TABLE") or "").strip() or DEFAULT_TABLE
     try:
         check_identifier(table, field="MEMORY_PGVECTOR_TABLE")
@@ -284,7 +304,7 @@ def from_env(env: Mapping[str, str]) -> PgvectorBackend:
         search = "auto"
     embedder = None
     if not module_spec:
-        problems.append("MEMORY_PGVECTOR_EMBEDDING_MODULE is not set")
+        problems.append(f"{MODULE_VAR} is not set")
     elif not problems:  # import user code only once everything else is configured
         try:
             embedder = QueryModuleEmbedder(module_spec)

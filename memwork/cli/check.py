@@ -23,7 +23,12 @@ def check() -> None:
 
 
 @check.command("contracts")
-@click.option("--include-pgvector-adapter", is_flag=True, help="Also validate memwork.backends.pgvector.")
+@click.option(
+    "--include-pgvector-adapter",
+    is_flag=True,
+    help="Also validate the shipped adapters (pgvector) and plugins built from an empty environment: "
+    "each must pass the gate and stay dormant.",
+)
 @click.option(
     "--adapter",
     "adapters",
@@ -39,25 +44,17 @@ def contracts(include_pgvector_adapter: bool, adapters: tuple[str, ...], as_json
     Example:
         memwork check contracts --include-pgvector-adapter
     """
-    from memwork.facade.contract import check_pgvector_adapter, check_registry, validate_backend
-    from memwork.facade.registry import Registry
-    from memwork.facade.scaffold import load_adapter_file
+    from memwork.facade.contract import check_all
 
-    registry = Registry()
-    violations = check_registry(registry)
-    if include_pgvector_adapter:
-        violations += check_pgvector_adapter()
-    for path in adapters:
-        violations += validate_backend(load_adapter_file(path))
-    checked = registry.names() + (["pgvector adapter"] if include_pgvector_adapter else []) + list(adapters)
+    report = check_all(os.environ, adapters=include_pgvector_adapter, files=adapters)
     if as_json:
-        emit_json({"ok": not violations, "checked": checked, "violations": [str(v) for v in violations]})
+        emit_json(report.to_dict())
     else:
-        for v in violations:
+        for v in report.violations:
             click.echo(f"FAIL {v}")
-        click.echo(f"{len(checked)} backends checked, {len(violations)} violations")
-    if violations:
-        raise CheckFailed(f"{len(violations)} contract violation(s)")
+        click.echo(f"{len(report.checked)} backends checked, {len(report.violations)} violations")
+    if report.violations:
+        raise CheckFailed(f"{len(report.violations)} contract violation(s)")
 
 
 @check.command("config")

@@ -1,19 +1,32 @@
-"""The backend contract gate, plus the tolerant helpers the facade uses to talk to any backend.
+"""The backend contract gate: every rule a backend must keep, over one backend, a registry or all of them.
 
-A backend need not inherit from :class:`memwork.backends.base.Backend`; these helpers accept the
-seed's shapes too (``is_available()`` + ``unavailable_reason``, or nothing -> available).
+The rules (name, operations, category, flag, availability with a reason) are checked on any object;
+a backend's declaration is checked too (variables in SCREAMING_SNAKE_CASE, declared capabilities
+implemented, a database-URL variable that is one of its variables). :func:`check_all` is the whole
+gate ``memwork check contracts`` runs: the registry, every adapter built from an empty environment
+(a backend with a feature flag must then be dormant) and adapter files.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint
+from pathlib import Path
 
-from memwork.backends.base import CATEGORIES, OPERATIONS, Availability
+from memwork.backends.base import (
+    CATEGORIES,
+    FLAG_RE,
+    NAME_RE,
+    availability_of,
+    backend_name,
+    declaration_of,
+    supports_of,
+)
+from memwork.backends.placeholders import PlaceholderBackend
+from memwork.facade.registry import Registry
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*\Z")
-FLAG_RE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*\Z")
+__all__ = ["NAME_RE", "ContractReport", "Violation", "check_all", "check_registry", "validate_backend"]
 
 
 @dataclass(frozen=True)
@@ -28,37 +41,23 @@ class Violation:
         return f"{self.backend}: {self.rule}: {self.problem}"
 
 
-def backend_name(backend: Any) -> str:
-    name = getattr(backend, "name", None)
-    return name if isinstance(name, str) and name else f"<unnamed {type(backend).__name__}>"
+@dataclass
+class ContractReport:
+    """What :func:`check_all` checked and every violation it found."""
+
+    checked: list[str] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ok": self.ok, "checked": self.checked, "violations": [str(v) for v in self.violations]}
 
 
-def supports_of(backend: Any) -> dict[str, bool]:
-    """Which operations the backend really implements (a callable attribute of that name)."""
-    return {op: callable(getattr(backend, op, None)) for op in OPERATIONS}
-
-
-def availability_of(backend: Any) -> Availability:
-    """``availability()``, else ``is_available()`` + ``unavailable_reason``, else available.
-
-    Raises whatever the backend raises; the facade wraps this in its fail-open call.
-    """
-    method = getattr(backend, "availability", None)
-    if callable(method):
-        result = method()
-        if isinstance(result, Availability):
-            return result
-        return Availability(bool(result), getattr(backend, "unavailable_reason", None))
-    method = getattr(backend, "is_available", None)
-    if callable(method):
-        available = bool(method())
-        reason = getattr(backend, "unavailable_reason", None)
-        return Availability(available, None if available else reason)
-    return Availability.ok()
-
-
-def validate_backend(backend: Any) -> list[Violation]:
-    """Every rule of the seed's contract gate that ``backend`` breaks (empty list: it passes)."""
+def validate_backend(backend: object) -> list[Violation]:
+    """Every rule of the contract gate that ``backend`` breaks (empty list: it passes)."""
     label = backend_name(backend)
     found: list[Violation] = []
     name = getattr(backend, "name", None)
@@ -72,11 +71,34 @@ def validate_backend(backend: Any) -> list[Violation]:
     flag = getattr(backend, "flag", None)
     if flag is not None and (not isinstance(flag, str) or not FLAG_RE.match(flag)):
         found.append(Violation(label, "flag", f"{flag!r} is not SCREAMING_SNAKE_CASE"))
+    else:
+        found.extend(_declaration_violations(label, backend))
     found.extend(_availability_violations(label, backend))
     return found
 
 
-def _availability_violations(label: str, backend: Any) -> list[Violation]:
+def _declaration_violations(label: str, backend: object) -> list[Violation]:
+    decl = declaration_of(backend)
+    found = [
+        Violation(label, "variables", f"{var.name!r} is not SCREAMING_SNAKE_CASE")
+        for var in decl.variables
+        if not FLAG_RE.match(var.name)
+    ]
+    bad_aliases = [a for a in decl.aliases if not NAME_RE.match(a)]
+    if bad_aliases:
+        found.append(Violation(label, "aliases", f"{bad_aliases!r} are not lowercase kebab-case"))
+    supports = supports_of(backend)
+    missing = [op for op in decl.capabilities if not supports.get(op, False)]
+    if missing:
+        found.append(
+            Violation(label, "capabilities", f"declares {', '.join(missing)} but does not implement it")
+        )
+    if decl.database_url_var and decl.variable(decl.database_url_var) is None:
+        found.append(Violation(label, "variables", f"{decl.database_url_var} is not one of its variables"))
+    return found
+
+
+def _availability_violations(label: str, backend: object) -> list[Violation]:
     try:
         avail = availability_of(backend)
     except Exception as exc:
@@ -86,7 +108,7 @@ def _availability_violations(label: str, backend: Any) -> list[Violation]:
     return []
 
 
-def check_registry(registry: Any) -> list[Violation]:
+def check_registry(registry: Registry) -> list[Violation]:
     """The gate over every backend in a registry, plus every plugin that failed to load."""
     found = [Violation(p.name, "plugin", p.problem) for p in registry.problems()]
     for backend in registry.backends():
@@ -94,32 +116,53 @@ def check_registry(registry: Any) -> list[Violation]:
     return found
 
 
-def check_pgvector_adapter(env: dict[str, str] | None = None) -> list[Violation]:
-    """The real pgvector adapter: importable, ``from_env`` works, passes the gate, dormant by default."""
-    try:
-        from memwork.backends import pgvector
-    except Exception as exc:
-        return [Violation("pgvector", "adapter", f"memwork.backends.pgvector not importable: {exc}")]
-    factory = getattr(pgvector, "from_env", None)
-    if not callable(factory):
-        return [Violation("pgvector", "adapter", "memwork.backends.pgvector has no from_env(env)")]
-    try:
-        backend = factory(dict(env or {}))
-    except Exception as exc:
-        return [Violation("pgvector", "adapter", f"from_env raised {type(exc).__name__}: {exc}")]
-    found = validate_backend(backend)
-    if getattr(backend, "name", None) != "pgvector":
-        found.append(Violation("pgvector", "adapter", f"name is {backend_name(backend)!r}, not 'pgvector'"))
-    if env is None or not env:
-        found.extend(_dormant_violations(backend))
-    return found
+def _dormant_violations(registry: Registry) -> tuple[list[str], list[Violation]]:
+    """Every adapter (not a placeholder slot) built from an empty environment: a flagged one is off."""
+    checked, found = [], []
+    for backend in registry.backends():
+        if isinstance(backend, PlaceholderBackend):
+            continue
+        label = backend_name(backend)
+        checked.append(f"{label} adapter")
+        found.extend(validate_backend(backend))
+        if declaration_of(backend).flag is None:
+            continue
+        try:
+            avail = availability_of(backend)
+        except Exception:
+            continue  # already reported by validate_backend
+        if avail.available:
+            found.append(Violation(label, "adapter", "available with an empty environment (must be dormant)"))
+    return checked, found
 
 
-def _dormant_violations(backend: Any) -> list[Violation]:
-    try:
-        avail = availability_of(backend)
-    except Exception:
-        return []  # already reported by validate_backend
-    if avail.available:
-        return [Violation("pgvector", "adapter", "available with an empty environment (must be dormant)")]
-    return []
+def check_all(
+    env: Mapping[str, str] | None = None,
+    *,
+    adapters: bool = False,
+    files: Iterable[str | Path] = (),
+    plugins: Iterable[EntryPoint] | None = None,
+) -> ContractReport:
+    """The whole gate: the registry ``env`` describes (``os.environ`` by default); with ``adapters``
+    every adapter again built from an empty environment (dormant by default); each adapter file.
+
+    ``plugins`` replaces entry-point discovery (tests).
+    """
+    from memwork.facade.scaffold import load_adapter_file
+
+    plugin_list = None if plugins is None else list(plugins)
+    registry = Registry(env, plugins=plugin_list)
+    report = ContractReport(registry.names(), check_registry(registry))
+    if adapters:
+        empty = Registry({}, plugins=plugin_list)
+        try:
+            checked, found = _dormant_violations(empty)
+        finally:
+            empty.close()
+        report.checked += checked
+        report.violations += found
+    for path in files:
+        report.checked.append(str(path))
+        report.violations += validate_backend(load_adapter_file(path))
+    registry.close()
+    return report

@@ -14,20 +14,31 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memwork.backends.base import OPERATIONS, Availability
+from memwork.backends.base import (
+    OPERATIONS,
+    Availability,
+    Backend,
+    availability_of,
+    backend_name,
+    declaration_of,
+    operation_of,
+    supports_of,
+)
 from memwork.backends.requests import validate
 from memwork.errors import BackendError, BackendTimeout, UsageError
-from memwork.facade.contract import availability_of, backend_name, supports_of
-from memwork.facade.policy import Policy, policy_from_env
+from memwork.facade.policy import DEFAULT_BACKEND, Policy, policy_from_env
 from memwork.facade.registry import Registry
 from memwork.facade.safety import call_with_timeout
 from memwork.redaction import describe_error, redact_text
 
+if TYPE_CHECKING:
+    from memwork.legacy.extractor import Extractor
+
 log = logging.getLogger("memwork.facade")
 
-LEGACY = "legacy"
+LEGACY = DEFAULT_BACKEND  #: resolve falls back to the default backend (legacy), found by its alias
 RESOLVE_KEYS = ("profile", "semanticMemories", "behaviorSummary", "activeGoals", "memories")
 _ENVELOPE = ("ok", "enabled", "skipped", "source", "reason")
 
@@ -48,7 +59,7 @@ class Selection:
     """The backend chosen for one operation, and why a fallback happened (``note``)."""
 
     operation: str
-    backend: Any | None
+    backend: Backend | None
     note: str | None = None
 
     @property
@@ -64,7 +75,7 @@ class MemoryFacade:
         self.registry = registry
 
     # ---- selection -----------------------------------------------------------------------------
-    def availability(self, backend: Any) -> Availability:
+    def availability(self, backend: Backend) -> Availability:
         """The backend's availability; a raising or hanging check counts as unavailable."""
         try:
             avail = call_with_timeout(
@@ -77,7 +88,7 @@ class MemoryFacade:
         reason = redact_text(avail.reason) if isinstance(avail.reason, str) else avail.reason
         return Availability(avail.available, reason)
 
-    def _usable(self, backend: Any, operation: str) -> str | None:
+    def _usable(self, backend: Backend, operation: str) -> str | None:
         """None when ``backend`` can serve ``operation``, else why not."""
         if not supports_of(backend)[operation]:
             return f"does not support {operation}"
@@ -100,7 +111,7 @@ class MemoryFacade:
         suffix = f"; using {backend_name(fallback)}" if fallback else f"; no {target} is available"
         return Selection(operation, fallback, note + suffix)
 
-    def _fallback(self, operation: str) -> Any | None:
+    def _fallback(self, operation: str) -> Backend | None:
         if operation == "resolve":
             legacy = self.registry.find(LEGACY)
             return legacy if legacy is not None and self._usable(legacy, operation) is None else None
@@ -137,9 +148,9 @@ class MemoryFacade:
             return self._degrade(operation, None, BackendError(reason), reason)
         return self._call(operation, selection.backend, clean)
 
-    def _call(self, operation: str, backend: Any, clean: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, operation: str, backend: Backend, clean: dict[str, Any]) -> dict[str, Any]:
         name = backend_name(backend)
-        method = getattr(backend, operation)
+        method = operation_of(backend, operation)
         try:
             result = call_with_timeout(
                 lambda: method(dict(clean)), self.policy.timeout_s, f"{name}.{operation}"
@@ -199,13 +210,15 @@ class MemoryFacade:
         return payload
 
     # ---- observability -------------------------------------------------------------------------
-    def describe_backend(self, backend: Any) -> dict[str, Any]:
+    def describe_backend(self, backend: Backend) -> dict[str, Any]:
+        """One row of ``status()["backends"]``, from the backend's declaration and availability."""
         avail = self.availability(backend)
+        decl = declaration_of(backend)
         return {
             "name": backend_name(backend),
-            "category": getattr(backend, "category", None),
-            "role": getattr(backend, "role", None),
-            "flag": getattr(backend, "flag", None),
+            "category": decl.category,
+            "role": decl.role,
+            "flag": decl.flag,
             "available": avail.available,
             "reason": avail.reason,
             "supports": supports_of(backend),
@@ -244,7 +257,7 @@ class MemoryFacade:
 def facade_from_env(
     env: Mapping[str, str] | None = None,
     *,
-    extractor: Any | None = None,
+    extractor: Extractor | None = None,
     registry: Registry | None = None,
 ) -> MemoryFacade:
     """The facade the environment describes (``os.environ`` by default); never raises on bad config.
@@ -254,7 +267,7 @@ def facade_from_env(
     env = dict(os.environ if env is None else env)
     policy = policy_from_env(env)
     if registry is None:
-        overrides = {}
+        overrides: dict[str, Backend] = {}
         if extractor is not None:
             from memwork.backends.legacy import from_env as legacy_from_env
 

@@ -13,16 +13,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from memwork.backends.base import NAME_RE
 from memwork.backends.legacy import LEGACY_URL_VAR, legacy_url_from_env
+from memwork.checks import BOOL_HINT, parse_bool
+from memwork.errors import UsageError
 from memwork.redaction import redact_value
-
-TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
-FALSE_WORDS = frozenset({"0", "false", "no", "off"})
 
 DEFAULT_BACKEND = "legacy"
 DEFAULT_TIMEOUT_MS = 2000
 MAX_TIMEOUT_MS = 600_000
-_BACKEND_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*\Z")
 
 
 @dataclass(frozen=True)
@@ -67,26 +66,14 @@ class Policy:
         return "\n".join(lines)
 
 
-def parse_bool(env: Mapping[str, str], name: str, default: bool, errors: list[ConfigIssue]) -> bool | None:
-    """``1/0/true/false/yes/no/on/off`` (any case); unset or empty -> ``default``; else an issue.
-
-    Returns None only when the value is invalid, so a caller can chain a fallback variable.
-    """
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    word = raw.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    errors.append(ConfigIssue(name, redact_value(name, raw), "expected 1/0/true/false/yes/no/on/off"))
-    return None
-
-
 def _bool(env: Mapping[str, str], name: str, default: bool, errors: list[ConfigIssue]) -> bool:
-    value = parse_bool(env, name, default, errors)
-    return default if value is None else value
+    """:func:`memwork.checks.parse_bool`, but a bad value becomes an issue and ``default`` is used."""
+    raw = env.get(name)
+    try:
+        return parse_bool(name, raw, default=default)
+    except UsageError:
+        errors.append(ConfigIssue(name, redact_value(name, raw or ""), BOOL_HINT))
+        return default
 
 
 def _enabled(env: Mapping[str, str], errors: list[ConfigIssue]) -> bool:
@@ -102,7 +89,7 @@ def _backend(env: Mapping[str, str], errors: list[ConfigIssue]) -> str:
     if not raw:
         return DEFAULT_BACKEND
     name = raw.lower()
-    if not _BACKEND_NAME_RE.match(name):
+    if not NAME_RE.match(name):
         errors.append(ConfigIssue("MEMORY_BACKEND", raw, "not a kebab-case backend name; using legacy"))
         return DEFAULT_BACKEND
     return name
@@ -138,7 +125,7 @@ _BACKEND_FLAG_RE = re.compile(r"^MEMORY_[A-Z0-9_]+_ENABLED\Z")
 def _backend_flags(env: Mapping[str, str], errors: list[ConfigIssue]) -> None:
     """Each backend's own ``MEMORY_<NAME>_ENABLED`` switch is a boolean too: report a bad value."""
     for name in sorted(k for k in env if _BACKEND_FLAG_RE.match(k) and k not in _CORE_FLAGS):
-        parse_bool(env, name, False, errors)
+        _bool(env, name, False, errors)
 
 
 def policy_from_env(env: Mapping[str, str] | None = None) -> Policy:

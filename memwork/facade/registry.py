@@ -10,33 +10,30 @@ An entry point names a factory ``from_env(env: Mapping[str, str]) -> backend`` (
 ``from_env`` attribute). Installed plugins are discovered lazily, on first use, with stdlib
 ``importlib.metadata``. A plugin that fails to load or duplicates a name is reported in
 :meth:`Registry.problems` instead of crashing the host; a plugin may replace a placeholder slot.
+The slots (:data:`memwork.backends.placeholders.SLOTS`) fill every name no adapter took. Names and
+aliases come from each backend's declaration; the registry knows no backend by name.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
 
 from memwork.backends import placeholders
+from memwork.backends.base import Backend, declaration_of
 from memwork.errors import UnknownBackend, UsageError
 from memwork.redaction import describe_error
 
 GROUP = "memwork.backends"
 
+#: the adapters memwork ships, registered exactly as a plugin is (legacy first)
 BUILTIN_ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("legacy", "memwork.backends.legacy:from_env", GROUP),
-    EntryPoint("pgvector", "memwork.facade.registry:pgvector_slot", GROUP),
-    *(
-        EntryPoint(slot.name, f"memwork.backends.placeholders:{slot.name.replace('-', '_')}", GROUP)
-        for slot in placeholders.SLOTS
-        if slot.name != "pgvector"
-    ),
+    EntryPoint("pgvector", "memwork.backends.pgvector:from_env", GROUP),
 )
 
 
@@ -53,27 +50,8 @@ class PluginProblem:
     problem: str
 
 
-def pgvector_slot(env: Mapping[str, str]) -> Any:
-    """The real pgvector adapter when ``memwork.backends.pgvector`` exists, else the placeholder."""
-    try:
-        module = importlib.import_module("memwork.backends.pgvector")
-    except ModuleNotFoundError as exc:
-        if exc.name == "memwork.backends.pgvector":
-            return placeholders.placeholder("pgvector")
-        return placeholders.placeholder("pgvector", f"adapter import failed: {describe_error(exc)}")
-    except Exception as exc:
-        return placeholders.placeholder("pgvector", f"adapter import failed: {describe_error(exc)}")
-    factory = getattr(module, "from_env", None)
-    if not callable(factory):
-        return placeholders.placeholder("pgvector")
-    try:
-        return factory(env)
-    except Exception as exc:
-        return placeholders.placeholder("pgvector", f"adapter failed to start: {describe_error(exc)}")
-
-
-def _keys_of(backend: Any, registered_as: str) -> list[str]:
-    keys = [getattr(backend, "name", None) or registered_as, *getattr(backend, "aliases", ())]
+def _keys_of(backend: Backend, registered_as: str) -> list[str]:
+    keys = [getattr(backend, "name", None) or registered_as, *declaration_of(backend).aliases]
     if registered_as not in keys:
         keys.append(registered_as)
     return list(dict.fromkeys(keys))
@@ -87,14 +65,14 @@ class Registry:
         env: Mapping[str, str] | None = None,
         *,
         plugins: Iterable[EntryPoint] | None = None,
-        overrides: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Backend] | None = None,
     ) -> None:
         """``plugins`` replaces discovery of installed entry points (None: discover lazily);
         ``overrides`` maps a built-in entry point name to a ready instance (e.g. a legacy backend
         with a custom extractor)."""
         self._env = dict(os.environ if env is None else env)
         self._plugins = None if plugins is None else list(plugins)
-        self._backends: dict[str, Any] = {}
+        self._backends: dict[str, Backend] = {}
         self._index: dict[str, str] = {}
         self._origins: dict[str, str] = {}
         self._problems: list[PluginProblem] = []
@@ -113,6 +91,11 @@ class Registry:
                     self._add(self._overrides[ep.name], ep.name, "builtin", replace_placeholder=False)
                 else:
                     self._load_entry_point(ep, "builtin")
+            for slot in placeholders.SLOTS:  # every slot no built-in adapter took
+                if slot.name not in self._index:
+                    self._add(
+                        placeholders.placeholder(slot.name), slot.name, "builtin", replace_placeholder=False
+                    )
             for ep in self._discover():
                 self._load_entry_point(ep, f"entry point {ep.value}")
 
@@ -128,7 +111,7 @@ class Registry:
     def _load_entry_point(self, ep: EntryPoint, origin: str) -> None:
         try:
             target = ep.load()
-            factory: Callable[[Mapping[str, str]], Any] = getattr(target, "from_env", target)
+            factory: Callable[[Mapping[str, str]], Backend] = getattr(target, "from_env", target)
             backend = factory(self._env)
         except Exception as exc:
             self._problems.append(PluginProblem(ep.name, origin, f"failed to load: {describe_error(exc)}"))
@@ -138,10 +121,10 @@ class Registry:
         except DuplicateBackend as exc:
             self._problems.append(PluginProblem(ep.name, origin, exc.problem))
 
-    def _add(self, backend: Any, registered_as: str, origin: str, *, replace_placeholder: bool) -> None:
+    def _add(self, backend: Backend, registered_as: str, origin: str, *, replace_placeholder: bool) -> None:
         keys = _keys_of(backend, registered_as)
         owners = {self._index[k] for k in keys if k in self._index}
-        replaceable = all(getattr(self._backends[o], "placeholder", False) for o in owners)
+        replaceable = all(isinstance(self._backends[o], placeholders.PlaceholderBackend) for o in owners)
         if owners and not (replace_placeholder and replaceable):
             taken = ", ".join(sorted(owners))
             raise DuplicateBackend("name", keys[0], f"already registered by {taken}; refused")
@@ -154,7 +137,7 @@ class Registry:
         for key in keys:
             self._index[key] = primary
 
-    def _replace(self, owner: str, primary: str, backend: Any) -> None:
+    def _replace(self, owner: str, primary: str, backend: Backend) -> None:
         order = list(self._backends.items())
         self._backends = {(primary if k == owner else k): (backend if k == owner else v) for k, v in order}
         for key, target in list(self._index.items()):
@@ -162,7 +145,7 @@ class Registry:
                 self._index[key] = primary
 
     # ---- public API ----------------------------------------------------------------------------
-    def register(self, backend: Any, *, replace_placeholder: bool = False) -> Any:
+    def register(self, backend: Backend, *, replace_placeholder: bool = False) -> Backend:
         """Add a backend instance; refuses a name already taken (unless replacing a placeholder)."""
         self._ensure_loaded()
         with self._lock:
@@ -171,7 +154,7 @@ class Registry:
             )
         return backend
 
-    def backends(self) -> list[Any]:
+    def backends(self) -> list[Backend]:
         """Every registered backend, legacy first, then the slots, then plugins."""
         self._ensure_loaded()
         return list(self._backends.values())
@@ -189,19 +172,28 @@ class Registry:
         self._ensure_loaded()
         return self._origins.get(self._index.get(name, name), "unknown")
 
-    def find(self, name: str) -> Any | None:
+    def find(self, name: str) -> Backend | None:
         """The backend registered under ``name`` or one of its aliases, else None."""
         self._ensure_loaded()
         primary = self._index.get(name)
         return None if primary is None else self._backends[primary]
 
-    def get(self, name: str) -> Any:
+    def get(self, name: str) -> Backend:
         """Like :meth:`find` but raises :class:`UnknownBackend` naming what exists."""
         backend = self.find(name)
         if backend is None:
             known = ", ".join(sorted(self._index))
             raise UnknownBackend("backend", name, f"unknown backend; known: {known}")
         return backend
+
+    def same(self, one: str | None, other: str | None) -> bool:
+        """Whether two names or aliases (``legacy``, ``legacy-conversation-memory``) are one backend."""
+        if one is None or other is None:
+            return False
+        if one == other:
+            return True
+        found = self.find(one)
+        return found is not None and found is self.find(other)
 
     def close(self) -> None:
         for backend in self._backends.values():

@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from memwork.backends.base import CATEGORIES, OPERATIONS
+from memwork.backends.base import CATEGORIES, NAME_RE, OPERATIONS, Backend
 from memwork.errors import UsageError
-from memwork.facade.contract import NAME_RE
 
 
 @dataclass(frozen=True)
@@ -51,24 +50,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memwork.backends.base import Availability, Backend
-from memwork.errors import BackendError
+from memwork.backends.base import Availability, BaseBackend, Declaration, flag_var
+from memwork.checks import parse_bool
+from memwork.errors import BackendError, UsageError
 
 FLAG = "{flag}"
-_ON = {{"1", "true", "yes", "on"}}
+
+#: everything memwork needs to know about this backend: add its variables here (EnvVar(...))
+DECLARATION = Declaration(
+    name="{name}",
+    category="{category}",
+    role="{role}",
+    capabilities={capability_tuple},
+    variables=(flag_var(FLAG),),
+)
 
 
-class {cls}(Backend):
+class {cls}(BaseBackend):
     """{title} adapter ({capabilities})."""
 
-    name = "{name}"
-    category = "{category}"
-    role = "{role}"
-    flag = FLAG
-    required_env = ()
+    declaration = DECLARATION
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        self.enabled = (dict(env or {{}}).get(FLAG) or "").strip().lower() in _ON
+        try:
+            self.enabled = parse_bool(FLAG, dict(env or {{}}).get(FLAG), default=False)
+        except UsageError:
+            self.enabled = False
 
     def availability(self) -> Availability:
         if not self.enabled:
@@ -91,7 +98,8 @@ _TEST = '''"""Tests of the scaffolded {name} adapter: dormant by default and wit
 import importlib.util
 from pathlib import Path
 
-from memwork.facade.contract import supports_of, validate_backend
+from memwork.backends.base import supports_of
+from memwork.facade.contract import validate_backend
 from memwork.facade.facade import facade_from_env
 
 _PATH = Path(__file__).with_name("{module}.py")
@@ -136,6 +144,7 @@ def render_backend(name: str, category: str, role: str, capabilities: list[str])
         "cls": title.replace(" ", "") + "Backend",
         "flag": f"MEMORY_{name.replace('-', '_').upper()}_ENABLED",
         "capabilities": ", ".join(ops),
+        "capability_tuple": repr(tuple(ops)),
     }
     methods = "".join(_METHOD.format(op=op, name=name) for op in ops)
     supports = {op: op in ops for op in OPERATIONS}
@@ -161,7 +170,7 @@ def write_scaffold(scaffold: Scaffold, directory: str | Path) -> list[Path]:
     return targets
 
 
-def load_adapter_file(path: str | Path):  # type: ignore[no-untyped-def]
+def load_adapter_file(path: str | Path) -> Backend:
     """Import an adapter module from a file and return its backend built from an empty env."""
     import importlib.util
 

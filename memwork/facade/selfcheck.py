@@ -13,7 +13,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from memwork.facade.contract import backend_name
+from memwork.backends.base import backend_name
 from memwork.facade.facade import MemoryFacade
 from memwork.facade.safety import call_with_timeout
 from memwork.redaction import describe_error
@@ -54,10 +54,7 @@ class SelfCheckReport:
 
 def _matches(facade: MemoryFacade, expected: str, actual: str | None) -> bool:
     """``expected`` may be a name or an alias (``legacy`` matches ``legacy-conversation-memory``)."""
-    found = facade.registry.find(expected)
-    return actual is not None and (
-        expected == actual or (found is not None and backend_name(found) == actual)
-    )
+    return facade.registry.same(expected, actual)
 
 
 def _expectations(

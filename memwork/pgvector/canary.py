@@ -228,8 +228,29 @@ def run_canary(options: CanaryOptions, parameters: dict[str, Any] | None = None)
 
 
 def target_url(env: dict[str, str], backend: str) -> str:
-    """The target backend's database URL in the canary environment (empty when it has none)."""
-    return env.get(f"MEMORY_{backend.upper().replace('-', '_')}_DATABASE_URL", "")
+    """The target backend's database URL in the canary environment (empty when it declares none)."""
+    from memwork.backends.base import declaration_of
+    from memwork.facade.registry import Registry
+
+    registry = Registry(env)
+    try:
+        found = registry.find(backend)
+        var = None if found is None else declaration_of(found).database_url_var
+    finally:
+        registry.close()
+    return env.get(var, "") if var else ""
+
+
+def registered_name(env: dict[str, str], name: str) -> str:
+    """The name a backend reports for ``name`` or its alias (``legacy`` -> ``legacy-conversation-memory``)."""
+    from memwork.facade.registry import Registry
+
+    registry = Registry(env)
+    try:
+        found = registry.find(name)
+        return name if found is None else found.name
+    finally:
+        registry.close()
 
 
 def _reachability_gates(result: CanaryResult, env: dict[str, str], options: CanaryOptions) -> bool:
@@ -325,30 +346,36 @@ def _status_gates(result: CanaryResult, options: CanaryOptions) -> None:
 
 def _fallback_gate(result: CanaryResult, env: dict[str, str], options: CanaryOptions, requests: list) -> None:
     """Take the target away (its database URL unset) and check legacy still answers."""
+    from memwork.backends.base import declaration_of
     from memwork.facade import facade_from_env
+    from memwork.facade.policy import DEFAULT_BACKEND
 
     broken = {**env}
-    broken.pop("MEMORY_PGVECTOR_DATABASE_URL", None)
-    if options.expected_backend != "legacy":
-        broken[f"MEMORY_{options.expected_backend.upper().replace('-', '_')}_DATABASE_URL"] = ""
+    facade = facade_from_env(env)
+    try:  # unset what the target declares: its database URL, else its feature flag
+        target = facade.registry.find(options.expected_backend)
+        if target is not None and not facade.registry.same(options.expected_backend, DEFAULT_BACKEND):
+            decl = declaration_of(target)
+            for var in (decl.database_url_var or decl.flag,):
+                if var:
+                    broken[var] = ""
+    finally:
+        facade.close()
     facade = facade_from_env(broken)
     try:
         result.fallback_status = facade.status()
         answers = [facade.resolve(r) for r in requests[:5]]
+        is_default = lambda name: facade.registry.same(name, DEFAULT_BACKEND)  # noqa: E731
+        selected = result.fallback_status.get("selectedBackend")
+        ok = bool(answers) and all(a.get("ok") and is_default(a.get("source")) for a in answers)
+        ok = ok and is_default(selected)
     finally:
         facade.close()
-    selected = result.fallback_status.get("selectedBackend")
-    ok = bool(answers) and all(a.get("ok") and is_legacy(a.get("source")) for a in answers)
     result.gates.append(
-        Gate("fallback", "PASS" if ok and is_legacy(selected) else "FAIL",
+        Gate("fallback", "PASS" if ok else "FAIL",
              f"target unavailable -> selected {selected}; {sum(bool(a.get('ok')) for a in answers)}/"
              f"{len(answers)} resolves answered by legacy")
     )  # fmt: skip
-
-
-def is_legacy(name: object) -> bool:
-    """``legacy`` is the selector; the backend reports itself as ``legacy-conversation-memory``."""
-    return isinstance(name, str) and (name == "legacy" or name.startswith("legacy-"))
 
 
 def _latency_gates(result: CanaryResult, options: CanaryOptions, sources: list[str]) -> None:
@@ -372,8 +399,8 @@ def _latency_gates(result: CanaryResult, options: CanaryOptions, sources: list[s
              f"{errors} failed target resolves (limit {options.max_errors}); "
              f"legacy {result.errors.get('legacy', 0)}")
     )  # fmt: skip
-    want = options.expected_selected
-    answered = sum(s == want or (is_legacy(s) and is_legacy(want)) for s in sources)
+    want = {options.expected_selected, registered_name(options.env, options.expected_selected)}
+    answered = sum(s in want for s in sources)
     result.gates.append(
         Gate("answered by target", "PASS" if answered == len(sources) and sources else "FAIL",
              f"{answered}/{len(sources)} resolves answered by {options.expected_selected}")
