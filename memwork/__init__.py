@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from memwork.entry import Entry
 
@@ -16,7 +17,7 @@ __all__ = ["Entry", "MemoryFacade", "__version__", "facade_from_env"]
 _LAZY = {"MemoryFacade": "memwork.facade.facade", "facade_from_env": "memwork.facade.facade"}
 
 
-def __getattr__(name: str):  # type: ignore[no-untyped-def]
+def __getattr__(name: str) -> Any:
     """Import the facade only when asked for, so ``import memwork`` stays light."""
     if name in _LAZY:
         import importlib

@@ -7,7 +7,7 @@ that rewrites content. Any other action's option is a click usage error (exit 2)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,6 +23,9 @@ from memwork.defrag.params import Param
 from memwork.defrag.table import ACTIONS, Action
 from memwork.errors import UsageError
 
+if TYPE_CHECKING:
+    from memwork.stores.base import Store
+
 
 class ActionGroup(click.Group):
     """Accepts ``find_duplicates`` as well as ``find-duplicates``; unknown actions name themselves."""
@@ -30,7 +33,9 @@ class ActionGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         return super().get_command(ctx, cmd_name.replace("_", "-"))
 
-    def resolve_command(self, ctx: click.Context, args: list[str]):  # type: ignore[no-untyped-def]
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0] if args else ""
         if self.get_command(ctx, name) is None and not name.startswith("-"):
             known = ", ".join(self.list_commands(ctx))
@@ -53,7 +58,7 @@ def defrag() -> None:
     """
 
 
-def _open(store_spec: str):  # type: ignore[no-untyped-def]
+def _open(store_spec: str) -> Store:
     from memwork.stores import open_store
 
     return open_store(store_spec)
@@ -100,7 +105,7 @@ def _make_action(action: Action) -> click.Command:
             show_result(result)
 
     command.__doc__ = f"{action.help}\n\n\b\nExample:\n    memwork defrag {name} --store ./memory"
-    for param_name, param in reversed(action.params.items()):
+    for param_name, param in reversed(list(action.params.items())):
         command = click.option(Param.option(param_name), param_name, type=param.cli_type, help=param.help)(
             command
         )

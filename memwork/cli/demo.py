@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from memwork.cli.options import emit_json, json_option
@@ -22,7 +24,7 @@ def demo(workspace: str | None, users: int | None, entries: int | None, as_json:
     """
     from memwork.samples.demo import run_demo
 
-    sizes = {k: v for k, v in {"users": users, "entries": entries}.items() if v is not None}
+    sizes: dict[str, Any] = {k: v for k, v in {"users": users, "entries": entries}.items() if v is not None}
     result = run_demo(workspace, quiet=as_json, **sizes)
     if as_json:
         emit_json(result.to_dict())

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from memwork.cli.options import apply_option, emit_json, json_option
+from memwork.cli.options import F, apply_option, emit_json, json_option
 from memwork.errors import UsageError
 from memwork.pgvector.schema import DEFAULT_DIMENSIONS, DEFAULT_TABLE
 
 PG_URL_ENV = "MEMORY_PGVECTOR_DATABASE_URL"
 
 
-def pg_url_option(f):  # type: ignore[no-untyped-def]
+def pg_url_option(f: F) -> F:
     return click.option(
         "--database-url",
         "database_url",
@@ -21,7 +21,7 @@ def pg_url_option(f):  # type: ignore[no-untyped-def]
     )(f)
 
 
-def table_option(f):  # type: ignore[no-untyped-def]
+def table_option(f: F) -> F:
     return click.option("--table", default=DEFAULT_TABLE, show_default=True, help="Embeddings table.")(f)
 
 

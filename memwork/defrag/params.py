@@ -44,7 +44,7 @@ class Param:
 
 def non_negative(*, integer: bool = False, upper: float | None = None) -> Check:
     """A finite number >= 0 (a whole one with ``integer``), at most ``upper`` when given."""
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    kinds: tuple[type[int], ...] | tuple[type[int], type[float]] = (int,) if integer else (int, float)
 
     def check(name: str, value: Any) -> float | int:
         if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):

@@ -15,6 +15,7 @@ that were therefore not merged.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -214,8 +215,8 @@ def plan_link_related(
 
 
 def _stub_targets(
-    entries: Iterable[Entry], excluding: set[tuple[str, str]] = frozenset()
-) -> set[tuple[str, str]]:  # type: ignore[assignment]
+    entries: Iterable[Entry], excluding: AbstractSet[tuple[str, str]] = frozenset()
+) -> set[tuple[str, str]]:
     return {
         (e.scope, t)
         for e in entries

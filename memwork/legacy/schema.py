@@ -34,6 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Engine
+from sqlalchemy.sql.ddl import ExecutableDDLElement
 
 from memwork.db import get_engine, parse_url
 
@@ -110,7 +111,7 @@ def identifier_columns() -> list[tuple[str, str]]:
 # ---- DDL: printed (dry run) or applied by ``memwork legacy init`` --------------------------------
 def schema_ddl(database_url: str) -> list[str]:
     """The CREATE TABLE / CREATE INDEX statements for this URL's dialect, without connecting."""
-    statements: list[str] = []
+    statements: list[ExecutableDDLElement] = []
     driver = parse_url(database_url).driver + "://"  # the dialect alone: nothing connects
     mock = create_mock_engine(driver, lambda sql, *a, **k: statements.append(sql))
     metadata.create_all(mock, checkfirst=False)

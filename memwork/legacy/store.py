@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, delete, insert, select, update
+from sqlalchemy import Connection, Engine, RowMapping, and_, delete, insert, select, update
 
 from memwork.db import get_engine
 from memwork.errors import UsageError
@@ -194,10 +194,12 @@ class LegacyMemoryStore:
             "created_at": now(),
             "analyzed_at": None,
         }
-        return conn.execute(insert(messages).values(**row)).inserted_primary_key[0]
+        key = conn.execute(insert(messages).values(**row)).inserted_primary_key
+        assert key is not None  # a single-row INSERT
+        return int(key[0])
 
     # ---- analysis ------------------------------------------------------------------------------
-    def _pending(self, conn: Connection, user_id: str) -> list[Mapping[str, Any]]:
+    def _pending(self, conn: Connection, user_id: str) -> list[RowMapping]:
         query = (
             select(messages)
             .where(and_(exact_eq(messages.c.user_id, user_id), messages.c.analyzed_at.is_(None)))
@@ -207,7 +209,9 @@ class LegacyMemoryStore:
         )
         return [row._mapping for row in conn.execute(query)]
 
-    def _active(self, conn: Connection, user_id: str, item_type: str | None = None, limit: int | None = None):
+    def _active(
+        self, conn: Connection, user_id: str, item_type: str | None = None, limit: int | None = None
+    ) -> list[dict[str, Any]]:
         query = select(memory_items).where(
             and_(exact_eq(memory_items.c.user_id, user_id), memory_items.c.status == "active")
         )
@@ -243,7 +247,7 @@ class LegacyMemoryStore:
         return report
 
     def _insert_item(
-        self, conn: Connection, user_id: str, item: ExtractedItem, source: Mapping[str, Any] | None
+        self, conn: Connection, user_id: str, item: ExtractedItem, source: RowMapping | None
     ) -> dict[str, Any]:
         meta = dict(item.metadata)
         if item.key is not None:

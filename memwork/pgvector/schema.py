@@ -10,10 +10,14 @@ Every statement uses ``IF NOT EXISTS``, so applying twice is harmless.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from memwork.checks import MAX_DIMENSION, dimension
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
+
+if TYPE_CHECKING:
+    import psycopg
 
 DEFAULT_TABLE = "memory_embeddings"
 DEFAULT_DIMENSIONS = 1536
@@ -135,7 +139,7 @@ def ensure_schema(
     return statements
 
 
-def table_dimensions(conn, table: str) -> int | None:  # type: ignore[no-untyped-def]
+def table_dimensions(conn: psycopg.Connection[Any], table: str) -> int | None:
     """The ``embedding`` column's declared dimension, or None when the table does not exist."""
     check_identifier(table)
     row = conn.execute(

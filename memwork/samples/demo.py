@@ -94,6 +94,7 @@ def build_demo_data(
 
     folder.mkdir(parents=True, exist_ok=True)
     embedder = load_embedder(DEMO_EMBEDDER)
+    assert embedder is not None  # the spec names a model
     legacy_url = f"sqlite:///{folder / 'legacy.db'}"
     items = generate_legacy_items(users, items_per_user, seed=seed)
     load_legacy_rows(legacy_url, ITEMS, items, replace=True)

@@ -13,10 +13,14 @@ import random
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memwork.entry import utcnow
 from memwork.samples.entries import TAGS, pick, weighted
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.engine.interfaces import DBAPICursor
 
 LEGACY_FACTS: dict[str, list[str]] = {
     "preference": ["prefers {a} over {b}", "likes {a}", "dislikes {b}", "would rather use {a} than {b}"],
@@ -268,7 +272,7 @@ def load_legacy_rows(
 
 
 def _load_mysql(
-    engine: Any, name: str, columns: list[str], rows: Iterable[Mapping[str, Any]], chunk: int
+    engine: Engine, name: str, columns: list[str], rows: Iterable[Mapping[str, Any]], chunk: int
 ) -> int:
     placeholders = ", ".join(["%s"] * len(columns))
     sql = f"INSERT INTO {name} ({', '.join(columns)}) VALUES ({placeholders})"
@@ -288,7 +292,7 @@ def _load_mysql(
     return total
 
 
-def _flush(cur: Any, sql: str, batch: list[Sequence[Any]]) -> int:
+def _flush(cur: DBAPICursor, sql: str, batch: list[Sequence[Any]]) -> int:
     if batch:
         cur.executemany(sql, batch)
     n = len(batch)
