@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from memwork.backends.pgvector import PgvectorBackend
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.pgvector.schema import DEFAULT_TABLE, SMOKE_PREFIX, ensure_schema, table_dimensions
+
+if TYPE_CHECKING:
+    import psycopg
 
 SMOKE_MODEL = "memory-v2-smoke"
 EMBEDDED_URL = "pg://embedded"
@@ -117,7 +120,9 @@ def run_smoke(
     return report
 
 
-def _insert(conn: Any, table: str, user_id: str, ids: list[str], vectors: list[np.ndarray]) -> None:
+def _insert(
+    conn: psycopg.Connection[Any], table: str, user_id: str, ids: list[str], vectors: list[np.ndarray]
+) -> None:
     # the far row is inserted first so an unordered read would come back in the wrong order
     with conn.transaction():
         for source_id, vector in reversed(list(zip(ids, vectors, strict=True))):
@@ -146,7 +151,7 @@ def _resolve_check(url: str, table: str, user_id: str, query: np.ndarray, report
     report.checks.append({"check": "only-this-user", "ok": all(m["userId"] == user_id for m in memories)})
 
 
-def _cleanup(conn: Any, table: str, ids: list[str]) -> int:
+def _cleanup(conn: psycopg.Connection[Any], table: str, ids: list[str]) -> int:
     with conn.transaction():
         cur = conn.execute(f"DELETE FROM {quote_identifier(table)} WHERE source_memory_id = ANY(%s)", (ids,))
     return cur.rowcount
