@@ -187,7 +187,7 @@ def operation_of(backend: object, operation: str) -> Operation:
     method = getattr(backend, operation, None)
     if not callable(method):
         raise TypeError(f"{backend_name(backend)} does not implement {operation}")
-    return method  # type: ignore[no-any-return]
+    return method
 
 
 def declaration_of(backend: object) -> Declaration:

@@ -55,8 +55,8 @@ def scaffold_backend(
         for path, text in rendered.files.items():
             click.echo(f"# ---- {path} ----\n{text}")
         return
-    for path in write_scaffold(rendered, directory):
-        click.echo(f"wrote {path}")
+    for written in write_scaffold(rendered, directory):
+        click.echo(f"wrote {written}")
     click.echo(f"next: memwork check contracts --adapter {os.path.join(directory, rendered.module_path)}")
 
 

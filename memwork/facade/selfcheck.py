@@ -10,7 +10,9 @@ command ``check health`` and its JSON keep their names.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any
 
 from memwork.backends.base import backend_name
@@ -96,12 +98,12 @@ def _round_trip(facade: MemoryFacade, report: SelfCheckReport, session_id: str) 
 def _cleanup(facade: MemoryFacade, user_id: str) -> dict[str, Any]:
     done: dict[str, Any] = {}
     for backend in facade.registry.backends():
-        purge = getattr(backend, "purge_user", None)
-        if not callable(purge) or not facade.availability(backend).available:
+        purge: Callable[[str], Any] | None = getattr(backend, "purge_user", None)
+        if purge is None or not callable(purge) or not facade.availability(backend).available:
             continue
         try:
             done[backend_name(backend)] = call_with_timeout(
-                lambda purge=purge: purge(user_id), facade.policy.timeout_s, "purge_user"
+                partial(purge, user_id), facade.policy.timeout_s, "purge_user"
             )
         except Exception as exc:
             done[backend_name(backend)] = {"error": describe_error(exc)}
