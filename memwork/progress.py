@@ -1,9 +1,12 @@
 """Progress reporting for long library operations, with no UI dependency.
 
-Library functions that can take long (loading a store, finding pairs, applying a plan, import and
-export) accept an optional ``progress`` object: they call :meth:`Progress.start` once per stage with
-the stage's total (None when unknown), then :meth:`Progress.advance` as work is done, so that the
-advances of a stage sum to its total. The CLI passes a rich progress bar; tests pass a recorder.
+The one progress protocol. Library functions that can take long (loading a store, finding pairs,
+applying a plan, import and export, the backfill) accept an optional ``progress`` object: the function
+that knows a stage's total calls :meth:`Progress.start` once for it (None when unknown), and the work
+then calls :meth:`Progress.advance` as it is done, so that the advances of a stage sum to its total.
+A part of a stage never starts one of its own: a pair search (``similarity``) or ``Store.put_many``
+only advances the stage its caller started. The CLI passes its one rich-bar adapter
+(``memwork.cli.options.stage_progress``); tests pass a recorder.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from threadpoolctl import ThreadpoolController
 
 from memwork.checks import unit
 from memwork.errors import ConfigError, UsageError
+from memwork.progress import Progress
 
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 # Scripts written without spaces: kana, CJK ideographs (+ ext. A, compatibility, ext. B+), hangul.
@@ -150,23 +151,22 @@ class PairBudget:
 
 # --- exact all-pairs search: cheap candidates, then the exact scores above -----------------------
 
-Advance = Callable[[int], None]
-"""``advance(n)``: ``n`` more units of a search are done (see :func:`find_duplicate_pairs`)."""
 Tick = Callable[[float], None]
 
 
 class _Ticker:
-    """Turns "this fraction of the search is done" into ``advance(n)`` calls summing to ``units``."""
+    """Turns "this fraction of the search is done" into ``progress.advance(n)`` calls summing to
+    ``units``, within the stage the caller started (a search is part of a stage, never its own)."""
 
-    def __init__(self, advance: Advance | None, units: int) -> None:
-        self.advance, self.units, self.done = advance, units, 0
+    def __init__(self, progress: Progress | None, units: int) -> None:
+        self.progress, self.units, self.done = progress, units, 0
 
     def to(self, fraction: float) -> None:
-        if self.advance is None:
+        if self.progress is None:
             return
         target = min(self.units, max(0, int(self.units * fraction)))
         if target > self.done:
-            self.advance(target - self.done)
+            self.progress.advance(target - self.done)
             self.done = target
 
     def phase(self, low: float, high: float) -> Tick:
@@ -414,7 +414,7 @@ def find_duplicate_pairs(
     embeddings: Sequence[np.ndarray | None],
     threshold: float,
     *,
-    progress: Advance | None = None,
+    progress: Progress | None = None,
     budget: PairBudget | None = None,
 ) -> list[PairScore]:
     """Exactly every pair with ``max(jaccard, cosine) >= threshold``, sorted by (-similarity, i, j).
@@ -425,7 +425,8 @@ def find_duplicate_pairs(
     fresh :class:`PairBudget`), so a threshold that matches too many pairs (0 matches every pair)
     is refused early, naming the count so far.
 
-    ``progress(n)`` is called after blocks of rows of each join; the calls sum to ``len(texts)``.
+    ``progress.advance(n)`` is called after blocks of rows of each join, within the stage the caller
+    started; the calls sum to ``len(texts)``.
     """
     threshold = unit("similarity_threshold", threshold)
     n = len(texts)
@@ -486,14 +487,15 @@ def find_related_pairs(
     max_similarity: float,
     texts: Sequence[str] | None = None,
     *,
-    progress: Advance | None = None,
+    progress: Progress | None = None,
     budget: PairBudget | None = None,
 ) -> list[PairScore]:
     """Exactly every embedded pair with ``min <= cosine < max`` (cosine only, no keyword boost).
 
     ``text_similarity`` is the pair's Jaccard when ``texts`` are given, else 0.0; sorting uses the
     hybrid ``similarity`` like :func:`find_duplicate_pairs`, which it shares the pair ``budget``
-    with. ``progress(n)`` is called after blocks of rows; the calls sum to ``len(embeddings)``.
+    with. ``progress.advance(n)`` is called after blocks of rows (within the caller's stage); the calls
+    sum to ``len(embeddings)``.
     """
     low = unit("min_similarity", min_similarity)
     high = unit("max_similarity", max_similarity)

@@ -16,7 +16,7 @@ from pgvector.psycopg import register_vector
 from sqlalchemy import update
 
 from memwork.cli import main
-from memwork.cli.options import progress as options_progress
+from memwork.cli.options import stage_progress
 from memwork.db import get_engine
 from memwork.embed import HashEmbedder, MemoryModuleEmbedder
 from memwork.errors import UsageError
@@ -303,45 +303,53 @@ def test_unreachable_servers_are_one_line_exit_1(source, monkeypatch):
     assert result.output.startswith("Error: MySQL at mysql://root@127.0.0.1:1/none unreachable")
 
 
-# ---- progress: the shared helper with a total that arrives late ---------------------------------
+# ---- progress: the one Progress protocol, drawn by the CLI's one adapter ---------------------------
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
 
 
-def test_shared_progress_takes_a_late_total_and_shows_rows_per_second(monkeypatch):
+def test_stage_progress_draws_the_stage_and_shows_rows_per_second(monkeypatch):
     terminal = _Terminal()
     monkeypatch.setattr(sys, "stderr", terminal)
     monkeypatch.setenv("TERM", "xterm-256color")
-    with options_progress("backfill", None, quiet=False, unit="rows") as advance:
-        advance(0, 10)
-        advance(4, 10)
-        advance(6)
+    with stage_progress(quiet=False, unit="rows") as bar:
+        assert bar is not None
+        bar.start("backfill", 10)
+        bar.advance(4)
+        bar.advance(6)
     drawn = terminal.getvalue()
     assert "backfill" in drawn and "10/10" in drawn and "rows/s" in drawn
-    with options_progress("backfill", None, quiet=True) as advance:
-        advance(3, 10)  # quiet: a no-op that takes the same arguments
+    with stage_progress(quiet=True) as bar:
+        assert bar is None  # quiet: the library gets no progress object at all
 
 
 def test_cli_backfill_feeds_the_shared_progress_bar(source, dest, monkeypatch):
     mysql_url, _ = source
     calls: list[tuple] = []
 
-    @contextmanager
-    def recorder(description, total, *, quiet, unit=""):
-        calls.append(("open", description, total, quiet, unit))
-        yield lambda n=1, total=None: calls.append((n, total))
+    class Bar:
+        def start(self, description, total):
+            calls.append(("start", description, total))
 
-    monkeypatch.setattr("memwork.cli.backfill.progress", recorder)
+        def advance(self, n=1):
+            calls.append(n)
+
+    @contextmanager
+    def recorder(*, quiet, unit=""):
+        calls.append(("open", quiet, unit))
+        yield None if quiet else Bar()
+
+    monkeypatch.setattr("memwork.cli.backfill.stage_progress", recorder)
     args = ["backfill", "--mysql-url", mysql_url, "--database-url", dest, "--batch-size", "25"]
     result = CliRunner().invoke(main, [*args, "--apply", "--embedder", f"hash:{DIMS}"])
     assert result.exit_code == 0, result.output
-    assert calls[0] == ("open", "backfill", None, False, "rows")
-    assert calls[1] == (0, 60)  # the planned total, before the first batch
-    assert calls[2:] == [(25, 60), (25, 60), (10, 60)]
+    assert calls[0] == ("open", False, "rows")
+    assert calls[1] == ("start", "backfill", 60)  # one stage: the planned total, before the first batch
+    assert calls[2:] == [25, 25, 10]
     calls.clear()
     assert CliRunner().invoke(main, [*args, "--json"]).exit_code == 0  # dry run: no bar
-    assert calls[0][3] is True and len(calls) == 1
+    assert calls == [("open", True, "rows")]
 
 
 # ---- review additions: keyset under concurrent change, full-range rerun, orphans, dry-run CLI ---

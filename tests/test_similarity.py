@@ -303,6 +303,15 @@ def test_text_join_on_larger_random_store(threshold):
 
 
 # --- progress -------------------------------------------------------------------------------------
+class Calls(list):
+    """A :class:`memwork.progress.Progress` whose stage the caller started: it records each advance."""
+
+    def start(self, description: str, total: int | None) -> None:
+        raise AssertionError("a search advances its caller's stage, it never starts one")
+
+    def advance(self, n: int = 1) -> None:
+        self.append(n)
+
 
 
 @pytest.mark.parametrize("embedded", [True, False])
@@ -314,22 +323,22 @@ def test_progress_advances_per_block_and_sums_to_row_count(monkeypatch, embedded
     rng = np.random.default_rng(5)
     emb = [rng.standard_normal(16) if embedded else None for _ in range(300)]
     texts = [" ".join(rng.choice(["red", "green", "blue", "cat", "dog"], 3)) for _ in range(300)]
-    calls: list[int] = []
-    got = find_duplicate_pairs(texts, emb, threshold, progress=calls.append)
+    calls = Calls()
+    got = find_duplicate_pairs(texts, emb, threshold, progress=calls)
     assert got == find_duplicate_pairs(texts, emb, threshold)  # progress changes nothing found
     assert sum(calls) == 300 and all(n > 0 for n in calls)
     if threshold > 0:
         assert len(calls) >= 3, calls  # reported as blocks finish, not once at the end
 
     calls.clear()
-    find_related_pairs(emb, 0.1, 0.9, texts, progress=calls.append)
+    find_related_pairs(emb, 0.1, 0.9, texts, progress=calls)
     assert sum(calls) == 300 and all(n > 0 for n in calls)
     if embedded:
         assert len(calls) >= 3, calls
 
 
 def test_progress_on_empty_input_is_never_called():
-    calls: list[int] = []
-    assert find_duplicate_pairs([], [], 0.5, progress=calls.append) == []
-    assert find_related_pairs([], 0.5, 0.8, progress=calls.append) == []
+    calls = Calls()
+    assert find_duplicate_pairs([], [], 0.5, progress=calls) == []
+    assert find_related_pairs([], 0.5, 0.8, progress=calls) == []
     assert calls == []

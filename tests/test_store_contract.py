@@ -227,11 +227,12 @@ def test_bump_hits_keeps_updated_at(any_store):
         any_store.bump_hits("missing.md")
 
 
-def test_count_and_put_many_progress(any_store):
-    calls: list[int] = []
+def test_count_and_put_many_progress(any_store, progress_recorder):
+    rec = progress_recorder()
+    rec.start("writing", 1203)  # the caller knows the total and starts the stage; put_many advances it
     entries = [Entry(path=f"c/{i:04d}", content=f"c{i}", scope=("a" if i % 3 else "b")) for i in range(1203)]
-    assert any_store.put_many(entries, progress=calls.append) == 1203
-    assert sum(calls) == 1203 and all(n > 0 for n in calls)
+    assert any_store.put_many(entries, progress=rec) == 1203
+    assert rec.stages == [["writing", 1203, 1203]]  # Recorder also asserts every advance is > 0
     _stub(any_store, "s.md", "c/0001", scope="a")
     assert any_store.count() == 1204 == len(any_store.all_entries())
     assert any_store.count(scope="a") == len(any_store.all_entries(scope="a")) == 803

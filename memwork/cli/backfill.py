@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from memwork.cli.options import apply_option, emit_json, json_option, progress
+from memwork.cli.options import apply_option, emit_json, json_option, stage_progress
 from memwork.cli.pgvector import pg_url_option, table_option
 from memwork.errors import UsageError
 
@@ -74,9 +74,9 @@ def backfill_command(
     if apply:
         options.embedder = _load_backfill_embedder(embedder_spec, embedding_module)
         options.validate()
-    # the total (rows planned) is known only after the count in MySQL: it arrives with advance(0, total)
-    with progress("backfill", None, quiet=as_json or not apply, unit="rows") as advance:
-        report = run_backfill(options, progress=advance)
+    # the total (rows planned) is known only after the count in MySQL: run_backfill starts the stage
+    with stage_progress(quiet=as_json or not apply, unit="rows") as bar:
+        report = run_backfill(options, progress=bar)
     if as_json:
         emit_json(report.to_dict())
     else:

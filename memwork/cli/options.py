@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -68,9 +68,6 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-T = TypeVar("T")
-
-
 def progress_shown(quiet: bool) -> bool:
     """A bar is drawn only on a terminal (stderr) and never under ``--json``."""
     return not quiet and sys.stderr.isatty()
@@ -114,32 +111,9 @@ def _rich_bar(unit: str = "") -> Iterator[Any]:
         yield bar
 
 
-@contextmanager
-def progress(
-    description: str, total: int | None, *, quiet: bool, unit: str = ""
-) -> Iterator[Callable[..., None]]:
-    """A rich progress bar with rate and ETA on a terminal; silent under ``--json`` or when piped.
-
-    Yields ``advance(n=1, total=None)``; a ``total`` passed to it (known only once work starts, e.g.
-    after a count) replaces the bar's total. ``unit`` labels the rate (``"rows"`` -> ``1,234 rows/s``).
-    The bar is drawn on stderr, the stream whose terminal check decides whether it is shown.
-    """
-    if not progress_shown(quiet):
-        yield lambda n=1, total=None: None
-        return
-    with _rich_bar(unit) as bar:
-        task = bar.add_task(description, total=total)
-
-        def advance(n: int = 1, total: int | None = None) -> None:
-            if total is not None:
-                bar.update(task, total=total)
-            bar.advance(task, n)
-
-        yield advance
-
-
 class _StageBar:
-    """:class:`memwork.progress.Progress` on a rich bar: one bar per stage, the last replaced."""
+    """The CLI's one adapter: :class:`memwork.progress.Progress` on a rich bar, one bar per stage
+    (the last replaced), with rate and ETA."""
 
     def __init__(self, bar: Any) -> None:
         self.bar = bar
@@ -156,22 +130,15 @@ class _StageBar:
 
 
 @contextmanager
-def stage_progress(*, quiet: bool) -> Iterator[Any]:
-    """The ``progress=`` object for library calls with stages (defrag, store import/export).
+def stage_progress(*, quiet: bool, unit: str = "") -> Iterator[_StageBar | None]:
+    """The ``progress=`` object for every long library call (defrag, store import/export, backfill).
 
-    Yields None (no reporting at all) under ``--json`` or when stderr is not a terminal.
+    Yields None (no reporting at all) under ``--json`` or when stderr is not a terminal. ``unit``
+    labels the rate (``"rows"`` -> ``1,234 rows/s``); the bar is drawn on stderr, the stream whose
+    terminal check decides whether it is shown.
     """
     if not progress_shown(quiet):
         yield None
         return
-    with _rich_bar() as bar:
+    with _rich_bar(unit) as bar:
         yield _StageBar(bar)
-
-
-def iter_with_progress(
-    items: Iterable[T], description: str, total: int | None, *, quiet: bool
-) -> Iterator[T]:
-    with progress(description, total, quiet=quiet) as advance:
-        for item in items:
-            yield item
-            advance(1)

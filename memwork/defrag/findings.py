@@ -170,11 +170,11 @@ def find_duplicates(
 
 def _stage(
     progress: Progress | None, description: str, groups: dict[str, list[Entry]]
-) -> similarity.Advance | None:
-    if progress is None:
-        return None
-    progress.start(description, sum(map(len, groups.values())))
-    return progress.advance
+) -> Progress | None:
+    """One stage over every scope's entries; the per-scope searches advance it."""
+    if progress is not None:
+        progress.start(description, sum(map(len, groups.values())))
+    return progress
 
 
 def link_status(a: Entry, b: Entry) -> str:
@@ -203,7 +203,7 @@ def find_related(
         vectors = _comparable_embeddings(group)
         keep = [k for k, v in enumerate(vectors) if v is not None]
         if advance is not None and len(keep) < len(group):
-            advance(len(group) - len(keep))  # not embedded: nothing to compare
+            advance.advance(len(group) - len(keep))  # not embedded: nothing to compare
         found = similarity.find_related_pairs(
             [vectors[k] for k in keep],
             min_similarity,

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from memwork.errors import ServiceUnavailable, UsageError
-from memwork.redaction import redact_text, redact_url, redact_value
+from memwork.redaction import first_line, redact_text, redact_url, redact_value
 
 
 @dataclass
@@ -294,8 +294,8 @@ def probe_sql(url: str) -> str | None:
         with get_engine(url).connect() as conn:
             conn.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
-        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__]
-        return redact_text(f"{redact_url(url)} unreachable: {detail[0]}")
+        detail = first_line(getattr(exc, "orig", None) or exc) or type(exc).__name__
+        return f"{redact_url(url)} unreachable: {detail}"
     return None
 
 

@@ -37,6 +37,7 @@ from memwork.entry import (
     validate_scope,
 )
 from memwork.errors import EntryNotFound, MemworkError, StubChainError, UsageError
+from memwork.progress import Progress
 
 #: how long a modifying run waits for another run on the same store/scope before giving up
 DEFAULT_RUN_LOCK_TIMEOUT = 60.0
@@ -136,17 +137,18 @@ class Store(ABC):
         This is what undo and import use to restore an entry byte for byte.
         """
 
-    def put_many(self, entries: Iterable[Entry], *, progress: Callable[[int], None] | None = None) -> int:
+    def put_many(self, entries: Iterable[Entry], *, progress: Progress | None = None) -> int:
         """:meth:`put` for many entries (import, undo, benchmarks); stores override it to batch.
 
-        ``progress(n)`` is called as entries are written (the calls sum to the count written).
+        ``progress.advance(n)`` is called as entries are written, within the stage the caller started
+        (it knows the total); the calls sum to the count written.
         Returns how many entries were written."""
         count = 0
         for entry in entries:
             self.put(entry)
             count += 1
             if progress is not None:
-                progress(1)
+                progress.advance(1)
         return count
 
     @abstractmethod

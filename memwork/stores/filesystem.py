@@ -51,6 +51,7 @@ from memwork.entry import (
     validate_scope,
 )
 from memwork.errors import EntryNotFound, InvalidPath, UsageError
+from memwork.progress import Progress
 from memwork.stores.base import DEFAULT_RUN_LOCK_TIMEOUT, Store, cas_key, check_unchanged
 from memwork.stores.runlock import flock_run_lock
 
@@ -129,7 +130,7 @@ class FilesystemStore(Store):
             else:
                 self._put_unlocked(new)
 
-    def put_many(self, entries: Iterable[Entry], *, progress: Callable[[int], None] | None = None) -> int:
+    def put_many(self, entries: Iterable[Entry], *, progress: Progress | None = None) -> int:
         """Write many entries under one lock acquisition."""
         count = 0
         with self._lock:
@@ -137,7 +138,7 @@ class FilesystemStore(Store):
                 self._put_unlocked(entry)
                 count += 1
                 if progress is not None:
-                    progress(1)
+                    progress.advance(1)
         return count
 
     def _delete(self, path: str, scope: str) -> bool:

@@ -59,6 +59,7 @@ from memwork.entry import (
 )
 from memwork.errors import EntryNotFound, ServiceUnavailable, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
+from memwork.progress import Progress
 from memwork.redaction import first_line, redact_url
 from memwork.stores.base import (
     DEFAULT_RUN_LOCK_TIMEOUT,
@@ -274,7 +275,7 @@ class SQLStore(Store):
         self.put_many([entry])
         return entry
 
-    def put_many(self, entries: Iterable[Entry], *, progress: Callable[[int], None] | None = None) -> int:
+    def put_many(self, entries: Iterable[Entry], *, progress: Progress | None = None) -> int:
         """Upsert in batches of 500 rows, all in ONE transaction: when the database rejects any row
         nothing is committed (an import or an undo is all or nothing).
 
@@ -299,7 +300,7 @@ class SQLStore(Store):
                 conn.execute(text("SET LOCAL maintenance_work_mem = '256MB'"))
                 index.create(conn, checkfirst=True)
 
-    def _put_batches(self, entries: list[Entry], progress: Callable[[int], None] | None = None) -> int:
+    def _put_batches(self, entries: list[Entry], progress: Progress | None = None) -> int:
         rows = [self._row_values(entry) for entry in entries]  # every row checked before the first write
         if not rows:
             return 0
@@ -308,7 +309,7 @@ class SQLStore(Store):
                 batch = rows[start : start + _BATCH]
                 self._upsert(batch, conn)
                 if progress is not None:
-                    progress(len(batch))
+                    progress.advance(len(batch))
         return len(rows)
 
     def _upsert(self, rows: list[dict[str, Any]], conn: Any) -> int:

@@ -37,6 +37,7 @@ from memwork.entry import (
 )
 from memwork.errors import InvalidPath, MemworkError, UsageError
 from memwork.progress import Progress, track
+from memwork.redaction import first_line
 from memwork.stores.base import Store
 from memwork.stores.sql import SQLStore
 
@@ -190,23 +191,15 @@ def _write_all(
 ) -> None:
     """``put_many`` with a store's own refusal as one line (exit 2): a SQL store has written nothing
     and names the refused entry's line; the filesystem store says how many entries it wrote."""
-    if progress is not None:
-        progress.start("writing", len(entries))
-    written = 0
-
-    def advance(n: int) -> None:
-        nonlocal written
-        written += n
-        if progress is not None:
-            progress.advance(n)
-
+    written = _Written(progress)
+    written.start("writing", len(entries))
     try:
-        store.put_many(entries, progress=advance)
+        store.put_many(entries, progress=written)
     except MemworkError:
         raise
     except Exception as exc:  # a constraint, a trigger, a full disk: the store's own refusal
         if not isinstance(store, SQLStore):
-            done = f"{written} of {len(entries)} entries were written before it"
+            done = f"{written.count} of {len(entries)} entries were written before it"
             problem = f"refused an entry: {_reason(exc)}; {done}"
             raise ImportWriteError("store", store.describe(), problem) from exc
         done = "nothing was written (one transaction)"
@@ -228,10 +221,26 @@ def _first_refused(store: SQLStore, entries: list[Entry]) -> tuple[int, Exceptio
         return None
 
 
+class _Written:
+    """A :class:`~memwork.progress.Progress` that counts what the store wrote and passes it on."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress, self.count = progress, 0
+
+    def start(self, description: str, total: int | None) -> None:
+        if self.progress is not None:
+            self.progress.start(description, total)
+
+    def advance(self, n: int = 1) -> None:
+        self.count += n
+        if self.progress is not None:
+            self.progress.advance(n)
+
+
 def _reason(exc: BaseException) -> str:
     """A driver error's first line, its class named (no traceback, no SQL statement)."""
-    cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return f"{type(exc).__name__}: {cause[0] if cause else ''}".rstrip(": ")
+    cause = first_line(getattr(exc, "orig", None) or exc)
+    return f"{type(exc).__name__}: {cause}" if cause else type(exc).__name__
 
 
 def parse_jsonl(

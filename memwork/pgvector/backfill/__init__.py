@@ -12,7 +12,6 @@ from memwork.pgvector.backfill.options import (
     BackfillOptions,
     BackfillReport,
     Cursor,
-    Progress,
 )
 from memwork.pgvector.backfill.quarantine import (
     MAX_LISTED_REJECTS,
@@ -35,7 +34,6 @@ __all__ = [
     "BackfillOptions",
     "BackfillReport",
     "Cursor",
-    "Progress",
     "Reject",
     "checkpoint_path",
     "load_checkpoint",

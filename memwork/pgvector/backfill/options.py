@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,10 +18,6 @@ DEFAULT_BATCH_SIZE = 500
 
 
 MAX_BATCH_SIZE = 50_000
-
-
-Progress = Callable[[int, int | None], None]
-"""``progress(rows_just_done, total_planned)``: called once with 0 before the first batch, then per batch."""
 
 
 @dataclass(frozen=True, order=True)

@@ -20,6 +20,7 @@ from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.pgvector.backfill.options import row_timestamp
 from memwork.pgvector.schema import DEFAULT_TABLE
+from memwork.redaction import first_line
 
 REJECTS_TABLE = "memwork_backfill_rejects"
 
@@ -123,9 +124,9 @@ def precheck(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Rej
 
 def reject_reason(exc: BaseException) -> str:
     """One line for a reject's reason: the error class, its first line, where PostgreSQL says."""
-    first = (str(exc).strip().splitlines() or [""])[0]
-    context = getattr(getattr(exc, "diag", None), "context", None) or ""
-    where = f" ({context.strip().splitlines()[0]})" if context.strip() else ""
+    first = first_line(exc)
+    context = first_line(getattr(getattr(exc, "diag", None), "context", None))
+    where = f" ({context})" if context else ""
     return f"{type(exc).__name__}: {first}{where}"
 
 

@@ -29,7 +29,7 @@ from memwork.pgvector.backfill.checkpoint import (
     read_json_checkpoint,
     read_rows_written,
 )
-from memwork.pgvector.backfill.options import BackfillOptions, BackfillReport, Progress, cursor_of
+from memwork.pgvector.backfill.options import BackfillOptions, BackfillReport, cursor_of
 from memwork.pgvector.backfill.quarantine import REJECTS_TABLE, RowEmbedder, count_rejects, precheck
 from memwork.pgvector.backfill.reader import (
     count_after,
@@ -47,6 +47,7 @@ from memwork.pgvector.backfill.writer import (
     prepare_session,
     register_packed_vectors,
 )
+from memwork.progress import Progress
 
 
 def run_backfill(options: BackfillOptions, progress: Progress | None = None) -> BackfillReport:
@@ -112,8 +113,8 @@ def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillRepor
             report.source = status_counts(my)
             remaining = count_after(my, cursor)
             report.planned = remaining if options.limit is None else min(remaining, options.limit)
-            if progress:
-                progress(0, report.planned)
+            if progress is not None:
+                progress.start("backfill", report.planned)  # one stage: the rows planned
             writer = BatchWriter(
                 pg, options.table, embedder.model_id, json_path, report, progress, rows_total
             )

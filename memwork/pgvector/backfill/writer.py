@@ -17,7 +17,7 @@ import numpy as np
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
 from memwork.pgvector.backfill.checkpoint import save_json_checkpoint, store_checkpoint
-from memwork.pgvector.backfill.options import BackfillReport, Cursor, Progress, cursor_of
+from memwork.pgvector.backfill.options import BackfillReport, Cursor, cursor_of
 from memwork.pgvector.backfill.quarantine import (
     MAX_LISTED_REJECTS,
     Reject,
@@ -29,6 +29,7 @@ from memwork.pgvector.backfill.quarantine import (
     store_rejects,
 )
 from memwork.pgvector.schema import checkpoint_table_sql, table_dimensions
+from memwork.progress import Progress
 
 STAGE_TABLE = "memwork_backfill_stage"
 
@@ -134,8 +135,8 @@ class BatchWriter:
         room = MAX_LISTED_REJECTS - len(report.quarantined)
         report.quarantined.extend(reject.to_json() for reject in rejects[: max(room, 0)])
         report.batches += 1
-        if self.progress:
-            self.progress(len(batch.read), report.planned)
+        if self.progress is not None:
+            self.progress.advance(len(batch.read))
 
 
 def check_destination(pg: Any, table: str, dimensions: int, model_id: str) -> None:
