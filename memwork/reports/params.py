@@ -15,10 +15,8 @@ from typing import Any
 
 import nbformat
 
+from memwork.checks import parse_bool
 from memwork.errors import UsageError
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
 
 
 @dataclass(frozen=True)
@@ -78,20 +76,13 @@ def coerce(param: Parameter, value: Any) -> Any:
     base = next((k for k in kinds if k != "None"), "str")
     try:
         return _coerce_base(base, value)
-    except (ValueError, TypeError, json.JSONDecodeError):
+    except (ValueError, TypeError, json.JSONDecodeError, UsageError):
         raise UsageError(f"parameter {param.name}", value, f"expected {param.annotation}") from None
 
 
 def _coerce_base(base: str, value: Any) -> Any:
     if base == "bool":
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in _TRUE:
-            return True
-        if text in _FALSE:
-            return False
-        raise ValueError(value)
+        return parse_bool("bool", value)  # no default: a blank is not a bool here
     if base == "int":
         if isinstance(value, bool):
             raise ValueError(value)
