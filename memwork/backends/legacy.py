@@ -1,6 +1,6 @@
 """The legacy conversation-memory backend: the facade's default, over :mod:`memwork.legacy.store`.
 
-Selected as ``MEMORY_BACKEND=legacy``; reports itself as ``legacy-conversation-memory`` (the seed's
+Selected as ``MEMORY_BACKEND=legacy``; reports itself as ``legacy-conversation-memory`` (the status's
 ``selectedBackend``). Its database is ``MEMORY_LEGACY_DATABASE_URL``, never the app's
 ``DATABASE_URL``. Runtime never creates schema in a configured database (run ``memwork legacy init``);
 only memwork's own default SQLite file in the workspace is created on first use.

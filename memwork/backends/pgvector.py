@@ -3,7 +3,7 @@
 Dormant unless ``MEMORY_VECTOR_ENABLED=1``, ``MEMORY_PGVECTOR_DATABASE_URL`` and
 ``MEMORY_PGVECTOR_EMBEDDING_MODULE`` are all configured; each missing piece is reported as the
 unavailable reason and the facade falls back to legacy. It only implements ``resolve`` -- writes and
-compaction stay on the legacy backend, as the seed says. It never reads ``DATABASE_URL``.
+compaction stay on the legacy backend. It never reads ``DATABASE_URL``.
 
 Search strategy (``MEMORY_PGVECTOR_SEARCH``): a per-user filter defeats a global HNSW graph -- with
 1,000 users a plain HNSW scan returns ``ef_search`` candidates of which ~0.1 % belong to the user.
@@ -218,7 +218,7 @@ def _hnsw_search(
 
 
 def _memory(row: tuple) -> dict[str, Any]:
-    """One result row as the seed's JSON shape (camelCase, ISO timestamps, score = 1 - cosine distance)."""
+    """One result row in the API's JSON shape (camelCase, ISO timestamps, score = 1 - cosine distance)."""
     (
         row_id,
         source_id,

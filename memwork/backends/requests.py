@@ -1,4 +1,4 @@
-"""Validation of the seed's JSON-shaped inputs, before any backend is touched.
+"""Validation of the Memory V2 API's JSON-shaped inputs, before any backend is touched.
 
 Every problem is a :class:`memwork.errors.UsageError` naming the field (``messages[2].content``), so
 nothing is written for a bad request. The limits are stated in README.md ("Input limits").

@@ -12,13 +12,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from memwork.backends.base import EnvVar, availability_of, declaration_of
-from memwork.checks import TRUE_WORDS
+from memwork.checks import parse_bool
+from memwork.errors import UsageError
 from memwork.facade.registry import Registry
 from memwork.redaction import REDACTED, is_secret_name, redact_text, redact_value
 
 
 def _secret(var: EnvVar) -> bool:
     return var.secret or is_secret_name(var.name)
+
+
+def _on(var: EnvVar, value: str) -> bool:
+    try:
+        return parse_bool(var.name, value, default=False)
+    except UsageError:
+        return False
 
 
 def _shown(var: EnvVar, value: str | None) -> str | None:
@@ -42,7 +50,7 @@ def check_config(registry: Registry, backend_name: str, env: Mapping[str, str]) 
         value = (env.get(var.name) or "").strip()
         if var.required and not value:
             missing.append(var.name)
-        elif var.flag and value.lower() not in TRUE_WORDS:
+        elif var.flag and not _on(var, value):
             invalid.append(var.name)
         rows.append(
             {

@@ -1,10 +1,10 @@
 """MemoryFacade: resolve / write / compact / status over the registry, selected per operation.
 
-Selection (the seed's rules): ``resolve`` uses ``MEMORY_BACKEND`` when that backend is available and
+Selection is operation-aware: ``resolve`` uses ``MEMORY_BACKEND`` when that backend is available and
 supports resolve, else legacy; ``write`` and ``compact`` use ``MEMORY_BACKEND`` when it is available
 and supports the operation, else the first available backend that does (legacy is first). Every
 backend call runs in a worker thread with a deadline (``MEMORY_BACKEND_TIMEOUT_MS``). With fail-open
-(the default) bad input, errors and timeouts give the seed's degraded payload (``ok: false`` and a
+(the default) bad input, errors and timeouts give the degraded payload (``ok: false`` and a
 ``reason``) and a log line; with ``MEMORY_FAIL_OPEN=0`` they raise typed errors.
 """
 
@@ -44,7 +44,7 @@ _ENVELOPE = ("ok", "enabled", "skipped", "source", "reason")
 
 
 def empty_resolve() -> dict[str, Any]:
-    """The seed's empty resolve body (fresh lists every time)."""
+    """The empty resolve body (fresh lists every time)."""
     return {
         "profile": None,
         "semanticMemories": [],
@@ -96,7 +96,7 @@ class MemoryFacade:
         return None if avail.available else f"unavailable ({avail.reason or 'no reason given'})"
 
     def select(self, operation: str) -> Selection:
-        """The seed's operation-aware selection; never an unavailable backend."""
+        """Operation-aware selection; never an unavailable backend."""
         wanted = self.policy.backend
         preferred = self.registry.find(wanted)
         if preferred is None:
@@ -226,7 +226,7 @@ class MemoryFacade:
         }
 
     def status(self) -> dict[str, Any]:
-        """The seed's read-only status payload (no secret in it), plus selections and config errors."""
+        """The read-only status payload (no secret in it), plus selections and config errors."""
         selections = {op: self.select(op) for op in OPERATIONS}
         policy = self.policy
         return {
