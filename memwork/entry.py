@@ -24,6 +24,8 @@ DEFAULT_SCOPE = "default"
 FORBIDDEN_PATH_CHARS = set('<>:"|?*')
 _SCOPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")  # used with fullmatch: no "alice\n"
 # Limits every store kind can hold, so an export from any store imports into any other:
+MAX_PATH_CHARS = 500  # the SQL stores' ``file_path VARCHAR(500)``
+MAX_TITLE_CHARS = 200  # the SQL stores' ``title VARCHAR(200)``
 MAX_HITS = 2**31 - 1  # PostgreSQL and MySQL ``integer``
 MAX_METADATA_DEPTH = 31  # nested objects/arrays; MariaDB's JSON_VALID refuses a 32nd level
 MAX_COMPONENT_BYTES = 255  # one file name (UTF-8) on common filesystems
@@ -161,6 +163,34 @@ def check_content_size(content: str) -> int:
     if size > MAX_CONTENT_BYTES:
         raise ContentTooLarge("content", f"<{size} bytes>", f"exceeds the {MAX_CONTENT_BYTES} byte limit")
     return size
+
+
+def check_path_length(path: str) -> str:
+    """``path`` unless it is longer than :data:`MAX_PATH_CHARS` characters (what a SQL store holds)."""
+    if len(path) > MAX_PATH_CHARS:
+        raise InvalidPath(_preview(path), f"longer than {MAX_PATH_CHARS} characters")
+    return path
+
+
+def check_title(title: object) -> str:
+    """``title`` (None as "") unless it is not a string or longer than :data:`MAX_TITLE_CHARS`."""
+    title = "" if title is None else title
+    if not isinstance(title, str) or len(title) > MAX_TITLE_CHARS:
+        raise UsageError(
+            "title", _preview(title), f"must be a string of at most {MAX_TITLE_CHARS} characters"
+        )
+    return title
+
+
+def check_limits(entry: Entry) -> tuple[str, str, int]:
+    """The one set of limits every store enforces before it writes ``entry``: the normalised path
+    (at most :data:`MAX_PATH_CHARS`), the scope, the title (at most :data:`MAX_TITLE_CHARS`) and the
+    content (at most :data:`MAX_CONTENT_BYTES`). Returns ``(path, scope, size in bytes)``, so a
+    store accepts exactly what every other store accepts."""
+    path = check_path_length(normalize_path(entry.path))
+    scope = validate_scope(entry.scope)
+    check_title(entry.title)
+    return path, scope, check_content_size(entry.content)
 
 
 def as_embedding(value: Any) -> np.ndarray | None:

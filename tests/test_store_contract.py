@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from memwork.entry import MAX_CONTENT_BYTES, Entry
+from memwork.entry import MAX_CONTENT_BYTES, MAX_PATH_CHARS, MAX_TITLE_CHARS, Entry
 from memwork.errors import ContentTooLarge, EntryNotFound, InvalidPath, StubChainError, UsageError
 
 T0 = datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
@@ -237,3 +237,40 @@ def test_count_and_put_many_progress(any_store, progress_recorder):
     assert any_store.count() == 1204 == len(any_store.all_entries())
     assert any_store.count(scope="a") == len(any_store.all_entries(scope="a")) == 803
     assert any_store.count(scope="nobody") == 0
+
+
+# ---- the entry limits (memwork/entry.py), enforced alike by every store ------------------------------
+def _path_of(chars: int) -> str:
+    """A path of ``chars`` characters whose components every store can hold (99 characters each)."""
+    head = "/".join(["p" * 99] * 5)  # 499 characters
+    return head + "q" * (chars - len(head))
+
+
+@pytest.mark.parametrize(
+    ("field", "entry", "error"),
+    [
+        ("path", Entry(path=_path_of(MAX_PATH_CHARS + 1), content="x"), InvalidPath),
+        ("title", Entry(path="t.md", content="x", title="t" * (MAX_TITLE_CHARS + 1)), UsageError),
+        ("content", Entry(path="c.md", content="x" * (MAX_CONTENT_BYTES + 1)), ContentTooLarge),
+    ],
+    ids=["path", "title", "content"],
+)
+def test_every_store_refuses_what_is_over_the_entry_limits(any_store, field, entry, error):
+    """Once the filesystem store took a 501-character path and a 201-character title that a SQL
+    store refuses; now every store applies entry.check_limits, so an export imports anywhere."""
+    with pytest.raises(error) as info:
+        any_store.put(entry)
+    assert info.value.field == field
+    with pytest.raises(error):
+        any_store.put_many([Entry(path="ok.md", content="fine"), entry])
+    with pytest.raises(error):
+        any_store.write(entry.path, entry.content, title=entry.title)
+    assert any_store.count() == 0 or [e.path for e in any_store.all_entries()] == ["ok.md"]
+    assert entry.path not in [e.path for e in any_store.all_entries()]
+
+
+def test_every_store_takes_entries_at_the_limits(any_store):
+    path = _path_of(MAX_PATH_CHARS)
+    any_store.put(Entry(path=path, content="x", title="t" * MAX_TITLE_CHARS))
+    got = any_store.read_entry(path)
+    assert (len(got.path), len(got.title)) == (MAX_PATH_CHARS, MAX_TITLE_CHARS)

@@ -46,7 +46,7 @@ from memwork.entry import (
     Entry,
     as_embedding,
     as_utc,
-    check_content_size,
+    check_limits,
     normalize_path,
     validate_scope,
 )
@@ -120,7 +120,7 @@ class FilesystemStore(Store):
             return
         scope, path = key
         if new is not None:
-            check_content_size(new.content)
+            check_limits(new)  # refused before the lock is taken
         with self._lock:
             check_unchanged(self._load_locked(path, scope), expected, scope, path)
             if before_write is not None:
@@ -231,8 +231,7 @@ class FilesystemStore(Store):
 
     # ---- helpers --------------------------------------------------------------------------------
     def _put_unlocked(self, entry: Entry) -> Entry:
-        path, scope = normalize_path(entry.path), validate_scope(entry.scope)
-        size = check_content_size(entry.content)
+        path, scope, size = check_limits(entry)
         entry = entry.copy(path=path, scope=scope, size=size)
         target = self._file(path, scope)
         try:

@@ -53,7 +53,7 @@ from memwork.db import DatabaseURL, get_engine, parse_url
 from memwork.entry import (
     DEFAULT_SCOPE,
     Entry,
-    check_content_size,
+    check_limits,
     normalize_path,
     validate_scope,
 )
@@ -208,12 +208,7 @@ class SQLStore(Store):
 
     # ---- conversions ----------------------------------------------------------------------------
     def _row_values(self, entry: Entry) -> dict[str, Any]:
-        path, scope = normalize_path(entry.path), validate_scope(entry.scope)
-        size = check_content_size(entry.content)
-        if len(path) > 500:
-            raise UsageError("path", path[:80] + "...", "longer than 500 characters")
-        if len(entry.title or "") > 200:
-            raise UsageError("title", entry.title[:80] + "...", "longer than 200 characters")
+        path, scope, size = check_limits(entry)
         return {
             "scope": scope,
             "file_path": path,

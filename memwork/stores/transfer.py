@@ -29,8 +29,10 @@ from memwork.entry import (
     as_utc,
     check_content_size,
     check_metadata,
+    check_path_length,
     check_portable_path,
     check_text,
+    check_title,
     normalize_path,
     utcnow,
     validate_scope,
@@ -53,8 +55,6 @@ RECORD_FIELDS = (
     "hits",
 )
 IGNORED_FIELDS = ("size",)  # derived from content; accepted so other tools' dumps load
-MAX_TITLE_CHARS = 200
-MAX_PATH_CHARS = 500
 _LOOKUP_ONE_BY_ONE = 2000
 
 
@@ -342,16 +342,12 @@ def parse_record(record: Any, *, dimension: int | None = None) -> Entry:
             raise UsageError("field", key, f"unknown; expected {', '.join(RECORD_FIELDS)}")
     if "path" not in record:
         raise UsageError("path", None, "is required")
-    path = check_portable_path(normalize_path(record["path"]))
-    if len(path) > MAX_PATH_CHARS:
-        raise UsageError("path", _short(path), f"longer than {MAX_PATH_CHARS} characters")
+    path = check_path_length(check_portable_path(normalize_path(record["path"])))
     content = record.get("content")
     if not isinstance(content, str):
         raise UsageError("content", _short(content), "must be a string")
     check_text("content", content)
-    title = record.get("title") or ""
-    if not isinstance(title, str) or len(title) > MAX_TITLE_CHARS:
-        raise UsageError("title", _short(title), f"must be a string of at most {MAX_TITLE_CHARS} characters")
+    title = check_title(record.get("title") or "")
     check_text("title", title)
     metadata = record.get("metadata") or {}
     if not isinstance(metadata, dict):
