@@ -1,20 +1,30 @@
 """Small domain exceptions. The CLI maps them to exit codes once, in ``memwork.cli``.
 
-Exit codes: 0 ok, 1 a check or verdict failed (:class:`CheckFailed`), 2 usage or input error
-(:class:`UsageError` and its subclasses).
+Exit codes: 0 ok, 1 a check or verdict failed (:class:`CheckFailed`) or any other failure, 2 usage
+or input error -- only :class:`UsageError` and its subclasses, so a bug never looks like bad input.
+Every domain exception memwork raises on purpose is defined here.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # type-only: errors.py imports nothing of memwork at run time
+    from memwork.reports.runner import ReportRun
 
 
 class MemworkError(Exception):
     """Base of every error memwork raises on purpose."""
 
-    exit_code = 2
+    exit_code = 1
 
 
 class UsageError(MemworkError):
     """Bad input: names the field and the value. Exit code 2, nothing written."""
+
+    exit_code = 2
 
     def __init__(self, field: str, value: object, problem: str) -> None:
         self.field = field
@@ -46,21 +56,22 @@ class UnknownBackend(UsageError):
     """A backend name the registry does not know."""
 
 
-class EntryNotFound(MemworkError):
-    """No entry at this path in this scope."""
+class EntryNotFound(UsageError):
+    """No entry at this path in this scope (the path the caller named does not exist)."""
 
     def __init__(self, path: str, scope: str = "default") -> None:
         self.path = path
         self.scope = scope
-        super().__init__(f"path={path!r}: no entry in scope {scope!r}")
+        super().__init__("path", path, f"no entry in scope {scope!r}")
 
 
-class StubChainError(MemworkError):
-    """Following stub redirects hit a cycle or went deeper than the hop limit."""
+class StubChainError(UsageError):
+    """Following stub redirects from the path the caller named hit a cycle or went deeper than the
+    hop limit."""
 
     def __init__(self, chain: list[str], problem: str) -> None:
         self.chain = chain
-        super().__init__(f"path={chain[0]!r}: {problem}: {' -> '.join(chain)}")
+        super().__init__("path", chain[0], f"{problem}: {' -> '.join(chain)}")
 
 
 class ServiceUnavailable(MemworkError):
@@ -75,6 +86,15 @@ class CheckFailed(MemworkError):
     exit_code = 1
 
 
+class VerdictError(CheckFailed):
+    """A report's verdict failed (FAIL / NO-GO): raised by the last cell so papermill exits non-zero."""
+
+    def __init__(self, verdict: str, reasons: list[str]) -> None:
+        self.verdict = verdict
+        self.reasons = reasons
+        super().__init__(f"verdict {verdict}: {'; '.join(reasons) or 'no reason recorded'}")
+
+
 class BackendError(MemworkError):
     """A memory backend failed (raised only when fail-open is off)."""
 
@@ -85,7 +105,142 @@ class BackendTimeout(BackendError):
     """A memory backend did not answer within its per-call timeout."""
 
 
-class ReportExecutionError(MemworkError):
-    """A report notebook failed in a cell; carries the cell's error in one line."""
+class MissingStore(UsageError):
+    """The store a reading command names does not exist (nothing was created)."""
 
-    exit_code = 2
+
+class ImportLineError(UsageError):
+    """A line of an import file that cannot be loaded; nothing was written."""
+
+    def __init__(self, line: int, error: UsageError) -> None:
+        super().__init__(error.field, error.value, error.problem)
+        self.line = line
+        self.args = (f"line {line}: {error}",)
+
+
+class ImportWriteError(UsageError):
+    """The store refused an entry the line check could not know about (a constraint, a trigger)."""
+
+
+class DuplicateBackend(UsageError):
+    """A second backend under a name (or alias) that is already registered."""
+
+
+class DamagedJournal(UsageError):
+    """A journal file that cannot be read as a run (names the file and what is wrong)."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__("journal", path.name, problem)
+        self.path = path
+
+
+class DamagedRun(MemworkError):
+    """A report run folder whose summary.json or manifest.json cannot be listed (the message says
+    what is wrong; the index skips the folder and names it)."""
+
+
+class StoreLocked(MemworkError):
+    """Another modifying run holds the store's (or scope's) run lock for longer than we may wait."""
+
+    exit_code = 1
+
+    def __init__(self, store: str, scope: str | None, timeout: float) -> None:
+        self.store, self.scope, self.timeout = store, scope, timeout
+        what = "every scope" if scope is None else f"scope={scope!r}"
+        super().__init__(
+            f"store={store!r} {what}: another defrag run or undo holds its lock; gave up after "
+            f"{timeout:g} s (try again when it has finished, or raise --lock-timeout)"
+        )
+
+
+class WriteConflict(MemworkError):
+    """A compare-and-set write found the entry changed since the caller read it; nothing written."""
+
+    exit_code = 1
+
+    def __init__(
+        self, path: str, scope: str, problem: str = "changed by another writer since it was read"
+    ) -> None:
+        self.path, self.scope, self.problem = path, scope, problem
+        super().__init__(f"path={path!r}: {problem} (scope {scope!r})")
+
+
+class PlanConflict(MemworkError):
+    """The store no longer matches the snapshot a plan was computed from.
+
+    ``applied`` holds the changes (:class:`memwork.defrag.apply.Change`) this ``execute`` call had
+    already written (and journaled) when the conflict was found (empty when it was found before the
+    first write), ``planned`` how many it meant to write; ``detail`` is appended to the message."""
+
+    exit_code = 1
+
+    def __init__(
+        self,
+        path: str,
+        scope: str,
+        problem: str,
+        *,
+        applied: Sequence[Any] = (),
+        planned: int | None = None,
+        detail: str = "",
+    ) -> None:
+        self.path, self.scope, self.problem = path, scope, problem
+        self.applied: list[Any] = list(applied)
+        self.planned = planned
+        super().__init__(f"path={path!r}: {problem} (scope {scope!r})" + (f"; {detail}" if detail else ""))
+
+
+class ApplyConflict(PlanConflict):
+    """A write found its entry changed by another writer during the run (compare-and-set failed)."""
+
+
+class ReportExecutionError(MemworkError):
+    """A report notebook failed in a cell, after every artifact of the run was written.
+
+    Modelled on papermill's ``PapermillExecutionError``: ``cell_index`` (0-based position in the
+    notebook), ``exec_count`` (the ``[n]`` shown beside the cell, None if it never ran), ``ename`` and
+    ``evalue`` (the exception's type name and message, passwords already hidden), ``run_dir`` (the
+    run folder holding notebook, HTML, summary.json and manifest) and ``run`` (the
+    :class:`~memwork.reports.runner.ReportRun`). Exit code 1 for a failed ``assert`` check (the
+    report's invariants do not hold) or a broken cell, 2 when the cell raised a
+    :class:`UsageError` (a parameter the library's checks refuse).
+    """
+
+    def __init__(
+        self,
+        report: str,
+        cell_index: int,
+        ename: str,
+        evalue: str,
+        run_dir: Path,
+        *,
+        exec_count: int | None = None,
+        run: ReportRun | None = None,
+    ) -> None:
+        self.report = report
+        self.cell_index = cell_index
+        self.exec_count = exec_count
+        self.ename = ename
+        self.evalue = evalue
+        self.run_dir = Path(run_dir)
+        self.run = run
+        self.exit_code = 2 if is_usage_error_name(ename) else 1
+        super().__init__(f"report {report} failed at {self.cell}: {ename}: {evalue} (artifacts: {run_dir})")
+
+    @property
+    def cell(self) -> str:
+        """The failing cell as a reader finds it: ``cell 3`` (its execution count) or ``cell #2``."""
+        return f"cell {self.exec_count}" if self.exec_count else f"cell #{self.cell_index}"
+
+
+def is_usage_error_name(ename: str) -> bool:
+    """Whether ``ename`` (an exception's class name, as a notebook kernel reports it) is
+    :class:`UsageError` or one of its subclasses -- bad input, exit 2. Every such class is defined
+    in this module, so the name is enough."""
+    pending: list[type[BaseException]] = [UsageError]
+    while pending:
+        cls = pending.pop()
+        if cls.__name__ == ename:
+            return True
+        pending.extend(cls.__subclasses__())
+    return False

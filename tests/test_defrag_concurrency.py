@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memwork.defrag import PlanConflict, execute
+from memwork.defrag import execute
 from memwork.defrag.apply import fingerprint
 from memwork.defrag.plan import Operation, Plan
 from memwork.entry import Entry, utcnow
+from memwork.errors import PlanConflict, StoreLocked, WriteConflict
 from memwork.stores import open_store
-from memwork.stores.base import StoreLocked, WriteConflict
 
 MW = [sys.executable, "-m", "memwork"]
 OLD = datetime(2025, 1, 1, tzinfo=UTC)

@@ -6,8 +6,8 @@ import pytest
 
 from memwork.backends.base import BaseBackend, supports_of
 from memwork.backends.placeholders import SLOTS
-from memwork.errors import UnknownBackend
-from memwork.facade.registry import BUILTIN_ENTRY_POINTS, GROUP, DuplicateBackend, Registry
+from memwork.errors import DuplicateBackend, UnknownBackend
+from memwork.facade.registry import BUILTIN_ENTRY_POINTS, GROUP, Registry
 
 SLOT_NAMES = ["pgvector", "qdrant", "weaviate", "mem0", "letta", "neo4j", "redis-streams", "langgraph"]
 

@@ -15,10 +15,10 @@ from sqlalchemy import text
 
 from memwork.cli import main
 from memwork.entry import MAX_METADATA_DEPTH, Entry, check_metadata, validate_scope
-from memwork.errors import UsageError
+from memwork.errors import ImportLineError, UsageError
 from memwork.identifiers import check_identifier
 from memwork.stores import open_store
-from memwork.stores.transfer import ImportLineError, import_jsonl
+from memwork.stores.transfer import import_jsonl
 
 LINES = 600
 BAD_LINE = 550  # past the first 500-row batch

@@ -13,9 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
-from memwork.errors import CheckFailed
+from memwork.errors import CheckFailed, VerdictError
 from memwork.reports import (
-    VerdictError,
     build_index,
     gate_on_verdict,
     notebooks_dir,

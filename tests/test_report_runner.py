@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 from click.testing import CliRunner
 
@@ -80,19 +81,39 @@ def test_unknown_parameter_is_rejected_before_running(tmp_path):
 def test_bad_value_fails_in_validation_cell_with_one_line_and_keeps_artifacts(tmp_path):
     with pytest.raises(ReportExecutionError) as info:
         run_report(TINY, {"n": -1}, tmp_path)
-    message = str(info.value)
-    assert "ValueError: n=-1: must be >= 0" in message and "\n" not in message
-    assert info.value.exit_code == 2
-    run = info.value.run
+    error = info.value
+    message = str(error)
+    assert "UsageError: n=-1: must be >= 0" in message and "\n" not in message
+    assert error.exit_code == 2  # the library's check refused a parameter: bad input
+    # the fields papermill's PapermillExecutionError has, set by the constructor
+    assert (error.report, error.ename, error.evalue) == ("tiny_report", "UsageError", "n=-1: must be >= 0")
+    assert error.exec_count and error.cell == f"cell {error.exec_count}"
+    run = error.run
+    assert run is not None and error.run_dir == run.run_dir and run.failure is not None
+    cell = run.failure
+    assert (cell.cell_index, cell.exec_count) == (error.cell_index, error.exec_count)
+    assert run.error == f"cell {error.exec_count}: UsageError: n=-1: must be >= 0"
+    # papermill's numbering: cell_index counts the executed notebook's cells before papermill adds
+    # its error banners to the saved copy; exec_count is the [n] a reader sees beside the cell
+    saved = nbformat.read(str(run.notebook_path), as_version=4).cells
+    executed = [c for c in saved if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]
+    assert "raise UsageError" in executed[error.cell_index].source
+    assert [c.source for c in saved if c.get("execution_count") == error.exec_count] == [
+        executed[error.cell_index].source
+    ]
     for path in (run.notebook_path, run.html_path, run.summary_path, run.manifest_path):
         assert path.exists()
     assert json.loads(run.summary_path.read_text())["verdict"] == "ERROR"
+    # the runner rebuilt the folder's index on the failure path too
+    assert run.index_path == tmp_path.resolve() / "index.html" and run.run_id in run.index_path.read_text()
 
 
-def test_failing_cell_error_is_one_line(tmp_path):
+def test_failing_cell_error_is_one_line_and_not_bad_input(tmp_path):
     with pytest.raises(ReportExecutionError) as info:
         run_report(TINY, {"boom": "yes"}, tmp_path)
     assert "RuntimeError: boom requested second line" in str(info.value)
+    assert info.value.ename == "RuntimeError" and info.value.evalue == "boom requested second line"
+    assert info.value.exit_code == 1 and info.value.run.exit_code == 1  # a broken cell is not bad input
 
 
 def test_index_lists_every_run_with_its_verdict(tmp_path):
@@ -114,11 +135,14 @@ def test_cli_exit_codes_and_json(tmp_path):
     assert failed.exit_code == 1
     unknown = runner.invoke(main, ["report", TINY, "-p", "bogus", "1", "--out", str(tmp_path)])
     assert unknown.exit_code == 2 and "bogus" in unknown.stderr
-    bad = runner.invoke(main, ["report", TINY, "-p", "n", "-5", "--out", str(tmp_path)])
+    bad = runner.invoke(main, ["report", TINY, "-p", "n", "-5", "--out", str(tmp_path), "--json"])
     assert bad.exit_code == 2
-    assert "ValueError: n=-5: must be >= 0" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert "UsageError: n=-5: must be >= 0" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    assert json.loads(bad.stdout)["exit_code"] == 2 and json.loads(bad.stdout)["verdict"] == "ERROR"
+    broken = runner.invoke(main, ["report", TINY, "-p", "boom", "true", "--out", str(tmp_path)])
+    assert broken.exit_code == 1 and "RuntimeError: boom requested" in broken.stderr
     index = runner.invoke(main, ["report", "index", "--out", str(tmp_path), "--json"])
-    assert index.exit_code == 0 and len(json.loads(index.stdout)["runs"]) == 3
+    assert index.exit_code == 0 and len(json.loads(index.stdout)["runs"]) == 4
     missing = runner.invoke(main, ["report", "no_such_report", "--out", str(tmp_path)])
     assert missing.exit_code == 2
 

@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
-from memwork.errors import ReportExecutionError
+from memwork.errors import MissingStore, ReportExecutionError
 from memwork.reports import run_report
-from memwork.stores import MissingStore, open_store
+from memwork.stores import open_store
 
 READING_COMMANDS = [
     ["store", "info"],

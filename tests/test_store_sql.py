@@ -8,9 +8,9 @@ import psycopg
 import pytest
 from sqlalchemy import inspect
 
-from memwork.errors import InvalidIdentifier, UsageError
+from memwork.errors import ImportLineError, InvalidIdentifier, UsageError
 from memwork.stores import FilesystemStore, SQLStore, open_store
-from memwork.stores.transfer import ImportLineError, import_jsonl
+from memwork.stores.transfer import import_jsonl
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

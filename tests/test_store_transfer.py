@@ -11,12 +11,11 @@ from click.testing import CliRunner
 
 from memwork.cli import main
 from memwork.entry import Entry
-from memwork.errors import UsageError
+from memwork.errors import ImportLineError, UsageError
 from memwork.samples.entries import generate_entries
 from memwork.stores import open_store
 from memwork.stores.transfer import (
     RECORD_FIELDS,
-    ImportLineError,
     entry_line,
     export_jsonl,
     import_jsonl,

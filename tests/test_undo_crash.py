@@ -23,9 +23,8 @@ from memwork.defrag import list_runs, read_run, run_action, undo
 from memwork.defrag.journal import journal_dir
 from memwork.embed import HashEmbedder
 from memwork.entry import Entry
-from memwork.errors import CheckFailed
+from memwork.errors import CheckFailed, StoreLocked
 from memwork.stores import open_store
-from memwork.stores.base import StoreLocked
 
 EMB = HashEmbedder(384)
 CLUSTERS = 100  # 300 entries -> 300 journaled changes

@@ -1,18 +1,21 @@
 """The ``memwork`` command line: a thin shell over the library.
 
 Each command group lives in its own module and only parses options, calls one memwork function and
-prints its result. Domain errors are turned into one-line messages and exit codes here, once:
-0 ok, 1 a check or verdict failed, 2 usage or input error. ``--debug`` shows tracebacks.
+prints its result. Errors are turned into one-line messages and exit codes here, once: 0 ok, 1 a
+check or verdict failed (or anything unexpected: a bug is never reported as bad input), 2 usage or
+input error (:class:`~memwork.errors.UsageError`). ``--debug`` shows tracebacks.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import click
 
 from memwork.errors import MemworkError
+from memwork.redaction import first_line, redact_text
 
 #: command modules, each exporting ``commands`` (a list of click commands or groups)
 COMMAND_MODULES = [
@@ -31,13 +34,21 @@ COMMAND_MODULES = [
 
 
 class MemworkGroup(click.Group):
-    """Root group that converts memwork errors into one clear line and an exit code."""
+    """Root group that converts errors into one clear line and an exit code.
 
-    def invoke(self, ctx: click.Context):  # type: ignore[no-untyped-def]
+    2 only for bad input (:class:`~memwork.errors.UsageError`, click's own usage errors); a memwork
+    error otherwise carries its code (1 for a failed check, an unreachable service, a conflict); a
+    database driver failing mid-run is one line and 1; anything else is a bug, and a bug must not
+    look like bad input: one line naming its type, a hint to rerun with ``--debug``, exit 1.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # click's usage errors (exit 2), ctx.exit() and Ctrl-C keep click's handling
         except MemworkError as exc:
-            if ctx.obj and ctx.obj.get("debug"):
+            if _debug(ctx):
                 raise
             click.echo(f"Error: {_redacted(exc)}", err=True)
             ctx.exit(exc.exit_code)
@@ -47,17 +58,19 @@ class MemworkGroup(click.Group):
 
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             ctx.exit(0)
-        except (OSError, ValueError) as exc:
-            if ctx.obj and ctx.obj.get("debug"):
-                raise
-            click.echo(f"Error: {type(exc).__name__}: {_one_line(exc)}", err=True)
-            ctx.exit(2)
         except Exception as exc:
-            # a database or server failing mid-run: one line (passwords hidden), exit 1, no traceback
-            if not _is_service_error(exc) or (ctx.obj and ctx.obj.get("debug")):
+            if _debug(ctx):
                 raise
-            click.echo(f"Error: {type(exc).__name__}: {_one_line(exc)}", err=True)
+            message = f"Error: {type(exc).__name__}: {first_line(exc)}"
+            if not _is_service_error(exc):
+                message += " (run with --debug for the traceback)"
+            click.echo(message, err=True)
             ctx.exit(1)
+
+
+def _debug(ctx: click.Context) -> bool:
+    """``--debug`` was given (read after the root callback ran, which stores it)."""
+    return bool(ctx.obj and ctx.obj.get("debug"))
 
 
 def _is_service_error(exc: BaseException) -> bool:
@@ -68,16 +81,7 @@ def _is_service_error(exc: BaseException) -> bool:
 
 def _redacted(exc: BaseException) -> str:
     """The error's message with every URL password hidden (values in messages are quoted URLs too)."""
-    from memwork.redaction import redact_text
-
     return redact_text(str(exc))
-
-
-def _one_line(exc: BaseException) -> str:
-    """The first line of an error message, with any URL password hidden."""
-    from memwork.redaction import redact_text
-
-    return redact_text((str(exc).strip().splitlines() or [""])[0])
 
 
 @click.group(cls=MemworkGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -42,24 +42,20 @@ def run_cmd(
 ):
     """Execute report NAME with papermill; write notebook, HTML, summary.json and manifest.
 
-    Exit code 1 when the verdict is FAIL or NO-GO, 2 for a bad parameter or a failing cell.
+    Exit code 1 when the verdict is FAIL or NO-GO or a cell fails, 2 for a bad parameter.
 
     \b
     Example:
         memwork report duplicate_review -p threshold 0.9 --json
     """
-    from memwork.reports import build_index, run_report
+    from memwork.reports import run_report
 
     try:
         run = run_report(name, dict(params), out_dir, show_code=show_code)
     except ReportExecutionError as exc:
-        run = getattr(exc, "run", None)
-        if run is not None:
-            build_index(run.run_dir.parent)
-            if as_json:
-                emit_json(run.to_dict())
+        if as_json and exc.run is not None:
+            emit_json(exc.run.to_dict())
         raise
-    build_index(run.run_dir.parent)
     if as_json:
         emit_json({**run.to_dict(), "summary": run.summary})
     else:

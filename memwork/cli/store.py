@@ -14,7 +14,8 @@ from memwork.cli.options import (
     stage_progress,
     store_option,
 )
-from memwork.stores import DEFAULT_DIMENSION, MissingStore, Store, open_store
+from memwork.errors import MissingStore
+from memwork.stores import DEFAULT_DIMENSION, Store, open_store
 from memwork.stores.transfer import export_jsonl, import_jsonl, store_info
 
 

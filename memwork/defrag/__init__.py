@@ -12,7 +12,7 @@ change so :func:`undo` can restore the store.
 from __future__ import annotations
 
 from memwork.defrag.actions import ActionResult, run_action
-from memwork.defrag.apply import Change, PlanConflict, compute_changes, execute
+from memwork.defrag.apply import Change, compute_changes, execute
 from memwork.defrag.findings import (
     EntryReport,
     Pair,
@@ -59,7 +59,6 @@ __all__ = [
     "Pair",
     "Param",
     "Plan",
-    "PlanConflict",
     "Planned",
     "analyze",
     "compute_changes",

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from memwork.defrag import findings
-from memwork.defrag.apply import Change, PlanConflict, compute_changes, execute
+from memwork.defrag.apply import Change, compute_changes, execute
 from memwork.defrag.journal import Journal
 from memwork.defrag.plan import Plan
 from memwork.defrag.planners import Planned
@@ -26,7 +26,7 @@ from memwork.defrag.scores import health
 from memwork.defrag.table import ACTIONS, Action, Context, lookup
 from memwork.embed import Embedder, load_embedder
 from memwork.entry import Entry, as_utc, utcnow, validate_scope
-from memwork.errors import UsageError
+from memwork.errors import PlanConflict, UsageError
 from memwork.progress import Progress, track
 from memwork.stores.base import DEFAULT_RUN_LOCK_TIMEOUT, Store
 from memwork.stores.memory import MemoryStore

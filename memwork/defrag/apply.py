@@ -13,7 +13,7 @@ run stops with :class:`ApplyConflict` naming the entry. Callers hold the store's
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -22,43 +22,14 @@ from memwork.defrag import merge as m
 from memwork.defrag.plan import Operation, Plan
 from memwork.embed import Embedder
 from memwork.entry import MAX_CONTENT_BYTES, Entry
-from memwork.errors import MemworkError, UsageError
+from memwork.errors import ApplyConflict, PlanConflict, UsageError, WriteConflict
 from memwork.progress import Progress
-from memwork.stores.base import Store, WriteConflict, fingerprint
+from memwork.stores.base import Store, fingerprint
 
 Key = tuple[str, str]
 
 
-__all__ = ["ApplyConflict", "Change", "PlanConflict", "compute_changes", "execute", "fingerprint"]
-
-
-class PlanConflict(MemworkError):
-    """The store no longer matches the snapshot a plan was computed from.
-
-    ``applied`` holds the changes this :func:`execute` call had already written (and journaled) when
-    the conflict was found (empty when it was found before the first write), ``planned`` how many it
-    meant to write; ``detail`` is appended to the message."""
-
-    exit_code = 1
-
-    def __init__(
-        self,
-        path: str,
-        scope: str,
-        problem: str,
-        *,
-        applied: Sequence[Change] = (),
-        planned: int | None = None,
-        detail: str = "",
-    ) -> None:
-        self.path, self.scope, self.problem = path, scope, problem
-        self.applied: list[Change] = list(applied)
-        self.planned = planned
-        super().__init__(f"path={path!r}: {problem} (scope {scope!r})" + (f"; {detail}" if detail else ""))
-
-
-class ApplyConflict(PlanConflict):
-    """A write found its entry changed by another writer during the run (compare-and-set failed)."""
+__all__ = ["Change", "compute_changes", "execute", "fingerprint"]
 
 
 @dataclass

@@ -34,9 +34,9 @@ from sqlalchemy.engine import make_url
 
 from memwork.defrag.apply import Change, fingerprint
 from memwork.entry import Entry, utcnow
-from memwork.errors import CheckFailed, MemworkError, UsageError
+from memwork.errors import CheckFailed, DamagedJournal, MemworkError, UsageError, WriteConflict
 from memwork.progress import Progress, track
-from memwork.stores.base import Store, WriteConflict
+from memwork.stores.base import Store
 from memwork.workspace import workspace_dir
 
 INDEX_NAME = "index.json"
@@ -132,14 +132,6 @@ class Journal:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.close("ok" if exc_type is None else f"failed: {exc}")
-
-
-class DamagedJournal(UsageError):
-    """A journal file that cannot be read as a run (names the file and what is wrong)."""
-
-    def __init__(self, path: Path, problem: str) -> None:
-        super().__init__("journal", path.name, problem)
-        self.path = path
 
 
 @dataclass

@@ -25,7 +25,7 @@ from importlib.metadata import EntryPoint, entry_points
 
 from memwork.backends import placeholders
 from memwork.backends.base import Backend, declaration_of
-from memwork.errors import UnknownBackend, UsageError
+from memwork.errors import DuplicateBackend, UnknownBackend
 from memwork.redaction import describe_error
 
 GROUP = "memwork.backends"
@@ -35,10 +35,6 @@ BUILTIN_ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("legacy", "memwork.backends.legacy:from_env", GROUP),
     EntryPoint("pgvector", "memwork.backends.pgvector:from_env", GROUP),
 )
-
-
-class DuplicateBackend(UsageError):
-    """A second backend under a name (or alias) that is already registered."""
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,11 @@ from memwork.reports.runner import (
     verify_manifest,
 )
 from memwork.reports.secrets import real_value
-from memwork.reports.summary import VerdictError, gate_on_verdict, load_summary, record
+from memwork.reports.summary import gate_on_verdict, load_summary, record
 
 __all__ = [
     "Parameter",
     "ReportRun",
-    "VerdictError",
     "build_index",
     "collect_runs",
     "find_notebook",

@@ -11,14 +11,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from memwork.errors import DamagedRun
 from memwork.reports.runner import MANIFEST_FILE, reports_dir
 from memwork.reports.summary import SUMMARY_FILE
 
 INDEX_FILE = "index.html"
-
-
-class DamagedRun(ValueError):
-    """A run folder's summary.json or manifest.json that cannot be listed."""
 
 
 def collect_runs(root: Path | str | None = None) -> list[dict[str, Any]]:

@@ -1,8 +1,9 @@
 """Run a report notebook with papermill and leave the record: notebook, HTML, summary.json, manifest.
 
-Artifacts are the record: they are written even when a cell fails, and the exit code is derived
-from summary.json's verdict (1 for FAIL/NO-GO) or from the failure (2, with the cell's error in
-one line).
+Artifacts are the record: they are written even when a cell fails (and the folder's index.html is
+rebuilt either way), and the exit code is derived from summary.json's verdict (1 for FAIL/NO-GO) or
+from the failure (:class:`~memwork.errors.ReportExecutionError`, with the cell's error in one line:
+2 when a parameter was refused, 1 for a failed check or a broken cell).
 
 No password given in a parameter reaches an artifact: the notebook gets a redacted copy, the kernel
 the real values through :mod:`memwork.reports.secrets`, and everything written is scrubbed.
@@ -26,7 +27,7 @@ from typing import Any
 
 import nbformat
 
-from memwork.errors import ReportExecutionError, UsageError
+from memwork.errors import ReportExecutionError, UsageError, is_usage_error_name
 from memwork.reports.html import render_html
 from memwork.reports.kernel import KERNEL_NAME, kernel_environment
 from memwork.reports.params import bind_parameters, read_parameters
@@ -122,6 +123,23 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class CellFailure:
+    """The cell a report failed in, as papermill's ``PapermillExecutionError`` describes it
+    (``evalue`` already one line, passwords hidden)."""
+
+    cell_index: int
+    exec_count: int | None
+    ename: str
+    evalue: str
+
+    @property
+    def text(self) -> str:
+        """``cell 3: UsageError: threshold=1.5: must be ...`` -- the one line a reader sees."""
+        cell = f"cell {self.exec_count}" if self.exec_count else f"cell #{self.cell_index}"
+        return f"{cell}: {self.ename}: {self.evalue}"
+
+
 @dataclass
 class ReportRun:
     """One executed report and where its artifacts are."""
@@ -136,6 +154,8 @@ class ReportRun:
     summary: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     error_name: str | None = None
+    failure: CellFailure | None = None
+    index_path: Path | None = None
     scrubber: Scrubber = field(default_factory=Scrubber, repr=False)
 
     @property
@@ -160,9 +180,9 @@ class ReportRun:
 
     @property
     def exit_code(self) -> int:
-        """0 ok, 1 verdict FAIL/NO-GO (or a failed assert check), 2 a bad parameter or broken cell."""
+        """0 ok, 1 verdict FAIL/NO-GO (or a failed check, or a broken cell), 2 a refused parameter."""
         if self.error:
-            return 1 if self.error_name == "AssertionError" else 2
+            return 2 if is_usage_error_name(self.error_name or "") else 1
         return 1 if self.verdict in FAILING_VERDICTS else 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -215,8 +235,8 @@ def _cell_timings(nb: nbformat.NotebookNode) -> list[dict[str, Any]]:
 
 def _execute(
     notebook: Path, output: Path, params: dict[str, Any], cwd: Path, scrubber: Scrubber
-) -> tuple[str, str] | None:
-    """Run papermill; return None on success or (ename, one-line message) for a failing cell.
+) -> CellFailure | None:
+    """Run papermill; return None on success or the failing cell.
 
     papermill writes the notebook through a scrubbing handler, so no cell output holding a secret
     reaches the disk. A :class:`~memwork.reports.summary.VerdictError` (``-p fail_on_verdict true``)
@@ -239,8 +259,7 @@ def _execute(
     except PapermillExecutionError as exc:
         if exc.ename == "VerdictError":
             return None
-        cell = f"cell {exc.exec_count}" if exc.exec_count else f"cell #{exc.cell_index}"
-        return exc.ename, scrubber.text(_one_line(f"{cell}: {exc.ename}: {exc.evalue}"))
+        return CellFailure(exc.cell_index, exc.exec_count, exc.ename, scrubber.text(_one_line(exc.evalue)))
     finally:
         release_output(str(output))
     return None
@@ -254,6 +273,7 @@ def run_report(
     show_code: bool = False,
     raise_on_error: bool = True,
     cwd: Path | str | None = None,
+    index: bool = True,
 ) -> ReportRun:
     """Execute report ``name`` with ``params`` and write its artifacts to ``<out>/<UTC stamp>-NAME/``.
 
@@ -261,9 +281,10 @@ def run_report(
     before any kernel starts. The kernel's working directory is ``cwd`` (default: the caller's), so
     relative paths in parameters (``-p store ./memory``, ``-p health_summary reports/…/summary.json``)
     mean what they mean on the command line; side files go to the run folder
-    (``MEMWORK_REPORT_DIR``), never to the working directory. A failing cell raises
-    :class:`ReportExecutionError` (exit code 2, or 1 for a failed assert check) *after* every
-    artifact has been written; the error carries ``.run``.
+    (``MEMWORK_REPORT_DIR``), never to the working directory. With ``index`` the reports folder's
+    index.html is rebuilt, on success and on failure alike (``run.index_path``). A failing cell
+    raises :class:`ReportExecutionError` *after* every artifact has been written; it carries the
+    cell (index, execution count, exception name and value), the run folder and ``.run``.
     """
     notebook = find_notebook(name)
     report_name = notebook.stem
@@ -291,13 +312,22 @@ def run_report(
     run.duration_s = time.perf_counter() - clock
     run.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
     if failure:
-        run.error_name, run.error = failure
+        run.failure, run.error_name, run.error = failure, failure.ename, failure.text
     _finish_artifacts(run, notebook, show_code=show_code, workdir=workdir)
-    if run.error and raise_on_error:
-        exc = ReportExecutionError(f"report {report_name} failed at {run.error} (artifacts: {run_dir})")
-        exc.exit_code = run.exit_code
-        exc.run = run  # type: ignore[attr-defined]
-        raise exc
+    if index:
+        from memwork.reports.index import build_index  # index reads the runner's folder layout
+
+        run.index_path = build_index(root)
+    if failure and raise_on_error:
+        raise ReportExecutionError(
+            report_name,
+            failure.cell_index,
+            failure.ename,
+            failure.evalue,
+            run_dir,
+            exec_count=failure.exec_count,
+            run=run,
+        )
     return run
 
 

@@ -14,21 +14,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memwork.errors import CheckFailed, UsageError
+from memwork.errors import UsageError, VerdictError
 
 REPORT_DIR_ENV = "MEMWORK_REPORT_DIR"
 SUMMARY_FILE = "summary.json"
 VERDICTS = ("PASS", "FAIL", "GO", "NO-GO", "INFO", "ERROR")
 FAILING_VERDICTS = ("FAIL", "NO-GO", "ERROR")
-
-
-class VerdictError(CheckFailed):
-    """A report's verdict failed (FAIL / NO-GO): raised by the last cell so papermill exits non-zero."""
-
-    def __init__(self, verdict: str, reasons: list[str]) -> None:
-        self.verdict = verdict
-        self.reasons = reasons
-        super().__init__(f"verdict {verdict}: {'; '.join(reasons) or 'no reason recorded'}")
 
 
 def _plain(value: Any) -> Any:

@@ -5,17 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from memwork.db import DatabaseURL, is_database_url, parse_url
-from memwork.errors import UsageError
+from memwork.errors import MissingStore, UsageError
 from memwork.redaction import redact_url
 from memwork.stores.base import EntryInfo, Store
 from memwork.stores.filesystem import FilesystemStore
-from memwork.stores.sql import DEFAULT_DIMENSION, MissingStore, SQLStore
+from memwork.stores.sql import DEFAULT_DIMENSION, SQLStore
 
 __all__ = [
     "DEFAULT_DIMENSION",
     "EntryInfo",
     "FilesystemStore",
-    "MissingStore",
     "SQLStore",
     "Store",
     "open_store",

@@ -36,35 +36,11 @@ from memwork.entry import (
     utcnow,
     validate_scope,
 )
-from memwork.errors import EntryNotFound, MemworkError, StubChainError, UsageError
+from memwork.errors import EntryNotFound, StubChainError, UsageError, WriteConflict
 from memwork.progress import Progress
 
 #: how long a modifying run waits for another run on the same store/scope before giving up
 DEFAULT_RUN_LOCK_TIMEOUT = 60.0
-
-
-class StoreLocked(MemworkError):
-    """Another modifying run holds the store's (or scope's) run lock for longer than we may wait."""
-
-    exit_code = 1
-
-    def __init__(self, store: str, scope: str | None, timeout: float) -> None:
-        self.store, self.scope, self.timeout = store, scope, timeout
-        what = "every scope" if scope is None else f"scope={scope!r}"
-        super().__init__(
-            f"store={store!r} {what}: another defrag run or undo holds its lock; gave up after "
-            f"{timeout:g} s (try again when it has finished, or raise --lock-timeout)"
-        )
-
-
-class WriteConflict(MemworkError):
-    """A compare-and-set write found the entry changed since the caller read it; nothing written."""
-
-    exit_code = 1
-
-    def __init__(self, path: str, scope: str, problem: str = "changed by another writer since it was read"):
-        self.path, self.scope, self.problem = path, scope, problem
-        super().__init__(f"path={path!r}: {problem} (scope {scope!r})")
 
 
 def fingerprint(entry: Entry | None) -> tuple[Any, ...] | None:

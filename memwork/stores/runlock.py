@@ -4,7 +4,7 @@ advisory locks, MySQL ``GET_LOCK``).
 Every lock is two-level so runs on different scopes can go in parallel while a whole-store run
 excludes all of them: a whole-store run (scope None) takes the store lock *exclusively*; a run on one
 scope takes the store lock *shared* plus that scope's lock exclusively. Waiting polls with a short
-back-off until a deadline and then raises :class:`~memwork.stores.base.StoreLocked`. A lock held by
+back-off until a deadline and then raises :class:`~memwork.errors.StoreLocked`. A lock held by
 a process that dies is released by the kernel (flock) or by the server when the session ends.
 """
 
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from memwork.stores.base import StoreLocked
+from memwork.errors import StoreLocked
 
 _FIRST_DELAY, _MAX_DELAY = 0.005, 0.1
 

@@ -57,7 +57,14 @@ from memwork.entry import (
     normalize_path,
     validate_scope,
 )
-from memwork.errors import EntryNotFound, ServiceUnavailable, UsageError
+from memwork.errors import (
+    EntryNotFound,
+    MissingStore,
+    ServiceUnavailable,
+    StoreLocked,
+    UsageError,
+    WriteConflict,
+)
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.progress import Progress
 from memwork.redaction import first_line, redact_url
@@ -65,8 +72,6 @@ from memwork.stores.base import (
     DEFAULT_RUN_LOCK_TIMEOUT,
     EntryInfo,
     Store,
-    StoreLocked,
-    WriteConflict,
     cas_key,
     check_unchanged,
 )
@@ -142,10 +147,6 @@ def build_table(name: str, dialect: str, dimension: int) -> Table:
             postgresql_ops={"embedding": "vector_cosine_ops"},
         )
     return table
-
-
-class MissingStore(UsageError):
-    """The store a reading command names does not exist (nothing was created)."""
 
 
 class SQLStore(Store):

@@ -37,7 +37,7 @@ from memwork.entry import (
     utcnow,
     validate_scope,
 )
-from memwork.errors import InvalidPath, MemworkError, UsageError
+from memwork.errors import ImportLineError, ImportWriteError, InvalidPath, MemworkError, UsageError
 from memwork.progress import Progress, track
 from memwork.redaction import first_line
 from memwork.stores.base import Store
@@ -56,19 +56,6 @@ RECORD_FIELDS = (
 )
 IGNORED_FIELDS = ("size",)  # derived from content; accepted so other tools' dumps load
 _LOOKUP_ONE_BY_ONE = 2000
-
-
-class ImportLineError(UsageError):
-    """A line of an import file that cannot be loaded; nothing was written."""
-
-    def __init__(self, line: int, error: UsageError) -> None:
-        super().__init__(error.field, error.value, error.problem)
-        self.line = line
-        self.args = (f"line {line}: {error}",)
-
-
-class ImportWriteError(UsageError):
-    """The store refused an entry the line check could not know about (a constraint, a trigger)."""
 
 
 @dataclass
