@@ -3,8 +3,8 @@
 The rules (name, operations, category, flag, availability with a reason) are checked on any object;
 a backend's declaration is checked too (variables in SCREAMING_SNAKE_CASE, declared capabilities
 implemented, a database-URL variable that is one of its variables). :func:`check_all` is the whole
-gate ``memwork check contracts`` runs: the registry, every adapter built from an empty environment
-(a backend with a feature flag must then be dormant) and adapter files.
+gate ``memwork check contracts`` runs: the registry, every adapter with a feature flag built again
+from an empty environment (it must then be dormant) and adapter files.
 """
 
 from __future__ import annotations
@@ -117,16 +117,14 @@ def check_registry(registry: Registry) -> list[Violation]:
 
 
 def _dormant_violations(registry: Registry) -> tuple[list[str], list[Violation]]:
-    """Every adapter (not a placeholder slot) built from an empty environment: a flagged one is off."""
+    """Every adapter with a feature flag (not a placeholder slot), built from an empty environment, is off."""
     checked, found = [], []
     for backend in registry.backends():
-        if isinstance(backend, PlaceholderBackend):
+        if isinstance(backend, PlaceholderBackend) or declaration_of(backend).flag is None:
             continue
         label = backend_name(backend)
         checked.append(f"{label} adapter")
         found.extend(validate_backend(backend))
-        if declaration_of(backend).flag is None:
-            continue
         try:
             avail = availability_of(backend)
         except Exception:
