@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from memwork.db import is_database_url, parse_url
 from memwork.errors import ServiceUnavailable, UsageError
 from memwork.redaction import first_line, redact_text, redact_url, redact_value
 
@@ -261,7 +262,7 @@ def _reachability_gates(result: CanaryResult, env: dict[str, str], options: Cana
     # a SQLite file is not probed: opening it would create it
     probes = [] if legacy.startswith("sqlite") else [("legacy reachable", legacy, probe_sql)]
     url = target_url(env, options.expected_backend)
-    if url.startswith(("postgresql", "postgres", "pg://")):
+    if is_database_url(url) and parse_url(url).dialect == "postgresql":
         probes.insert(0, ("target reachable", url, probe_postgresql))
     reachable = True
     for name, url, probe in probes:

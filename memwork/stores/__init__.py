@@ -84,12 +84,11 @@ def _require_sqlite_file(url: DatabaseURL) -> bool:
 def _require_embedded_database(url: DatabaseURL) -> None:
     """Refuse ``pg://embedded/NAME`` when the workspace's server has no database NAME (asking it
     directly: :func:`memwork.embedded_pg.ensure` would create the database)."""
-    import psycopg
-
     from memwork import embedded_pg
+    from memwork.db import pg_connect
 
     admin_url = embedded_pg.start().get_uri()  # type: ignore[attr-defined]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
+    with pg_connect(admin_url, autocommit=True) as conn:
         found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (url.embedded,)).fetchone()
     if not found:
         problem = f"no database {url.embedded!r} on the embedded PostgreSQL"
