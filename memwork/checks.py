@@ -40,16 +40,21 @@ def parse_bool(name: str, value: object, default: bool | None = None) -> bool:
 def unit(name: str, value: object) -> float:
     """A finite number from 0 to 1 (a similarity, a threshold, a recall) as float; UsageError naming
     ``name`` otherwise -- never silently clamped. A ``bool`` is not a number here."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise UsageError(name, value, UNIT_HINT)
-    if not 0.0 <= value <= 1.0:
+    number = float(value)
+    if not math.isfinite(number) or not 0.0 <= number <= 1.0:
         raise UsageError(name, value, UNIT_HINT)
-    return float(value)
+    return number
 
 
 def dimension(name: str, value: object) -> int:
     """A vector dimension: an integer from 1 to 16000 (pgvector's limit); UsageError naming ``name``
     otherwise. Every embedder, store and schema agrees on this range."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= MAX_DIMENSION:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or not 1 <= int(value) <= MAX_DIMENSION
+    ):
         raise UsageError(name, value, DIMENSION_HINT)
     return int(value)

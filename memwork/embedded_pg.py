@@ -28,6 +28,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from memwork.db import EMBEDDED_DATABASE, DatabaseURL, parse_url
 from memwork.errors import ServiceUnavailable
@@ -74,7 +75,7 @@ def start(data_dir: Path | str | None = None, *, cleanup_mode: str | None = "sto
             except Exception as exc:
                 raise ServiceUnavailable(f"embedded PostgreSQL at {path} did not start: {exc}") from exc
             if cleanup_mode == "stop":
-                atexit.unregister(server._cleanup)  # type: ignore[attr-defined]
+                atexit.unregister(server._cleanup)
                 atexit.register(_leave, server)
             _servers[path] = server
         return server
@@ -103,7 +104,7 @@ def is_kept(data_dir: Path | str | None = None) -> bool:
     return (_data_dir(data_dir) / KEEP_FILE).exists()
 
 
-def _pgserver():  # type: ignore[no-untyped-def]
+def _pgserver() -> Any:
     try:
         with warnings.catch_warnings():
             # platformdirs warns at import when XDG_RUNTIME_DIR is unset (CI, containers): harmless noise

@@ -90,7 +90,7 @@ def _rich_bar(unit: str = "") -> Iterator[Any]:
     per_second = f" {unit}/s" if unit else "/s"
 
     class RateColumn(TransferSpeedColumn):
-        def render(self, task):  # type: ignore[no-untyped-def]
+        def render(self, task: Any) -> Any:
             from rich.text import Text
 
             speed = task.finished_speed or task.speed

@@ -15,6 +15,7 @@ is never silently overwritten).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import hashlib
 import json
@@ -251,7 +252,7 @@ class Store(ABC):
         """Sum of entry content sizes in bytes."""
         return sum(e.size for e in self.iter_entries(scope=scope))
 
-    def all_entries(self, *, scope: str | None = None) -> list[Entry]:
+    def all_entries(self, *, scope: str | None = None) -> builtins.list[Entry]:
         """Every entry with full content, stubs included, in (scope, path) order."""
         return list(self.iter_entries(scope=scope))
 

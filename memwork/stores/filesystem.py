@@ -350,7 +350,7 @@ def _marker(target: Path) -> Path:
 
 def _stamps(files: tuple[str, ...]) -> tuple[tuple[int, int, int] | None, ...]:
     """Identity of the entry's files (inode, mtime, size): a rename over any of them changes it."""
-    out = []
+    out: list[tuple[int, int, int] | None] = []
     for name in files:
         try:
             st = os.stat(name)

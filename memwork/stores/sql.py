@@ -285,7 +285,7 @@ class SQLStore(Store):
 
     @contextmanager
     def _without_hnsw_index(self) -> Iterator[None]:
-        index = next(i for i in self.table.indexes if i.name.endswith("_embedding"))
+        index = next(i for i in self.table.indexes if str(i.name).endswith("_embedding"))
         with self.engine.begin() as conn:
             index.drop(conn, checkfirst=True)
         try:
@@ -310,14 +310,15 @@ class SQLStore(Store):
 
     def _upsert(self, rows: list[dict[str, Any]], conn: Any) -> int:
         columns = [k for k in rows[0] if k not in ("scope", "file_path")]
+        stmt: Any
         if self.dialect == "mysql":
-            stmt = mysql.insert(self.table)
-            stmt = stmt.on_duplicate_key_update({k: stmt.inserted[k] for k in columns})
+            mysql_insert = mysql.insert(self.table)
+            stmt = mysql_insert.on_duplicate_key_update({k: mysql_insert.inserted[k] for k in columns})
         else:
             insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
-            stmt = insert(self.table)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=["scope", "file_path"], set_={k: stmt.excluded[k] for k in columns}
+            upsert: Any = insert(self.table)
+            stmt = upsert.on_conflict_do_update(
+                index_elements=["scope", "file_path"], set_={k: upsert.excluded[k] for k in columns}
             )
         conn.execute(stmt, rows)
         return len(rows)
@@ -488,6 +489,7 @@ class SQLStore(Store):
         )
         with self.engine.connect() as conn:
             raw = conn.connection.driver_connection
+            assert raw is not None  # an open pooled connection has its psycopg connection
             with raw.cursor(name=f"memwork_iter_{id(conn):x}", binary=True) as cur:
                 cur.adapters.register_loader(self._vector_oid(raw), _VectorBinaryLoader)
                 cur.itersize = _STREAM

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 
@@ -418,7 +418,8 @@ def _numbered_lines(
         with handle:
             yield from _numbered_lines(list(handle))
         return
-    for number, line in enumerate(source, start=1):
+    lines = cast("Iterable[str | bytes]", source)
+    for number, line in enumerate(lines, start=1):
         if line.strip():
             yield number, line
 
