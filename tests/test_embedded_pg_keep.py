@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-OTHER_COMMAND = "from memwork import embedded_pg; print(embedded_pg.resolve_url('pg://embedded/other'))"
+OTHER_COMMAND = "from memwork import embedded_pg; print(embedded_pg.ensure('pg://embedded/other').text)"
 
 
 @pytest.fixture
