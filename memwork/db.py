@@ -22,7 +22,7 @@ from sqlalchemy import Engine, create_engine, event
 
 from memwork.errors import ServiceUnavailable, UsageError
 from memwork.identifiers import check_identifier
-from memwork.redaction import first_line, redact_url
+from memwork.redaction import first_line, redact_url, userinfo_has_at
 
 #: scheme as typed (lower case) -> (dialect, the SQLAlchemy dialect+driver memwork uses)
 SCHEMES: dict[str, tuple[str, str]] = {
@@ -85,6 +85,8 @@ def parse_url(text: str | DatabaseURL) -> DatabaseURL:
     if scheme not in SCHEMES:
         raise UsageError("database_url", redacted, f"unsupported scheme {scheme!r}")
     dialect, driver = SCHEMES[scheme]
+    if userinfo_has_at(text):
+        raise UsageError("database_url", redacted, "the password holds an unencoded '@': write it as %40")
     if scheme == EMBEDDED_SCHEME:
         parts = urlsplit(text)
         if parts.netloc != "embedded":

@@ -40,6 +40,15 @@ def _split_userinfo(rest: str) -> tuple[str, str] | None:
     return None
 
 
+def userinfo_has_at(url: str) -> bool:
+    """True when the userinfo of ``url`` holds an unencoded ``@``: SQLAlchemy and the drivers cut at the
+    first ``@``, take the password's tail for the host and print it in their errors, so such a URL can
+    never connect and must be refused before it is used (``%40`` is the way to write it)."""
+    match = _SCHEME_RE.match(url or "")
+    split = _split_userinfo(match["rest"]) if match else None
+    return split is not None and "@" in split[0]
+
+
 def _redact_query(text: str) -> str:
     """``password=``, ``sslpassword=``, ``token=``... values of the query string hidden."""
     head, sep, query = text.partition("?")

@@ -111,3 +111,37 @@ def test_pg_connect_takes_a_value_or_text_and_refuses_other_dialects(pg_url: str
         pass
     assert get_engine(parse_url(pg_url)) is get_engine(pg_url)  # one engine per URL
     assert isinstance(parse_url(pg_url), DatabaseURL)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mysql://root:S3cr@tPW@127.0.0.1/db",
+        "postgresql://u:S3cr@tPW@127.0.0.1:5/x",
+        "postgresql+psycopg://u:a@b@c@host/db",
+    ],
+)
+def test_a_password_with_an_unencoded_at_is_refused_without_printing_it(url):
+    """Drivers cut at the first '@' and print the password's tail as the host: refuse before use."""
+    with pytest.raises(UsageError) as info:
+        parse_url(url)
+    message = str(info.value)
+    assert "%40" in message
+    assert "tPW" not in message and "S3cr" not in message and "b@c" not in message
+
+
+def test_an_encoded_at_in_the_password_is_accepted():
+    parsed = parse_url("mysql://root:S3cr%40tPW@127.0.0.1/db")
+    assert parsed.dialect == "mysql"
+    assert "S3cr" not in parsed.redacted
+
+
+def test_the_cli_refuses_an_unencoded_at_in_one_line_without_the_password():
+    from click.testing import CliRunner
+
+    from memwork.cli import main
+
+    result = CliRunner().invoke(main, ["store", "info", "--store", "mysql://root:S3cr@tPW@127.0.0.1/db"])
+    assert result.exit_code == 2
+    assert "%40" in result.output
+    assert "tPW" not in result.output and "S3cr" not in result.output
