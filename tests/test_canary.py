@@ -86,3 +86,17 @@ def test_unreachable_target_or_legacy_is_no_go_with_the_reason_and_nothing_timed
     legacy_down = {**env, "MEMORY_LEGACY_DATABASE_URL": "mysql://root@127.0.0.1:3306/no_such_db_x"}
     result = run_canary(CanaryOptions(legacy_down, sample_size=5))
     assert result.verdict == "NO-GO" and result.reasons[0].startswith("legacy reachable: ")
+
+
+def test_run_from_parameters_defaults_and_checks(tmp_path):
+    """The notebook's defaulting (sample migration, hash query module) and checks are the library's."""
+    from memwork.pgvector.canary import run_from_parameters
+
+    result = run_from_parameters(sample_size=5, approver="ops")
+    assert result.verdict == "GO", result.reasons
+    assert result.signoff["approver"] == "ops" and len(result.signoff["parameters_sha256"]) == 64
+    for bad, field in (({"max_errors": -1}, "max_errors"), ({"max_p95_ratio": -2.0}, "max_p95_ratio"),
+                       ({"health_summary": str(tmp_path / "none.json")}, "health_summary"),
+                       ({"pgvector_url": "pg://embedded"}, "legacy_url")):  # fmt: skip
+        with pytest.raises(UsageError, match=f"^{field}="):
+            run_from_parameters(**bad)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import inspect
 import json
 import re
 
@@ -13,6 +14,7 @@ import pytest
 from memwork.db import pg_connect
 from memwork.defrag.review import read_review_csv
 from memwork.errors import ReportExecutionError, UsageError
+from memwork.pgvector import canary, verify
 from memwork.reports import list_reports, notebooks_dir, read_parameters, run_report
 from memwork.samples.migration import build_migration
 from memwork.samples.store import sample_store
@@ -32,7 +34,43 @@ def test_notebooks_declare_typed_documented_parameters_and_have_no_outputs():
         validation = nb.cells[
             nb.cells.index(next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))) + 1
         ]
-        assert "check_" in validation.source  # the validation cell follows the parameters cell
+        # the cell after the parameters checks them: the display helpers' checks, or the one library
+        # call whose own checks raise UsageError
+        assert "check_" in validation.source or "call_with_parameters(" in validation.source, name
+
+
+@pytest.mark.parametrize(
+    ("name", "function"),
+    [("canary_signoff", canary.run_from_parameters), ("backfill_verification", verify.run_from_parameters)],
+)
+def test_one_call_notebooks_pass_their_parameters_to_the_library_unchanged(name, function):
+    """parameters -> one library call -> display: the library's signature is the only other list of
+    the parameters, with the same names and defaults, and the defaulting and checks are the library's."""
+    declared = read_parameters(notebooks_dir() / f"{name}.ipynb")
+    signature = inspect.signature(function).parameters
+    assert set(declared) - {"fail_on_verdict"} == set(signature)
+    assert all(declared[n].default == p.default for n, p in signature.items()), name
+    code = "\n".join(
+        c.source for c in nbformat.read(str(notebooks_dir() / f"{name}.ipynb"), as_version=4).cells
+        if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])
+    )  # fmt: skip
+    for logic in ("build_migration", "real_value(", "check_range", "Options(", "raise "):
+        assert logic not in code, (name, logic)
+    assert code.count("call_with_parameters(") == 1  # the one call
+
+
+def test_one_call_notebook_parameters_are_checked_by_the_library(tmp_path):
+    with pytest.raises(UsageError, match="give both legacy_url and pgvector_url"):
+        canary.run_from_parameters(legacy_url="sqlite:///x.db")
+    with pytest.raises(UsageError, match="min_health_score=101"):
+        canary.run_from_parameters(min_health_score=101)
+    with pytest.raises(UsageError, match="give both source_url and pgvector_url"):
+        verify.run_from_parameters(pgvector_url="pg://embedded")
+    with pytest.raises(UsageError, match="range_size=0"):
+        verify.run_from_parameters(range_size=0)
+    with pytest.raises(ReportExecutionError) as info:  # the same check, in the notebook: exit 2
+        run_report("backfill_verification", {"k": 0}, tmp_path)
+    assert info.value.ename == "UsageError" and info.value.exit_code == 2 and "k=0" in info.value.evalue
 
 
 @pytest.fixture

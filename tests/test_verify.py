@@ -100,3 +100,16 @@ def test_bad_options_are_usage_errors():
         VerifyOptions("sqlite:///x", "pg://embedded", min_recall=1.5).check()
     with pytest.raises(UsageError, match="table"):
         VerifyOptions("sqlite:///x", "pg://embedded", table="x; drop").check()
+
+
+def test_run_from_parameters_builds_a_sample_when_no_url_is_given():
+    """The notebook's standalone default lives in the library: no URL -> a sample migration."""
+    from memwork.pgvector.verify import run_from_parameters
+
+    result = run_from_parameters(sample_size=5, k=3, range_size=50)
+    assert result.verdict == "PASS", result.reasons
+    assert result.notes[0].startswith("built a sample migration:") and result.source_active > 0
+    with pytest.raises(UsageError, match="source_url=''"):
+        run_from_parameters(pgvector_url="pg://embedded")
+    with pytest.raises(UsageError, match="expected_dimensions=20000"):
+        run_from_parameters(expected_dimensions=20000)

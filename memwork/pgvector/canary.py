@@ -48,10 +48,17 @@ class CanaryOptions:
     seed: int = 0
 
     def check(self) -> None:
+        """Reject impossible settings before anything is measured (the notebook relies on this)."""
         if not 1 <= int(self.sample_size) <= 10_000:
             raise UsageError("sample_size", self.sample_size, "must be from 1 to 10000")
         if float(self.max_p95_ms) <= 0:
             raise UsageError("max_p95_ms", self.max_p95_ms, "must be positive")
+        if float(self.max_p95_ratio) < 0:
+            raise UsageError("max_p95_ratio", self.max_p95_ratio, "must be 0 (off) or positive")
+        if int(self.max_errors) < 0:
+            raise UsageError("max_errors", self.max_errors, "must be 0 or more")
+        if not 0 <= int(self.min_health_score) <= 100:
+            raise UsageError("min_health_score", self.min_health_score, "must be from 0 to 100")
         for name in ("health_summary", "verification_summary"):
             value = getattr(self, name)
             if value and not _summary_path(value).is_file():
@@ -448,6 +455,64 @@ def signoff_block(options: CanaryOptions, parameters: dict[str, Any], verdict: s
             "verification_summary": file_digest(options.verification_summary),
         },
     }
+
+
+def run_from_parameters(
+    *,
+    legacy_url: str = "",
+    pgvector_url: str = "",
+    table: str = "memory_embeddings",
+    embedding_module: str = "",
+    expected_backend: str = "pgvector",
+    expected_selected: str = "pgvector",
+    sample_size: int = 30,
+    max_p95_ms: float = 250.0,
+    max_p95_ratio: float = 0.0,
+    max_errors: int = 0,
+    health_summary: str = "",
+    verification_summary: str = "",
+    min_health_score: int = 0,
+    require_inputs: bool = False,
+    approver: str = "",
+) -> CanaryResult:
+    """The canary_signoff notebook's one call: its parameters as declared, checked by
+    :meth:`CanaryOptions.check` (:class:`UsageError` before anything is built or measured), then
+    :func:`run_canary`; the sign-off fingerprints these parameters as given (passwords hidden).
+
+    Defaults: with neither URL a small sample migration is built (and a hash query module of its
+    dimension written); with URLs but no ``embedding_module``, a hash module of the target table's
+    dimension. Giving only one of the two URLs is a usage error.
+    """
+    given = dict(locals())  # as given, before the defaults below
+    if bool(legacy_url) != bool(pgvector_url):
+        missing = "pgvector_url" if legacy_url else "legacy_url"
+        raise UsageError(missing, "", "give both legacy_url and pgvector_url, or neither")
+    options = CanaryOptions(
+        {},
+        expected_backend=expected_backend,
+        expected_selected=expected_selected,
+        sample_size=sample_size,
+        max_p95_ms=max_p95_ms,
+        max_p95_ratio=max_p95_ratio,
+        max_errors=max_errors,
+        health_summary=health_summary,
+        verification_summary=verification_summary,
+        min_health_score=min_health_score,
+        require_inputs=require_inputs,
+        approver=approver,
+    )
+    options.check()
+    if not legacy_url:
+        from memwork.pgvector import local_hash
+        from memwork.samples.migration import build_migration  # the standalone default only
+
+        built = build_migration()
+        legacy_url, pgvector_url, table = built.source_url, built.dest_url, built.table
+        embedding_module = embedding_module or local_hash.write_module(built.dimensions)
+    elif not embedding_module:
+        embedding_module = default_embedding_module(pgvector_url, table)
+    options.env = canary_env(legacy_url, pgvector_url, embedding_module, table)
+    return run_canary(options, given)
 
 
 def default_embedding_module(pgvector_url: str, table: str = "memory_embeddings") -> str:

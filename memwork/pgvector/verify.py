@@ -20,7 +20,7 @@ import bisect
 import hashlib
 import random
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,6 +35,11 @@ from memwork.pgvector.backfill import REJECTS_TABLE, printable, read_rejects
 ROW_FIELDS = ("id", "user_id", "content", "type")
 _SEP = "\x1f"
 MAX_LISTED_IDS = 50
+#: every check a FAIL reason can name: each reason starts with ``<check>: `` (the notebook asserts it)
+CHECKS = (
+    "count", "quarantined", "missing", "extra", "changed", "checksum",
+    "dimensions", "models", "vectors", "recall", "self-retrieval", "retrieval",
+)  # fmt: skip
 
 
 @dataclass
@@ -56,7 +61,7 @@ class VerifyOptions:
     allow_quarantined: bool = False  # quarantined rows are listed either way; True: not a FAIL
 
     def check(self) -> None:
-        """Reject impossible settings up front (the notebook's validation cell calls this)."""
+        """Reject impossible settings up front (:func:`run_from_parameters`, so the notebook, calls this)."""
         if not isinstance(self.k, int) or not 1 <= self.k <= 1000:
             raise UsageError("k", self.k, "must be an integer from 1 to 1000")
         if not isinstance(self.sample_size, int) or not 0 <= self.sample_size <= 100_000:
@@ -560,6 +565,53 @@ def _check_retrieval(result: VerificationResult, conn: Any, options: VerifyOptio
         )
 
 
-def iter_reasons(result: VerificationResult) -> Iterator[str]:
-    """The reasons, for printing."""
-    yield from result.reasons
+def run_from_parameters(
+    *,
+    source_url: str = "",
+    pgvector_url: str = "",
+    table: str = "memory_embeddings",
+    expected_dimensions: int = 0,
+    expected_model: str = "",
+    embedder: str = "",
+    sample_size: int = 50,
+    k: int = 10,
+    range_size: int = 1000,
+    min_recall: float = 0.9,
+    min_self_retrieval: float = 0.9,
+    allow_quarantined: bool = False,
+) -> VerificationResult:
+    """The backfill_verification notebook's one call: its parameters as declared (empty text and 0
+    mean "not given"), checked by :meth:`VerifyOptions.check` (:class:`UsageError` before any
+    database is touched), then :func:`verify_backfill`.
+
+    With neither URL a small sample migration is built first (so the notebook runs standalone);
+    the result's notes say so. Giving only one of the two URLs is a usage error.
+    """
+    if bool(source_url) != bool(pgvector_url):
+        given, other = ("source_url", "pgvector_url") if source_url else ("pgvector_url", "source_url")
+        raise UsageError(other, "", f"give both source_url and pgvector_url, or neither ({given} is set)")
+    options = VerifyOptions(
+        source_url,
+        pgvector_url,
+        table=table,
+        expected_dimensions=expected_dimensions or None,
+        expected_model=expected_model or None,
+        embedder=embedder or None,
+        sample_size=sample_size,
+        k=k,
+        range_size=range_size,
+        min_recall=min_recall,
+        min_self_retrieval=min_self_retrieval,
+        allow_quarantined=allow_quarantined,
+    )
+    options.check()
+    built = None
+    if not source_url:
+        from memwork.samples.migration import build_migration  # the standalone default only
+
+        built = build_migration()
+        options.source_url, options.dest_url, options.table = built.source_url, built.dest_url, built.table
+    result = verify_backfill(options)
+    if built is not None:
+        result.notes.insert(0, f"built a sample migration: {built.active} active items -> {built.dest_url}")
+    return result

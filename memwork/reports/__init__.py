@@ -18,13 +18,14 @@ from memwork.reports.runner import (
     run_report,
     verify_manifest,
 )
-from memwork.reports.secrets import real_value
+from memwork.reports.secrets import call_with_parameters, real_value
 from memwork.reports.summary import gate_on_verdict, load_summary, record
 
 __all__ = [
     "Parameter",
     "ReportRun",
     "build_index",
+    "call_with_parameters",
     "collect_runs",
     "find_notebook",
     "gate_on_verdict",

@@ -3,7 +3,8 @@
 The runner injects a *redacted* copy of the parameters into the notebook (so papermill's
 injected-parameters cell and ``metadata.papermill.parameters`` show ``user:***@host``) and hands the
 real values to the kernel in ``MEMWORK_REPORT_SECRETS`` (JSON, name -> value). A notebook's
-validation cell puts them back with :func:`real_value`; run standalone (papermill, nbval) the
+validation cell puts them back with :func:`real_value` (or :func:`call_with_parameters` does, for a
+notebook making one library call); run standalone (papermill, nbval) the
 variable is unset and every value stays what was given.
 
 Whatever the kernel prints is scrubbed on its way to disk: :class:`Scrubber` replaces each secret
@@ -14,14 +15,17 @@ and in the error line.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import nbformat
 
 from memwork.redaction import REDACTED, redact_text, redact_value, url_secrets
+
+T = TypeVar("T")
 
 SECRETS_ENV = "MEMWORK_REPORT_SECRETS"
 #: shorter password fragments are only hidden as part of their URL (a 3-letter password replaced
@@ -61,6 +65,22 @@ def real_value(name: str, value: Any) -> Any:
     if real is not None and isinstance(value, str) and shown_value(name, real) == value:
         return real
     return value
+
+
+def call_with_parameters(function: Callable[..., T], namespace: Mapping[str, Any]) -> T:
+    """Call ``function`` with each of its keyword parameters taken from ``namespace`` (a notebook's
+    ``globals()``), passwords put back with :func:`real_value`.
+
+    A notebook then makes its one library call without listing its parameters a second time: the
+    parameters cell declares them, the library function's signature names the ones it takes.
+    A keyword the namespace lacks keeps the function's default.
+    """
+    names = [
+        p.name
+        for p in inspect.signature(function).parameters.values()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    return function(**{n: real_value(n, namespace[n]) for n in names if n in namespace})
 
 
 class Scrubber:
