@@ -211,3 +211,83 @@ def test_canary_go_then_no_go(tmp_path, migration):
     failed = {g["gate"] for g in slow.summary["gates"] if g["status"] == "FAIL"}
     assert failed == {"target p95 latency", "health"}
     assert_readable(slow)
+
+
+def _assert_cell(name: str) -> str:
+    """The notebook's invariant cell: the last code cell before the gate cell."""
+    code = [
+        c
+        for c in nbformat.read(str(notebooks_dir() / f"{name}.ipynb"), as_version=4).cells
+        if c.cell_type == "code"
+    ]
+    assert "gate_on_verdict" in code[-1].source and "assert " in code[-2].source, name
+    return code[-2].source
+
+
+def test_the_canary_invariant_cell_fails_on_an_inconsistent_summary(tmp_path):
+    """The last assert cells check invariants that can fail, not a restatement of the verdict."""
+    summary_file = tmp_path / "summary.json"
+    summary_file.write_text('{"verdict": "PASS"}')
+    good = {
+        "verdict": "NO-GO",
+        "reasons": ["errors: 3 failed target resolves"],
+        "gates": [{"gate": "enabled", "status": "PASS"}, {"gate": "errors", "status": "FAIL"}],
+        "latency_ms": {"target": {"count": 5}, "legacy": {"count": 5}},
+        "signoff": {
+            "verdict": "NO-GO",
+            "parameters_sha256": "a" * 64,
+            "inputs_sha256": {
+                "health_summary": None,
+                "verification_summary": canary.file_digest(str(summary_file)),
+            },
+        },
+    }
+    namespace = {
+        "canary": canary,
+        "sample_size": 5,
+        "health_summary": "",
+        "verification_summary": str(summary_file),
+    }
+    cell = _assert_cell("canary_signoff")
+    exec(cell, {**namespace, "summary": good})  # consistent: passes
+    broken = [
+        {**good, "verdict": "GO"},  # the verdict disagrees with the gate table
+        {**good, "reasons": ["latency: slow"]},  # a reason naming no failed gate
+        {**good, "latency_ms": {"target": {"count": 6}}},  # more resolves timed than asked for
+        {
+            **good,
+            "signoff": {
+                **good["signoff"],
+                "inputs_sha256": {"health_summary": None, "verification_summary": "0" * 64},
+            },
+        },
+    ]
+    for summary in broken:
+        with pytest.raises(AssertionError):
+            exec(cell, {**namespace, "summary": summary})
+
+
+def test_the_health_invariant_cell_fails_on_an_inconsistent_summary():
+    from types import SimpleNamespace
+
+    health = {"score": 40, "band": "poor", "entries": 3, "by_type": {"fact": 3}, "by_confidence": {"high": 3},
+              "coverage": {"tags_pct": 50.0}}  # fmt: skip
+    from memwork.defrag import health_band
+
+    health["band"] = health_band(40)
+    report = SimpleNamespace(analysis={"scopes": {"a": {"entries": 2}, "b": {"entries": 1}}})
+    good = {
+        "verdict": "FAIL",
+        "reasons": ["health: score 40 below 50"],
+        "band": health["band"],
+        "health": health,
+    }
+    cell = _assert_cell("health_report")
+    exec(cell, {"summary": good, "min_score": 50, "report": report})
+    for summary, min_score in (
+        ({**good, "verdict": "PASS"}, 50),  # the verdict is not the rule applied to the score
+        (good, 10),  # a FAIL the threshold does not explain
+        ({**good, "health": {**health, "by_type": {"fact": 2}}}, 50),  # a breakdown that does not add up
+    ):
+        with pytest.raises(AssertionError):
+            exec(cell, {"summary": summary, "min_score": min_score, "report": report})
