@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from memwork.cli.options import apply_option, emit_json, json_option, stage_progress
 from memwork.cli.pgvector import pg_url_option, table_option
 from memwork.errors import UsageError
+
+if TYPE_CHECKING:
+    from memwork.embed import Embedder
 
 MYSQL_URL_ENV = "MEMORY_BACKFILL_MYSQL_URL"
 
@@ -83,7 +88,7 @@ def backfill_command(
         _print_backfill(report.to_dict())
 
 
-def _load_backfill_embedder(spec: str | None, module: str | None):  # type: ignore[no-untyped-def]
+def _load_backfill_embedder(spec: str | None, module: str | None) -> Embedder | None:
     from memwork.embed import MemoryModuleEmbedder, load_embedder
 
     if module:
@@ -91,7 +96,7 @@ def _load_backfill_embedder(spec: str | None, module: str | None):  # type: igno
     return load_embedder(spec)
 
 
-def _print_backfill(data: dict) -> None:  # type: ignore[type-arg]
+def _print_backfill(data: dict[str, Any]) -> None:
     click.echo(f"mode: {data['mode']}  table: {data['table']}")
     click.echo(f"source: {data['source']}")
     click.echo(f"planned: {data['planned']}  written: {data['rowsWritten']}  batches: {data['batches']}")

@@ -8,7 +8,10 @@ only displays and the figures are unit-tested. "Health" in memwork always means 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COVERAGE_KEYS = ("metadata_pct", "tags_pct", "links_pct", "embedding_pct", "high_confidence_pct")
 
@@ -94,7 +97,7 @@ class HealthReport:
             )  # fmt: skip
         return rows
 
-    def frames(self) -> dict[str, Any]:
+    def frames(self) -> dict[str, pd.DataFrame]:
         """pandas tables: by type, by confidence, scopes, low quality, archival, stubs."""
         import pandas as pd
 

@@ -15,11 +15,14 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memwork.defrag.findings import Pair
 from memwork.entry import Entry, normalize_path
 from memwork.errors import InvalidPath, UsageError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HISTOGRAM_SAMPLE = 3000
 COLUMNS = ("scope", "path_a", "path_b", "similarity", "decision")
@@ -30,7 +33,7 @@ Pair3 = tuple[str, str, str]
 
 def pair_key(scope: str, a: str, b: str) -> Pair3:
     """One spelling per unordered pair: ``(scope, smaller path, larger path)``."""
-    return (scope, *sorted((a, b)))  # type: ignore[return-value]
+    return (scope, a, b) if a <= b else (scope, b, a)
 
 
 class ReviewedPairs(list[Pair3]):
@@ -143,13 +146,13 @@ class DuplicateReview:
             "combined (max)": [p["similarity"] for p in self.neighbourhood],
         }
 
-    def side_by_side(self, limit: int = 25) -> Any:
+    def side_by_side(self, limit: int = 25) -> pd.DataFrame:
         """The top pairs as a pandas table with a word diff (HTML) of their contents."""
         import pandas as pd
 
         from memwork.reports.display import word_diff_html
 
-        rows = []
+        rows: list[dict[str, Any]] = []
         # near duplicates first: identical pairs need no reading, changed ones do
         ordered = sorted(self.pairs, key=lambda p: (p["text_similarity"] >= 0.9999, -p["similarity"]))
         for p in ordered[:limit]:
