@@ -194,6 +194,49 @@ class ApplyConflict(PlanConflict):
     """A write found its entry changed by another writer during the run (compare-and-set failed)."""
 
 
+class RunStopped(PlanConflict):
+    """An applied run stopped on a conflict; it says what was already written and how to undo it."""
+
+    def __init__(self, conflict: PlanConflict, *, action: str, run_id: str, steps: list[dict[str, Any]]):
+        self.action, self.run_id, self.steps = action, run_id, steps
+        self.changes_applied = sum(step["changes"] for step in steps)
+        super().__init__(
+            conflict.path,
+            conflict.scope,
+            conflict.problem,
+            applied=conflict.applied,
+            planned=conflict.planned,
+            detail=self._detail(),
+        )
+
+    def _detail(self) -> str:
+        if not self.changes_applied:
+            return f"nothing was written (run {self.run_id}); run the action again"
+        done = ", ".join(
+            f"{s['action']} {s['changes']}" + (f" of {s['planned']}" if s["status"] != "applied" else "")
+            for s in self.steps
+            if s["status"] != "not run"
+        )
+        return (
+            f"the run stopped after applying {self.changes_applied} changes ({done}); they are journaled "
+            f"and `memwork defrag undo {self.run_id}` (same --store) reverts them"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` answer of a stopped run."""
+        return {
+            "action": self.action,
+            "applied": self.changes_applied > 0,
+            "complete": False,
+            "run_id": self.run_id,
+            "error": str(self),
+            "conflict": {"path": self.path, "scope": self.scope, "problem": self.problem},
+            "changes_applied": self.changes_applied,
+            "steps": self.steps,
+            "undo": f"memwork defrag undo {self.run_id}" if self.changes_applied else None,
+        }
+
+
 class ReportExecutionError(MemworkError):
     """A report notebook failed in a cell, after every artifact of the run was written.
 

@@ -78,7 +78,7 @@ def _make_action(action: Action) -> click.Command:
         **opts: Any,
     ) -> None:
         from memwork.defrag import run_action
-        from memwork.defrag.actions import RunStopped
+        from memwork.errors import RunStopped
 
         params = {k: v for k, v in opts.items() if v is not None}
         try:

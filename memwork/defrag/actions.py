@@ -5,9 +5,10 @@ What each action is (its parameters, read-only or not, how it finds or plans) is
 
 An applied run holds the store's run lock (:meth:`~memwork.stores.base.Store.run_lock`, per store and
 scope) from loading the entries to the last write, so two runs never interleave: a second run waits
-(at most ``lock_timeout`` seconds, then :class:`~memwork.stores.base.StoreLocked`) and then plans on
-what the first one left. A conflict with another writer stops the run with :class:`RunStopped`,
-which says what was applied (per step) and that ``memwork defrag undo RUN_ID`` reverts it.
+(at most ``lock_timeout`` seconds, then :class:`~memwork.errors.StoreLocked`) and then plans on what
+the first one left. A conflict with another writer stops the run with
+:class:`~memwork.errors.RunStopped`, which says what was applied (per step) and that
+``memwork defrag undo RUN_ID`` reverts it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from memwork.defrag.scores import health
 from memwork.defrag.table import ACTIONS, Action, Context, lookup
 from memwork.embed import Embedder, load_embedder
 from memwork.entry import Entry, as_utc, utcnow, validate_scope
-from memwork.errors import PlanConflict, UsageError
+from memwork.errors import PlanConflict, RunStopped, UsageError
 from memwork.progress import Progress, track
 from memwork.stores.base import DEFAULT_RUN_LOCK_TIMEOUT, Store
 from memwork.stores.memory import MemoryStore
@@ -75,49 +76,6 @@ class ActionResult:
             data["operations"] = self.plan.to_dict()
             data["changes"] = [c.to_dict() for c in self.changes]
         return data
-
-
-class RunStopped(PlanConflict):
-    """An applied run stopped on a conflict; it says what was already written and how to undo it."""
-
-    def __init__(self, conflict: PlanConflict, *, action: str, run_id: str, steps: list[dict[str, Any]]):
-        self.action, self.run_id, self.steps = action, run_id, steps
-        self.changes_applied = sum(step["changes"] for step in steps)
-        super().__init__(
-            conflict.path,
-            conflict.scope,
-            conflict.problem,
-            applied=conflict.applied,
-            planned=conflict.planned,
-            detail=self._detail(),
-        )
-
-    def _detail(self) -> str:
-        if not self.changes_applied:
-            return f"nothing was written (run {self.run_id}); run the action again"
-        done = ", ".join(
-            f"{s['action']} {s['changes']}" + (f" of {s['planned']}" if s["status"] != "applied" else "")
-            for s in self.steps
-            if s["status"] != "not run"
-        )
-        return (
-            f"the run stopped after applying {self.changes_applied} changes ({done}); they are journaled "
-            f"and `memwork defrag undo {self.run_id}` (same --store) reverts them"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` answer of a stopped run."""
-        return {
-            "action": self.action,
-            "applied": self.changes_applied > 0,
-            "complete": False,
-            "run_id": self.run_id,
-            "error": str(self),
-            "conflict": {"path": self.path, "scope": self.scope, "problem": self.problem},
-            "changes_applied": self.changes_applied,
-            "steps": self.steps,
-            "undo": f"memwork defrag undo {self.run_id}" if self.changes_applied else None,
-        }
 
 
 def _stopped_step(action: str, conflict: PlanConflict) -> dict[str, Any]:
