@@ -71,8 +71,9 @@ def _neutral_environment() -> Iterator[None]:
 
 def iter_commands(root: click.Command | None = None) -> Iterator[CommandDoc]:
     """Every command, depth first in ``--help`` order, the root (``memwork``) first."""
-    if root is None:
-        from memwork.cli import main as root
+    from memwork.cli import main
+
+    top: click.Command = main if root is None else root
 
     def walk(command: click.Command, ctx: click.Context, path: tuple[str, ...]) -> Iterator[CommandDoc]:
         with _neutral_environment():
@@ -85,7 +86,7 @@ def iter_commands(root: click.Command | None = None) -> Iterator[CommandDoc]:
                     continue
                 yield from walk(sub, _context(sub, name, parent=ctx), (*path, name))
 
-    yield from walk(root, _context(root, "memwork"), ())
+    yield from walk(top, _context(top, "memwork"), ())
 
 
 def _context(command: click.Command, name: str, parent: click.Context | None = None) -> click.Context:
