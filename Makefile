@@ -25,6 +25,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check memwork tests benchmarks
 	$(BIN)/ruff format --check memwork tests benchmarks
+	@# types: settings in pyproject.toml [tool.mypy]
+	$(BIN)/mypy memwork
 	$(BIN)/pytest -q
 	@# the report notebooks as tests (assert cells are the checks), in a throw-away workspace whose
 	@# embedded PostgreSQL (started by the notebooks' kernels, which nbval kills) is stopped afterwards
@@ -35,6 +37,8 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check memwork tests benchmarks
 	$(BIN)/ruff format --check memwork tests benchmarks
+	@# types: settings in pyproject.toml [tool.mypy]
+	$(BIN)/mypy memwork
 	@# docs/cli.md and README's command list are generated from --help: fail when they are stale
 	$(BIN)/python -m memwork.cli.docs --check
 

@@ -13,7 +13,9 @@ from memwork.errors import ReportExecutionError
 class _ReportGroup(click.Group):
     """``memwork report NAME`` runs report NAME; ``index`` and ``list`` are subcommands."""
 
-    def resolve_command(self, ctx: click.Context, args: list[str]):  # type: ignore[no-untyped-def]
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             args = ["run", *args]
         return super().resolve_command(ctx, args)

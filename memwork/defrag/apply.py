@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, Protocol
 
 from memwork.defrag import merge as m
@@ -199,7 +200,7 @@ def execute(
         progress.start(f"applying {plan.action}", len(changes))
     written: list[Change] = []
     for change in changes:
-        record = None if journal is None else (lambda c=change: journal.record(c))  # type: ignore[misc]
+        record = None if journal is None else partial(journal.record, change)
         try:
             store.put_if_unchanged(change.before, change.after, before_write=record)
         except WriteConflict as exc:

@@ -27,6 +27,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -466,7 +467,7 @@ def _plan_undo(run: RunRecord, store: Store, *, force: bool) -> list[Change]:
 def _restore(store: Store, planned: list[Change], journal: Journal, progress: Progress | None) -> None:
     """Write each change if the entry is still as planned; journal it right before the write."""
     for change in track(planned, progress, "restoring entries", len(planned), every=1):
-        store.put_if_unchanged(change.before, change.after, before_write=lambda c=change: journal.record(c))
+        store.put_if_unchanged(change.before, change.after, before_write=partial(journal.record, change))
 
 
 def _same_record(a: Entry | None, b: Entry | None) -> bool:

@@ -19,13 +19,16 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memwork.db import is_database_url, parse_url
 from memwork.errors import ServiceUnavailable, UsageError
 from memwork.redaction import first_line, redact_text, redact_url, redact_value
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass
@@ -123,7 +126,7 @@ class CanaryResult:
             for name, stats in self.latency_table().items()
         ]
 
-    def gate_frame(self):  # type: ignore[no-untyped-def]
+    def gate_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         return pd.DataFrame([g.to_dict() for g in self.gates])

@@ -22,7 +22,7 @@ import random
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from memwork.embed import Embedder, load_embedder
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
 from memwork.pgvector.backfill import REJECTS_TABLE, printable, read_rejects
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ROW_FIELDS = ("id", "user_id", "content", "type")
 _SEP = "\x1f"
@@ -141,7 +144,7 @@ class VerificationResult:
         data["verdict"] = self.verdict
         return data
 
-    def ranges_frame(self):  # type: ignore[no-untyped-def]
+    def ranges_frame(self) -> pd.DataFrame:
         """The range checksums as a pandas DataFrame (for the notebook)."""
         import pandas as pd
 

@@ -14,13 +14,16 @@ import json
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memwork import checks
 from memwork.errors import UsageError
 from memwork.reports.summary import REPORT_DIR_ENV
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 # ---- parameter checks (the notebooks' validation cells) -----------------------------------------
@@ -65,11 +68,12 @@ def cell_text(value: Any) -> str:
     if isinstance(value, bool | np.bool_):
         return "yes" if value else "no"
     if isinstance(value, float | np.floating):
-        if not np.isfinite(value):
+        number = float(value)
+        if not np.isfinite(number):
             return ""
-        if float(value).is_integer() and abs(value) < 1e15:
-            return f"{int(value):,}" if abs(value) >= 10_000 else str(int(value))
-        return f"{float(value):.3f}".rstrip("0").rstrip(".")
+        if number.is_integer() and abs(number) < 1e15:
+            return f"{int(number):,}" if abs(number) >= 10_000 else str(int(number))
+        return f"{number:.3f}".rstrip("0").rstrip(".")
     if isinstance(value, int | np.integer):
         return f"{int(value):,}" if abs(int(value)) >= 10_000 else str(int(value))
     if isinstance(value, dict):
@@ -184,7 +188,7 @@ def human_bytes(n: float) -> str:
 
 
 # ---- figures --------------------------------------------------------------------------------------
-def show(fig: Any) -> None:
+def show(fig: Figure) -> None:
     """Display a matplotlib figure as an inline PNG and close it (works under any backend)."""
     import matplotlib.pyplot as plt
     from IPython.display import Image, display
@@ -195,7 +199,9 @@ def show(fig: Any) -> None:
     display(Image(data=buffer.getvalue(), format="png"))
 
 
-def bar_figure(values: dict[str, float], title: str, *, xlabel: str = "", limit: float | None = None):  # type: ignore[no-untyped-def]
+def bar_figure(
+    values: dict[str, float], title: str, *, xlabel: str = "", limit: float | None = None
+) -> Figure:
     """Horizontal bars, largest at top (coverage, distributions)."""
     import matplotlib.pyplot as plt
 
@@ -212,13 +218,13 @@ def bar_figure(values: dict[str, float], title: str, *, xlabel: str = "", limit:
 
 def histogram_data(
     values: list[float], bins: int = 20, low: float = 0.0, high: float = 1.0
-) -> dict[str, list]:
+) -> dict[str, list[float]]:
     """Counts and bin edges (what a histogram draws), for summary.json and tests."""
     counts, edges = np.histogram(np.asarray(values, dtype=float), bins=bins, range=(low, high))
     return {"counts": counts.tolist(), "edges": [round(float(e), 4) for e in edges]}
 
 
-def histograms_figure(series: dict[str, list[float]], threshold: float, *, title: str):  # type: ignore[no-untyped-def]
+def histograms_figure(series: dict[str, list[float]], threshold: float, *, title: str) -> Figure:
     """One histogram per similarity kind, the threshold marked in each."""
     import matplotlib.pyplot as plt
 
@@ -262,7 +268,7 @@ def as_json(data: Any) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False, default=str)
 
 
-def latency_figure(latency_ms: dict[str, list[float]], limit_ms: float | None = None):  # type: ignore[no-untyped-def]
+def latency_figure(latency_ms: dict[str, list[float]], limit_ms: float | None = None) -> Figure:
     """Box plots of resolve latency per backend, the p95 limit marked."""
     import matplotlib.pyplot as plt
 
