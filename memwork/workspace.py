@@ -5,6 +5,7 @@ Defaults to ``./.memwork`` (override with ``MEMWORK_HOME``), so ``make demo`` ne
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,3 +38,12 @@ def using_workspace(path: str | Path | None) -> Iterator[Path]:
             os.environ.pop("MEMWORK_HOME", None)
         else:
             os.environ["MEMWORK_HOME"] = saved
+
+
+def sha256_file(path: Path) -> str:
+    """The hex SHA-256 of a file, read in 1 MiB blocks (model files and report artifacts can be large)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -11,7 +11,6 @@ the real values through :mod:`memwork.reports.secrets`, and everything written i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -39,7 +38,7 @@ from memwork.reports.secrets import (
     split_secrets,
 )
 from memwork.reports.summary import FAILING_VERDICTS, REPORT_DIR_ENV, SUMMARY_FILE
-from memwork.workspace import workspace_dir
+from memwork.workspace import sha256_file, workspace_dir
 
 MANIFEST_FILE = "manifest.json"
 #: the notebooks' gate parameter; the runner sets it false and takes the verdict from summary.json
@@ -113,14 +112,6 @@ def package_versions() -> dict[str, str]:
         except PackageNotFoundError:
             continue
     return found
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
