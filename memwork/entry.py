@@ -37,7 +37,7 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def as_utc(value: datetime | str | float | int | None) -> datetime:
+def as_utc(value: object) -> datetime:
     """Coerce a timestamp (datetime, ISO string or epoch seconds) to an aware UTC datetime."""
     if value is None:
         return utcnow()
@@ -54,7 +54,7 @@ def as_utc(value: datetime | str | float | int | None) -> datetime:
         raise UsageError("timestamp", value, "not an ISO 8601 date-time") from None
 
 
-def normalize_path(path: str) -> str:
+def normalize_path(path: object) -> str:
     """Return the canonical form of an entry path, or raise :class:`InvalidPath`.
 
     Backslashes become slashes and ``.``/duplicate slashes fold away. Absolute paths, ``..``,
@@ -287,7 +287,7 @@ class Entry:
         if not isinstance(hits, int) or hits < 0:
             raise UsageError("hits", hits, "must be a non-negative integer")
         return cls(
-            path=normalize_path(record.get("path")),  # type: ignore[arg-type]
+            path=normalize_path(record.get("path")),
             scope=validate_scope(record.get("scope")),
             title=str(record.get("title") or ""),
             content=content,

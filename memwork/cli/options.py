@@ -39,7 +39,9 @@ def apply_option(f: F) -> F:
     )(f)
 
 
-def database_url_option(envvar: str | None = None, required: bool = False, help: str | None = None):
+def database_url_option(
+    envvar: str | None = None, required: bool = False, help: str | None = None
+) -> Callable[[F], F]:
     return click.option(
         "--database-url",
         "database_url",

@@ -41,7 +41,7 @@ def report() -> None:
 @json_option
 def run_cmd(
     name: str, params: tuple[tuple[str, str], ...], out_dir: str | None, show_code: bool, as_json: bool
-):
+) -> None:
     """Execute report NAME with papermill; write notebook, HTML, summary.json and manifest.
 
     Exit code 1 when the verdict is FAIL or NO-GO or a cell fails, 2 for a bad parameter.

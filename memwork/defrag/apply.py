@@ -118,19 +118,18 @@ def _run_op(ov: _Overlay, op: Operation, now: datetime, stale: dict[Key, None]) 
 
 def _refresh_embeddings(ov: _Overlay, stale: dict[Key, None], embedder: Embedder | None) -> None:
     """Re-embed entries whose content changed, or drop their vector and mark them stale."""
-    keys = [k for k in stale if ov.after.get(k) is not None and not ov.after[k].is_stub]  # type: ignore[union-attr]
-    if not keys:
+    entries = [e for k in stale if (e := ov.after.get(k)) is not None and not e.is_stub]
+    if not entries:
         return
-    entries = [ov.after[k] for k in keys]
     if embedder is not None:
-        vectors = embedder.embed([e.content for e in entries])  # type: ignore[union-attr]
+        vectors = embedder.embed([e.content for e in entries])
         for entry, vector in zip(entries, vectors, strict=True):
-            entry.embedding = vector  # type: ignore[union-attr]
-            entry.metadata.pop("embedding_stale", None)  # type: ignore[union-attr]
+            entry.embedding = vector
+            entry.metadata.pop("embedding_stale", None)
     else:
         for entry in entries:
-            entry.embedding = None  # type: ignore[union-attr]
-            entry.metadata["embedding_stale"] = True  # type: ignore[union-attr]
+            entry.embedding = None
+            entry.metadata["embedding_stale"] = True
 
 
 def compute_changes(

@@ -20,20 +20,21 @@ T = TypeVar("T")
 
 def call_with_timeout(fn: Callable[[], T], timeout_s: float, what: str) -> T:
     """``fn()`` in a daemon thread: its exception re-raised, :class:`BackendTimeout` after the deadline."""
-    box: dict[str, object] = {}
+    results: list[T] = []
+    errors: list[BaseException] = []
     done = threading.Event()
 
     def target() -> None:
         try:
-            box["result"] = fn()
+            results.append(fn())
         except BaseException as exc:
-            box["error"] = exc
+            errors.append(exc)
         finally:
             done.set()
 
     threading.Thread(target=target, name=f"memwork-{what}", daemon=True).start()
     if not done.wait(timeout_s):
         raise BackendTimeout(f"{what} timed out after {round(timeout_s * 1000)} ms")
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["result"]  # type: ignore[return-value]
+    if errors:
+        raise errors[0]
+    return results[0]

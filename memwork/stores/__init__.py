@@ -87,7 +87,7 @@ def _require_embedded_database(url: DatabaseURL) -> None:
     from memwork import embedded_pg
     from memwork.db import pg_connect
 
-    admin_url = embedded_pg.start().get_uri()  # type: ignore[attr-defined]
+    admin_url = embedded_pg.start().get_uri()
     with pg_connect(admin_url, autocommit=True) as conn:
         found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (url.embedded,)).fetchone()
     if not found:

@@ -33,7 +33,7 @@ class Cursor:
         if isinstance(updated_at, str) and updated_at.strip().lstrip("-").replace(".", "", 1).isdigit():
             updated_at = float(updated_at)
         try:
-            moment = as_utc(updated_at)  # type: ignore[arg-type]
+            moment = as_utc(updated_at)
         except (UsageError, OverflowError, OSError, ValueError):
             raise UsageError("cursor_updated_at", updated_at, "must be ISO 8601 or epoch seconds") from None
         if not isinstance(id, str):
