@@ -170,12 +170,24 @@ class Store(ABC):
         (None = absent), else raise :class:`WriteConflict` naming it and write nothing.
 
         ``before_write`` runs after the compare matched and right before the write (a journal line).
-        Stores override this to make compare and write atomic against other writers; this default
-        is only for single-process stores."""
+        Stores override :meth:`_compare_and_write` to make compare and write atomic against other
+        writers; its default is only for single-process stores."""
         key = cas_key(expected, new)
         if key is None:
             return
         scope, path = key
+        self._compare_and_write(scope, path, expected, new, before_write)
+
+    def _compare_and_write(
+        self,
+        scope: str,
+        path: str,
+        expected: Entry | None,
+        new: Entry | None,
+        before_write: Callable[[], None] | None,
+    ) -> None:
+        """The compare and the write of :meth:`put_if_unchanged`, for the entry ``(scope, path)``
+        both name (already normalised)."""
         check_unchanged(self.get(path, scope=scope), expected, scope, path)
         if before_write is not None:
             before_write()

@@ -52,7 +52,7 @@ from memwork.entry import (
 )
 from memwork.errors import EntryNotFound, InvalidPath, UsageError
 from memwork.progress import Progress
-from memwork.stores.base import DEFAULT_RUN_LOCK_TIMEOUT, Store, cas_key, check_unchanged
+from memwork.stores.base import DEFAULT_RUN_LOCK_TIMEOUT, Store, check_unchanged
 from memwork.stores.runlock import flock_run_lock
 
 SCOPES_DIR = ".scopes"
@@ -107,18 +107,15 @@ class FilesystemStore(Store):
         scope = validate_scope(scope) if scope is not None else None
         return flock_run_lock(self.root / RUN_LOCK_STEM, scope, timeout, self.describe())
 
-    def put_if_unchanged(
+    def _compare_and_write(
         self,
+        scope: str,
+        path: str,
         expected: Entry | None,
         new: Entry | None,
-        *,
-        before_write: Callable[[], None] | None = None,
+        before_write: Callable[[], None] | None,
     ) -> None:
         """Compare and write under the store's write lock (see :meth:`Store.put_if_unchanged`)."""
-        key = cas_key(expected, new)
-        if key is None:
-            return
-        scope, path = key
         if new is not None:
             check_limits(new)  # refused before the lock is taken
         with self._lock:

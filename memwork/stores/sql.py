@@ -72,7 +72,6 @@ from memwork.stores.base import (
     DEFAULT_RUN_LOCK_TIMEOUT,
     EntryInfo,
     Store,
-    cas_key,
     check_unchanged,
 )
 from memwork.stores.runlock import flock_run_lock, lock_key, lock_name, poll_until
@@ -403,18 +402,15 @@ class SQLStore(Store):
                 except Exception:  # a dead connection holds no lock; never reuse it
                     conn.invalidate()
 
-    def put_if_unchanged(
+    def _compare_and_write(
         self,
+        scope: str,
+        path: str,
         expected: Entry | None,
         new: Entry | None,
-        *,
-        before_write: Callable[[], None] | None = None,
+        before_write: Callable[[], None] | None,
     ) -> None:
         """Compare and write in one transaction that locks the row (see :meth:`Store.put_if_unchanged`)."""
-        key = cas_key(expected, new)
-        if key is None:
-            return
-        scope, path = key
         values = None if new is None else self._row_values(new)  # bad input fails before anything
         c = self.table.c
         match = (c.scope == scope, c.file_path == path)
