@@ -9,7 +9,7 @@ import pytest
 
 from memwork.backends.base import BaseBackend
 from memwork.errors import BackendError, BackendTimeout, UsageError
-from memwork.facade.facade import facade_from_env
+from memwork.facade.facade import STATUS_SCALAR_KEYS, facade_from_env
 from memwork.legacy.schema import init_schema
 
 RELEASE = threading.Event()
@@ -288,15 +288,7 @@ def test_status_payload_shape_and_no_secrets():
         "MEMORY_ENABLED": "perhaps",
     }
     status = facade_from_env(env).status()
-    for key in (
-        "enabled",
-        "backend",
-        "selectedBackend",
-        "profileEnabled",
-        "eventLogEnabled",
-        "vectorEnabled",
-        "failOpen",
-    ):
+    for key in STATUS_SCALAR_KEYS:
         assert key in status
     assert [b["name"] for b in status["backends"]][:2] == ["legacy-conversation-memory", "pgvector"]
     names = {b["name"] for b in status["backends"]}

@@ -16,22 +16,13 @@ def status(as_json: bool) -> None:
     Example:
         MEMORY_BACKEND=pgvector memwork status --json
     """
-    from memwork.facade.facade import facade_from_env
+    from memwork.facade.facade import STATUS_SCALAR_KEYS, facade_from_env
 
     payload = facade_from_env().status()
     if as_json:
         emit_json(payload)
         return
-    for key in (
-        "enabled",
-        "backend",
-        "selectedBackend",
-        "profileEnabled",
-        "eventLogEnabled",
-        "vectorEnabled",
-        "failOpen",
-        "timeoutMs",
-    ):
+    for key in STATUS_SCALAR_KEYS:
         click.echo(f"{key}: {payload[key]}")
     for op, name in payload["selectedBackends"].items():
         click.echo(

@@ -254,6 +254,19 @@ class MemoryFacade:
         self.registry.close()
 
 
+#: The status payload's one-value fields, in the order ``memwork status`` prints them.
+STATUS_SCALAR_KEYS = (
+    "enabled",
+    "backend",
+    "selectedBackend",
+    "profileEnabled",
+    "eventLogEnabled",
+    "vectorEnabled",
+    "failOpen",
+    "timeoutMs",
+)
+
+
 def facade_from_env(
     env: Mapping[str, str] | None = None,
     *,
