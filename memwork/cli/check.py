@@ -6,7 +6,7 @@ import os
 
 import click
 
-from memwork.cli.options import emit_json, json_option
+from memwork.cli.options import emit_json, emit_verdict, json_option
 from memwork.errors import CheckFailed
 
 
@@ -47,14 +47,10 @@ def contracts(include_pgvector_adapter: bool, adapters: tuple[str, ...], as_json
     from memwork.facade.contract import check_all
 
     report = check_all(os.environ, adapters=include_pgvector_adapter, files=adapters)
-    if as_json:
-        emit_json(report.to_dict())
-    else:
-        for v in report.violations:
-            click.echo(f"FAIL {v}")
-        click.echo(f"{len(report.checked)} backends checked, {len(report.violations)} violations")
-    if report.violations:
-        raise CheckFailed(f"{len(report.violations)} contract violation(s)")
+    lines = [f"FAIL {v}" for v in report.violations]
+    lines.append(f"{len(report.checked)} backends checked, {len(report.violations)} violations")
+    failure = f"{len(report.violations)} contract violation(s)" if report.violations else None
+    emit_verdict(report.to_dict(), as_json, lines, failure)
 
 
 @check.command("config")
@@ -117,15 +113,11 @@ def health(
         expect_backend=expect_backend,
         expect_selected_backend=expect_selected_backend,
     )
-    if as_json:
-        emit_json(report.to_dict())
-    else:
-        for c in report.checks:
-            click.echo(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
-        click.echo(f"cleanup: {report.cleanup}")
-    if not report.ok:
-        failed = [c.name for c in report.checks if not c.ok]
-        raise CheckFailed(f"health check failed: {', '.join(failed)}")
+    lines = [f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in report.checks]
+    lines.append(f"cleanup: {report.cleanup}")
+    failed = [c.name for c in report.checks if not c.ok]
+    failure = None if report.ok else f"health check failed: {', '.join(failed)}"
+    emit_verdict(report.to_dict(), as_json, lines, failure)
 
 
 commands = [check]

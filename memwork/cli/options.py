@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -54,6 +54,20 @@ def database_url_option(
 def emit_json(data: Any) -> None:
     """Write ``data`` as indented JSON to stdout (datetimes, numpy numbers and paths as text)."""
     click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=_json_default))
+
+
+def emit_verdict(payload: Any, as_json: bool, lines: Iterable[str], failure: str | None) -> None:
+    """A checking command's ending: ``payload`` as JSON with ``--json``, else its text ``lines``;
+    then exit 1 (:class:`~memwork.errors.CheckFailed`) with ``failure`` when it found a problem."""
+    from memwork.errors import CheckFailed
+
+    if as_json:
+        emit_json(payload)
+    else:
+        for line in lines:
+            click.echo(line)
+    if failure is not None:
+        raise CheckFailed(failure)
 
 
 def _json_default(value: Any) -> Any:

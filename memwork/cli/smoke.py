@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import click
 
-from memwork.cli.options import emit_json, json_option
+from memwork.cli.options import emit_verdict, json_option
 from memwork.cli.pgvector import pg_url_option, table_option
-from memwork.errors import CheckFailed
 
 
 @click.group("smoke")
@@ -54,16 +53,13 @@ def smoke_pgvector_command(
         create_extension=create_extension,
         keep=keep,
     )
-    if as_json:
-        emit_json(report.to_dict())
-    else:
-        for check in report.checks:
-            click.echo(
-                f"{'ok  ' if check['ok'] else 'FAIL'} {check['check']} {check.get('error', '')}".rstrip()
-            )
-        click.echo(f"returned: {report.returned_order}  scores: {report.scores}")
-    if not report.ok:
-        raise CheckFailed(f"smoke pgvector failed on table {table}")
+    lines = [
+        f"{'ok  ' if check['ok'] else 'FAIL'} {check['check']} {check.get('error', '')}".rstrip()
+        for check in report.checks
+    ]
+    lines.append(f"returned: {report.returned_order}  scores: {report.scores}")
+    failure = None if report.ok else f"smoke pgvector failed on table {table}"
+    emit_verdict(report.to_dict(), as_json, lines, failure)
 
 
 commands: list = [smoke_group]
