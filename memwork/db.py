@@ -12,10 +12,10 @@ embedded server.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import Engine, create_engine, event
@@ -23,6 +23,9 @@ from sqlalchemy import Engine, create_engine, event
 from memwork.errors import ServiceUnavailable, UsageError
 from memwork.identifiers import check_identifier
 from memwork.redaction import first_line, redact_url, userinfo_has_at
+
+if TYPE_CHECKING:
+    import psycopg
 
 #: scheme as typed (lower case) -> (dialect, the SQLAlchemy dialect+driver memwork uses)
 SCHEMES: dict[str, tuple[str, str]] = {
@@ -141,7 +144,7 @@ def dispose_all() -> None:
 
 
 @contextmanager
-def pg_connect(url: str | DatabaseURL, *, autocommit: bool = False) -> Iterator[Any]:
+def pg_connect(url: str | DatabaseURL, *, autocommit: bool = False) -> Iterator[psycopg.Connection[Any]]:
     """The one way memwork opens a psycopg connection: ``psycopg.connect`` on ``url``
     (``pg://embedded`` started and resolved); connection failures and a lost server become
     :class:`ServiceUnavailable` (exit 1, one line, password redacted)."""
@@ -163,6 +166,14 @@ def pg_connect(url: str | DatabaseURL, *, autocommit: bool = False) -> Iterator[
             yield conn
     except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
         raise ServiceUnavailable(f"PostgreSQL at {given.redacted} failed: {_line(exc)}") from exc
+
+
+def pg_value(conn: psycopg.Connection[Any], query: str, params: Sequence[Any] = ()) -> Any:
+    """The first column of the one row ``query`` always returns (``count(*)``, ``to_regclass``, ...)."""
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise RuntimeError(f"no row from {query!r}")
+    return row[0]
 
 
 def _line(exc: BaseException) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from memwork.embed import QueryModuleEmbedder
 from memwork.errors import BackendError, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.pgvector.schema import DEFAULT_TABLE
+
+if TYPE_CHECKING:
+    import psycopg
 
 DEFAULT_POOL_MAX = 5
 DEFAULT_LIMIT = 40
@@ -172,14 +175,14 @@ class PgvectorBackend(BaseBackend):
             raise BackendError(f"pgvector resolve failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _configure_connection(conn: Any) -> None:
+def _configure_connection(conn: psycopg.Connection[Any]) -> None:
     from pgvector.psycopg import register_vector
 
     register_vector(conn)
 
 
 def _exact_search(
-    conn: Any, table: str, user_id: str, vector: np.ndarray, limit: int, cap: int | None
+    conn: psycopg.Connection[Any], table: str, user_id: str, vector: np.ndarray, limit: int, cap: int | None
 ) -> list[tuple] | None:
     """Exact k-NN over the user's rows (btree on ``user_id``); the CTE keeps HNSW out of the plan.
 
@@ -201,7 +204,7 @@ def _exact_search(
 
 
 def _hnsw_search(
-    conn: Any, table: str, user_id: str, vector: np.ndarray, limit: int, ef_search: int
+    conn: psycopg.Connection[Any], table: str, user_id: str, vector: np.ndarray, limit: int, ef_search: int
 ) -> list[tuple]:
     """HNSW with pgvector 0.8 iterative scans; relaxed order is re-sorted exactly outside."""
     conn.execute(

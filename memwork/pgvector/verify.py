@@ -34,6 +34,7 @@ from memwork.pgvector.backfill import REJECTS_TABLE, printable, read_rejects
 
 if TYPE_CHECKING:
     import pandas as pd
+    import psycopg
 
 ROW_FIELDS = ("id", "user_id", "content", "type")
 _SEP = "\x1f"
@@ -173,7 +174,7 @@ def read_source_digests(url: str) -> dict[str, str]:
     return digests
 
 
-def read_dest_digests(conn: Any, table: str) -> tuple[dict[str, str], int]:
+def read_dest_digests(conn: psycopg.Connection[Any], table: str) -> tuple[dict[str, str], int]:
     """source_memory_id -> row digest in the destination, and its total row count."""
     digests: dict[str, str] = {}
     total = 0
@@ -250,7 +251,7 @@ def drill_down(
     return sorted(missing), sorted(extra), sorted(changed)
 
 
-def vector_stats(conn: Any, table: str) -> dict[str, Any]:
+def vector_stats(conn: psycopg.Connection[Any], table: str) -> dict[str, Any]:
     """Declared dimension, per-row dimensions, model ids, null/zero/NaN counts, ANN index."""
     from memwork.pgvector.schema import table_dimensions
 
@@ -266,12 +267,14 @@ def vector_stats(conn: Any, table: str) -> dict[str, Any]:
             f"SELECT coalesce(embedding_model, '(none)'), count(*) FROM {t} GROUP BY 1 ORDER BY 1"
         ).fetchall()
     )
-    null_count, zero_count, nan_count = conn.execute(
+    counts = conn.execute(
         f"SELECT count(*) FILTER (WHERE embedding IS NULL), "
         f"count(*) FILTER (WHERE vector_norm(embedding) = 0), "
         f"count(*) FILTER (WHERE vector_norm(embedding) = 'NaN'::float8 "
         f"OR vector_norm(embedding) = 'Infinity'::float8) FROM {t}"
     ).fetchone()
+    assert counts is not None  # an aggregate without GROUP BY returns one row
+    null_count, zero_count, nan_count = counts
     index = conn.execute(
         "SELECT indexdef FROM pg_indexes WHERE tablename = %s AND indexdef ~* 'using (hnsw|ivfflat)'",
         (table,),
@@ -297,7 +300,9 @@ def distance_operator(index_def: str | None) -> str:
     return "<=>"
 
 
-def _sample_rows(conn: Any, table: str, n: int, seed: int, dims: int | None) -> list[tuple]:
+def _sample_rows(
+    conn: psycopg.Connection[Any], table: str, n: int, seed: int, dims: int | None
+) -> list[tuple]:
     """A reproducible sample of rows (id, source id, user, content, embedding) with usable vectors."""
     if n <= 0:
         return []
@@ -321,7 +326,7 @@ def _dims_filter(dims: int | None, mixed: bool) -> str:
 
 
 def ann_recall(
-    conn: Any, table: str, samples: list[tuple], k: int, op: str, dims_filter: str = ""
+    conn: psycopg.Connection[Any], table: str, samples: list[tuple], k: int, op: str, dims_filter: str = ""
 ) -> float | None:
     """Mean overlap of the index's top k with exact (sequential-scan) top k over sampled queries."""
     if not samples:
@@ -344,7 +349,13 @@ def ann_recall(
 
 
 def self_retrieval(
-    conn: Any, table: str, samples: list[tuple], k: int, op: str, embedder: Embedder, dims_filter: str = ""
+    conn: psycopg.Connection[Any],
+    table: str,
+    samples: list[tuple],
+    k: int,
+    op: str,
+    embedder: Embedder,
+    dims_filter: str = "",
 ) -> float:
     """Share of sampled memories whose own text, embedded again, finds them in the user's top k."""
     if not samples:
@@ -501,7 +512,7 @@ def _ids(ids: list[str], n: int = 3) -> str:
     return ", ".join(ids[:n]) + (" …" if len(ids) > n else "")
 
 
-def _check_vectors(result: VerificationResult, conn: Any, options: VerifyOptions) -> None:
+def _check_vectors(result: VerificationResult, conn: psycopg.Connection[Any], options: VerifyOptions) -> None:
     stats = vector_stats(conn, options.table)
     for key, value in stats.items():
         setattr(result, key, value)
@@ -529,7 +540,9 @@ def _check_vectors(result: VerificationResult, conn: Any, options: VerifyOptions
             result.reasons.append(f"vectors: {getattr(result, name)} {name.replace('_', ' ')}")
 
 
-def _check_retrieval(result: VerificationResult, conn: Any, options: VerifyOptions) -> None:
+def _check_retrieval(
+    result: VerificationResult, conn: psycopg.Connection[Any], options: VerifyOptions
+) -> None:
     expected = options.expected_dimensions or result.declared_dimensions
     if not expected and len(result.dimensions) == 1:
         expected = int(next(iter(result.dimensions)))

@@ -6,14 +6,17 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memwork.db import pg_connect
+from memwork.db import pg_connect, pg_value
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.pgvector.backfill.options import BackfillReport, Cursor
 from memwork.pgvector.backfill.quarantine import printable
 from memwork.pgvector.schema import CHECKPOINT_TABLE, DEFAULT_TABLE
+
+if TYPE_CHECKING:
+    import psycopg
 
 
 def checkpoint_path(table: str, override: Path | None = None) -> Path:
@@ -37,7 +40,7 @@ def read_json_checkpoint(path: Path) -> Cursor | None:
 
 
 def store_checkpoint(
-    cur: Any, table: str, cursor: Cursor, rows_total: int, model_id: str, dimensions: int
+    cur: psycopg.Cursor[Any], table: str, cursor: Cursor, rows_total: int, model_id: str, dimensions: int
 ) -> None:
     """Write the batch's cursor and running total in the batch's own transaction."""
     cur.execute(
@@ -73,7 +76,7 @@ def _decode_cursor_id(stored: str) -> str:
     return json.loads(stored[len(_ENCODED_ID) :]) if stored.startswith(_ENCODED_ID) else stored
 
 
-def read_checkpoint(pg: Any, table: str) -> Cursor | None:
+def read_checkpoint(pg: psycopg.Connection[Any], table: str) -> Cursor | None:
     """The last committed checkpoint for ``table`` (the crash-safe copy, in the destination)."""
     row = pg.execute(
         f"SELECT cursor_updated_at, cursor_id FROM {quote_identifier(CHECKPOINT_TABLE)} "
@@ -84,7 +87,7 @@ def read_checkpoint(pg: Any, table: str) -> Cursor | None:
     return Cursor.parse(row[0], _decode_cursor_id(row[1])) if row else None
 
 
-def read_rows_written(pg: Any, table: str) -> int:
+def read_rows_written(pg: psycopg.Connection[Any], table: str) -> int:
     """The running total of rows written, as committed with the last checkpoint."""
     row = pg.execute(
         f"SELECT rows_written FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s", (table,)
@@ -97,7 +100,7 @@ def load_checkpoint(database_url: str, table: str = DEFAULT_TABLE) -> dict[str, 
     """The committed checkpoint row for ``table`` as JSON (``None`` when the backfill never ran)."""
     check_identifier(table)
     with pg_connect(database_url) as pg:
-        if pg.execute("SELECT to_regclass(%s)", (CHECKPOINT_TABLE,)).fetchone()[0] is None:
+        if pg_value(pg, "SELECT to_regclass(%s)", (CHECKPOINT_TABLE,)) is None:
             return None
         row = pg.execute(
             "SELECT cursor_updated_at, cursor_id, rows_written, embedding_model, dimensions "

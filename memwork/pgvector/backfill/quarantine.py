@@ -10,17 +10,20 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memwork.db import pg_connect
+from memwork.db import pg_connect, pg_value
 from memwork.embed import Embedder, embed_memories
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.pgvector.backfill.options import row_timestamp
 from memwork.pgvector.schema import DEFAULT_TABLE
 from memwork.redaction import first_line
+
+if TYPE_CHECKING:
+    import psycopg
 
 REJECTS_TABLE = "memwork_backfill_rejects"
 
@@ -217,7 +220,7 @@ def blames_rows(exc: BaseException) -> bool:
     return state[:2] in _ROW_ERROR_CLASSES
 
 
-def store_rejects(cur: Any, table: str, rejects: Sequence[Reject], run_id: str) -> None:
+def store_rejects(cur: psycopg.Cursor[Any], table: str, rejects: Sequence[Reject], run_id: str) -> None:
     """Record (or refresh) ``rejects`` for ``table`` in the batch's transaction."""
     cur.executemany(
         f"INSERT INTO {quote_identifier(REJECTS_TABLE)} AS r "
@@ -229,7 +232,7 @@ def store_rejects(cur: Any, table: str, rejects: Sequence[Reject], run_id: str) 
     )
 
 
-def clear_written_rejects(cur: Any, table: str, rows: Sequence[Mapping[str, Any]]) -> None:
+def clear_written_rejects(cur: psycopg.Cursor[Any], table: str, rows: Sequence[Mapping[str, Any]]) -> None:
     """Rows written now are no longer quarantined (fixed at the source and read again)."""
     cur.execute(
         f"DELETE FROM {quote_identifier(REJECTS_TABLE)} "
@@ -238,21 +241,21 @@ def clear_written_rejects(cur: Any, table: str, rows: Sequence[Mapping[str, Any]
     )
 
 
-def count_rejects(pg: Any, table: str) -> int:
+def count_rejects(pg: psycopg.Connection[Any], table: str) -> int:
     """Rejects recorded for ``table`` (0 when the rejects table does not exist yet)."""
-    if pg.execute("SELECT to_regclass(%s)", (REJECTS_TABLE,)).fetchone()[0] is None:
+    if pg_value(pg, "SELECT to_regclass(%s)", (REJECTS_TABLE,)) is None:
         pg.commit()
         return 0
-    row = pg.execute(
-        f"SELECT count(*) FROM {quote_identifier(REJECTS_TABLE)} WHERE target_table = %s", (table,)
-    ).fetchone()
+    count = pg_value(
+        pg, f"SELECT count(*) FROM {quote_identifier(REJECTS_TABLE)} WHERE target_table = %s", (table,)
+    )
     pg.commit()
-    return int(row[0])
+    return int(count)
 
 
-def read_rejects(pg: Any, table: str = DEFAULT_TABLE) -> list[dict[str, Any]]:
+def read_rejects(pg: psycopg.Connection[Any], table: str = DEFAULT_TABLE) -> list[dict[str, Any]]:
     """Every quarantined row recorded for ``table`` (id order), on an open psycopg connection."""
-    if pg.execute("SELECT to_regclass(%s)", (REJECTS_TABLE,)).fetchone()[0] is None:
+    if pg_value(pg, "SELECT to_regclass(%s)", (REJECTS_TABLE,)) is None:
         return []
     rows = pg.execute(
         "SELECT source_memory_id, reason, source_updated_at, first_seen, last_seen, run_id "

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import String, Text, and_, cast, func, or_, select, type_coerce
 
 from memwork.legacy.schema import memory_items
 from memwork.pgvector.backfill.options import Cursor, cursor_of, row_timestamp
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 ID_CHUNK = 5000
 
@@ -28,7 +31,7 @@ _SOURCE_COLUMNS = (
 )
 
 
-def status_counts(conn: Any) -> dict[str, int]:
+def status_counts(conn: Connection) -> dict[str, int]:
     """Source rows per status, plus ``total`` (``active`` always present)."""
     rows = conn.execute(select(memory_items.c.status, func.count()).group_by(memory_items.c.status)).all()
     counts = {str(status): int(n) for status, n in rows}
@@ -49,12 +52,14 @@ def _after(cursor: Cursor | None) -> Any:
     )
 
 
-def count_after(conn: Any, cursor: Cursor | None) -> int:
+def count_after(conn: Connection, cursor: Cursor | None) -> int:
     """Active source rows strictly after ``cursor`` (what a run without a limit would read)."""
-    return int(conn.execute(select(func.count()).select_from(memory_items).where(_after(cursor))).scalar())
+    return int(
+        conn.execute(select(func.count()).select_from(memory_items).where(_after(cursor))).scalar_one()
+    )
 
 
-def read_batch(conn: Any, cursor: Cursor | None, size: int) -> list[dict[str, Any]]:
+def read_batch(conn: Connection, cursor: Cursor | None, size: int) -> list[dict[str, Any]]:
     """The next ``size`` active rows after ``cursor``, keyset order, never OFFSET.
 
     The Core statement runs on the DBAPI cursor (half the per-row cost of SQLAlchemy result rows),
@@ -73,6 +78,7 @@ def read_batch(conn: Any, cursor: Cursor | None, size: int) -> list[dict[str, An
         return rows
     compiled = query.compile(dialect=conn.dialect)
     dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None  # an open connection
     cur = dbapi.cursor()
     try:
         cur.execute(str(compiled), compiled.params)
@@ -85,7 +91,7 @@ def read_batch(conn: Any, cursor: Cursor | None, size: int) -> list[dict[str, An
 
 
 def iter_batches(
-    conn: Any, cursor: Cursor | None, planned: int, batch_size: int
+    conn: Connection, cursor: Cursor | None, planned: int, batch_size: int
 ) -> Iterator[list[dict[str, Any]]]:
     """Keyset pages of at most ``batch_size`` rows until ``planned`` rows were read or none are left."""
     done = 0
@@ -98,7 +104,7 @@ def iter_batches(
         yield rows
 
 
-def last_cursor(conn: Any, cursor: Cursor | None, limit: int | None) -> Cursor | None:
+def last_cursor(conn: Connection, cursor: Cursor | None, limit: int | None) -> Cursor | None:
     """Where a run of ``limit`` rows would stop: the newest row, or walking keys-only pages to ``limit``."""
     t = memory_items.c
     if limit is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
@@ -11,8 +11,12 @@ from memwork.legacy.schema import memory_items
 from memwork.pgvector.backfill.reader import ID_CHUNK
 from memwork.pgvector.schema import SMOKE_PREFIX
 
+if TYPE_CHECKING:
+    import psycopg
+    from sqlalchemy import Connection
 
-def inactive_report(my: Any, pg: Any, table: str, prune: bool) -> dict[str, Any]:
+
+def inactive_report(my: Connection, pg: psycopg.Connection[Any], table: str, prune: bool) -> dict[str, Any]:
     """Destination rows whose source is archived/deleted (pruned only when asked) and orphans.
 
     Orphans -- destination rows with no source row at all -- are counted only in a pruning run (it
@@ -48,7 +52,7 @@ def inactive_report(my: Any, pg: Any, table: str, prune: bool) -> dict[str, Any]
     }
 
 
-def _orphans(my: Any, pg: Any, target: str) -> list[str]:
+def _orphans(my: Connection, pg: psycopg.Connection[Any], target: str) -> list[str]:
     """Destination ``source_memory_id``s missing from the source table (smoke rows excluded)."""
     orphans: list[str] = []
     last = ""
@@ -70,7 +74,7 @@ def _orphans(my: Any, pg: Any, target: str) -> list[str]:
     return orphans
 
 
-def models_in_table(pg: Any, table: str) -> dict[str, int]:
+def models_in_table(pg: psycopg.Connection[Any], table: str) -> dict[str, int]:
     """Rows per ``embedding_model`` -- more than one key means mixed vectors."""
     rows = pg.execute(
         f"SELECT coalesce(embedding_model, 'unknown'), count(*) FROM {quote_identifier(table)} GROUP BY 1"

@@ -10,10 +10,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memwork.db import pg_value
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
 from memwork.pgvector.backfill.checkpoint import save_json_checkpoint, store_checkpoint
@@ -30,6 +31,9 @@ from memwork.pgvector.backfill.quarantine import (
 )
 from memwork.pgvector.schema import checkpoint_table_sql, table_dimensions
 from memwork.progress import Progress
+
+if TYPE_CHECKING:
+    import psycopg
 
 STAGE_TABLE = "memwork_backfill_stage"
 
@@ -63,7 +67,7 @@ class BatchWriter:
 
     def __init__(
         self,
-        pg: Any,
+        pg: psycopg.Connection[Any],
         table: str,
         model_id: str,
         json_path: Path,
@@ -139,7 +143,7 @@ class BatchWriter:
             self.progress.advance(len(batch.read))
 
 
-def check_destination(pg: Any, table: str, dimensions: int, model_id: str) -> None:
+def check_destination(pg: psycopg.Connection[Any], table: str, dimensions: int, model_id: str) -> None:
     """Refuse before writing anything: no table, or a table whose vectors have another dimension."""
     existing = table_dimensions(pg, table)
     if existing is None:
@@ -152,7 +156,7 @@ def check_destination(pg: Any, table: str, dimensions: int, model_id: str) -> No
         )
 
 
-def prepare_session(pg: Any) -> None:
+def prepare_session(pg: psycopg.Connection[Any]) -> None:
     """Checkpoint and rejects tables (bookkeeping, created if missing) and this session's staging table."""
     pg.execute(checkpoint_table_sql())
     pg.execute(rejects_table_sql())
@@ -187,12 +191,12 @@ def _pack_vectors(vectors: np.ndarray) -> list[PackedVector]:
     return [PackedVector(header + row.tobytes()) for row in big_endian]
 
 
-def register_packed_vectors(pg: Any) -> None:
+def register_packed_vectors(pg: psycopg.Connection[Any]) -> None:
     """On this connection only, dump the ``vector`` type from :class:`PackedVector` bytes as they are."""
     from psycopg.adapt import Dumper
     from psycopg.pq import Format
 
-    oid = pg.execute("SELECT 'vector'::regtype::oid").fetchone()[0]
+    oid = pg_value(pg, "SELECT 'vector'::regtype::oid")
 
     class PackedVectorDumper(Dumper):
         format = Format.BINARY
@@ -205,7 +209,7 @@ def register_packed_vectors(pg: Any) -> None:
 
 
 def write_batch(
-    pg: Any,
+    pg: psycopg.Connection[Any],
     table: str,
     batch: Batch,
     model_id: str,
@@ -241,7 +245,7 @@ def write_batch(
 
 
 def _upsert_one_by_one(
-    pg: Any, cur: Any, table: str, batch: Batch, model_id: str
+    pg: psycopg.Connection[Any], cur: psycopg.Cursor[Any], table: str, batch: Batch, model_id: str
 ) -> tuple[list[dict[str, Any]], list[Reject]]:
     written: list[dict[str, Any]] = []
     rejects: list[Reject] = []
@@ -260,7 +264,11 @@ def _upsert_one_by_one(
 
 
 def _upsert(
-    cur: Any, table: str, rows: Sequence[Mapping[str, Any]], vectors: np.ndarray, model_id: str
+    cur: psycopg.Cursor[Any],
+    table: str,
+    rows: Sequence[Mapping[str, Any]],
+    vectors: np.ndarray,
+    model_id: str,
 ) -> None:
     """COPY ``rows`` into the staging table, then one ``INSERT ... ON CONFLICT`` into ``table``."""
     target = quote_identifier(table)
