@@ -31,6 +31,7 @@ from memwork.pgvector.schema import DEFAULT_TABLE
 
 if TYPE_CHECKING:
     import psycopg
+    from psycopg_pool import ConnectionPool
 
 DEFAULT_POOL_MAX = 5
 DEFAULT_LIMIT = 40
@@ -91,7 +92,7 @@ class PgvectorBackend(BaseBackend):
         self._unavailable = list(unavailable or [])
         if not database_url and not self._unavailable:
             self._unavailable.append(f"{URL_VAR} is not set")
-        self._pool: Any = None
+        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._lock = threading.Lock()
 
     # ---- contract -------------------------------------------------------------------------------
@@ -138,7 +139,7 @@ class PgvectorBackend(BaseBackend):
             raise BackendError("pgvector resolve needs an embedding or MEMORY_PGVECTOR_EMBEDDING_MODULE")
         return self.query_embedder.embed_query(query, request)
 
-    def _get_pool(self) -> Any:
+    def _get_pool(self) -> ConnectionPool[psycopg.Connection[Any]]:
         """The connection pool, opened on first use so configuring the backend never connects."""
         with self._lock:
             if self._pool is None:
