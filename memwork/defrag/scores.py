@@ -46,21 +46,20 @@ def confidence_of(metadata: Mapping[str, Any]) -> str | None:
     return str(value).strip().lower() if present(value) else None
 
 
+#: Points for each metadata field that is present (the guide's weights; high confidence adds 10).
+QUALITY_WEIGHTS = (
+    ("type", 20),
+    ("confidence", 20),
+    ("tags", 15),
+    ("related", 15),
+    ("domain", 10),
+    ("last_verified", 10),
+)
+
+
 def quality_score(metadata: Mapping[str, Any]) -> int:
     """The guide's metadata quality score, 0-100."""
-    score = 0
-    if present(metadata.get("type")):
-        score += 20
-    if present(metadata.get("confidence")):
-        score += 20
-    if present(metadata.get("tags")):
-        score += 15
-    if present(metadata.get("related")):
-        score += 15
-    if present(metadata.get("domain")):
-        score += 10
-    if present(metadata.get("last_verified")):
-        score += 10
+    score = sum(points for key, points in QUALITY_WEIGHTS if present(metadata.get(key)))
     if confidence_of(metadata) == "high":
         score += 10
     return score
