@@ -6,9 +6,14 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:
+    import rich.progress
+    from rich.progress import Task, TaskID
+    from rich.text import Text
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -90,7 +95,7 @@ def progress_shown(quiet: bool) -> bool:
 
 
 @contextmanager
-def _rich_bar(unit: str = "") -> Iterator[Any]:
+def _rich_bar(unit: str = "") -> Iterator[rich.progress.Progress]:
     """A transient rich ``Progress`` on stderr: description, bar, n/total, %, rate and ETA."""
     from rich.console import Console
     from rich.progress import (
@@ -106,7 +111,7 @@ def _rich_bar(unit: str = "") -> Iterator[Any]:
     per_second = f" {unit}/s" if unit else "/s"
 
     class RateColumn(TransferSpeedColumn):
-        def render(self, task: Any) -> Any:
+        def render(self, task: Task) -> Text:
             from rich.text import Text
 
             speed = task.finished_speed or task.speed
@@ -131,9 +136,9 @@ class _StageBar:
     """The CLI's one adapter: :class:`memwork.progress.Progress` on a rich bar, one bar per stage
     (the last replaced), with rate and ETA."""
 
-    def __init__(self, bar: Any) -> None:
+    def __init__(self, bar: rich.progress.Progress) -> None:
         self.bar = bar
-        self.task: Any = None
+        self.task: TaskID | None = None
 
     def start(self, description: str, total: int | None) -> None:
         if self.task is not None:
