@@ -86,6 +86,24 @@ def check_unchanged(current: Entry | None, expected: Entry | None, scope: str, p
 
 
 @dataclass(frozen=True)
+class CasWrite:
+    """One compare-and-set write, its entry named once: ``new`` (None = delete) for ``(scope, path)``
+    if that entry is still ``expected`` (None = absent); ``before_write`` runs right before the write."""
+
+    scope: str
+    path: str
+    expected: Entry | None
+    new: Entry | None
+    before_write: Callable[[], None] | None = None
+
+    def check(self, current: Entry | None) -> None:
+        """Raise :class:`WriteConflict` unless ``current`` is still ``expected``; then ``before_write``."""
+        check_unchanged(current, self.expected, self.scope, self.path)
+        if self.before_write is not None:
+            self.before_write()
+
+
+@dataclass(frozen=True)
 class EntryInfo:
     """What ``list`` returns per entry (the guide's ``{path, title, size, updated_at}``, plus scope)."""
 
@@ -175,26 +193,15 @@ class Store(ABC):
         key = cas_key(expected, new)
         if key is None:
             return
-        scope, path = key
-        self._compare_and_write(scope, path, expected, new, before_write)
+        self._compare_and_write(CasWrite(*key, expected, new, before_write))
 
-    def _compare_and_write(
-        self,
-        scope: str,
-        path: str,
-        expected: Entry | None,
-        new: Entry | None,
-        before_write: Callable[[], None] | None,
-    ) -> None:
-        """The compare and the write of :meth:`put_if_unchanged`, for the entry ``(scope, path)``
-        both name (already normalised)."""
-        check_unchanged(self.get(path, scope=scope), expected, scope, path)
-        if before_write is not None:
-            before_write()
-        if new is None:
-            self._delete(path, scope)
+    def _compare_and_write(self, write: CasWrite) -> None:
+        """The compare and the write of :meth:`put_if_unchanged` (scope and path already normalised)."""
+        write.check(self.get(write.path, scope=write.scope))
+        if write.new is None:
+            self._delete(write.path, write.scope)
         else:
-            self.put(new)
+            self.put(write.new)
 
     def describe(self) -> str:
         """A human-readable, secret-free description of where the store lives."""

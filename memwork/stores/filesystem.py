@@ -31,7 +31,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,7 +52,7 @@ from memwork.entry import (
 )
 from memwork.errors import EntryNotFound, InvalidPath, UsageError
 from memwork.progress import Progress
-from memwork.stores.base import DEFAULT_RUN_LOCK_TIMEOUT, Store, check_unchanged
+from memwork.stores.base import DEFAULT_RUN_LOCK_TIMEOUT, CasWrite, Store
 from memwork.stores.runlock import flock_run_lock
 
 SCOPES_DIR = ".scopes"
@@ -107,25 +107,16 @@ class FilesystemStore(Store):
         scope = validate_scope(scope) if scope is not None else None
         return flock_run_lock(self.root / RUN_LOCK_STEM, scope, timeout, self.describe())
 
-    def _compare_and_write(
-        self,
-        scope: str,
-        path: str,
-        expected: Entry | None,
-        new: Entry | None,
-        before_write: Callable[[], None] | None,
-    ) -> None:
+    def _compare_and_write(self, write: CasWrite) -> None:
         """Compare and write under the store's write lock (see :meth:`Store.put_if_unchanged`)."""
-        if new is not None:
-            check_limits(new)  # refused before the lock is taken
+        if write.new is not None:
+            check_limits(write.new)  # refused before the lock is taken
         with self._lock:
-            check_unchanged(self._load_locked(path, scope), expected, scope, path)
-            if before_write is not None:
-                before_write()
-            if new is None:
-                self._delete_unlocked(path, scope)
+            write.check(self._load_locked(write.path, write.scope))
+            if write.new is None:
+                self._delete_unlocked(write.path, write.scope)
             else:
-                self._put_unlocked(new)
+                self._put_unlocked(write.new)
 
     def put_many(self, entries: Iterable[Entry], *, progress: Progress | None = None) -> int:
         """Write many entries under one lock acquisition (the write lock is re-entrant, so each

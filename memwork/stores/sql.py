@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,9 +70,9 @@ from memwork.progress import Progress
 from memwork.redaction import first_line, redact_url
 from memwork.stores.base import (
     DEFAULT_RUN_LOCK_TIMEOUT,
+    CasWrite,
     EntryInfo,
     Store,
-    check_unchanged,
 )
 from memwork.stores.runlock import flock_run_lock, lock_key, lock_name, poll_until
 
@@ -402,16 +402,10 @@ class SQLStore(Store):
                 except Exception:  # a dead connection holds no lock; never reuse it
                     conn.invalidate()
 
-    def _compare_and_write(
-        self,
-        scope: str,
-        path: str,
-        expected: Entry | None,
-        new: Entry | None,
-        before_write: Callable[[], None] | None,
-    ) -> None:
+    def _compare_and_write(self, write: CasWrite) -> None:
         """Compare and write in one transaction that locks the row (see :meth:`Store.put_if_unchanged`)."""
-        values = None if new is None else self._row_values(new)  # bad input fails before anything
+        scope, path = write.scope, write.path
+        values = None if write.new is None else self._row_values(write.new)  # bad input fails first
         c = self.table.c
         match = (c.scope == scope, c.file_path == path)
         with self._write_transaction() as conn:
@@ -419,9 +413,7 @@ class SQLStore(Store):
             if self.dialect != "sqlite":
                 stmt = stmt.with_for_update()
             row = conn.execute(stmt).first()
-            check_unchanged(None if row is None else self._entry(row), expected, scope, path)
-            if before_write is not None:
-                before_write()
+            write.check(None if row is None else self._entry(row))
             if values is None:
                 conn.execute(self.table.delete().where(*match))
             elif row is not None:
