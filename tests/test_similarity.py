@@ -313,7 +313,6 @@ class Calls(list):
         self.append(n)
 
 
-
 @pytest.mark.parametrize("embedded", [True, False])
 @pytest.mark.parametrize("threshold", [0.0, 0.8])
 def test_progress_advances_per_block_and_sums_to_row_count(monkeypatch, embedded, threshold):

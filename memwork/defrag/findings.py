@@ -168,9 +168,7 @@ def find_duplicates(
     return _sorted(pairs)
 
 
-def _stage(
-    progress: Progress | None, description: str, groups: dict[str, list[Entry]]
-) -> Progress | None:
+def _stage(progress: Progress | None, description: str, groups: dict[str, list[Entry]]) -> Progress | None:
     """One stage over every scope's entries; the per-scope searches advance it."""
     if progress is not None:
         progress.start(description, sum(map(len, groups.values())))
