@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -74,14 +73,7 @@ def baseline_rate(pg_url: str, items: list[dict], embedder, sample: int) -> floa
 def run_backfill_timed(mysql_url: str, pg_url: str, embedder, batch_size: int) -> tuple[float, int]:
     from memwork.pgvector.backfill import BackfillOptions, run_backfill
 
-    options = BackfillOptions(
-        mysql_url=mysql_url,
-        database_url=pg_url,
-        apply=True,
-        embedder=embedder,
-        batch_size=batch_size,
-        checkpoint_path=Path(tempfile.mkdtemp()) / "checkpoint.json",
-    )
+    options = BackfillOptions.one_off(mysql_url, pg_url, embedder, batch_size=batch_size)
     started = time.perf_counter()
     report = run_backfill(options)
     return time.perf_counter() - started, report.rows_written

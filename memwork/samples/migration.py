@@ -70,17 +70,8 @@ def build_migration(
     with pg_connect(dest_url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {quote_identifier(table)}")
         conn.execute(f"DELETE FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s", (table,))
-    checkpoint = Path(tempfile.mkdtemp(prefix="memwork-ckpt-")) / "checkpoint.json"
     report = run_backfill(
-        BackfillOptions(
-            mysql_url=source_url,
-            database_url=dest_url,
-            apply=True,
-            embedder=embedder,
-            table=table,
-            batch_size=2000,
-            checkpoint_path=checkpoint,
-        )
+        BackfillOptions.one_off(source_url, dest_url, embedder, table=table, batch_size=2000)
     )
     active = sum(1 for r in rows if r["status"] == "active")
     return Migration(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -74,6 +75,29 @@ class BackfillOptions:
     prune_inactive: bool = False
     sample_size: int = 5
     checkpoint_path: Path | None = None
+
+    @classmethod
+    def one_off(
+        cls,
+        mysql_url: str,
+        database_url: str,
+        embedder: Embedder,
+        *,
+        table: str = DEFAULT_TABLE,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> BackfillOptions:
+        """An applying run with its checkpoint file in a fresh temporary folder, so it never resumes
+        from (or disturbs) the workspace's checkpoint: the sample migrations and the benchmark."""
+        checkpoint = Path(tempfile.mkdtemp(prefix="memwork-ckpt-")) / "checkpoint.json"
+        return cls(
+            mysql_url=mysql_url,
+            database_url=database_url,
+            apply=True,
+            embedder=embedder,
+            table=table,
+            batch_size=batch_size,
+            checkpoint_path=checkpoint,
+        )
 
     def validate(self, *, require_embedder: bool = True) -> None:
         """Every input problem as one usage error naming the field and value, before any I/O.
