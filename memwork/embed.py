@@ -261,6 +261,23 @@ def sentence_transformers_available() -> bool:
 
 
 # ---- module embedders ---------------------------------------------------------------------------
+def load_file_module(path: Path, name: str, *, field: str, value: str, register: bool = True) -> ModuleType:
+    """Execute the Python file ``path`` as a module called ``name`` (an embedding module, an adapter
+    file); ``register`` puts it in ``sys.modules`` first (dataclasses in it need that). A missing or
+    unloadable file is a :class:`UsageError` naming ``field`` and ``value``; errors inside the file
+    propagate."""
+    if not path.is_file():
+        raise UsageError(field, value, "no such file")
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise UsageError(field, value, "cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(module_spec)
+    if register:
+        sys.modules[name] = module
+    module_spec.loader.exec_module(module)
+    return module
+
+
 def load_module(spec: str, *, field: str = "embedding_module") -> ModuleType:
     """Import a module named by a dotted name (``pkg.mod``) or a file path (``./embed.py``)."""
     if not isinstance(spec, str) or not spec.strip():
@@ -270,15 +287,8 @@ def load_module(spec: str, *, field: str = "embedding_module") -> ModuleType:
     looks_like_path = spec.endswith(".py") or "/" in spec or os.sep in spec
     try:
         if looks_like_path:
-            if not path.is_file():
-                raise UsageError(field, spec, "no such file")
             name = f"memwork_embedding_module_{abs(hash(str(path.resolve())))}"
-            module_spec = importlib.util.spec_from_file_location(name, path)
-            if module_spec is None or module_spec.loader is None:
-                raise UsageError(field, spec, "cannot be loaded as a Python module")
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[name] = module
-            module_spec.loader.exec_module(module)
+            module = load_file_module(path, name, field=field, value=spec)
             module.__dict__.setdefault("__memwork_display_name__", path.stem)
             return module
         return importlib.import_module(spec)

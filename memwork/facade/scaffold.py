@@ -172,16 +172,10 @@ def write_scaffold(scaffold: Scaffold, directory: str | Path) -> list[Path]:
 
 def load_adapter_file(path: str | Path) -> Backend:
     """Import an adapter module from a file and return its backend built from an empty env."""
-    import importlib.util
+    from memwork.embed import load_file_module
 
     file = Path(path)
-    if not file.is_file():
-        raise UsageError("adapter", str(file), "no such file")
-    spec = importlib.util.spec_from_file_location(file.stem, file)
-    if spec is None or spec.loader is None:
-        raise UsageError("adapter", str(file), "not a Python module")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_file_module(file, file.stem, field="adapter", value=str(file), register=False)
     factory = getattr(module, "from_env", None)
     if not callable(factory):
         raise UsageError("adapter", str(file), "has no from_env(env) factory")
