@@ -58,3 +58,11 @@ def dimension(name: str, value: object) -> int:
     ):
         raise UsageError(name, value, DIMENSION_HINT)
     return int(value)
+
+
+def both_or_neither(first: str, first_value: str, second: str, second_value: str) -> None:
+    """Two settings that only work together (a source and a target URL): a UsageError naming the
+    missing one when exactly one of them is given."""
+    if bool(first_value) != bool(second_value):
+        given, missing = (first, second) if first_value else (second, first)
+        raise UsageError(missing, "", f"give both {first} and {second}, or neither ({given} is set)")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memwork.checks import both_or_neither
 from memwork.db import is_database_url, parse_url
 from memwork.errors import ServiceUnavailable, UsageError
 from memwork.redaction import first_line, redact_text, redact_url, redact_value
@@ -487,9 +488,7 @@ def run_from_parameters(
     dimension. Giving only one of the two URLs is a usage error.
     """
     given = dict(locals())  # as given, before the defaults below
-    if bool(legacy_url) != bool(pgvector_url):
-        missing = "pgvector_url" if legacy_url else "legacy_url"
-        raise UsageError(missing, "", "give both legacy_url and pgvector_url, or neither")
+    both_or_neither("legacy_url", legacy_url, "pgvector_url", pgvector_url)
     options = CanaryOptions(
         {},
         expected_backend=expected_backend,

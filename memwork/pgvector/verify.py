@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from memwork.checks import dimension, unit
+from memwork.checks import both_or_neither, dimension, unit
 from memwork.embed import Embedder, load_embedder
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
@@ -603,9 +603,7 @@ def run_from_parameters(
     With neither URL a small sample migration is built first (so the notebook runs standalone);
     the result's notes say so. Giving only one of the two URLs is a usage error.
     """
-    if bool(source_url) != bool(pgvector_url):
-        given, other = ("source_url", "pgvector_url") if source_url else ("pgvector_url", "source_url")
-        raise UsageError(other, "", f"give both source_url and pgvector_url, or neither ({given} is set)")
+    both_or_neither("source_url", source_url, "pgvector_url", pgvector_url)
     options = VerifyOptions(
         source_url,
         pgvector_url,
