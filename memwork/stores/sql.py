@@ -28,6 +28,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Column,
+    Connection,
     DateTime,
     Engine,
     Index,
@@ -307,7 +308,7 @@ class SQLStore(Store):
                     progress.advance(len(batch))
         return len(rows)
 
-    def _upsert(self, rows: list[dict[str, Any]], conn: Any) -> int:
+    def _upsert(self, rows: list[dict[str, Any]], conn: Connection) -> int:
         columns = [k for k in rows[0] if k not in ("scope", "file_path")]
         stmt: Any
         if self.dialect == "mysql":
@@ -425,7 +426,7 @@ class SQLStore(Store):
                     raise WriteConflict(path, scope, "was created by another writer meanwhile") from None
 
     @contextmanager
-    def _write_transaction(self) -> Iterator[Any]:
+    def _write_transaction(self) -> Iterator[Connection]:
         """A transaction that holds the write lock from its first statement (SQLite: BEGIN IMMEDIATE,
         so the row read for a compare cannot change before the write)."""
         if self.dialect != "sqlite":
