@@ -339,15 +339,16 @@ def _as_vector(value: Any, field: str, spec: str) -> np.ndarray:
 class QueryModuleEmbedder:
     """Runtime query embedding from ``MEMORY_PGVECTOR_EMBEDDING_MODULE``: ``embed_query(query, input)``."""
 
-    def __init__(self, spec: str) -> None:
-        self.spec = spec
-        self.module = load_module(spec, field="MEMORY_PGVECTOR_EMBEDDING_MODULE")
-        self._fn = _module_callable(self.module, "embed_query", spec, "MEMORY_PGVECTOR_EMBEDDING_MODULE")
+    def __init__(self, spec: str, *, field: str = "MEMORY_PGVECTOR_EMBEDDING_MODULE") -> None:
+        """``field``: the variable the spec came from (each semantic backend has its own), named in errors."""
+        self.spec, self.field = spec, field
+        self.module = load_module(spec, field=field)
+        self._fn = _module_callable(self.module, "embed_query", spec, field)
         self.model_id = _module_model_id(self.module)
 
     def embed_query(self, query: str, request: Mapping[str, Any] | None = None) -> np.ndarray:
         value = _await_if_needed(self._fn(query, dict(request or {})))
-        return _as_vector(value, "MEMORY_PGVECTOR_EMBEDDING_MODULE", self.spec)
+        return _as_vector(value, self.field, self.spec)
 
 
 class MemoryModuleEmbedder:

@@ -107,6 +107,7 @@ RESOLVE_KEYS = {
     "behaviorSummary",
     "activeGoals",
     "memories",
+    "policy",
 }
 
 

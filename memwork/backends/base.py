@@ -73,7 +73,8 @@ class Declaration:
     ``aliases``: other names ``MEMORY_BACKEND`` may use (the first is the documented selector);
     ``capabilities``: the operations it implements (or, for a placeholder slot, will implement);
     ``database_url_var``: the variable holding its database URL, if it has one (the canary probes it
-    and unsets it to prove the fallback).
+    and unsets it to prove the fallback); ``mapping``: how its results fill the facade's payload,
+    ``(payload field or operation, where it comes from)`` pairs, listed in README.
     """
 
     name: str
@@ -83,6 +84,7 @@ class Declaration:
     variables: tuple[EnvVar, ...] = ()
     aliases: tuple[str, ...] = ()
     database_url_var: str | None = None
+    mapping: tuple[tuple[str, str], ...] = ()
 
     @property
     def flag(self) -> str | None:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("memwork.facade")
 
 LEGACY = DEFAULT_BACKEND  #: resolve falls back to the default backend (legacy), found by its alias
-RESOLVE_KEYS = ("profile", "semanticMemories", "behaviorSummary", "activeGoals", "memories")
+RESOLVE_KEYS = ("profile", "semanticMemories", "behaviorSummary", "activeGoals", "memories", "policy")
 _ENVELOPE = ("ok", "enabled", "skipped", "source", "reason")
 
 
@@ -51,6 +51,7 @@ def empty_resolve() -> dict[str, Any]:
         "behaviorSummary": None,
         "activeGoals": [],
         "memories": [],
+        "policy": None,
     }
 
 

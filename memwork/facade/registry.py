@@ -34,6 +34,13 @@ GROUP = "memwork.backends"
 BUILTIN_ENTRY_POINTS: tuple[EntryPoint, ...] = (
     EntryPoint("legacy", "memwork.backends.legacy:from_env", GROUP),
     EntryPoint("pgvector", "memwork.backends.pgvector:from_env", GROUP),
+    EntryPoint("qdrant", "memwork.backends.qdrant:from_env", GROUP),
+    EntryPoint("weaviate", "memwork.backends.weaviate:from_env", GROUP),
+    EntryPoint("mem0", "memwork.backends.mem0:from_env", GROUP),
+    EntryPoint("letta", "memwork.backends.letta:from_env", GROUP),
+    EntryPoint("neo4j", "memwork.backends.neo4j:from_env", GROUP),
+    EntryPoint("redis-streams", "memwork.backends.redis_streams:from_env", GROUP),
+    EntryPoint("langgraph", "memwork.backends.langgraph:from_env", GROUP),
 )
 
 

@@ -1,0 +1,226 @@
+"""The one HTTP client every HTTP backend and source uses (Weaviate, Mem0, Letta, Neo4j, LangGraph).
+
+What it adds to httpx, once, so no adapter re-invents it:
+
+* a **deadline** per call: connect, read, write and pool timeouts all fit inside ``timeout_s`` (set
+  under the facade's ``MEMORY_BACKEND_TIMEOUT_MS``), retries included;
+* **retries with backoff for idempotent requests only** (GET, and reads sent as POST such as a
+  search, marked ``idempotent=True``): a write is sent once, never twice;
+* a **response size cap**: the body is streamed and refused past ``max_response_bytes``;
+* **no secret in any error**: messages name the service, method and path (never the query string),
+  URL passwords and query tokens are hidden by :mod:`memwork.redaction`, and every configured
+  secret (API key, password) is replaced by ``***`` wherever it would appear.
+
+The httpx client is created on first use, so building an adapter never opens a connection.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from memwork.errors import BackendError
+from memwork.redaction import REDACTED, redact_text, redact_url
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "RETRY_STATUSES",
+    "HttpError",
+    "HttpSettings",
+    "JsonHttpClient",
+    "settings_from_env",
+]
+
+#: statuses worth another attempt of an idempotent request (the server says: not now)
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """Timeouts, retries and the size cap of one client; ``timeout_s`` bounds a whole call."""
+
+    timeout_s: float = 1.8
+    connect_timeout_s: float = 1.0
+    retries: int = 2
+    backoff_s: float = 0.05
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+
+
+def settings_from_env(env: Mapping[str, str], **overrides: Any) -> HttpSettings:
+    """Settings under the facade's deadline: 90 % of ``MEMORY_BACKEND_TIMEOUT_MS`` (default 2000 ms), so
+    the adapter's own error, not the facade's timeout, reaches the caller."""
+    from memwork.facade.policy import DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS
+
+    raw = (env.get("MEMORY_BACKEND_TIMEOUT_MS") or "").strip()
+    try:
+        ms = int(raw) if raw else DEFAULT_TIMEOUT_MS
+    except ValueError:
+        ms = DEFAULT_TIMEOUT_MS
+    if not 1 <= ms <= MAX_TIMEOUT_MS:
+        ms = DEFAULT_TIMEOUT_MS
+    total = ms / 1000.0 * 0.9
+    values: dict[str, Any] = {"timeout_s": total, "connect_timeout_s": min(1.0, total)}
+    values.update(overrides)
+    return HttpSettings(**values)
+
+
+class HttpError(BackendError):
+    """An HTTP call that failed: ``status`` is the HTTP status, or None for transport errors."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+class JsonHttpClient:
+    """JSON over HTTP to one service at ``base_url``; thread-safe, lazily connected.
+
+    ``secrets``: strings (API keys, passwords, tokens) that must never appear in an error message.
+    ``transport``: an httpx transport (tests may pass ``httpx.MockTransport`` for transport-level
+    faults; the fakes in ``tests/fakes`` are real servers).
+    """
+
+    def __init__(
+        self,
+        service: str,
+        base_url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        auth: tuple[str, str] | None = None,
+        settings: HttpSettings | None = None,
+        secrets: Iterable[str] = (),
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.service = service
+        self.base_url = base_url.rstrip("/")
+        self.settings = settings or HttpSettings()
+        self._headers = dict(headers or {})
+        self._auth = auth
+        self._secrets = tuple(s for s in secrets if s)
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self._lock = threading.Lock()
+
+    # ---- public API ----------------------------------------------------------------------------
+    def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        """GET and decode JSON; retried on transport errors and 429/502/503/504."""
+        return self.request_json("GET", path, params=params, idempotent=True)
+
+    def post_json(self, path: str, body: Any, *, idempotent: bool = False) -> Any:
+        """POST JSON; retried only when ``idempotent`` (a search, a read-only query)."""
+        return self.request_json("POST", path, json_body=body, idempotent=idempotent)
+
+    def request_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json_body: Any = None,
+        idempotent: bool | None = None,
+    ) -> Any:
+        """One call within the deadline; raises :class:`HttpError` with a redacted, one-line message."""
+        retry = (method.upper() in ("GET", "HEAD")) if idempotent is None else idempotent
+        deadline = time.monotonic() + self.settings.timeout_s
+        attempts = 1 + (max(0, self.settings.retries) if retry else 0)
+        last: HttpError | None = None
+        for attempt in range(attempts):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                return self._once(method, path, params, json_body, remaining)
+            except HttpError as exc:
+                last = exc
+                if not exc.retryable or attempt == attempts - 1:
+                    raise
+            pause = self.settings.backoff_s * (2**attempt)
+            if time.monotonic() + pause >= deadline:
+                break
+            time.sleep(pause)
+        raise last or self._error(method, path, f"no time left within {self.settings.timeout_s:.2f} s")
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every configured secret and URL password hidden."""
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return redact_text(text)
+
+    # ---- internals -----------------------------------------------------------------------------
+    def _http(self) -> httpx.Client:
+        with self._lock:
+            if self._client is None:
+                import httpx
+
+                self._client = httpx.Client(
+                    base_url=self.base_url,
+                    headers=self._headers,
+                    auth=self._auth,
+                    transport=self._transport,
+                    follow_redirects=False,
+                    trust_env=False,
+                )
+            return self._client
+
+    def _once(
+        self, method: str, path: str, params: Mapping[str, Any] | None, body: Any, remaining: float
+    ) -> Any:
+        import httpx
+
+        timeout = httpx.Timeout(
+            remaining,
+            connect=min(self.settings.connect_timeout_s, remaining),
+            read=remaining,
+            write=remaining,
+            pool=remaining,
+        )
+        cap = self.settings.max_response_bytes
+        try:
+            with self._http().stream(
+                method, path, params=dict(params) if params else None, json=body, timeout=timeout
+            ) as response:
+                declared = response.headers.get("content-length")
+                if declared and declared.isdigit() and int(declared) > cap:
+                    raise self._error(method, path, f"response of {declared} bytes exceeds the {cap}-byte cap")
+                chunks, size = [], 0
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > cap:
+                        raise self._error(method, path, f"response exceeds the {cap}-byte cap")
+                    chunks.append(chunk)
+                status = response.status_code
+        except httpx.TimeoutException:
+            raise self._error(method, path, "timed out", retryable=True) from None
+        except httpx.TransportError as exc:
+            kind = type(exc).__name__
+            raise self._error(method, path, f"{kind}: {exc}", retryable=True) from None
+        raw = b"".join(chunks)
+        if status >= 400:
+            detail = raw[:200].decode("utf-8", "replace").replace("\n", " ").strip()
+            raise self._error(
+                method, path, f"HTTP {status}: {detail}", status=status, retryable=status in RETRY_STATUSES
+            )
+        if not raw.strip():
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise self._error(method, path, f"HTTP {status}: malformed JSON in the response") from None
+
+    def _error(self, method: str, path: str, problem: str, **kwargs: Any) -> HttpError:
+        where = f"{redact_url(self.base_url)}{path.split('?', 1)[0]}"
+        return HttpError(self.scrub(f"{self.service} {method} {where}: {problem}"), **kwargs)
