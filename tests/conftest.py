@@ -95,6 +95,38 @@ def mysql_url() -> str:
     conn.close()
 
 
+# ---- Redis --------------------------------------------------------------------------------------
+REDIS_URL = os.environ.get("MEMWORK_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """The machine's Redis (127.0.0.1:6379); each test uses its own key prefix (``redis_prefix``)."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
+    try:
+        client.ping()
+    except Exception as exc:
+        service_missing("Redis at 127.0.0.1:6379", exc)
+    finally:
+        client.close()
+    return REDIS_URL
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> str:
+    """A key prefix unique to the test; every key under it is deleted afterwards."""
+    import redis
+
+    prefix = f"memwork-test:{uuid.uuid4().hex[:10]}:"
+    yield prefix
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(match=prefix + "*"):
+        client.delete(key)
+    client.close()
+
+
 # ---- SQLite -------------------------------------------------------------------------------------
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
