@@ -195,7 +195,7 @@ class JsonHttpClient:
             ) as response:
                 declared = response.headers.get("content-length")
                 if declared and declared.isdigit() and int(declared) > cap:
-                    raise self._error(method, path, f"response of {declared} bytes exceeds the {cap}-byte cap")
+                    raise self._error(method, path, f"response of {declared} bytes exceeds the cap ({cap})")
                 chunks, size = [], 0
                 for chunk in response.iter_bytes():
                     size += len(chunk)
