@@ -211,3 +211,54 @@ def declaration_of(backend: object) -> Declaration:
         aliases=tuple(aliases) if isinstance(aliases, tuple | list) else (),
         database_url_var=decl.database_url_var if isinstance(decl, Declaration) else None,
     )
+
+
+# ---- configuration problems, as unavailable reasons ---------------------------------------------
+#: the reason code of a missing required variable, by the end of its name (first match wins)
+_MISSING_CODES = (
+    ("_EMBEDDING_MODULE", "embedding_module_not_configured"),
+    ("_API_KEY", "api_key_missing"),
+    ("_AGENT_ID", "agent_id_missing"),
+    ("_PASSWORD", "password_missing"),
+    ("_USER", "user_missing"),
+    ("_URL", "url_missing"),
+)
+
+
+def missing_code(var: EnvVar) -> str:
+    """The reason code for ``var`` being unset (``url_missing``, ``api_key_missing``; flags ``disabled``)."""
+    if var.flag:
+        return "disabled"
+    for suffix, code in _MISSING_CODES:
+        if var.name.endswith(suffix):
+            return code
+    return f"{var.name.lower()}_missing"
+
+
+def configuration_problems(decl: Declaration, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``(code, detail)`` for the flag being off and each required variable unset, in declaration order.
+
+    Reading only ``env``: no connection, no import of user code. An adapter adds its own problems
+    (an invalid value, an unloadable embedding module) after these.
+    """
+    from memwork.checks import parse_bool
+    from memwork.errors import UsageError
+
+    problems: list[tuple[str, str]] = []
+    for var in decl.variables:
+        value = (env.get(var.name) or "").strip()
+        if var.flag:
+            try:
+                on = parse_bool(var.name, value, default=False)
+            except UsageError:
+                on = False
+            if not on:
+                problems.append(("disabled", f"{var.name} is not 1"))
+        elif var.required and not value:
+            problems.append((missing_code(var), f"{var.name} is not set"))
+    return problems
+
+
+def reason_of(problems: list[tuple[str, str]]) -> str | None:
+    """``code (detail); code (detail)``: the machine-readable code first, then what to set (None: none)."""
+    return "; ".join(f"{code} ({detail})" for code, detail in problems) or None
