@@ -1,4 +1,5 @@
-"""CLI group ``smoke pgvector``: the post-migration round trip -- parse, call, print."""
+"""CLI group ``smoke``: ``smoke pgvector`` (the post-migration round trip) and ``smoke external`` (one
+synthetic call on one backend) -- parse, call, print."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from memwork.cli.pgvector import pg_url_option, table_option
 
 @click.group("smoke")
 def smoke_group() -> None:
-    """Post-migration smoke tests.
+    """Smoke tests: the pgvector round trip, and one synthetic call on any backend.
 
     \b
-    Example:
+    Examples:
         MEMORY_PGVECTOR_DATABASE_URL=postgresql://... memwork smoke pgvector --dimensions 384 --json
+        memwork smoke external --backend qdrant --operation resolve
     """
 
 
@@ -59,6 +61,43 @@ def smoke_pgvector_command(
     ]
     lines.append(f"returned: {report.returned_order}  scores: {report.scores}")
     failure = None if report.ok else f"smoke pgvector failed on table {table}"
+    emit_verdict(report.to_dict(), as_json, lines, failure)
+
+
+@smoke_group.command("external")
+@click.option("--backend", required=True, help="Backend name, e.g. qdrant, mem0, letta, redis-streams.")
+@click.option(
+    "--operation",
+    type=click.Choice(["resolve", "write", "compact"]),
+    default="resolve",
+    show_default=True,
+    help="The operation to call once with a synthetic user.",
+)
+@json_option
+def smoke_external_command(backend: str, operation: str, as_json: bool) -> None:
+    """Call one operation of BACKEND directly (not through the fail-open facade) with a synthetic user.
+
+    not_configured (exit 0) when its flag or a required variable is missing; failed (exit 1, with the
+    reason) when it is configured and the call fails; ok (exit 0) otherwise.
+
+    \b
+    Example:
+        MEMORY_MEM0_ENABLED=1 MEMORY_MEM0_API_KEY=... memwork smoke external --backend mem0 --operation write
+    """
+    from memwork.facade.smoke_external import run_external_smoke
+
+    report = run_external_smoke(backend, operation)
+    line = f"{report.backend} {report.operation}: {report.status}"
+    if report.reason:
+        line += f" ({report.reason})"
+    lines = [line]
+    if report.status == "ok":
+        lines.append(
+            f"elapsed: {report.elapsed_ms} ms  returned: {report.returned}  cleanup: {report.cleanup}"
+        )
+    failure = (
+        None if report.ok else f"smoke external {report.backend} {report.operation} failed: {report.reason}"
+    )
     emit_verdict(report.to_dict(), as_json, lines, failure)
 
 
