@@ -7,7 +7,7 @@ from __future__ import annotations
 import queue
 import struct
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,6 +113,7 @@ class BatchWriter:
     def _run(self) -> None:
         try:
             while (batch := self.pending.get()) is not None:
+                assert batch.cursor is not None  # the backfill's batches always carry their keyset cursor
                 written, rejects = write_batch(
                     self.pg,
                     self.table,
@@ -133,7 +134,7 @@ class BatchWriter:
     def _committed(self, batch: Batch, written: int, rejects: list[Reject]) -> None:
         report = self.report
         report.first_checkpoint = report.first_checkpoint or cursor_of(batch.read[0]).to_json()
-        report.last_checkpoint = batch.cursor.to_json()
+        report.last_checkpoint = batch.cursor.to_json() if batch.cursor is not None else None
         report.rows_written += written
         report.rows_quarantined += len(rejects)
         room = MAX_LISTED_REJECTS - len(report.quarantined)
@@ -171,13 +172,16 @@ def prepare_session(pg: psycopg.Connection[Any]) -> None:
 
 @dataclass
 class Batch:
-    """One keyset page: every row read, the rows to write with their vectors, the rows quarantined."""
+    """One keyset page: every row read, the rows to write with their vectors, the rows quarantined.
+
+    ``cursor`` is the backfill's keyset position; a caller with its own checkpoint (the import run,
+    ``write_batch(save_checkpoint=...)``) leaves it None."""
 
     read: list[dict[str, Any]]
     rows: list[dict[str, Any]]
     vectors: np.ndarray
     rejects: list[Reject]
-    cursor: Cursor
+    cursor: Cursor | None
 
 
 class PackedVector(bytes):
@@ -218,11 +222,15 @@ def write_batch(
     run_id: str,
     *,
     clear_rejects: bool = False,
+    save_checkpoint: Callable[[psycopg.Cursor[Any], int], None] | None = None,
 ) -> tuple[int, list[Reject]]:
     """Upsert the batch and commit it with its rejects and checkpoint; returns (rows written, rejects).
 
     The batch is tried whole first (inside a savepoint); an error that blames the values is retried
-    row by row, each row in its own savepoint, so one poison row costs only itself."""
+    row by row, each row in its own savepoint, so one poison row costs only itself. The checkpoint is
+    the backfill's keyset cursor, or ``save_checkpoint(cur, rows_total)`` (the import run's own
+    checkpoint table) -- either way in the batch's transaction. A row's own ``embedding_model`` key,
+    when present, overrides ``model_id`` (vectors kept from a source carry their model)."""
     rejects = list(batch.rejects)
     with pg.transaction(), pg.cursor() as cur:
         written = batch.rows
@@ -239,7 +247,11 @@ def write_batch(
             clear_written_rejects(cur, table, written)
         if rejects:
             store_rejects(cur, table, rejects, run_id)
-        store_checkpoint(cur, table, batch.cursor, rows_before + len(written), model_id, dimensions)
+        if save_checkpoint is not None:
+            save_checkpoint(cur, rows_before + len(written))
+        else:
+            assert batch.cursor is not None  # a backfill batch
+            store_checkpoint(cur, table, batch.cursor, rows_before + len(written), model_id, dimensions)
     # leaving pg.transaction() commits; the stage table empties itself ON COMMIT
     return len(written), rejects
 
@@ -286,7 +298,7 @@ def _upsert(
                     row["user_id"],
                     row["content"],
                     vector,
-                    model_id,
+                    row.get("embedding_model") or model_id,
                     row["type"] or "fact",
                     row["source_session_id"],
                     row["source_message_id"],
