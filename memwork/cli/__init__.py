@@ -27,9 +27,12 @@ COMMAND_MODULES = [
     "legacy",
     "pgvector",
     "backfill",
+    "migrate",
     "smoke",
+    "canary",
     "report",
     "demo",
+    "serve",
 ]
 
 

@@ -1,0 +1,281 @@
+"""The app canary (``memwork canary app``): is a *running* memwork service serving what we expect?
+
+Over HTTP only, like a load balancer's health check but deeper: the status expectations
+(``/api/runtime/status``: enabled, configured backend, selected backend, the target backend
+available with no reason), then a remember-recent -> sync -> resolve round trip for a synthetic user
+``memory-v2-canary-<uuid>``, then that user forgotten (``/forget``), and a last resolve proving it.
+Every expectation is checked even after one failed, so one run lists every failure. A service that
+cannot be reached is one failed step naming why (the token never shown).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from memwork.redaction import describe_error, redact_url
+
+STATUS_PATH = "/api/runtime/status"
+RESOLVE_PATH = "/user-memory/v1/resolve"
+WRITE_PATH = "/user-memory/v1/remember-recent"
+COMPACT_PATH = "/user-memory/v1/sync"
+FORGET_PATH = "/user-memory/v1/forget"
+CANARY_USER_PREFIX = "memory-v2-canary-"
+TOKEN_ENV = "MEMWORK_API_TOKEN"
+#: one call of the canary; generous against the facade's own 2 s deadline
+TIMEOUT_S = 10.0
+CANARY_MESSAGES = [
+    {"role": "user", "content": "My name is Canary Check. I like synthetic round trips through the service."},
+    {"role": "assistant", "content": "Noted."},
+]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One expectation or operation and how it went."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class AppCanaryReport:
+    """Every step of one app canary run."""
+
+    base_url: str
+    userId: str
+    steps: list[Step] = field(default_factory=list)
+    status: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.steps) and all(s.ok for s in self.steps)
+
+    @property
+    def failures(self) -> list[str]:
+        return [f"{s.name}: {s.detail}" for s in self.steps if not s.ok]
+
+    def add(self, name: str, ok: bool, detail: str) -> None:
+        self.steps.append(Step(name, bool(ok), detail))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "base_url": self.base_url,
+            "userId": self.userId,
+            "steps": [asdict(s) for s in self.steps],
+            "failures": self.failures,
+        }
+
+
+def client(base_url: str, token: str = "") -> Any:
+    """A JSON client for the service (bearer token when given; the token scrubbed from errors)."""
+    from memwork.http import HttpSettings, JsonHttpClient
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    settings = HttpSettings(timeout_s=TIMEOUT_S, connect_timeout_s=min(2.0, TIMEOUT_S), retries=1)
+    return JsonHttpClient("memwork service", base_url, headers=headers, settings=settings, secrets=[token])
+
+
+def fetch_status(base_url: str, token: str = "") -> dict[str, Any]:
+    """``GET /api/runtime/status`` of the service (raises :class:`~memwork.http.HttpError`)."""
+    http = client(base_url, token)
+    try:
+        status = http.get_json(STATUS_PATH)
+    finally:
+        http.close()
+    if not isinstance(status, dict):
+        from memwork.http import HttpError
+
+        raise HttpError(f"memwork service GET {STATUS_PATH}: not a JSON object")
+    return status
+
+
+def same_backend(expected: str, actual: object) -> bool:
+    """``expected`` names ``actual`` or is an alias of it (``legacy``, ``legacy-conversation-memory``)."""
+    if not isinstance(actual, str):
+        return False
+    if expected == actual:
+        return True
+    from memwork.facade.registry import Registry
+
+    registry = Registry({})
+    try:
+        return registry.same(expected, actual)
+    finally:
+        registry.close()
+
+
+def _backend_entry(memory: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    for entry in memory.get("backends") or []:
+        if isinstance(entry, dict) and same_backend(name, entry.get("name")):
+            return entry
+    return None
+
+
+def status_expectations(
+    report: AppCanaryReport,
+    memory: Mapping[str, Any],
+    *,
+    require_enabled: bool,
+    require_target_healthy: bool,
+    expect_backend: str | None,
+    expect_selected_backend: str | None,
+) -> None:
+    """Each requested expectation on the ``memory`` part of the status, pass or fail."""
+    if require_enabled:
+        report.add("enabled", memory.get("enabled") is True, f"enabled={memory.get('enabled')}")
+    if expect_backend:
+        actual = memory.get("backend")
+        report.add(
+            "backend",
+            same_backend(expect_backend, actual),
+            f"configured backend {actual!r}, expected {expect_backend!r}",
+        )
+    if expect_selected_backend:
+        actual = memory.get("selectedBackend")
+        detail = f"selected backend {actual!r}, expected {expect_selected_backend!r}"
+        fallback = (
+            (memory.get("fallbacks") or {}).get("resolve")
+            if isinstance(memory.get("fallbacks"), dict)
+            else None
+        )
+        report.add(
+            "selectedBackend",
+            same_backend(expect_selected_backend, actual),
+            detail + (f" ({fallback})" if fallback else ""),
+        )
+    if require_target_healthy:
+        target = expect_selected_backend or expect_backend or str(memory.get("backend") or "")
+        entry = _backend_entry(memory, target)
+        if entry is None:
+            report.add("targetHealthy", False, f"backend {target!r} is not in the status")
+        else:
+            healthy = entry.get("available") is True and not entry.get("reason")
+            detail = f"{entry.get('name')}: available={entry.get('available')}, reason={entry.get('reason')}"
+            report.add("targetHealthy", healthy, detail)
+
+
+def _items(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
+    found = [*(answer.get("memories") or []), *(answer.get("semanticMemories") or [])]
+    return [i for i in found if isinstance(i, dict)]
+
+
+def _call(
+    report: AppCanaryReport, http: Any, name: str, path: str, body: dict[str, Any]
+) -> dict[str, Any] | None:
+    """One POST as a step: ok when the service answers 2xx with ``ok: true``."""
+    try:
+        answer = http.post_json(path, body, idempotent=name.startswith("resolve"))
+    except Exception as exc:
+        report.add(name, False, describe_error(exc))
+        return None
+    if not isinstance(answer, dict):
+        report.add(name, False, f"answer is not a JSON object: {type(answer).__name__}")
+        return None
+    ok = answer.get("ok") is True
+    report.add(name, ok, (answer.get("reason") if not ok else None) or f"source={answer.get('source')}")
+    return answer
+
+
+def round_trip(report: AppCanaryReport, http: Any, memory: Mapping[str, Any]) -> None:
+    """remember-recent -> sync -> resolve for the canary user; then forget it and check it is gone.
+
+    Whether the written memory must come back is decided as the self-check does: only when the
+    backend that answered the resolve is the one selected for writes (a read-only pgvector does not
+    hold what legacy just stored)."""
+    request = {"userId": report.userId, "sessionId": f"{report.userId}-session"}
+    _call(report, http, "write", WRITE_PATH, {**request, "messages": CANARY_MESSAGES})
+    _call(report, http, "compact", COMPACT_PATH, request)
+    query = {**request, "query": "canary check synthetic round trips", "limit": 5}
+    answer = _call(report, http, "resolve", RESOLVE_PATH, query) or {}
+    answered = answer.get("ok") is True and not answer.get("skipped")
+    if answer.get("ok") is True:
+        tenant_check(report, answer)
+    selected = memory.get("selectedBackends")
+    writer = str(selected.get("write") or "") if isinstance(selected, dict) else ""
+    same_store = answered and same_backend(writer, answer.get("source"))
+    if same_store:
+        found = bool(_items(answer))
+        report.add("roundTrip", found, "written memory resolved" if found else "nothing resolved")
+    forget(report, http)
+    if same_store:
+        again = _call(report, http, "resolve after forget", RESOLVE_PATH, query) or {}
+        if again.get("ok") is True:
+            left = len(_items(again))
+            report.add(
+                "forgotten", left == 0, "nothing left" if not left else f"{left} memories still resolved"
+            )
+
+
+def tenant_check(report: AppCanaryReport, answer: Mapping[str, Any]) -> None:
+    """Every memory in the canary user's answer is the canary user's."""
+    others = sorted(
+        {str(i.get("userId")) for i in _items(answer) if i.get("userId") not in (None, report.userId)}
+    )
+    detail = f"memories of other users returned: {', '.join(others)}" if others else "only the canary user's"
+    report.add("tenant", not others, detail)
+
+
+def forget(report: AppCanaryReport, http: Any) -> None:
+    """Remove the canary user's data (the service only forgets ``memory-v2-canary-*`` users)."""
+    try:
+        answer = http.post_json(FORGET_PATH, {"userId": report.userId})
+    except Exception as exc:
+        report.add("forget", False, describe_error(exc))
+        return
+    ok = isinstance(answer, dict) and answer.get("ok") is not False
+    report.add("forget", ok, "canary user removed" if ok else str((answer or {}).get("reason")))
+
+
+def run_app_canary(
+    base_url: str,
+    *,
+    token: str | None = None,
+    require_enabled: bool = False,
+    require_target_healthy: bool = False,
+    expect_backend: str | None = None,
+    expect_selected_backend: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> AppCanaryReport:
+    """Status expectations, then the round trip, then cleanup; every step recorded, none skipped
+    because an earlier one failed (only an unreadable status skips the rest: nothing can be judged)."""
+    from memwork.errors import UsageError
+
+    if not base_url.startswith(("http://", "https://")):
+        raise UsageError("base_url", redact_url(base_url), "must be an http:// or https:// URL")
+    token = (env if env is not None else os.environ).get(TOKEN_ENV, "") if token is None else token
+    report = AppCanaryReport(
+        base_url=redact_url(base_url) or base_url, userId=f"{CANARY_USER_PREFIX}{uuid.uuid4()}"
+    )
+    http = client(base_url, token)
+    try:
+        try:
+            status = http.get_json(STATUS_PATH)
+        except Exception as exc:
+            report.add("status", False, describe_error(exc))
+            return report
+        memory = status.get("memory") if isinstance(status, dict) else None
+        if not isinstance(memory, dict):
+            report.add("status", False, f"{STATUS_PATH} has no 'memory' object")
+            return report
+        report.status = memory
+        report.add(
+            "status", True, f"backend={memory.get('backend')}, selected={memory.get('selectedBackend')}"
+        )
+        status_expectations(
+            report,
+            memory,
+            require_enabled=require_enabled,
+            require_target_healthy=require_target_healthy,
+            expect_backend=expect_backend,
+            expect_selected_backend=expect_selected_backend,
+        )
+        round_trip(report, http, memory)
+    finally:
+        http.close()
+    return report

@@ -1,0 +1,168 @@
+"""``memwork canary``: the app canary and the statistical judge of shadow reads: parse, call, print."""
+
+from __future__ import annotations
+
+import click
+
+from memwork.cli.options import emit_json, emit_verdict, json_option
+
+
+@click.group("canary")
+def canary() -> None:
+    """Canary a running memwork service: status and round trip, then judge its shadow reads.
+
+    \b
+    Examples:
+        memwork canary app --base-url http://127.0.0.1:8081 --require-enabled --expect-backend legacy
+        memwork canary judge --log .memwork/shadow/comparisons.jsonl --approver ops
+    """
+
+
+token_option = click.option(
+    "--token",
+    "token",
+    envvar="MEMWORK_API_TOKEN",
+    default="",
+    show_envvar=True,
+    help="Bearer token of the service (default: $MEMWORK_API_TOKEN). Never printed.",
+)
+
+
+@canary.command("app")
+@click.option("--base-url", required=True, help="The service, e.g. http://127.0.0.1:8081.")
+@token_option
+@click.option("--require-enabled", is_flag=True, help="Fail unless Memory V2 is enabled.")
+@click.option(
+    "--require-target-healthy",
+    is_flag=True,
+    help="Fail unless the expected backend is available with no reason.",
+)
+@click.option("--expect-backend", default=None, help="Fail unless MEMORY_BACKEND is this backend.")
+@click.option("--expect-selected-backend", default=None, help="Fail unless resolve selects this backend.")
+@json_option
+def app(
+    base_url: str,
+    token: str,
+    require_enabled: bool,
+    require_target_healthy: bool,
+    expect_backend: str | None,
+    expect_selected_backend: str | None,
+    as_json: bool,
+) -> None:
+    """Status expectations, then remember-recent -> sync -> resolve for a synthetic user, then forget it.
+
+    Exit 1 listing every failed expectation.
+
+    \b
+    Example:
+        memwork canary app --base-url http://127.0.0.1:8081 --require-enabled \\
+            --require-target-healthy --expect-backend pgvector --expect-selected-backend pgvector
+    """
+    from memwork.canary.app import run_app_canary
+
+    report = run_app_canary(
+        base_url,
+        token=token,
+        require_enabled=require_enabled,
+        require_target_healthy=require_target_healthy,
+        expect_backend=expect_backend,
+        expect_selected_backend=expect_selected_backend,
+    )
+    lines = [f"{'ok  ' if s.ok else 'FAIL'} {s.name}: {s.detail}" for s in report.steps]
+    lines.append(f"canary user {report.userId} at {report.base_url}")
+    failure = None if report.ok else f"app canary failed: {'; '.join(report.failures)}"
+    emit_verdict(report.to_dict(), as_json, lines, failure)
+
+
+@canary.command("judge")
+@click.option(
+    "--log",
+    "log",
+    default="",
+    help="Comparison log (JSON lines). Default: <workspace>/shadow/comparisons.jsonl.",
+)
+@click.option("--base-url", default=None, help="The service whose status the sign-off records.")
+@token_option
+@click.option(
+    "--band",
+    type=float,
+    default=0.25,
+    show_default=True,
+    help="Practical-significance band, a fraction of the baseline.",
+)
+@click.option(
+    "--confidence", type=float, default=0.95, show_default=True, help="Confidence of tests and CIs."
+)
+@click.option("--min-samples", type=int, default=20, show_default=True, help="Fewer usable values: NODATA.")
+@click.option(
+    "--max-error-rate",
+    type=float,
+    default=0.01,
+    show_default=True,
+    help="Shadow error budget (fraction of shadow calls).",
+)
+@click.option("--approver", default="", help="Who signs off.")
+@click.option(
+    "--health-summary", default="", help="summary.json (or run folder) of the health report relied on."
+)
+@click.option(
+    "--verification-summary",
+    default="",
+    help="summary.json (or run folder) of the backfill verification relied on.",
+)
+@json_option
+def judge(
+    log: str,
+    base_url: str | None,
+    token: str,
+    band: float,
+    confidence: float,
+    min_samples: int,
+    max_error_rate: float,
+    approver: str,
+    health_summary: str,
+    verification_summary: str,
+    as_json: bool,
+) -> None:
+    """Judge shadow reads: GO (exit 0), NO-GO (exit 1) or INCONCLUSIVE (exit 3: a person decides).
+
+    Mann-Whitney U per metric in its bad direction with a +/-band practical-significance band;
+    cross-user memories, dimension mismatches and shadow errors over budget fail on their own.
+
+    \b
+    Example:
+        memwork canary judge --log comparisons.jsonl --band 0.25 --confidence 0.95 --approver ops --json
+    """
+    from memwork.canary.judge import run_from_parameters
+
+    result = run_from_parameters(
+        comparison_log=log,
+        base_url=base_url or "",
+        token=token,
+        band=band,
+        confidence=confidence,
+        min_samples=min_samples,
+        max_error_rate=max_error_rate,
+        approver=approver,
+        health_summary=health_summary,
+        verification_summary=verification_summary,
+    )
+    if as_json:
+        emit_json(result.to_dict())
+    else:
+        for row in result.metric_rows():
+            click.echo(
+                f"{row['class']:<8} {row['metric']:<18} n={row['n (baseline/target)']:<10} "
+                f"estimate={row['estimate']} CI={row['CI'] or '-'}  {row['detail']}"
+            )
+        click.echo(
+            f"verdict {result.verdict} ({result.records} comparisons, log sha256 "
+            f"{result.signoff['comparison_log_sha256'][:12]})"
+        )
+        for reason in result.reasons:
+            click.echo(f"  - {reason}")
+    if result.exit_code:
+        raise click.exceptions.Exit(result.exit_code)
+
+
+commands = [canary]
