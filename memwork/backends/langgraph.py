@@ -214,6 +214,9 @@ def from_env(env: Mapping[str, str]) -> LangGraphBackend:
     problems = configuration_problems(DECLARATION, env)
     policy_id = (env.get(POLICY_VAR) or "").strip() or DEFAULT_POLICY
     url = (env.get(URL_VAR) or "").strip()
+    if url and not _http_url(url):
+        problems.append(("url_invalid", f"{URL_VAR}={redact_url(url)!r} must be an http(s) URL"))
+        url = ""
     api_key = (env.get(API_KEY_VAR) or "").strip() or None
     return LangGraphBackend(
         _client(env, url, api_key) if url else None, policy_id=policy_id, unavailable=reason_of(problems)
@@ -318,3 +321,13 @@ def source_from_env(env: Mapping[str, str]) -> LangGraphSource:
 def _mapping(value: object) -> Mapping[str, Any]:
     """``value`` when it is a JSON object, else an empty one."""
     return value if isinstance(value, Mapping) else {}
+
+
+def _http_url(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)

@@ -328,6 +328,9 @@ def from_env(env: Mapping[str, str]) -> WeaviateBackend:
             ("invalid_setting", f"{DISTANCE_VAR}={distance!r} must be one of {', '.join(DISTANCES)}")
         )
     url = (env.get(URL_VAR) or "").strip()
+    if url and not _http_url(url):
+        problems.append(("url_invalid", f"{URL_VAR}={redact_url(url)!r} must be an http(s) URL"))
+        url = ""
     api_key = (env.get(API_KEY_VAR) or "").strip() or None
     embedder = None
     module_spec = (env.get(MODULE_VAR) or "").strip()
@@ -458,3 +461,13 @@ def source_from_env(env: Mapping[str, str]) -> WeaviateSource:
 def _mapping(value: object) -> Mapping[str, Any]:
     """``value`` when it is a JSON object, else an empty one."""
     return value if isinstance(value, Mapping) else {}
+
+
+def _http_url(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)

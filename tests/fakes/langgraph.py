@@ -24,7 +24,8 @@ Shapes, from the public documentation:
 The policy graph (assistant ``memory_policy``) is faked deterministically: its final state holds a
 ``policy`` for the input user, the user's store memories whose words meet the query (up to the input
 ``limit``, default 5) and two active goals. ``misbehave = True`` makes it also return a look-alike
-user's memory and goal; ``run_error`` makes the run fail (``__error__``). ``runs`` counts run requests
+user's memory and goal (a look-alike's when there is one); ``policy_user`` makes the policy name
+another user; ``run_error`` makes the run fail (``__error__``). ``runs`` counts run requests
 (a run must never be retried).
 """
 
@@ -56,9 +57,19 @@ class FakeLangGraph(FakeService):
         self.items: dict[tuple[tuple[str, ...], str], dict[str, Any]] = {}
         self.misbehave = False
         self.run_error: tuple[str, str] | None = None
+        self.policy_user: str | None = None
         self.runs = 0
         self.route("POST", r"/runs/wait", self.runs_wait)
         self.route("POST", r"/store/items/search", self.search_items)
+
+    def reset(self) -> None:
+        """No recorded requests, no fault, no misbehaviour (the data stays)."""
+        self.requests.clear()
+        self.fault = None
+        self.misbehave = False
+        self.run_error = None
+        self.policy_user = None
+        self.runs = 0
 
     # ---- data ---------------------------------------------------------------------------------
     def put(self, namespace: list[str], key: str, value: dict[str, Any]) -> None:
@@ -123,13 +134,15 @@ class FakeLangGraph(FakeService):
         memories = [_as_memory(i) for i in hits[:limit]]
         goals: list[Any] = [{"userId": user, "goal": "keep answers short"}, "learn the user's routine"]
         if self.misbehave:
-            other = next((i for (ns, _), i in sorted(self.items.items()) if ns[1] != user), None)
+            others = [i for (ns, _), i in sorted(self.items.items()) if len(ns) >= 2 and ns[1] != user]
+            lookalike = [i for i in others if i["namespace"][1].strip().lower() == str(user).strip().lower()]
+            other = (lookalike or others or [None])[0]
             if other is not None:
                 memories.append(_as_memory(other))
                 goals.append({"userId": other["namespace"][1], "goal": "another user's goal"})
         route = "semantic" if memories else "profile"
         policy = {
-            "userId": user,
+            "userId": self.policy_user or user,
             "route": route,
             "maxMemories": limit,
             "reason": f"{len(hits)} matching memories",

@@ -187,6 +187,14 @@ class FakeWeaviate(FakeService):
         self.route("POST", r"/v1/graphql", self.graphql)
         self.route("GET", r"/v1/objects", self.list_objects)
 
+    def reset(self, *, api_key: str | None = None, tokenization: str = "word") -> None:
+        """No recorded requests, no fault, no misbehaviour (the objects stay)."""
+        self.api_key, self.tokenization = api_key, tokenization
+        self.requests.clear()
+        self.fault = None
+        self.misbehave = False
+        self.returned_users = set()
+
     # ---- data ---------------------------------------------------------------------------------
     def add(self, user_id: str, content: str, *, vector: list[float] | None = None, **props: Any) -> str:
         object_id = str(uuid.uuid5(NAMESPACE, f"{user_id}|{content}|{len(self.objects)}"))
