@@ -95,7 +95,11 @@ def _round_trip(facade: MemoryFacade, report: SelfCheckReport, session_id: str) 
                 report.add("roundTrip", found, "written memory resolved" if found else "nothing resolved")
 
 
-def _cleanup(facade: MemoryFacade, user_id: str) -> dict[str, Any]:
+def purge_user_everywhere(facade: MemoryFacade, user_id: str) -> dict[str, Any]:
+    """Remove ``user_id``'s data from every available backend offering ``purge_user``.
+
+    What each backend purged (its own counts), or ``{"error": ...}`` for one that failed; shared by
+    the self-check and the service's ``/user-memory/v1/forget`` (synthetic canary users only)."""
     done: dict[str, Any] = {}
     for backend in facade.registry.backends():
         purge: Callable[[str], Any] | None = getattr(backend, "purge_user", None)
@@ -127,5 +131,5 @@ def run_selfcheck(
     try:
         _round_trip(facade, report, session_id=f"{report.userId}-session")
     finally:
-        report.cleanup = _cleanup(facade, report.userId)
+        report.cleanup = purge_user_everywhere(facade, report.userId)
     return report

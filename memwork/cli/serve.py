@@ -1,0 +1,29 @@
+"""``memwork serve``: the runtime service under uvicorn -- parse, call."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("serve")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8081, show_default=True, help="TCP port (0: any free)."
+)
+def serve(host: str, port: int) -> None:
+    """Serve the memory facade over HTTP: status, resolve, remember-recent, sync, forget, healthz.
+
+    Configured by the environment like the facade (MEMORY_*), plus MEMWORK_API_TOKEN (bearer token
+    for every route but /healthz), MEMWORK_MAX_BODY_BYTES and the shadow reads (MEMORY_SHADOW_*).
+    The OpenAPI schema is served at /openapi.json.
+
+    \b
+    Example:
+        MEMORY_SHADOW_BACKEND=pgvector MEMORY_SHADOW_SAMPLE=0.1 memwork serve --port 8081
+    """
+    from memwork.service.app import serve as run_service
+
+    run_service(host, port)
+
+
+commands = [serve]

@@ -1,0 +1,369 @@
+"""The runtime service (``memwork serve``): the facade over HTTP, with shadow reads.
+
+Routes (the seed's integration points, ``docs`` in the served ``/openapi.json``):
+
+* ``GET  /healthz`` -- liveness only, never needs the token, touches no backend;
+* ``GET  /api/runtime/status`` -- ``{"memory": facade.status(), "service": ..., "shadow": ...}``;
+* ``POST /user-memory/v1/resolve`` -- ``facade.resolve`` (and, when sampled, a shadow read);
+* ``POST /user-memory/v1/remember-recent`` -- ``facade.write``;
+* ``POST /user-memory/v1/sync`` -- ``facade.compact``;
+* ``POST /user-memory/v1/forget`` -- purge a synthetic canary user (``memory-v2-canary-*`` only).
+
+Bad input is a 4xx ``{"error": ..., "field": ...}`` before any backend is touched; a failing, hanging
+or unreachable backend is a 200 with the facade's degraded payload (``ok: false``) within the
+deadline, and the status counts it. Facade calls run in worker threads, so a slow backend never
+blocks the event loop. Settings: ``MEMWORK_API_TOKEN`` (bearer token for every route but
+``/healthz``), ``MEMWORK_MAX_BODY_BYTES`` (default 1 MiB, 413 past it), ``MEMWORK_SERVICE_THREADS``
+(concurrent facade calls, default 200), and the shadow settings of :mod:`memwork.service.shadow`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from memwork.backends.requests import validate
+from memwork.errors import BackendError, UsageError
+from memwork.facade.facade import MemoryFacade, empty_resolve, facade_from_env
+from memwork.facade.policy import ConfigIssue
+from memwork.facade.safety import call_with_timeout
+from memwork.facade.selfcheck import purge_user_everywhere
+from memwork.redaction import describe_error, redact_text
+from memwork.service.guards import BearerAuth, BodyLimit, CatchAll
+from memwork.service.models import (
+    CANARY_USER_PREFIX,
+    ForgetRequest,
+    RememberRequest,
+    ResolveRequest,
+    SyncRequest,
+)
+from memwork.service.shadow import ShadowReader, shadow_from_env
+
+log = logging.getLogger("memwork.service")
+
+TOKEN_VAR = "MEMWORK_API_TOKEN"
+MAX_BODY_VAR = "MEMWORK_MAX_BODY_BYTES"
+THREADS_VAR = "MEMWORK_SERVICE_THREADS"
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+DEFAULT_THREADS = 200
+#: the service's own guard past the facade's deadline (selection checks + the backend call)
+DEADLINE_SLACK_S = 0.5
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """The service's own settings; a bad value is a config issue (shown in status), never a crash."""
+
+    token: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    threads: int = DEFAULT_THREADS
+    errors: tuple[ConfigIssue, ...] = ()
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int, errors: list[ConfigIssue]) -> int:
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        errors.append(ConfigIssue(name, raw, f"must be a whole number >= 1; using {default}"))
+        return default
+    return value
+
+
+def service_settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
+    """``MEMWORK_API_TOKEN``, ``MEMWORK_MAX_BODY_BYTES`` and ``MEMWORK_SERVICE_THREADS``."""
+    errors: list[ConfigIssue] = []
+    token = (env.get(TOKEN_VAR) or "").strip() or None
+    max_body = _positive_int(env, MAX_BODY_VAR, DEFAULT_MAX_BODY_BYTES, errors)
+    threads = _positive_int(env, THREADS_VAR, DEFAULT_THREADS, errors)
+    return ServiceSettings(token, max_body, threads, tuple(errors))
+
+
+class ServiceState:
+    """What one app instance holds: the facade, the shadow reader, and per-operation outcomes."""
+
+    def __init__(self, facade: MemoryFacade, shadow: ShadowReader, settings: ServiceSettings) -> None:
+        self.facade = facade
+        self.shadow = shadow
+        self.settings = settings
+        self.outcomes: dict[str, dict[str, Any]] = {}
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    def limiter(self) -> anyio.CapacityLimiter:
+        """Created on first use: an anyio limiter belongs to the running event loop."""
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.settings.threads)
+        return self._limiter
+
+    def record(self, operation: str, payload: Mapping[str, Any], latency_ms: float) -> None:
+        row = self.outcomes.setdefault(operation, {"ok": 0, "degraded": 0, "last": None})
+        degraded = not payload.get("ok")
+        row["degraded" if degraded else "ok"] += 1
+        row["last"] = {
+            "at": datetime.now(UTC).isoformat(),
+            "ok": not degraded,
+            "source": payload.get("source"),
+            "reason": payload.get("reason"),
+            "latencyMs": round(latency_ms, 2),
+        }
+
+    def status(self) -> dict[str, Any]:
+        last = [row["last"] for row in self.outcomes.values() if row["last"]]
+        return {
+            "authRequired": self.settings.token is not None,
+            "maxBodyBytes": self.settings.max_body_bytes,
+            "threads": self.settings.threads,
+            "degraded": any(not item["ok"] for item in last),
+            "operations": self.outcomes,
+        }
+
+
+def degraded_payload(operation: str, reason: str) -> dict[str, Any]:
+    """The facade's fail-open shape, for a call the service itself had to cut off."""
+    payload: dict[str, Any] = {"ok": False, "enabled": True, "skipped": False, "source": None}
+    if operation == "resolve":
+        payload.update(empty_resolve())
+    payload["reason"] = reason
+    return payload
+
+
+def without_other_users(payload: dict[str, Any], user_id: str) -> dict[str, Any]:
+    """The resolve payload without any memory that names another user (the tenant guard, again).
+
+    Items carrying no ``userId`` (the legacy backend's) are kept: they are scoped by its query."""
+    cleaned = dict(payload)
+    for key in ("semanticMemories", "memories"):
+        items = payload.get(key)
+        if isinstance(items, list):
+            kept = [i for i in items if not isinstance(i, Mapping) or i.get("userId", user_id) == user_id]
+            if len(kept) != len(items):
+                log.warning(
+                    "resolve answer held %d memory item(s) of another user; dropped", len(items) - len(kept)
+                )
+            cleaned[key] = kept
+    return cleaned
+
+
+def field_of(loc: Sequence[Any]) -> str:
+    """Pydantic's error location -> the field as memwork names it (``messages[0].content``)."""
+    parts = list(loc[1:] if loc and loc[0] == "body" else loc)
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "body"
+
+
+def error_response(status: int, error: str, field: str | None) -> JSONResponse:
+    return JSONResponse({"error": redact_text(error), "field": field}, status_code=status)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        errors = exc.errors() if isinstance(exc, RequestValidationError) else []
+        first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request", "type": ""}
+        field = "body" if first.get("type") == "json_invalid" else field_of(first.get("loc", ()))
+        return error_response(422, f"{field}: {first.get('msg', 'invalid')}", field)
+
+    async def on_usage(request: Request, exc: Exception) -> JSONResponse:
+        field = exc.field if isinstance(exc, UsageError) else None
+        return error_response(422, str(exc), field)
+
+    async def on_backend(request: Request, exc: Exception) -> JSONResponse:
+        # fail-closed (MEMORY_FAIL_OPEN=0): the backend's failure, one redacted line
+        message = str(exc) if isinstance(exc, BackendError) else type(exc).__name__
+        return error_response(503, message, None)
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
+        detail = exc.detail if isinstance(exc, StarletteHTTPException) else "error"
+        # FastAPI's 400 is a body it could not parse (e.g. JSON nested too deep)
+        return error_response(status, str(detail), "body" if status == 400 else None)
+
+    async def on_anything(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s failed: %s", request.method, request.url.path, describe_error(exc))
+        return error_response(500, f"internal error ({type(exc).__name__})", None)
+
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(UsageError, on_usage)
+    app.add_exception_handler(BackendError, on_backend)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_anything)
+
+
+async def _call_facade(state: ServiceState, operation: str, clean: dict[str, Any]) -> dict[str, Any]:
+    """``facade.<operation>(clean)`` in a worker thread, cut off past the deadline (plus slack).
+
+    The facade already bounds the backend call; the extra guard bounds everything around it
+    (selection's availability checks). Fail-closed (``MEMORY_FAIL_OPEN=0``) errors propagate."""
+    facade = state.facade
+    budget = facade.policy.timeout_s + DEADLINE_SLACK_S
+    method: Callable[[Mapping[str, Any]], dict[str, Any]] = getattr(facade, operation)
+
+    def bounded() -> dict[str, Any]:
+        try:
+            return call_with_timeout(lambda: method(clean), budget, f"service.{operation}")
+        except BackendError as exc:
+            if not facade.policy.fail_open:
+                raise
+            return degraded_payload(operation, str(exc))
+
+    started = time.perf_counter()
+    payload = await anyio.to_thread.run_sync(bounded, limiter=state.limiter())
+    state.record(operation, payload, (time.perf_counter() - started) * 1000)
+    return payload
+
+
+def _install_routes(app: FastAPI, state: ServiceState) -> None:
+    @app.get("/healthz", tags=["runtime"])
+    async def healthz() -> dict[str, Any]:
+        """Liveness: the process answers (no backend is touched, no token needed)."""
+        return {"ok": True}
+
+    @app.get("/api/runtime/status", tags=["runtime"])
+    async def runtime_status() -> JSONResponse:
+        """The facade status (policy, selections, every backend), the service's and the shadow's."""
+        memory = await anyio.to_thread.run_sync(state.facade.status, limiter=state.limiter())
+        shadow = state.shadow.status()
+        extra = [*state.settings.errors, *state.shadow.settings.errors]
+        memory["configErrors"] = [
+            *memory.get("configErrors", []),
+            *({"field": e.field, "value": e.value, "problem": e.problem} for e in extra),
+        ]
+        return JSONResponse(jsonable_encoder({"memory": memory, "service": state.status(), "shadow": shadow}))
+
+    @app.post("/user-memory/v1/resolve", tags=["memory"])
+    async def resolve(body: ResolveRequest) -> JSONResponse:
+        """Memory for the current request (the primary answers; sampled requests are shadowed)."""
+        clean = validate("resolve", body.model_dump(exclude_none=True))
+        request_id = uuid.uuid4().hex
+        started = time.perf_counter()
+        payload = await _call_facade(state, "resolve", clean)
+        state.shadow.submit(clean, payload, (time.perf_counter() - started) * 1000, request_id)
+        answer = without_other_users(payload, clean["userId"])
+        return JSONResponse(jsonable_encoder(answer), headers={"X-Request-Id": request_id})
+
+    @app.post("/user-memory/v1/remember-recent", tags=["memory"])
+    async def remember_recent(body: RememberRequest) -> JSONResponse:
+        """Record recent messages as memory evidence (the facade's write)."""
+        clean = validate("write", body.model_dump(exclude_none=True))
+        return JSONResponse(jsonable_encoder(await _call_facade(state, "write", clean)))
+
+    @app.post("/user-memory/v1/sync", tags=["memory"])
+    async def sync(body: SyncRequest) -> JSONResponse:
+        """Analyze / compact the user's pending memory (the facade's compact)."""
+        clean = validate("compact", body.model_dump(exclude_none=True))
+        return JSONResponse(jsonable_encoder(await _call_facade(state, "compact", clean)))
+
+    @app.post("/user-memory/v1/forget", tags=["memory"])
+    async def forget(body: ForgetRequest) -> JSONResponse:
+        """Purge a synthetic canary user (``memory-v2-canary-*``) from every backend that can."""
+        user_id = validate("compact", {"userId": body.userId})["userId"]
+        if not user_id.startswith(CANARY_USER_PREFIX):
+            problem = f"only synthetic canary users ({CANARY_USER_PREFIX}*) may be forgotten"
+            return error_response(403, f"userId={user_id!r}: {problem}", "userId")
+        if not state.facade.policy.enabled:
+            return JSONResponse(
+                {
+                    "ok": True,
+                    "skipped": True,
+                    "userId": user_id,
+                    "reason": "memory disabled (MEMORY_ENABLED=0)",
+                }
+            )
+        purged = await anyio.to_thread.run_sync(
+            purge_user_everywhere, state.facade, user_id, limiter=state.limiter()
+        )
+        ok = not any(isinstance(v, Mapping) and "error" in v for v in purged.values())
+        return JSONResponse(
+            jsonable_encoder({"ok": ok, "skipped": False, "userId": user_id, "purged": purged})
+        )
+
+
+def create_app(env: Mapping[str, str] | None = None, *, facade: MemoryFacade | None = None) -> FastAPI:
+    """The ASGI app over ``facade`` (default: the one ``env`` describes; ``os.environ`` by default).
+
+    Never raises on bad configuration: each bad value is a config error in the status. A facade
+    built here is closed, and the shadow worker stopped, when the app shuts down."""
+    env = dict(os.environ if env is None else env)
+    settings = service_settings_from_env(env)
+    owned = facade is None
+    active = facade_from_env(env) if facade is None else facade
+    state = ServiceState(active, shadow_from_env(env, active), settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        state.shadow.close()
+        if owned:
+            active.close()
+
+    app = FastAPI(
+        title="memwork",
+        summary="Memory V2 runtime service: the memory facade over HTTP, with shadow reads.",
+        lifespan=lifespan,
+    )
+    app.state.memwork = state
+    _install_error_handlers(app)
+    _install_routes(app, state)
+    # added innermost first: CatchAll -> BearerAuth -> BodyLimit -> the app
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BearerAuth, token=settings.token)
+    app.add_middleware(CatchAll)
+    return app
+
+
+def serve(host: str = "127.0.0.1", port: int = 8081, *, env: Mapping[str, str] | None = None) -> None:
+    """Run :func:`create_app` under uvicorn until interrupted (``memwork serve``).
+
+    Access lines name method, path and status only (the service takes no query parameters, and
+    headers -- the token -- are never logged)."""
+    import uvicorn
+
+    uvicorn.run(create_app(env), host=host, port=port, log_level="info", server_header=False)
+
+
+@contextmanager
+def running(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a background thread; yields its base URL, stops it on exit.
+
+    For tests, benchmarks and the demo (port 0: a free port is chosen). The app's lifespan runs, so
+    its shadow worker is stopped and its own facade closed afterwards."""
+    import threading
+
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="memwork-serve", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            server.should_exit = True
+            raise RuntimeError(f"the service did not start on {host}:{port}")
+        time.sleep(0.01)
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{bound}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
