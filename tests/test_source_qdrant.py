@@ -4,7 +4,11 @@ never skipped or created; reading changes nothing."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -62,14 +66,25 @@ def _seed(client: QdrantClient) -> None:
         client.upsert(COLLECTION, points[start : start + 500])
 
 
+def fast_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A scratch directory on tmpfs when there is one: qdrant-client's local mode commits every point to
+    SQLite on its own, 15x slower on a real disk (9 s instead of 0.6 s for the 1,060 points here)."""
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return Path(tempfile.mkdtemp(prefix="memwork-qdrant-", dir=shm))
+    return tmp_path_factory.mktemp("qdrant")
+
+
 @pytest.fixture(scope="module")
-def storage(tmp_path_factory) -> Path:
+def storage(tmp_path_factory) -> Iterator[Path]:
     """An on-disk storage with 1,060 points over 13 users (closed again: the source opens it itself)."""
-    path = tmp_path_factory.mktemp("qdrant-source") / "store"
+    scratch = fast_dir(tmp_path_factory)
+    path = scratch / "store"
     client = QdrantClient(path=str(path))
     _seed(client)
     client.close()
-    return path
+    yield path
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _env(path: Path, **extra: str) -> dict[str, str]:
