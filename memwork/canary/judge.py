@@ -179,36 +179,49 @@ def _ci_text(m: MetricResult) -> str:
 # ---- reading the log ---------------------------------------------------------------------------
 
 
-def read_log(path: str | Path) -> tuple[list[dict[str, Any]], int]:
-    """The comparison records of a JSON-lines log and the count of lines that are not a JSON object
-    (a line being written while the judge reads it, a damaged line): those are skipped and counted."""
+def log_files(path: str | Path) -> list[Path]:
+    """The files of a comparison log, oldest first: the rotated ``<path>.1`` (when present), then ``path``."""
     log = Path(path)
-    if not log.is_file():
+    rotated = log.with_name(log.name + ".1")
+    return [rotated, log] if rotated.is_file() else [log]
+
+
+def read_log(path: str | Path) -> tuple[list[dict[str, Any]], int]:
+    """The comparison records of a JSON-lines log (its rotated part first) and the count of lines
+    that are not a JSON object (a line torn by a crash, a damaged line): those are skipped and counted."""
+    if not Path(path).is_file():
         raise UsageError("log", str(path), "no such comparison log")
     records: list[dict[str, Any]] = []
     skipped = 0
-    with log.open(encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                item = json.loads(line)
-            except ValueError:
-                skipped += 1
-                continue
-            if isinstance(item, dict):
-                records.append(item)
-            else:
-                skipped += 1
+    for file in log_files(path):
+        with file.open(encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                try:
+                    item = json.loads(line)
+                except ValueError:
+                    skipped += 1
+                    continue
+                if isinstance(item, dict):
+                    records.append(item)
+                else:
+                    skipped += 1
     return records, skipped
 
 
-def file_sha256(path: str | Path) -> str:
+def log_sha256(path: str | Path) -> str:
+    """SHA-256 of the bytes the judge read: the rotated part (if any) then the current file."""
     digest = hashlib.sha256()
-    with Path(path).open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
+    for file in log_files(path):
+        with file.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def _side(record: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -499,7 +512,8 @@ def signoff_block(
         "memwork_version": __version__,
         "git_commit": git_commit(),
         "comparison_log": log,
-        "comparison_log_sha256": file_sha256(log),
+        "comparison_log_files": [str(f) for f in log_files(log)],
+        "comparison_log_sha256": log_sha256(log),
         "records": records,
         "thresholds": asdict(th),
         "samples": {m.metric: {"baseline": m.n_baseline, "target": m.n_target} for m in metrics},
@@ -583,16 +597,19 @@ def run_from_parameters(
 ) -> Judgement:
     """The judge as ``memwork canary judge`` and the canary_signoff notebook call it.
 
-    ``comparison_log`` empty: the log of the workspace's service. With ``base_url`` the service's
-    ``/api/runtime/status`` is read too and recorded in the sign-off (which backends it serves and
-    shadows), so the verdict names the deployment it judged; an unreachable service is a NO-GO reason.
+    With ``base_url`` the service's ``/api/runtime/status`` is read first and recorded in the
+    sign-off (which backend it serves, which it shadows, at what sample, the shadow counters), so the
+    verdict names the deployment it judged; an unreachable service is a NO-GO reason. The log is
+    ``comparison_log``, else the one that service reports writing (same machine), else the
+    workspace's ``shadow/comparisons.jsonl``.
     """
     th = Thresholds(float(band), float(confidence), int(min_samples), float(max_error_rate))
     th.check()
-    log = comparison_log or str(default_log_path())
     service, problem = service_status(base_url, token) if base_url else (None, None)
+    served_log = ((service or {}).get("shadow") or {}).get("log")
+    log = comparison_log or (served_log if isinstance(served_log, str) and served_log else "")
     return judge_log(
-        log,
+        log or str(default_log_path()),
         th,
         approver=approver,
         health_summary=health_summary,
@@ -603,19 +620,18 @@ def run_from_parameters(
 
 
 def service_status(base_url: str, token: str = "") -> tuple[dict[str, Any], str | None]:
-    """The memory part of the service's status as the sign-off shows it, or why it could not be read."""
+    """What the sign-off records of the service (backends, shadow settings and counters), or why it
+    could not be read."""
     from memwork.canary.app import fetch_status
+    from memwork.redaction import describe_error
 
+    shown = redact_url(base_url) or base_url
     try:
         status = fetch_status(base_url, token)
     except Exception as exc:  # any failure is a reason, never a traceback
-        from memwork.redaction import describe_error
-
-        return {
-            "base_url": redact_url(base_url),
-            "error": describe_error(exc),
-        }, f"service: {describe_error(exc)}"
+        return {"base_url": shown, "error": describe_error(exc)}, f"service: {describe_error(exc)}"
     found = status.get("memory")
     memory: dict[str, Any] = found if isinstance(found, dict) else {}
-    keys = ("enabled", "backend", "selectedBackend", "shadow")
-    return {"base_url": redact_url(base_url), **{k: memory.get(k) for k in keys if k in memory}}, None
+    shadow = status.get("shadow") if isinstance(status.get("shadow"), dict) else None
+    keys = ("enabled", "backend", "selectedBackend")
+    return {"base_url": shown, **{k: memory.get(k) for k in keys if k in memory}, "shadow": shadow}, None

@@ -19,6 +19,7 @@ def check() -> None:
         memwork check contracts --json
         memwork check config --backend pgvector --json
         memwork check health --require-enabled
+        memwork check stack --base-url http://127.0.0.1:8081 --expect-backend legacy
     """
 
 
@@ -117,6 +118,52 @@ def health(
     lines.append(f"cleanup: {report.cleanup}")
     failed = [c.name for c in report.checks if not c.ok]
     failure = None if report.ok else f"health check failed: {', '.join(failed)}"
+    emit_verdict(report.to_dict(), as_json, lines, failure)
+
+
+@check.command("stack")
+@click.option("--base-url", required=True, help="The running service, e.g. http://127.0.0.1:8081.")
+@click.option("--expect-backend", default=None, help="Fail unless MEMORY_BACKEND is this backend.")
+@click.option("--expect-selected-backend", default=None, help="Fail unless resolve selects this backend.")
+@click.option("--require-enabled", is_flag=True, help="Fail unless Memory V2 is enabled.")
+@click.option(
+    "--require-target-healthy", is_flag=True, help="Fail unless the expected backend is available, no reason."
+)
+@click.option(
+    "--token", envvar="MEMWORK_API_TOKEN", default="", show_envvar=True, help="Bearer token of the service."
+)
+@json_option
+def stack(
+    base_url: str,
+    expect_backend: str | None,
+    expect_selected_backend: str | None,
+    require_enabled: bool,
+    require_target_healthy: bool,
+    token: str,
+    as_json: bool,
+) -> None:
+    """Contracts, facade health, app canary, a smoke of every non-legacy backend; exit 1 on any failure.
+
+    Unconfigured backends are reported not_configured, not failed.
+
+    \b
+    Example:
+        memwork check stack --base-url http://127.0.0.1:18081 --expect-backend pgvector \\
+            --expect-selected-backend pgvector
+    """
+    from memwork.canary.stack import run_stack
+
+    report = run_stack(
+        base_url,
+        os.environ,
+        token=token,
+        require_enabled=require_enabled,
+        require_target_healthy=require_target_healthy,
+        expect_backend=expect_backend,
+        expect_selected_backend=expect_selected_backend,
+    )
+    lines = [f"{r.status:<15} {r.check:<24} {r.detail}" for r in report.rows]
+    failure = None if report.ok else f"stack check failed: {'; '.join(report.failures)}"
     emit_verdict(report.to_dict(), as_json, lines, failure)
 
 

@@ -1,0 +1,156 @@
+"""The app canary against a real ``memwork serve`` (uvicorn in a thread) over a real legacy store."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import func, select
+
+from memwork.canary.app import CANARY_USER_PREFIX, run_app_canary
+from memwork.cli import main
+from memwork.db import get_engine
+from memwork.legacy.schema import init_schema, memory_items, messages
+
+TOKEN = "canary-test-token-4f9a1c"
+
+
+@pytest.fixture
+def legacy_url(sqlite_url):
+    init_schema(sqlite_url, apply=True)
+    return sqlite_url
+
+
+def service_env(legacy_url: str, **extra: str) -> dict[str, str]:
+    return {
+        "MEMORY_ENABLED": "1",
+        "MEMORY_BACKEND": "legacy",
+        "MEMORY_LEGACY_DATABASE_URL": legacy_url,
+        "MEMWORK_API_TOKEN": TOKEN,
+        **extra,
+    }
+
+
+@pytest.fixture
+def service(legacy_url):
+    from memwork.service.app import create_app, running
+
+    with running(create_app(service_env(legacy_url))) as base_url:
+        yield base_url
+
+
+def canary_rows(legacy_url: str) -> int:
+    """Rows of any canary user left in the legacy tables."""
+    total = 0
+    with get_engine(legacy_url).connect() as conn:
+        for table in (messages, memory_items):
+            found = conn.execute(
+                select(func.count()).select_from(table).where(table.c.user_id.like(CANARY_USER_PREFIX + "%"))
+            )
+            total += int(found.scalar() or 0)
+    return total
+
+
+def test_every_expectation_met_round_trip_then_the_user_is_gone(service, legacy_url):
+    report = run_app_canary(
+        service,
+        token=TOKEN,
+        require_enabled=True,
+        require_target_healthy=True,
+        expect_backend="legacy",
+        expect_selected_backend="legacy-conversation-memory",
+    )
+    assert report.ok, report.failures
+    names = [s.name for s in report.steps]
+    assert names == [
+        "status",
+        "enabled",
+        "backend",
+        "selectedBackend",
+        "targetHealthy",
+        "write",
+        "compact",
+        "resolve",
+        "tenant",
+        "roundTrip",
+        "forget",
+        "resolve after forget",
+        "forgotten",
+    ]
+    assert report.userId.startswith(CANARY_USER_PREFIX)
+    assert canary_rows(legacy_url) == 0  # forgotten in the store itself, not only in the answer
+
+
+def test_cli_ok_with_the_token_from_the_environment(service):
+    out = CliRunner().invoke(
+        main,
+        ["canary", "app", "--base-url", service, "--require-enabled", "--expect-backend", "legacy", "--json"],
+        env={"MEMWORK_API_TOKEN": TOKEN},
+    )
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["ok"] is True and data["failures"] == []
+    assert TOKEN not in out.output
+
+
+def test_every_failed_expectation_is_listed(service):
+    out = CliRunner().invoke(
+        main,
+        [
+            "canary",
+            "app",
+            "--base-url",
+            service,
+            "--token",
+            TOKEN,
+            "--require-target-healthy",
+            "--expect-backend",
+            "pgvector",
+            "--expect-selected-backend",
+            "pgvector",
+        ],
+    )
+    assert out.exit_code == 1
+    # all three, not only the first; the round trip still ran and passed
+    for line in (
+        "FAIL backend: configured backend 'legacy', expected 'pgvector'",
+        "FAIL selectedBackend: selected backend 'legacy-conversation-memory', expected 'pgvector'",
+        "FAIL targetHealthy: pgvector: available=False",
+    ):
+        assert line in out.output, out.output
+    assert "ok   roundTrip: written memory resolved" in out.output
+    error = out.output.strip().splitlines()[-1]
+    assert error.startswith("Error: app canary failed: backend:") and "selectedBackend:" in error
+    assert "targetHealthy:" in error
+
+
+def test_memory_disabled_fails_require_enabled(legacy_url):
+    from memwork.service.app import create_app, running
+
+    with running(create_app(service_env(legacy_url, MEMORY_ENABLED="0"))) as base_url:
+        report = run_app_canary(base_url, token=TOKEN, require_enabled=True)
+    assert not report.ok
+    assert report.failures[0] == "enabled: enabled=False"
+
+
+def test_wrong_token_is_a_failed_status_without_the_token(service):
+    out = CliRunner().invoke(main, ["canary", "app", "--base-url", service, "--token", "wrong-token-123456"])
+    assert out.exit_code == 1
+    assert "FAIL status:" in out.output and "401" in out.output
+    assert "wrong-token-123456" not in out.output and TOKEN not in out.output
+
+
+def test_unreachable_service_is_exit_1_with_the_reason_and_no_traceback():
+    from fakes.server import refused_url
+
+    url = refused_url()
+    out = CliRunner().invoke(main, ["canary", "app", "--base-url", url, "--token", "sekrit-token-99"])
+    assert out.exit_code == 1
+    assert "FAIL status:" in out.output and "ConnectError" in out.output
+    assert "Traceback" not in out.output and "sekrit-token-99" not in out.output
+
+
+def test_a_base_url_that_is_not_http_is_a_usage_error():
+    out = CliRunner().invoke(main, ["canary", "app", "--base-url", "ftp://x"])
+    assert out.exit_code == 2 and "base_url" in out.output
