@@ -60,6 +60,7 @@ class FakeMem0(FakeService):
         self.entity_page_size = entity_page_size
         self.memories: list[dict[str, Any]] = []
         self.misbehave = False
+        self.add_status: int | None = None  #: answer every add with this status (reads keep working)
         self._clock = 0
         self.route("POST", r"/v1/memories/", self.add)
         self.route("GET", r"/v1/memories/", self.list_memories)
@@ -161,6 +162,8 @@ class FakeMem0(FakeService):
         denied = self._denied(request)
         if denied:
             return denied
+        if self.add_status is not None:
+            return Response(self.add_status, {"detail": f"injected {self.add_status}"})
         body = request.body if isinstance(request.body, dict) else None
         if body is None or not isinstance(body.get("messages"), list):
             return self._bad("messages must be a list")
