@@ -1,0 +1,168 @@
+"""The runbooks, walked: every ``bash`` block of every runbook in ``runbooks/`` runs end to end.
+
+One walk-through per runbook (:mod:`runbook_walk` reads the commands from the runbook file itself), in
+subprocesses with the venv's ``memwork``, on embedded servers and a temporary workspace. A test sets the
+variables a runbook's skipped "production values" block shows, plays the person at each
+``<!-- walk: hook NAME -->`` and afterwards checks what the runbook promised.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from runbook_walk import RunbookError, Walk, parse_runbook
+
+RUNBOOKS = Path(__file__).resolve().parents[1] / "runbooks"
+WALKED = {
+    "defrag_maintenance.md": "test_defrag_maintenance_runbook",
+}
+
+
+def _base_env(tmp_path: Path) -> dict[str, str]:
+    """The test process's environment without any memory configuration of the machine's own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "MEMWORK_STORE"))}
+    env["MEMWORK_HOME"] = str(tmp_path / "home")
+    return env
+
+
+@pytest.fixture
+def walk(tmp_path: Path) -> Iterator[Walk]:
+    with Walk(tmp_path / "ops", _base_env(tmp_path)) as session:
+        yield session
+        print(session.summary())  # shown by pytest on failure: seconds and exit status per command
+
+
+# ---- the convention itself -------------------------------------------------------------------------
+def test_every_runbook_is_walked_by_a_test():
+    """A runbook nobody walks could drift; a walk test without its runbook is stale."""
+    present = {p.name for p in RUNBOOKS.glob("*.md") if p.name != "README.md"}
+    assert present == set(WALKED)
+    for name, test in WALKED.items():
+        assert test in globals(), name
+        runbook = parse_runbook(RUNBOOKS / name)
+        assert len(runbook.commands) >= 5, name
+        assert all(s.reason for s in runbook.skipped), name
+
+
+def test_walker_refuses_what_would_escape_or_drift(tmp_path: Path, walk: Walk):
+    bad = tmp_path / "bad.md"
+    bad.write_text("# x\n```sh\nmemwork status\n```\n")
+    with pytest.raises(RunbookError, match="escape the walk"):
+        parse_runbook(bad)
+    bad.write_text("<!-- walk: skip -->\n```bash\nfalse\n```\n")
+    with pytest.raises(RunbookError, match="needs a reason"):
+        parse_runbook(bad)
+    bad.write_text("<!-- walk: skipp typo -->\n")
+    with pytest.raises(RunbookError, match="unknown walk marker"):
+        parse_runbook(bad)
+    bad.write_text("```bash\ntrue  # expect: exitt 1\n```\n")
+    with pytest.raises(RunbookError, match="unknown expectation"):
+        parse_runbook(bad)
+    bad.write_text("<!-- walk: hook person -->\n```bash\ntrue\n```\n")
+    with pytest.raises(RunbookError, match="no hook"):
+        walk.run(parse_runbook(bad))
+    with pytest.raises(RunbookError, match="no 'walk: hook' marker"):
+        walk.run(parse_runbook(bad), hooks={"person": lambda w: None, "other": lambda w: None})
+
+
+def test_walker_keeps_one_shell_session_and_checks_exit_codes(tmp_path: Path, walk: Walk):
+    book = tmp_path / "book.md"
+    book.write_text(
+        "# Book\n"
+        "<!-- walk: skip example values -->\n```bash\nexport NEVER=run\n```\n"
+        "```bash\n"
+        "X=one; export Y=two\n"
+        "mkdir -p sub && cd sub\n"
+        'echo "$X-$Y" > out.txt \\\n  && pwd\n'
+        "grep -q one-two out.txt\n"
+        "sleep 30 > /dev/null 2>&1 & BG=$!\n"
+        "test 3 -eq 4  # expect: exit 1\n"
+        "echo hello  # expect: exit 0, output hello\n"
+        "```\n"
+        "<!-- walk: hook person -->\n"
+        "```bash\n"
+        'echo "$FROM_HOOK"  # expect: output set-by-hook\n'
+        "```\n"
+    )
+    runbook = parse_runbook(book)
+    assert [s.reason for s in runbook.skipped] == ["example values"]
+    walk.run(runbook, hooks={"person": lambda w: w.env.__setitem__("FROM_HOOK", "set-by-hook")})
+    assert walk.var("X") == "one" and walk.cwd.name == "sub"
+    assert walk.output_of('echo "$X-$Y"').strip().endswith("/sub")
+    assert "NEVER" not in walk.env
+    background = int(walk.var("BG"))
+    assert background in walk.running()
+    walk.stop_all()
+    assert walk.running() == []
+
+    with pytest.raises(RunbookError, match="exit 1, the runbook expects 0"):
+        walk.sh("false")
+    with pytest.raises(RunbookError, match="UNSET_THING"):
+        walk.sh('echo "$UNSET_THING"')
+    with pytest.raises(RunbookError, match="exit 1, the runbook expects 0"):
+        walk.sh("false | true")  # pipefail: a failing stage fails the command
+
+
+# ---- defrag maintenance -------------------------------------------------------------------------------
+def _store_with_duplicates(url: str) -> None:
+    from memwork.samples.entries import generate_entries
+    from memwork.stores import open_store
+
+    with open_store(url, create=True) as store:
+        store.put_many(generate_entries(120, scopes=("agent-a", "agent-b"), seed=3))
+
+
+def _export(url: str, scope: str, path: Path) -> bytes:
+    from memwork.stores import open_store
+    from memwork.stores.transfer import export_jsonl
+
+    with open_store(url) as store:
+        export_jsonl(store, path, scope=scope)
+    return path.read_bytes()
+
+
+def test_defrag_maintenance_runbook(pg_url: str, tmp_path: Path, walk: Walk):
+    _store_with_duplicates(pg_url)
+    other_scope_before = _export(pg_url, "agent-b", tmp_path / "b-before.jsonl")
+    walk.env.update(MEMWORK_STORE=pg_url, SCOPE="agent-a")
+    decided: dict[str, list[tuple[str, str]]] = {}
+
+    def review(w: Walk) -> None:
+        """The reviewer: approve every pair but the first, which is rejected."""
+        path = Path(w.var("REVIEW"))
+        with path.open(newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) >= 3, "the sample store has planted duplicates"
+        for i, row in enumerate(rows):
+            row["decision"] = "reject" if i == 0 else "approve"
+            decided.setdefault(row["decision"], []).append((row["path_a"], row["path_b"]))
+        with path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+    walk.run(parse_runbook(RUNBOOKS / "defrag_maintenance.md"), hooks={"review": review})
+
+    plan = json.loads((walk.cwd / "plan-agent-a.json").read_text())
+    merged = plan["summary"]["steps"][0]
+    assert merged["action"] == "merge_duplicates" and merged["operations"]["merge"] >= 1
+    rejected_a, rejected_b = decided["reject"][0]
+    for cluster in plan["summary"]["clusters"]:
+        together = {cluster["survivor"], *cluster["merged"]}
+        assert not {rejected_a, rejected_b} <= together, "a rejected pair was merged"
+    run_id = walk.var("RUN_ID")
+    journal = json.loads(walk.sh("memwork defrag journal --json").stdout)
+    (applied,) = [r for r in journal["runs"] if r["run_id"] == run_id]
+    assert applied["action"] == "full" and applied["changes"] >= 2 and applied["undone_by"]
+    # undo put the scope back byte for byte (the runbook's cmp), the other scope was never touched
+    backup = (walk.cwd / "backup-agent-a.jsonl").read_bytes()
+    assert backup == _export(pg_url, "agent-a", tmp_path / "a.jsonl")
+    assert _export(pg_url, "agent-b", tmp_path / "b-after.jsonl") == other_scope_before
+    before = json.loads((Path(walk.var("HEALTH_BEFORE")) / "summary.json").read_text())
+    assert before["verdict"] == "PASS"
+    assert before["health"]["score"] == plan["summary"]["health_before"]["score"]
