@@ -287,3 +287,17 @@ def is_usage_error_name(ename: str) -> bool:
             return True
         pending.extend(cls.__subclasses__())
     return False
+
+
+class ImportRunning(MemworkError):
+    """Another ``memwork import`` of the same source into the same table holds its lock (exit 1):
+    two runs at once would race on one checkpoint."""
+
+    exit_code = 1
+
+    def __init__(self, table: str, source_key: str) -> None:
+        self.table, self.source_key = table, source_key
+        super().__init__(
+            f"table={table!r} source={source_key!r}: another import of this source into this table is "
+            "running; try again when it has finished"
+        )
