@@ -412,3 +412,26 @@ def test_smoke_external_not_configured_failed_and_ok(fake):
     assert refused.exit_code == 1 and PASSWORD not in refused.output
     with pytest.raises(BackendError):
         Neo4jBackend(None, None, None, unavailable=[("url_missing", "x")]).write(_write())
+
+
+def test_the_fake_refuses_what_neo4j_refuses(fake):
+    """The fake's validation is real: a missing $parameter or an undocumented key is an error in a 200."""
+    from memwork.http import JsonHttpClient
+
+    client = JsonHttpClient("neo4j", fake.url, auth=("neo4j", PASSWORD))
+    try:
+        missing = client.post_json(
+            "/db/neo4j/tx/commit", {"statements": [{"statement": "MERGE (u:User {id: $userId})"}]}
+        )
+        odd = client.post_json("/db/neo4j/tx/commit", {"statements": [{"query": "RETURN 1"}]})
+        fine = client.post_json(
+            "/db/neo4j/tx/commit",
+            {"statements": [{"statement": "RETURN $x AS x", "parameters": {"x": 1}}]},
+        )
+    finally:
+        client.close()
+    assert missing["errors"][0]["code"] == "Neo.ClientError.Statement.ParameterMissing"
+    assert "userId" in missing["errors"][0]["message"]
+    assert odd["errors"][0]["code"] == "Neo.ClientError.Request.InvalidFormat"
+    assert fine == {"results": [{"columns": ["x"], "data": []}], "errors": []}
+    assert len(fake.commits) == 1

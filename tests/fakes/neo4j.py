@@ -2,6 +2,7 @@
 
 Documentation the shapes come from:
 
+* https://neo4j.com/docs/http-api/current/query  (POST /db/<databaseName>/tx/commit, Authorization)
 * https://neo4j.com/docs/http-api/current/actions/begin-and-commit-a-transaction-in-one-request/
 * https://neo4j.com/docs/http-api/current/transactions/  (request body, basic auth)
 * https://neo4j.com/docs/http-api/4.3/actions/handling-errors  (errors in a 200)
@@ -25,8 +26,10 @@ transaction is rolled back (nothing of the request is kept)::
 
     200 {"results": [], "errors": [{"code": "Neo.ClientError.Statement.SyntaxError", "message": "..."}]}
 
-Wrong credentials are ``401 {"errors": [{"code": "Neo.ClientError.Security.Unauthorized", ...}]}``;
-an unknown database ``404 {"errors": [{"code": "Neo.ClientError.Database.DatabaseNotFound", ...}]}``.
+Wrong credentials are ``401 {"errors": [{"code": "Neo.ClientError.Security.Unauthorized", ...}]}``.
+An unknown database answers with ``Neo.ClientError.Database.DatabaseNotFound`` (a documented status
+code); the pages above do not show its HTTP status, and this fake sends it as a 404 -- the adapter
+treats a 4xx and an ``errors`` list in a 200 alike (a failed write), so either way is covered.
 
 What this fake does: checks basic auth and the database name, validates the request shape exactly
 (unknown keys, a non-string statement, non-object parameters -> ``Neo.ClientError.Request.InvalidFormat``),
