@@ -182,17 +182,26 @@ BAD_REQUESTS = [
 ]  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def refusing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    """One service for the bad-input tests: none of them may reach the facade."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('refusing') / 'legacy.db'}"
+    init_schema(url, apply=True)
+    with service({"MEMORY_LEGACY_DATABASE_URL": url}) as client:
+        yield client
+    assert client.is_closed
+
+
 @pytest.mark.parametrize(("path", "body", "field"), BAD_REQUESTS)
 def test_bad_input_is_a_422_naming_the_field_and_writes_nothing(
-    legacy_env: dict[str, str], path: str, body: dict[str, Any], field: str
+    refusing: httpx.Client, path: str, body: dict[str, Any], field: str
 ) -> None:
-    with service(legacy_env) as client:
-        response = client.post(path, json=body)
-        assert response.status_code == 422, response.text
-        assert response.json()["field"] == field
-        assert field in response.json()["error"]
-        status = client.get("/api/runtime/status").json()
-        assert status["service"]["operations"] == {}  # no facade call was made
+    response = refusing.post(path, json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["field"] == field
+    assert field in response.json()["error"]
+    status = refusing.get("/api/runtime/status").json()
+    assert status["service"]["operations"] == {}  # no facade call was made
 
 
 RAW_BODIES = [
@@ -202,21 +211,29 @@ RAW_BODIES = [
     b"null",
     b"[" * 5000 + b"]" * 5000,
     b'{"userId": "\\ud800"}',
-    b'{"userId": "u1", "embedding": [NaN]}',
     b"\xff\xfe\x00garbage",
 ]
 
 
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e999"])
+def test_a_non_finite_embedding_is_refused(refusing: httpx.Client, number: bytes) -> None:
+    raw = b'{"userId": "u1", "embedding": [0.5, ' + number + b"]}"
+    response = refusing.post(
+        "/user-memory/v1/resolve", content=raw, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422 and response.json()["field"] == "embedding[1]"
+
+
 @pytest.mark.parametrize("raw", RAW_BODIES)
 @pytest.mark.parametrize("content_type", ["application/json", "text/plain"])
-def test_garbage_bodies_are_4xx_never_500(legacy_env: dict[str, str], raw: bytes, content_type: str) -> None:
-    with service(legacy_env) as client:
-        for path in ("/user-memory/v1/resolve", "/user-memory/v1/remember-recent", "/user-memory/v1/forget"):
-            response = client.post(path, content=raw, headers={"content-type": content_type})
-            assert 400 <= response.status_code < 500, (path, response.text)
-            body = response.json()
-            assert set(body) == {"error", "field"} and body["field"]
-            assert "Traceback" not in response.text
+def test_garbage_bodies_are_4xx_never_500(refusing: httpx.Client, raw: bytes, content_type: str) -> None:
+    for path in ("/user-memory/v1/resolve", REMEMBER, "/user-memory/v1/sync", "/user-memory/v1/forget"):
+        response = refusing.post(path, content=raw, headers={"content-type": content_type})
+        assert 400 <= response.status_code < 500, (path, response.text)
+        body = response.json()
+        assert set(body) == {"error", "field"} and body["field"]
+        assert "Traceback" not in response.text
+    assert refusing.get("/api/runtime/status").json()["service"]["operations"] == {}
 
 
 def test_token_guards_every_route_but_healthz(legacy_env: dict[str, str]) -> None:
