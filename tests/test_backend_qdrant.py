@@ -661,3 +661,25 @@ def test_smoke_external_not_configured_failed_and_ok(rest):
     not_there = runner.invoke(main, args, env={**env, "MEMORY_QDRANT_COLLECTION": "nope"})
     assert not_there.exit_code == 1 and "does not exist" in not_there.output
     assert rest.engine.collection_exists("nope") is False
+
+
+def test_local_storage_through_the_facade_and_a_second_opener_fails_open(tmp_path):
+    """Local mode is one process (one client) at a time: the facade resolves over it from its worker
+    threads; a second opener degrades with the lock named, and succeeds once the first has closed."""
+    store = tmp_path / "qdrant"
+    seeding = QdrantClient(path=str(store))
+    _seed_lookalikes(seeding)
+    seeding.close()
+    env = _facade_env(f"local:{store}")
+    first = facade_from_env(env)
+    for _ in range(3):
+        result = first.resolve({**REQUEST, "userId": "tenantx"})
+        assert result["ok"] is True and [m["userId"] for m in result["semanticMemories"]] == ["tenantx"] * 3
+    second = facade_from_env(env)
+    blocked = second.resolve(REQUEST)
+    assert blocked["ok"] is False and "already accessed by another instance" in blocked["reason"]
+    first.close()
+    second.close()
+    third = facade_from_env(env)
+    assert third.resolve(REQUEST)["ok"] is True
+    third.close()
