@@ -414,7 +414,8 @@ def _facade_with(backend: QdrantBackend, **extra: str):
 class QdrantRest(FakeService):
     """Qdrant's REST API for the calls the adapter makes, over qdrant-client's in-process engine.
 
-    Shapes (https://api.qdrant.tech/api-reference, Qdrant OpenAPI ``docs/redoc/master/openapi.json``):
+    Shapes from Qdrant's API reference (https://api.qdrant.tech/api-reference/collections/get-collection,
+    https://api.qdrant.tech/api-reference/search/query-points; auth: the ``api-key`` header):
 
     * ``GET /collections/{collection_name}`` -> ``{"result": CollectionInfo, "status": "ok", "time": s}``;
     * ``POST /collections/{collection_name}/points/query`` with a ``QueryRequest`` (``query``,
