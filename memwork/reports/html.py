@@ -50,7 +50,8 @@ def external_references(page: str) -> list[str]:
 def provenance_block(meta: dict[str, Any]) -> str:
     """The header an approver reads first: verdict, parameters, timings, versions, commit."""
     verdict = str(meta.get("verdict") or "UNKNOWN")
-    colour = {"PASS": "#1a7f37", "GO": "#1a7f37", "INFO": "#0969da"}.get(verdict, "#cf222e")
+    colours = {"PASS": "#1a7f37", "GO": "#1a7f37", "INFO": "#0969da", "INCONCLUSIVE": "#9a6700"}
+    colour = colours.get(verdict, "#cf222e")
     rows = [
         ("report", meta.get("name")),
         ("run", meta.get("run_id")),

@@ -80,7 +80,7 @@ def build_index(root: Path | str | None = None) -> Path:
     root = reports_dir(root)
     root.mkdir(parents=True, exist_ok=True)
     rows, skipped = scan_runs(root)
-    colours = {"PASS": "#1a7f37", "GO": "#1a7f37", "INFO": "#0969da"}
+    colours = {"PASS": "#1a7f37", "GO": "#1a7f37", "INFO": "#0969da", "INCONCLUSIVE": "#9a6700"}
     body = []
     for row in rows:
         verdict = html.escape(str(row["verdict"]))

@@ -37,7 +37,13 @@ from memwork.reports.secrets import (
     scrubbed_output,
     split_secrets,
 )
-from memwork.reports.summary import FAILING_VERDICTS, REPORT_DIR_ENV, SUMMARY_FILE
+from memwork.reports.summary import (
+    FAILING_VERDICTS,
+    REPORT_DIR_ENV,
+    SUMMARY_FILE,
+    UNDECIDED_EXIT_CODE,
+    UNDECIDED_VERDICTS,
+)
 from memwork.workspace import sha256_file, workspace_dir
 
 MANIFEST_FILE = "manifest.json"
@@ -171,9 +177,12 @@ class ReportRun:
 
     @property
     def exit_code(self) -> int:
-        """0 ok, 1 verdict FAIL/NO-GO (or a failed check, or a broken cell), 2 a refused parameter."""
+        """0 ok, 1 verdict FAIL/NO-GO (or a failed check, or a broken cell), 2 a refused parameter,
+        3 verdict INCONCLUSIVE (neither GO nor NO-GO: a person decides)."""
         if self.error:
             return 2 if is_usage_error_name(self.error_name or "") else 1
+        if self.verdict in UNDECIDED_VERDICTS:
+            return UNDECIDED_EXIT_CODE
         return 1 if self.verdict in FAILING_VERDICTS else 0
 
     def to_dict(self) -> dict[str, Any]:

@@ -18,8 +18,11 @@ from memwork.errors import UsageError, VerdictError
 
 REPORT_DIR_ENV = "MEMWORK_REPORT_DIR"
 SUMMARY_FILE = "summary.json"
-VERDICTS = ("PASS", "FAIL", "GO", "NO-GO", "INFO", "ERROR")
+VERDICTS = ("PASS", "FAIL", "GO", "NO-GO", "INCONCLUSIVE", "INFO", "ERROR")
 FAILING_VERDICTS = ("FAIL", "NO-GO", "ERROR")
+#: neither a pass nor a failure: too little data or a marginal result, a person decides (exit 3)
+UNDECIDED_VERDICTS = ("INCONCLUSIVE",)
+UNDECIDED_EXIT_CODE = 3
 
 
 def _plain(value: Any) -> Any:
@@ -69,7 +72,7 @@ def gate_on_verdict(summary: dict[str, Any], fail_on_verdict: bool = True) -> No
     summary.json instead.
     """
     verdict = str(summary.get("verdict", "")).upper()
-    if fail_on_verdict and verdict in FAILING_VERDICTS:
+    if fail_on_verdict and verdict in (*FAILING_VERDICTS, *UNDECIDED_VERDICTS):  # undecided never passes
         raise VerdictError(verdict, [str(r) for r in summary.get("reasons") or []])
 
 
