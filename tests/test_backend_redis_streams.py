@@ -35,7 +35,8 @@ from memwork.errors import BackendError, UsageError
 from memwork.facade.facade import facade_from_env
 from memwork.migrate.source import iter_pages, open_source
 
-DEADLINE_MS = 300
+DEADLINE_MS = 300  #: the silent-server case: the deadline itself is under test
+ERROR_DEADLINE_MS = 1000  #: the other failures: their own reason must win, even on a loaded machine
 MARGIN_S = 0.35
 PASSWORD = "rs-pw-Kq7!never-shown"
 
@@ -279,9 +280,10 @@ def test_facade_writes_to_the_stream_and_resolve_stays_on_legacy(redis_url, stre
     assert client.xlen(stream) == 2
 
 
-def _degraded(env: dict[str, str], caplog) -> tuple[dict, float]:
+def _degraded(env: dict[str, str], caplog, deadline_ms: int = ERROR_DEADLINE_MS) -> tuple[dict, float]:
+    """One write through the failing facade: degraded, within the deadline, resolve still on legacy."""
     facade = facade_from_env(
-        {**env, "MEMORY_BACKEND": "redis-streams", "MEMORY_BACKEND_TIMEOUT_MS": str(DEADLINE_MS)}
+        {**env, "MEMORY_BACKEND": "redis-streams", "MEMORY_BACKEND_TIMEOUT_MS": str(deadline_ms)}
     )
     try:
         started = time.perf_counter()
@@ -293,7 +295,7 @@ def _degraded(env: dict[str, str], caplog) -> tuple[dict, float]:
     finally:
         facade.close()
     assert payload["ok"] is False and payload["source"] == "redis-streams"
-    assert elapsed < DEADLINE_MS / 1000 + MARGIN_S, elapsed
+    assert elapsed < deadline_ms / 1000 + MARGIN_S, elapsed
     for text in (json.dumps(payload), json.dumps(status), caplog.text):
         assert PASSWORD not in text
     assert resolved["ok"] is True and resolved["source"] == "legacy-conversation-memory"
@@ -308,7 +310,7 @@ def test_connection_refused_fails_open_without_the_password(caplog):
 
 def test_a_silent_server_times_out_within_the_deadline(caplog):
     with tcp_server("silent") as (port, accepted):
-        payload, _ = _degraded(_env(_port_url(port, PASSWORD), "s"), caplog)
+        payload, _ = _degraded(_env(_port_url(port, PASSWORD), "s"), caplog, deadline_ms=DEADLINE_MS)
     assert "Timeout" in payload["reason"] or "timed out" in payload["reason"]
     assert accepted[0] == 1
 
