@@ -254,19 +254,25 @@ def _kill_when_committed(
 
 
 def _wait_for_orphan_transactions(pg_url: str, timeout_s: float = 30) -> None:
-    """The killed client's server backend rolls back once it notices the closed socket; wait for it."""
+    """The killed client's server backend rolls back (and drops the import's advisory lock) once it
+    notices the closed socket; wait for that, or the resume would find the import still "running"."""
     import psycopg
 
     deadline = time.monotonic() + timeout_s
     with psycopg.connect(pg_url, autocommit=True) as conn:
         while time.monotonic() < deadline:
-            n = conn.execute(
+            busy = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                 "AND pid <> pg_backend_pid() AND state <> 'idle'"
             ).fetchone()[0]
-            if n == 0:
+            locks = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = "
+                "(SELECT oid FROM pg_database WHERE datname = current_database())"
+            ).fetchone()[0]
+            if busy == 0 and locks == 0:
                 return
             time.sleep(0.05)
+    raise AssertionError(f"the killed import's server session did not end within {timeout_s} s")
 
 
 @dataclass

@@ -30,26 +30,25 @@ def _run(*args: str, env: dict[str, str] | None = None):
     return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
 
 
-@pytest.mark.parametrize(
-    ("extra", "field"),
-    [
-        (["--page-size", "0"], "page_size"),
-        (["--limit", "0"], "limit"),
-        (["--vectors", "keep", "--embedder", "hash:8"], "embedder"),
-        (["--vectors", "reembed"], "embedder"),
-        (["--table", "bad name;"], "table"),
-        (["--set", "NOEQUALS"], "set"),
-        (["--embedder", "nosuch:1"], "embedder"),
-    ],
-)
-def test_bad_flags_exit_2_naming_the_field_and_write_nothing(pg_url, source_file, extra, field):
+BAD_FLAGS = [
+    (["--page-size", "0"], "page_size"),
+    (["--limit", "0"], "limit"),
+    (["--vectors", "keep", "--embedder", "hash:8"], "embedder"),
+    (["--vectors", "reembed"], "embedder"),
+    (["--table", "bad name;"], "table"),
+    (["--set", "NOEQUALS"], "set"),
+    (["--embedder", "nosuch:1"], "embedder"),
+]
+
+
+def test_bad_flags_exit_2_naming_the_field_and_write_nothing(pg_url, source_file):
     env = {"MEMWORK_TEST_SOURCE_FILE": str(source_file)}
-    result = _run(
-        "import", "--from", FILE_SOURCE, "--to", pg_url, "--apply", "--create-schema", *extra, env=env
-    )
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and field in lines[0], result.output
+    for extra, field in BAD_FLAGS:
+        args = ["import", "--from", FILE_SOURCE, "--to", pg_url, "--apply", "--create-schema", *extra]
+        result = _run(*args, env=env)
+        assert result.exit_code == 2, (extra, result.output)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and field in lines[0], (extra, result.output)
     assert _tables(pg_url) == []
 
 

@@ -3,12 +3,28 @@ resume, verification PASS; then a damaged copy FAILs naming the ids (what every 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime, timedelta
 
+import psycopg
 import pytest
-from import_harness import FILE_SOURCE, damage_and_verify, kill_resume_verify, write_source_file
+from import_harness import (
+    FILE_SOURCE,
+    FileSource,
+    committed_rows,
+    damage_and_verify,
+    import_args,
+    kill_resume_verify,
+    write_source_file,
+)
 
+from memwork.errors import ImportRunning
+from memwork.migrate.run import ImportOptions, run_import
 from memwork.migrate.source import SourceRecord
+from memwork.migrate.verify import ImportVerifyOptions, verify_import
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -45,3 +61,34 @@ def test_file_source_killed_mid_import_resumes_and_verifies(pg_url, tmp_path):
     damage = damage_and_verify(env, FILE_SOURCE, pg_url)
     assert damage.verification["missingCount"] == 1 and damage.verification["extraCount"] == 1
     assert damage.verification["changedCount"] == 1
+
+
+def test_a_second_import_of_the_same_source_is_refused_while_the_first_runs(pg_url, tmp_path):
+    path = write_source_file(tmp_path / "source.jsonl", _records(200))
+    env = {"MEMWORK_TEST_SOURCE_FILE": str(path), "MEMWORK_TEST_SOURCE_KEY": "file:two-at-once"}
+    first = subprocess.Popen(
+        [sys.executable, "-m", "memwork", *import_args(FILE_SOURCE, pg_url)],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        deadline = time.monotonic() + 60
+        while committed_rows(conn) < 20:
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.005)
+        with conn.transaction():  # hold the first run at its next commit
+            conn.execute("SELECT 1 FROM memwork_import_checkpoints FOR UPDATE")
+            second = ImportOptions(
+                source=FileSource(path, "file:two-at-once"), database_url=pg_url, apply=True
+            )
+            with pytest.raises(ImportRunning, match="another import"):
+                run_import(second)
+            assert first.poll() is None
+    _out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err
+    result = verify_import(
+        ImportVerifyOptions(source=FileSource(path, "file:two-at-once"), database_url=pg_url)
+    )
+    assert result.verdict == "PASS" and result.dest_rows == 200, result.reasons

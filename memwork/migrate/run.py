@@ -31,12 +31,14 @@ never overwritten: two sources share one table only if their ids do not collide.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -44,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from memwork.embed import Embedder, load_embedder, load_module
-from memwork.errors import UsageError
+from memwork.errors import ImportRunning, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.migrate.checkpoint import (
     ImportCheckpoint,
@@ -327,9 +329,8 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
     embedder = _loaded(options.embedder)
     now = datetime.now(UTC)
     started = time.perf_counter()
-    with pg_connect(url, autocommit=True) as pg:
+    with pg_connect(url, autocommit=True) as pg, import_lock(pg, options.table, source.key):
         found = read_import_checkpoint(pg, options.table, source.key)
-        pg.commit()
         base = found if options.resume and found is not None else None
         report.resumed = base is not None
         start = base.resume_cursor if base else None
@@ -381,6 +382,35 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
         report.checkpoint = checkpoint.to_json()
     _finish_timing(report, started, report.rows_written)
     return report
+
+
+def import_lock_key(table: str, source_key: str) -> int:
+    """The advisory lock id of one (table, source) import: 64 bits of a SHA-256, signed."""
+    digest = hashlib.sha256(f"memwork-import\x1f{table}\x1f{source_key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+LOCK_WAIT_S = 3.0  # a killed run's server session may take a moment to end and drop its lock
+
+
+@contextmanager
+def import_lock(pg: psycopg.Connection[Any], table: str, source_key: str) -> Iterator[None]:
+    """Hold this import's advisory lock for the block, or raise :class:`ImportRunning` (after a
+    short wait): two runs of one import would race on one checkpoint. The lock is the session's,
+    so a killed process loses it when its connection ends."""
+    from memwork.db import pg_value
+
+    key = import_lock_key(table, source_key)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while not pg_value(pg, "SELECT pg_try_advisory_lock(%s)", (key,)):
+        if time.monotonic() >= deadline:
+            raise ImportRunning(table, redact_text(source_key))
+        time.sleep(0.05)
+    try:
+        yield
+    finally:
+        if not pg.closed and not pg.broken:
+            pg.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
 def _loaded(embedder: Embedder | str | None) -> Embedder | None:
