@@ -167,7 +167,7 @@ def test_write_is_one_transaction_with_the_documented_request(fake):
     assert [e["id"] for e in events] == result["eventIds"]
     pairs = statements[2]["parameters"]["pairs"]
     assert pairs == [
-        {"from": a, "to": b} for a, b in zip(result["eventIds"], result["eventIds"][1:], strict=False)
+        {"before": a, "after": b} for a, b in zip(result["eventIds"], result["eventIds"][1:], strict=False)
     ]
     assert statements[1]["parameters"]["writeId"] == result["writeId"]
 
@@ -176,6 +176,12 @@ def test_one_message_sends_no_order_statement(fake):
     backend = from_env(_env(fake.url))
     backend.write(_write("alice", "s-1", "only one"))
     assert [s["statement"] for s in fake.requests[0].body["statements"]] == list(STATEMENTS[:2])
+
+
+def test_a_write_without_messages_sends_nothing(fake):
+    backend = from_env(_env(fake.url))
+    assert backend.write({"userId": "alice", "sessionId": "s", "messages": []})["events"] == 0
+    assert fake.requests == []
 
 
 def test_another_database_is_the_path_segment(fake):

@@ -102,7 +102,7 @@ EVENTS_STATEMENT = (
 )
 NEXT_STATEMENT = (
     "UNWIND $pairs AS pair "
-    "MATCH (a:Event {id: pair.from, userId: $userId}), (b:Event {id: pair.to, userId: $userId}) "
+    "MATCH (a:Event {id: pair.before, userId: $userId}), (b:Event {id: pair.after, userId: $userId}) "
     "CREATE (a)-[:NEXT]->(b) "
     "RETURN count(*) AS links"
 )
@@ -145,7 +145,7 @@ def write_statements(
         },
     ]
     if len(event_ids) > 1:
-        pairs = [{"from": a, "to": b} for a, b in pairwise(event_ids)]
+        pairs = [{"before": a, "after": b} for a, b in pairwise(event_ids)]
         statements.append({"statement": NEXT_STATEMENT, "parameters": {"userId": user_id, "pairs": pairs}})
     return statements, event_ids
 
@@ -187,6 +187,8 @@ class Neo4jBackend(BaseBackend):
         if self._problems:
             raise BackendError(f"neo4j unavailable: {reason_of(self._problems)}")
         clean = validate("write", request)
+        if not clean["messages"]:  # nothing happened: no request, no empty session node
+            return {"events": 0, "eventIds": [], "writeId": None, "database": self.database}
         write_id = uuid.uuid4().hex
         ts = datetime.now(UTC).isoformat(timespec="milliseconds")
         statements, event_ids = write_statements(
