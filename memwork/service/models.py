@@ -25,7 +25,8 @@ from memwork.backends.requests import (
 MAX_EMBEDDING_DIMENSIONS = 8192
 CANARY_USER_PREFIX = "memory-v2-canary-"  #: the only users ``/forget`` may purge
 
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+FLOAT32_MAX = 3.4028234663852886e38  #: embeddings are stored as float32: anything larger overflows
+Finite = Annotated[float, Field(allow_inf_nan=False, ge=-FLOAT32_MAX, le=FLOAT32_MAX)]
 Role = Literal["user", "assistant", "system", "tool"]
 
 
