@@ -187,6 +187,12 @@ def test_user_ids_are_json_encoded_values_never_query_text(fake, user, module_fi
     assert all(m["userId"] == user for m in result["semanticMemories"])
 
 
+def test_non_ascii_stays_literal_and_controls_are_escaped():
+    query = near_vector_query("MemindMemory", [1.0], '😀 名前\n"x', 5)
+    assert 'valueText: "😀 名前\\n\\"x"' in query  # no surrogate-pair escapes, a GraphQL-legal string
+    assert "\n" not in query  # no raw newline inside the string literal
+
+
 def test_names_are_checked_before_any_query_is_built():
     with pytest.raises(UsageError, match="MEMORY_WEAVIATE_COLLECTION"):
         near_vector_query("Memind(x", [1.0], "alice", 5)

@@ -31,7 +31,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memwork.backends.base import (
     Availability,
@@ -43,11 +43,13 @@ from memwork.backends.base import (
     reason_of,
 )
 from memwork.backends.payload import memory_item, only_user
-from memwork.embed import QueryModuleEmbedder
 from memwork.errors import BackendError, UsageError
 from memwork.http import JsonHttpClient, settings_from_env
 from memwork.migrate.source import Page, SourceRecord, require
 from memwork.redaction import redact_url
+
+if TYPE_CHECKING:
+    from memwork.embed import QueryModuleEmbedder
 
 NAME = "weaviate"
 FLAG_VAR = "MEMORY_WEAVIATE_ENABLED"
@@ -227,14 +229,20 @@ def near_vector_query(
     user_property: str = DEFAULT_USER_PROPERTY,
     content_property: str = DEFAULT_CONTENT_PROPERTY,
 ) -> str:
-    """The GraphQL ``Get`` of the user's nearest objects: names checked, every value JSON-encoded."""
+    """The GraphQL ``Get`` of the user's nearest objects: names checked, every value JSON-encoded.
+
+    A JSON string is a GraphQL string literal; ``ensure_ascii=False`` keeps non-ASCII characters as
+    they are, because a ``\\uD83D\\uDE00`` surrogate-pair escape is not decoded into one character
+    by every GraphQL parser.
+    """
     if not _CLASS_NAME.fullmatch(collection):
         raise UsageError(COLLECTION_VAR, collection, "must be a Weaviate class name")
     for var, name in ((USER_PROPERTY_VAR, user_property), (CONTENT_PROPERTY_VAR, content_property)):
         if not _GRAPHQL_NAME.fullmatch(name):
             raise UsageError(var, name, "must be a GraphQL name")
     vector_literal = json.dumps([float(x) for x in vector], allow_nan=False)
-    where = f"{{path: {json.dumps([user_property])}, operator: Equal, valueText: {json.dumps(user_id)}}}"
+    value = json.dumps(user_id, ensure_ascii=False)
+    where = f"{{path: {json.dumps([user_property])}, operator: Equal, valueText: {value}}}"
     fields = " ".join(dict.fromkeys((content_property, user_property)))
     return (
         f"{{ Get {{ {collection}(nearVector: {{vector: {vector_literal}}}, where: {where}, "
@@ -335,6 +343,8 @@ def from_env(env: Mapping[str, str]) -> WeaviateBackend:
     embedder = None
     module_spec = (env.get(MODULE_VAR) or "").strip()
     if module_spec and not problems:
+        from memwork.embed import QueryModuleEmbedder  # numpy and user code: only when configured
+
         try:
             embedder = QueryModuleEmbedder(module_spec, field=MODULE_VAR)
         except UsageError as exc:
