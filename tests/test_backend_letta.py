@@ -268,6 +268,19 @@ def test_summary_is_bounded_and_deduplicated():
     assert text.startswith("Session s summary (2 user statements):\n- a\n- x") and len(text) == 4000
 
 
+def test_purge_user_deletes_only_that_users_passages_even_from_a_misbehaving_search(fake):
+    fake.agents[AGENT].clear()  # the broken search then returns every look-alike's passage
+    _seed_look_alikes(fake)
+    backend = from_env(_env(fake.url))
+    backend.write({"userId": "tenantx", "sessionId": "s", "messages": MESSAGES})
+    fake.misbehave = True
+    assert backend.purge_user("tenantx") == {"passages": 2}
+    assert fake.of_user("tenantx") == [] and len(fake.of_user("TenantX")) == 1
+    assert len(fake.agents[AGENT]) == 2
+    deletes = [r for r in fake.requests if r.method == "DELETE"]
+    assert len(deletes) == 2 and all(r.path.startswith(PASSAGES + "/passage-") for r in deletes)
+
+
 # ---- failure modes through the facade --------------------------------------------------------------
 def _timed(env: dict[str, str], operation: str) -> tuple[dict[str, Any], float, dict[str, Any]]:
     facade = facade_from_env(env)
@@ -352,7 +365,9 @@ def test_smoke_external_not_configured_ok_and_failed(fake, operation):
     assert dormant.exit_code == 0 and json.loads(dormant.stdout)["status"] == "not_configured"
     ok = runner.invoke(main, args, env=_env(fake.url))
     assert ok.exit_code == 0, ok.output
-    assert json.loads(ok.stdout)["status"] == "ok"
+    report = json.loads(ok.stdout)
+    assert report["status"] == "ok" and report["cleanup"] == "purged"
+    assert fake.of_user(report["userId"]) == []
     fake.fault = Fault(status=500)
     failed = runner.invoke(main, args, env=_env(fake.url))
     assert failed.exit_code == 1 and "HTTP 500" in failed.output and API_KEY not in failed.output

@@ -310,11 +310,27 @@ def test_smoke_external_not_configured_ok_and_failed(fake, operation):
     assert ok.exit_code == 0, ok.output
     report = json.loads(ok.stdout)
     assert report["status"] == "ok" and report["userId"].startswith("memory-v2-smoke-")
+    assert report["cleanup"] == "purged" and fake.of_user(report["userId"]) == []
+    deletes = [r for r in fake.requests if r.method == "DELETE"]
+    assert [r.arg("user_id") for r in deletes] == [report["userId"]]
     fake.fault = Fault(status=500)
     failed = runner.invoke(main, args, env=_env(fake.url))
     assert failed.exit_code == 1 and "HTTP 500" in failed.output and API_KEY not in failed.output
     refused = runner.invoke(main, args, env=_env(refused_url(), MEMORY_BACKEND_TIMEOUT_MS="300"))
     assert refused.exit_code == 1 and "mem0" in refused.output and API_KEY not in refused.output
+
+
+def test_purge_user_deletes_exactly_that_user(fake):
+    backend = from_env(_env(fake.url))
+    for user in LOOK_ALIKES:
+        fake.store(user, f"memory of {user!r}")
+    assert backend.purge_user("tenantx") == {"users": 1}
+    assert (
+        fake.of_user("tenantx") == [] and len(fake.of_user("TenantX")) == len(fake.of_user("tenantx ")) == 1
+    )
+    with pytest.raises(UsageError):
+        backend.purge_user("*")
+    assert len(fake.memories) == 1080 + 2
 
 
 def test_smoke_resolve_is_bad_input():

@@ -86,6 +86,7 @@ DEFAULT_LIMIT = 40
 MAX_LIMIT = 200
 COMPACT_TOP_K = 200  #: passages of one session read for its summary
 MAX_SUMMARY_CHARS = 4000
+PURGE_ROUNDS = 20  #: searches of up to COMPACT_TOP_K passages each while purging one user
 SOURCE_TIMEOUT_S = 30.0  #: a migration read is not under the facade's deadline
 
 DECLARATION = Declaration(
@@ -336,6 +337,24 @@ class LettaBackend(BaseBackend):
         """Letta's archival search restricted to passages carrying every tag in ``tags`` (a read)."""
         params = {"query": query, "tags": tags, "tag_match_mode": "all", "top_k": top_k}
         return _search_results(client.get_json(self._at(self.resolve_path), params))
+
+    def purge_user(self, user_id: str) -> dict[str, int]:
+        """Delete the user's passages (found by the exact user tag, deleted one by one: ``DELETE
+        .../archival-memory/{id}``); for the smoke's and the self-check's synthetic users."""
+        client = self._client()
+        if not isinstance(user_id, str) or not user_id:
+            raise UsageError("userId", user_id, "purge needs one exact user id")
+        deleted = 0
+        for _ in range(PURGE_ROUNDS):
+            found = self.search(client, "memwork purge", [user_tag(user_id)], COMPACT_TOP_K)
+            mine = [str(r["id"]) for r in found if r.get("id") and _item(r)["userId"] == user_id]
+            if not mine:
+                break
+            for passage_id in mine:
+                path = f"{self._at(PASSAGES_PATH)}/{quote(passage_id, safe='')}"
+                client.request_json("DELETE", path, idempotent=True)
+                deleted += 1
+        return {"passages": deleted}
 
     def close(self) -> None:
         if self.client is not None:

@@ -254,6 +254,17 @@ class Mem0Backend(BaseBackend):
             for i in kept
         ]
 
+    def purge_user(self, user_id: str) -> dict[str, int]:
+        """Delete every memory of ``user_id`` (``DELETE /v1/memories/?user_id=``; the smoke's and the
+        self-check's synthetic users). Never ``*``: the id must be a real, exact user id."""
+        client = self._client()
+        if not isinstance(user_id, str) or not user_id or user_id.strip() in ("", "*"):
+            raise UsageError("userId", user_id, "purge needs one exact user id")
+        params: dict[str, Any] = {"user_id": user_id}
+        self._scope(params)
+        client.request_json("DELETE", LIST_PATH, params=params, idempotent=True)
+        return {"users": 1}
+
     def close(self) -> None:
         if self.client is not None:
             self.client.close()

@@ -17,6 +17,8 @@ Shapes from Letta's API reference -- https://docs.letta.com/api-reference/agents
   An ``after`` id that does not exist: 404.
 * ``POST /v1/agents/{agent_id}/archival-memory`` body ``CreateArchivalMemory`` ``{text (required),
   tags?, created_at?}`` -> a list with the created ``Passage``; no text: 422.
+* ``DELETE /v1/agents/{agent_id}/archival-memory/{memory_id}`` -> 200 ``{"message": "Memory id=..
+  successfully deleted"}``; an unknown id: 404.
 * ``GET /v1/agents/{agent_id}/archival-memory/search`` query ``query`` (required, 422 without),
   ``tags`` (repeated), ``tag_match_mode`` (``any`` default | ``all``), ``top_k`` (default 5),
   ``start_datetime``, ``end_datetime``. Answer ``{"results": [{"id", "timestamp", "content", "tags"}],
@@ -59,6 +61,7 @@ class FakeLetta(FakeService):
         self.route("GET", base, self.list_passages)
         self.route("POST", base, self.create_passage)
         self.route("GET", base + "/search", self.search)
+        self.route("DELETE", base + r"/(?P<memory_id>[^/]+)", self.delete_passage)
 
     # ---- data -------------------------------------------------------------------------------------
     def seed(self, users: int = 12, per_user: int = 90) -> FakeLetta:
@@ -160,6 +163,17 @@ class FakeLetta(FakeService):
         if not isinstance(text, str) or (tags is not None and not isinstance(tags, list)):
             return Response(422, {"detail": [{"loc": ["body", "text"], "msg": "Field required"}]})
         return Response(200, [self.insert(text, tags, request.params["agent_id"], body.get("created_at"))])
+
+    def delete_passage(self, request: Request) -> Response:
+        error, passages = self._guard(request)
+        if error:
+            return error
+        memory_id = request.params["memory_id"]
+        kept = [p for p in passages if p["id"] != memory_id]
+        if len(kept) == len(passages):
+            return Response(404, {"detail": f"Passage {memory_id} not found"})
+        passages[:] = kept
+        return Response(200, {"message": f"Memory id={memory_id} successfully deleted"})
 
     def search(self, request: Request) -> Response:
         error, passages = self._guard(request)
