@@ -251,3 +251,18 @@ def test_a_cursor_that_does_not_move_stops_the_run(pg_url):
 
     with pytest.raises(BackendError, match="did not advance"):
         run_import(ImportOptions(source=StuckSource(records(3)), database_url=pg_url, page_size=2))
+
+
+def test_a_source_key_with_a_url_password_is_never_stored_or_reported(pg_url):
+    ensure_schema(pg_url, "memory_embeddings", 8)
+    source = ListSource(records(9), key="qdrant:http://admin:hunter2@db.example:6333/memind_memory")
+    report = run_import(ImportOptions(source=source, database_url=pg_url, apply=True, page_size=4))
+    assert "hunter2" not in json.dumps(report.to_dict()) and report.rows_written == 9
+    with psycopg.connect(pg_url) as conn:
+        dumped = conn.execute(
+            "SELECT string_agg(metadata::text, '') || (SELECT string_agg(source_key, '') "
+            "FROM memwork_import_checkpoints) FROM memory_embeddings"
+        ).fetchone()[0]
+    assert "hunter2" not in dumped and "db.example:6333/memind_memory" in dumped
+    result = verify_import(ImportVerifyOptions(source=source, database_url=pg_url))
+    assert result.verdict == "PASS" and "hunter2" not in json.dumps(result.to_dict())

@@ -7,14 +7,14 @@ is not even opened, except a read of the checkpoint when ``resume`` asks where a
 ``apply=True`` writes each page through :func:`memwork.pgvector.backfill.writer.write_batch` (binary
 COPY into a staging table, one ``INSERT ... ON CONFLICT (source_memory_id)``, poison rows quarantined
 in ``memwork_backfill_rejects``) with the import's own checkpoint -- the source's opaque cursor,
-keyed by (destination table, ``source.key``) in ``memwork_import_checkpoints`` -- committed in the
+keyed by (destination table, the source key) in ``memwork_import_checkpoints`` -- committed in the
 same transaction as the page. A process killed at any moment committed a page with its checkpoint or
 neither; ``resume`` continues from the last committed cursor.
 
 What a row keeps: the source id (``source_memory_id``), ``user_id`` exactly as given (no case or
 whitespace folding: ``TenantX`` and ``tenantx`` stay two users), ``session_id`` ->
 ``source_session_id``, ``message_id`` -> ``source_message_id``, the agent id in
-``metadata._memworkAgentId``, the source's metadata plus ``metadata._memworkSource = source.key``
+``metadata._memworkAgentId``, the source's metadata plus ``metadata._memworkSource`` = the source key
 (verification selects one source's rows by it), type, and timestamps (a missing ``created_at`` or
 ``updated_at`` becomes the run's start time; ``updated_at`` defaults to ``created_at`` when only that
 is given).
@@ -146,6 +146,12 @@ def destination_url(options: ImportOptions) -> str:
     return url
 
 
+def stored_key(source: Source) -> str:
+    """The source's key as stored (checkpoint, row marker, lock): URL passwords redacted, in case a
+    source puts a URL with credentials into it -- a key never needs the secret to be unique."""
+    return redact_text(source.key)
+
+
 def resolve_source(spec: str | Source, env: Mapping[str, str]) -> Source:
     """A Source instance as it is; ``module:PATH`` loaded and its ``source_from_env(env)`` called;
     else the registry's source of that name (:func:`memwork.migrate.source.open_source`)."""
@@ -215,9 +221,7 @@ def run_import(options: ImportOptions, progress: Progress | None = None) -> Impo
 
 
 def _new_report(mode: str, options: ImportOptions, source: Source) -> ImportReport:
-    return ImportReport(
-        mode=mode, source=source.name, source_key=redact_text(source.key), table=options.table
-    )
+    return ImportReport(mode=mode, source=source.name, source_key=stored_key(source), table=options.table)
 
 
 def _dry_run(options: ImportOptions, source: Source, progress: Progress | None) -> ImportReport:
@@ -230,7 +234,7 @@ def _dry_run(options: ImportOptions, source: Source, progress: Progress | None) 
         url = destination_url(options)
         report.destination = redact_url(url)
         with pg_connect(url, autocommit=True) as pg:
-            found = read_import_checkpoint(pg, options.table, source.key)
+            found = read_import_checkpoint(pg, options.table, stored_key(source))
         start = found.resume_cursor if found else None
         report.resumed = found is not None
     report.start_cursor = start
@@ -329,15 +333,15 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
     embedder = _loaded(options.embedder)
     now = datetime.now(UTC)
     started = time.perf_counter()
-    with pg_connect(url, autocommit=True) as pg, import_lock(pg, options.table, source.key):
-        found = read_import_checkpoint(pg, options.table, source.key)
+    with pg_connect(url, autocommit=True) as pg, import_lock(pg, options.table, stored_key(source)):
+        found = read_import_checkpoint(pg, options.table, stored_key(source))
         base = found if options.resume and found is not None else None
         report.resumed = base is not None
         start = base.resume_cursor if base else None
         report.start_cursor = start
         checkpoint = ImportCheckpoint(
             options.table,
-            source.key,
+            stored_key(source),
             source.name,
             rows_read=base.rows_read if base else 0,
             rows_written=base.rows_written if base else 0,
@@ -507,10 +511,11 @@ def _write_page(
 ) -> tuple[int, list[Reject]]:
     from memwork.pgvector.backfill.writer import Batch, write_batch
 
-    pairs = _last_of_each_id([(record_row(r, source.key, now), r) for r in records])
+    key = stored_key(source)
+    pairs = _last_of_each_id([(record_row(r, key, now), r) for r in records])
     rows = [row for row, _ in pairs]
     good, rejects = precheck(rows)
-    good, more = _owned_elsewhere(pg, options.table, source.key, good)
+    good, more = _owned_elsewhere(pg, options.table, key, good)
     rejects += more
     by_id = {row["id"]: record for row, record in pairs}
     if target.vectors == "keep":

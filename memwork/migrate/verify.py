@@ -34,13 +34,14 @@ from memwork.migrate.run import (
     ImportOptions,
     destination_url,
     resolve_source,
+    stored_key,
 )
 from memwork.migrate.source import Source, iter_pages
 from memwork.pgvector.backfill.options import MAX_BATCH_SIZE
 from memwork.pgvector.backfill.quarantine import REJECTS_TABLE, read_rejects
 from memwork.pgvector.schema import DEFAULT_TABLE, table_dimensions
 from memwork.pgvector.verify import MAX_LISTED_IDS, drill_down, quarantined_rows, range_checksums, row_digest
-from memwork.redaction import redact_text, redact_url
+from memwork.redaction import redact_url
 
 if TYPE_CHECKING:
     import psycopg
@@ -135,7 +136,8 @@ def verify_import(options: ImportVerifyOptions) -> ImportVerification:
     options.check()
     url = destination_url(ImportOptions(source="-", env=options.env, database_url=options.database_url))
     source = resolve_source(options.source, options.env)
-    result = ImportVerification(source=source.name, source_key=redact_text(source.key), table=options.table)
+    key = stored_key(source)
+    result = ImportVerification(source=source.name, source_key=key, table=options.table)
     try:
         src = read_source_side(source, options.page_size)
     finally:
@@ -145,9 +147,9 @@ def verify_import(options: ImportVerifyOptions) -> ImportVerification:
         if declared is None:
             raise UsageError("table", options.table, f"does not exist in {redact_url(url)}")
         register_vector(pg)
-        checkpoint = read_import_checkpoint(pg, options.table, source.key)
+        checkpoint = read_import_checkpoint(pg, options.table, key)
         with pg.transaction():
-            dest = read_dest_side(pg, options.table, source.key)
+            dest = read_dest_side(pg, options.table, key)
             rejects = {r["id"]: r for r in read_rejects(pg, options.table)}
     result.declared_dimensions = declared or None
     result.vectors = checkpoint.vectors if checkpoint and checkpoint.vectors else _guess_mode(src)
