@@ -320,6 +320,12 @@ def test_fail_closed_raises_without_the_api_key(facade_env, fake):
     assert "HTTP 500" in str(info.value) and API_KEY not in str(info.value)
 
 
+def test_a_run_error_echoing_the_api_key_never_shows_it(facade_env, fake, caplog):
+    fake.run_error = ("AuthError", f"upstream refused key {API_KEY}")
+    payload, _ = _degraded({**facade_env, "MEMORY_LANGGRAPH_API_KEY": API_KEY}, caplog)
+    assert payload["ok"] is False and "AuthError: upstream refused key ***" in payload["reason"]
+
+
 # ---- gates and CLI --------------------------------------------------------------------------------
 def test_contract_gate_passes():
     from memwork.facade.contract import check_all, validate_backend

@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import time
 
 import httpx  # noqa: F401  (imported once here, not inside the first timed call)
 import pytest
 from click.testing import CliRunner
-from fakes.server import Fault, refused_url, serve
+from fakes.server import Fault, Response, refused_url, serve
 from fakes.weaviate import LOOKALIKES, FakeWeaviate, _Parser
 
 from memwork.backends.base import supports_of
@@ -380,6 +381,23 @@ def test_fail_closed_raises_without_the_api_key(facade_env, fake):
         facade.resolve({"userId": "user-01", "query": "tea"})
     facade.close()
     assert "HTTP 500" in str(info.value) and API_KEY not in str(info.value)
+
+
+def test_a_graphql_error_echoing_the_api_key_never_shows_it(fake, module_file):
+    echo = (
+        "POST",
+        re.compile(r"/v1/graphql\Z"),
+        lambda request: Response(200, {"errors": [{"message": f"token {API_KEY} rejected"}]}),
+    )
+    fake.routes.insert(0, echo)
+    try:
+        backend = from_env({**_env(fake.url, module_file), "MEMORY_WEAVIATE_API_KEY": API_KEY})
+        with pytest.raises(BackendError, match="graphql error") as info:
+            backend.resolve({"userId": "user-01", "embedding": [1.0] * DIM})
+        backend.close()
+    finally:
+        fake.routes.remove(echo)
+    assert API_KEY not in str(info.value) and "***" in str(info.value)
 
 
 # ---- gates and CLI --------------------------------------------------------------------------------

@@ -140,7 +140,10 @@ class LangGraphBackend(BaseBackend):
             "on_disconnect": "cancel",
         }
         state = self.client.post_json("/runs/wait", body, idempotent=False)  # a run: never retried
-        return map_final_state(state, user_id)
+        try:
+            return map_final_state(state, user_id)
+        except BackendError as exc:  # a graph's error message may echo a secret back
+            raise BackendError(self.client.scrub(str(exc))) from None
 
     def close(self) -> None:
         if self.client is not None:

@@ -181,7 +181,10 @@ class WeaviateBackend(BaseBackend):
             content_property=self.content_property,
         )  # fmt: skip
         answer = self.client.post_json("/v1/graphql", {"query": query}, idempotent=True)
-        hits = graphql_hits(answer, self.collection)
+        try:
+            hits = graphql_hits(answer, self.collection)
+        except BackendError as exc:  # a message from the server may echo a secret back
+            raise BackendError(self.client.scrub(str(exc))) from None
         items = [self._memory(hit) for hit in hits]
         return {"semanticMemories": only_user(items, user_id, backend=NAME)}
 
