@@ -202,10 +202,15 @@ def test_sample_one_records_every_resolve_with_the_documented_schema(log_path: P
     env = base_env(log_path, MEMORY_SHADOW_BACKEND="shadow-list", MEMORY_SHADOW_SAMPLE="1")
     with served(env) as (client, shadow):
         request_ids = []
-        for limit in (4, 2):
-            response = client.post("/user-memory/v1/resolve", json={"userId": "TenantX", "limit": limit})
+        for limit, given in ((4, "caller-req-1"), (2, "not a token")):
+            response = client.post(
+                "/user-memory/v1/resolve",
+                json={"userId": "TenantX", "limit": limit},
+                headers={"X-Request-Id": given},
+            )
             assert [m["id"] for m in response.json()["semanticMemories"]] == PRIMARY_IDS
             request_ids.append(response.headers["x-request-id"])
+        assert request_ids[0] == "caller-req-1" and len(request_ids[1]) == 32  # a bad one is replaced
         client.post("/user-memory/v1/sync", json={"userId": "u"})  # only resolves are shadowed
         assert shadow.drain()
         status = client.get("/api/runtime/status").json()["shadow"]

@@ -4,7 +4,8 @@ Routes (the seed's integration points, ``docs`` in the served ``/openapi.json``)
 
 * ``GET  /healthz`` -- liveness only, never needs the token, touches no backend;
 * ``GET  /api/runtime/status`` -- ``{"memory": facade.status(), "service": ..., "shadow": ...}``;
-* ``POST /user-memory/v1/resolve`` -- ``facade.resolve`` (and, when sampled, a shadow read);
+* ``POST /user-memory/v1/resolve`` -- ``facade.resolve`` (and, when sampled, a shadow read); the
+  reply's ``X-Request-Id`` (the caller's own when it sent a plain one) names its comparison record;
 * ``POST /user-memory/v1/remember-recent`` -- ``facade.write``;
 * ``POST /user-memory/v1/sync`` -- ``facade.compact``;
 * ``POST /user-memory/v1/forget`` -- purge a synthetic canary user (``memory-v2-canary-*`` only).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -63,6 +65,7 @@ DEFAULT_MAX_BODY_BYTES = 1 << 20
 DEFAULT_THREADS = 200
 #: the service's own guard past the facade's deadline (selection checks + the backend call)
 DEADLINE_SLACK_S = 0.5
+REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,12 @@ def without_other_users(payload: dict[str, Any], user_id: str) -> dict[str, Any]
     return cleaned
 
 
+def request_id_of(request: Request) -> str:
+    """The caller's ``X-Request-Id`` when it is a plain token (for correlation), else a fresh one."""
+    given = request.headers.get("x-request-id", "")
+    return given if REQUEST_ID_RE.fullmatch(given) else uuid.uuid4().hex
+
+
 def field_of(loc: Sequence[Any]) -> str:
     """Pydantic's error location -> the field as memwork names it (``messages[0].content``)."""
     parts = list(loc[1:] if loc and loc[0] == "body" else loc)
@@ -251,10 +260,10 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
         return JSONResponse(jsonable_encoder({"memory": memory, "service": state.status(), "shadow": shadow}))
 
     @app.post("/user-memory/v1/resolve", tags=["memory"])
-    async def resolve(body: ResolveRequest) -> JSONResponse:
+    async def resolve(body: ResolveRequest, request: Request) -> JSONResponse:
         """Memory for the current request (the primary answers; sampled requests are shadowed)."""
         clean = validate("resolve", body.model_dump(exclude_none=True))
-        request_id = uuid.uuid4().hex
+        request_id = request_id_of(request)
         started = time.perf_counter()
         payload = await _call_facade(state, "resolve", clean)
         state.shadow.submit(clean, payload, (time.perf_counter() - started) * 1000, request_id)
