@@ -326,6 +326,24 @@ def test_a_run_error_echoing_the_api_key_never_shows_it(facade_env, fake, caplog
     assert payload["ok"] is False and "AuthError: upstream refused key ***" in payload["reason"]
 
 
+def test_the_declaration_keeps_the_slot_variables():
+    from memwork.backends.placeholders import SLOTS_BY_NAME
+
+    slot = SLOTS_BY_NAME["langgraph"]
+    assert (slot.category, slot.capabilities, slot.flag) == (
+        DECLARATION.category,
+        DECLARATION.capabilities,
+        DECLARATION.flag,
+    )
+    for var in slot.variables:
+        mine = DECLARATION.variable(var.name)
+        assert mine is not None and (mine.required, mine.secret, mine.default) == (
+            var.required,
+            var.secret,
+            var.default,
+        )
+
+
 # ---- gates and CLI --------------------------------------------------------------------------------
 def test_contract_gate_passes():
     from memwork.facade.contract import check_all, validate_backend

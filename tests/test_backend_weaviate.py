@@ -400,6 +400,24 @@ def test_a_graphql_error_echoing_the_api_key_never_shows_it(fake, module_file):
     assert API_KEY not in str(info.value) and "***" in str(info.value)
 
 
+def test_the_declaration_keeps_the_slot_variables():
+    from memwork.backends.placeholders import SLOTS_BY_NAME
+
+    slot = SLOTS_BY_NAME["weaviate"]
+    assert (slot.category, slot.capabilities, slot.flag) == (
+        DECLARATION.category,
+        DECLARATION.capabilities,
+        DECLARATION.flag,
+    )
+    for var in slot.variables:
+        mine = DECLARATION.variable(var.name)
+        assert mine is not None and (mine.required, mine.secret, mine.default) == (
+            var.required,
+            var.secret,
+            var.default,
+        )
+
+
 # ---- gates and CLI --------------------------------------------------------------------------------
 def test_contract_gate_passes(module_file):
     from memwork.facade.contract import check_all, validate_backend
