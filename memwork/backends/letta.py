@@ -24,9 +24,9 @@ paths are templates with ``{agent_id}``:
 * **write**: one passage per write, ``POST MEMORY_LETTA_WRITE_PATH`` (default
   ``/v1/agents/{agent_id}/archival-memory``) ``{text: "role: content" lines, tags}``: one call per write
   fits the deadline and cannot half-succeed; never retried.
-* **compact**: the session's passages (the resolve search with the user and session tags), summarised
-  *extractively* (no LLM: the user's own lines, de-duplicated, oldest first, at most 4,000 characters)
-  into one ``memwork-kind:summary`` passage, ``POST MEMORY_LETTA_COMPACT_PATH`` (default the write
+* **compact**: the session's passages (the resolve search with the user and session tags, at most 200),
+  summarised *extractively* (no LLM: the user's own lines, de-duplicated, oldest first, at most 4,000
+  characters) into one ``memwork-kind:summary`` passage, ``POST MEMORY_LETTA_COMPACT_PATH`` (default the write
   path). Re-running with nothing new adds nothing (an identical summary exists). Letta's own
   ``/summarize`` is not used: it summarises the agent's shared message buffer, i.e. every user at once.
 
@@ -234,6 +234,17 @@ def _item(result: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
+def _has_tag(result: Mapping[str, Any], tag: str) -> bool:
+    tags = result.get("tags")
+    return isinstance(tags, list) and tag in tags
+
+
+def _oldest_first(results: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """By Letta's timestamp (an unparseable one first), then id: the order the turns were written."""
+    oldest = datetime.min.replace(tzinfo=UTC)
+    return sorted(results, key=lambda r: (_timestamp(r.get("timestamp")) or oldest, str(r.get("id"))))
+
+
 def summarise(session_id: str, texts: Sequence[str]) -> str:
     """The extractive summary of a session: the user's own lines, de-duplicated, oldest first."""
     lines: list[str] = []
@@ -303,33 +314,31 @@ class LettaBackend(BaseBackend):
         user_id, session_id = _user_id(request), _session_id(request)
         if session_id is None:
             return {"compacted": 0, "note": "letta summarises one session: no sessionId given"}
-        tags = [user_tag(user_id), session_tag(session_id)]
-        found = self.search(client, f"session {session_id}", tags, COMPACT_TOP_K)
-        mine = [
-            r
-            for r in found
-            if _item(r)["userId"] == user_id and session_tag(session_id) in (r.get("tags") or [])
-        ]
-        if len(mine) < len(found):
-            log.warning(
-                "letta returned %d passage(s) outside the user's session; dropped", len(found) - len(mine)
-            )
-        turns = [r for r in mine if f"{KIND_TAG}{KIND_TURN}" in (r.get("tags") or [])]
+        passages = self._session_passages(client, user_id, session_id)
+        turns = _oldest_first([r for r in passages if _has_tag(r, f"{KIND_TAG}{KIND_TURN}")])
         if not turns:
             return {"compacted": 0}
-        turns.sort(
-            key=lambda r: (
-                _timestamp(r.get("timestamp")) or datetime.min.replace(tzinfo=UTC),
-                str(r.get("id")),
-            )
-        )
         text = summarise(session_id, [str(r.get("content") or "") for r in turns])
-        for r in mine:
-            if f"{KIND_TAG}{KIND_SUMMARY}" in (r.get("tags") or []) and r.get("content") == text:
+        for r in passages:
+            if _has_tag(r, f"{KIND_TAG}{KIND_SUMMARY}") and r.get("content") == text:
                 return {"compacted": len(turns), "summaryId": str(r.get("id")), "unchanged": True}
-        body = {"text": text, "tags": [*tags, f"{KIND_TAG}{KIND_SUMMARY}"]}
-        ids = _passage_ids(client.post_json(self._at(self.compact_path), body))
+        tags = [user_tag(user_id), session_tag(session_id), f"{KIND_TAG}{KIND_SUMMARY}"]
+        ids = _passage_ids(client.post_json(self._at(self.compact_path), {"text": text, "tags": tags}))
         return {"compacted": len(turns), "summaryId": ids[0] if ids else None, "unchanged": False}
+
+    def _session_passages(
+        self, client: JsonHttpClient, user_id: str, session_id: str
+    ) -> list[Mapping[str, Any]]:
+        """Up to COMPACT_TOP_K passages carrying both the user's and the session's tag (others dropped)."""
+        found = self.search(
+            client, f"session {session_id}", [user_tag(user_id), session_tag(session_id)], COMPACT_TOP_K
+        )
+        mine = [r for r in found if _item(r)["userId"] == user_id and _has_tag(r, session_tag(session_id))]
+        if len(mine) < len(found):
+            log.warning(
+                "letta returned %d passage(s) of another user or session; dropped", len(found) - len(mine)
+            )
+        return mine
 
     def search(
         self, client: JsonHttpClient, query: str, tags: list[str], top_k: int
