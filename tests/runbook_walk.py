@@ -12,6 +12,8 @@ convention (also written down in ``runbooks/README.md``):
 - ``<!-- walk: hook NAME -->`` on a line of its own, outside a fence: the walk calls the test's hook
   ``NAME`` at that point. Hooks stand for what a person or the outside world does between commands
   (a reviewer edits a CSV; production traffic flows for a day).
+- ``<!-- walk: file PATH -->`` on the line right before a fence of any tag: the walk writes that block's
+  text to PATH (relative to the session's directory), as the reader would with an editor.
 - ``# expect: exit N`` as a trailing comment of a command: its expected exit status (default 0).
   ``# expect: exit N, output TEXT`` also requires TEXT in its stdout or stderr.
 - One shell session: every variable a command assigns (plain ``X=1`` too) and a ``cd`` carry over to
@@ -42,6 +44,7 @@ SHELL_TAGS = {"bash"}
 REFUSED_TAGS = {"sh", "shell", "console", "zsh"}
 _FENCE = re.compile(r"^(\s*)```\s*([A-Za-z0-9_+-]*)\s*$")
 _SKIP = re.compile(r"^\s*<!--\s*walk:\s*skip\b\s*(?P<reason>.*?)\s*-->\s*$")
+_FILE = re.compile(r"^\s*<!--\s*walk:\s*file\s+(?P<path>[^\s>]+)\s*-->\s*$")
 _HOOK = re.compile(r"^\s*<!--\s*walk:\s*hook\s+(?P<name>[A-Za-z0-9_-]+)\s*-->\s*$")
 _WALK_COMMENT = re.compile(r"<!--\s*walk:")
 _EXPECT = re.compile(r"#\s*expect:\s*(?P<spec>.+?)\s*$")
@@ -77,6 +80,16 @@ class Hook:
 
 
 @dataclass(frozen=True)
+class WriteFile:
+    """A ``<!-- walk: file PATH -->`` block: a file the reader writes (a config, a pyproject)."""
+
+    path: str
+    text: str
+    line: int
+    section: str
+
+
+@dataclass(frozen=True)
 class Skipped:
     """A ``bash`` block marked ``<!-- walk: skip REASON -->``."""
 
@@ -90,7 +103,7 @@ class Runbook:
     """A parsed runbook: the steps to walk (commands and hooks, in order) and the skipped blocks."""
 
     path: Path
-    steps: list[Command | Hook] = field(default_factory=list)
+    steps: list[Command | Hook | WriteFile] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
 
     @property
@@ -113,6 +126,7 @@ def parse_runbook(path: Path | str) -> Runbook:
     lines = path.read_text(encoding="utf-8").splitlines()
     section = ""
     skip_reason: str | None = None
+    write_to: str | None = None
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -128,6 +142,12 @@ def parse_runbook(path: Path | str) -> Runbook:
             nxt = lines[i + 1] if i + 1 < len(lines) else ""
             if not _FENCE.match(nxt):
                 raise RunbookError(f"{where}: 'walk: skip' must be right before a fence")
+        elif (target := _FILE.match(line)) is not None:
+            write_to = target.group("path")
+            if Path(write_to).is_absolute() or ".." in Path(write_to).parts:
+                raise RunbookError(f"{where}: 'walk: file' takes a relative path inside the session")
+            if not _FENCE.match(lines[i + 1] if i + 1 < len(lines) else ""):
+                raise RunbookError(f"{where}: 'walk: file' must be right before a fence")
         elif (hook := _HOOK.match(line)) is not None:
             runbook.steps.append(Hook(hook.group("name"), i + 1, section))
         elif _WALK_COMMENT.search(line):
@@ -142,14 +162,16 @@ def parse_runbook(path: Path | str) -> Runbook:
             body = lines[i + 1 : end]
             if tag in REFUSED_TAGS:
                 raise RunbookError(f"{where}: a ```{tag} block would escape the walk: tag commands bash")
-            if tag in SHELL_TAGS:
+            if write_to is not None:
+                runbook.steps.append(WriteFile(write_to, "\n".join(body) + "\n", i + 1, section))
+            elif tag in SHELL_TAGS:
                 if skip_reason is not None:
                     runbook.skipped.append(Skipped(i + 1, skip_reason, "\n".join(body)))
                 else:
                     runbook.steps.extend(_commands(body, i + 2, section, path))
             elif skip_reason is not None:
                 raise RunbookError(f"{where}: 'walk: skip' before a ```{tag or 'untagged'} block")
-            skip_reason = None
+            skip_reason = write_to = None
             i = end
         i += 1
     return runbook
@@ -251,6 +273,10 @@ class Walk:
             if isinstance(step, Hook):
                 hooks[step.name](self)
                 self.hooks_called.append(step.name)
+            elif isinstance(step, WriteFile):
+                target = self.cwd / step.path
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(step.text, encoding="utf-8")
             else:
                 done.append(self.execute(step, runbook.path))
         return done

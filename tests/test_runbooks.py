@@ -11,16 +11,19 @@ from __future__ import annotations
 import csv
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from runbook_walk import RunbookError, Walk, parse_runbook
+from runbook_walk import RunbookError, Walk, free_port, parse_runbook
 
 RUNBOOKS = Path(__file__).resolve().parents[1] / "runbooks"
 WALKED = {
     "defrag_maintenance.md": "test_defrag_maintenance_runbook",
+    "pgvector_rollout.md": "test_pgvector_rollout_runbook",
 }
+DIMS = 64
 
 
 def _base_env(tmp_path: Path) -> dict[str, str]:
@@ -166,3 +169,92 @@ def test_defrag_maintenance_runbook(pg_url: str, tmp_path: Path, walk: Walk):
     before = json.loads((Path(walk.var("HEALTH_BEFORE")) / "summary.json").read_text())
     assert before["verdict"] == "PASS"
     assert before["health"]["score"] == plan["summary"]["health_before"]["score"]
+
+
+# ---- production rollout -----------------------------------------------------------------------------
+def _legacy_rows(mysql_url: str) -> list[dict]:
+    from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
+
+    rows = generate_legacy_items(20, 30, seed=5)  # 600 items of 20 users, ~85 % active
+    load_legacy_rows(mysql_url, ITEMS, rows)
+    return rows
+
+
+def _newest_active(rows: list[dict]) -> dict[str, str]:
+    """Each user's newest active memory, as the legacy backend orders them (updated_at, id)."""
+    newest: dict[str, dict] = {}
+    for row in rows:
+        if row["status"] != "active":
+            continue
+        best = newest.get(row["user_id"])
+        if best is None or (row["updated_at"], row["id"]) > (best["updated_at"], best["id"]):
+            newest[row["user_id"]] = row
+    return {user: row["content"] for user, row in newest.items()}
+
+
+def _service_env(tmp_path: Path, **values: str) -> dict[str, str]:
+    port, canary_port = free_port(), free_port()
+    return {
+        "PORT": str(port),
+        "BASE_URL": f"http://127.0.0.1:{port}",
+        "CANARY_PORT": str(canary_port),
+        "APPROVER": "runbook-walk@example.com",
+        **values,
+    }
+
+
+def _traffic(queries: dict[str, str], rounds: int = 3) -> Callable[[Walk], None]:
+    """Production traffic, played by the test: every user asks for its newest memory by its own text
+    (limit 1), so a correct pgvector answers what legacy answers."""
+
+    def play(w: Walk) -> None:
+        with httpx.Client(base_url=w.var("BASE_URL"), timeout=30) as client:
+            for _ in range(rounds):
+                for user, text in queries.items():
+                    body = {"userId": user, "sessionId": "walk", "query": text, "limit": 1}
+                    answer = client.post("/user-memory/v1/resolve", json=body)
+                    assert answer.status_code == 200 and answer.json()["ok"], answer.text
+
+    return play
+
+
+def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, walk: Walk):
+    from memwork.pgvector.local_hash import write_module
+
+    rows = _legacy_rows(mysql_url)
+    active = {r["id"] for r in rows if r["status"] == "active"}
+    walk.env.update(
+        _service_env(
+            tmp_path,
+            MEMORY_BACKFILL_MYSQL_URL=mysql_url,
+            MEMORY_LEGACY_DATABASE_URL=mysql_url,
+            MEMORY_PGVECTOR_DATABASE_URL=pg_url,
+            DIMS=str(DIMS),
+            EMBEDDER=f"hash:{DIMS}",
+            QUERY_MODULE=write_module(DIMS, tmp_path),
+        )
+    )
+    walk.run(
+        parse_runbook(RUNBOOKS / "pgvector_rollout.md"), hooks={"traffic": _traffic(_newest_active(rows))}
+    )
+
+    ops = walk.cwd
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        ids = {r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings")}
+    assert ids == active  # the backfill copied exactly the active items
+    first, second = (json.loads((ops / f"backfill-{n}.json").read_text()) for n in (1, 2))
+    assert first["rowsWritten"] == 200 and second["resumed"] and second["rowsWritten"] == len(active) - 200
+    ten = json.loads((ops / "judge-10pct.json").read_text())
+    assert ten["verdict"] == "INCONCLUSIVE"
+    judged = json.loads((ops / "judge-100pct.json").read_text())
+    assert judged["verdict"] == "GO", judged["reasons"]
+    assert judged["records"] >= 20 * 3 - 1
+    signoff = json.dumps(judged["signoff"])
+    assert "runbook-walk@example.com" in signoff and Path(walk.var("VERIFY")).name in signoff
+    stack = json.loads((ops / "stack-canary.json").read_text())
+    assert stack["ok"] if "ok" in stack else stack["verdict"] in ("ok", "PASS"), stack
+    flipped = json.loads((ops / "canary-after-flip.json").read_text())
+    assert flipped["ok"], flipped
+    assert "password" not in (ops / "serve.log").read_text().lower()
