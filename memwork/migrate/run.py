@@ -31,28 +31,31 @@ never overwritten: two sources share one table only if their ids do not collide.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from memwork.embed import Embedder, load_embedder, load_module
-from memwork.errors import ImportRunning, UsageError
-from memwork.identifiers import check_identifier, quote_identifier
+from memwork.errors import UsageError
+from memwork.identifiers import check_identifier
 from memwork.migrate.checkpoint import (
     ImportCheckpoint,
     import_checkpoint_table_sql,
     read_import_checkpoint,
     store_import_checkpoint,
+)
+from memwork.migrate.lock import import_lock
+from memwork.migrate.rows import (
+    kept_vectors,
+    last_of_each_id,
+    model_of,
+    owned_elsewhere,
+    record_row,
 )
 from memwork.migrate.source import Source, SourceRecord, iter_pages, open_source
 from memwork.pgvector.backfill.options import MAX_BATCH_SIZE
@@ -75,8 +78,6 @@ PG_URL_ENV = "MEMORY_PGVECTOR_DATABASE_URL"
 DEFAULT_DESTINATION = "pg://embedded"
 DEFAULT_PAGE_SIZE = 200
 VECTOR_MODES = ("auto", "keep", "reembed")
-SOURCE_MARKER = "_memworkSource"
-AGENT_MARKER = "_memworkAgentId"
 
 
 @dataclass
@@ -280,17 +281,13 @@ def _count_page(report: ImportReport, records: list[SourceRecord], sample_size: 
     dims: Counter[str] = Counter()
     for record in records:
         if record.vector is not None:
-            models[_model_of(record, report.source)] += 1
+            models[model_of(record, report.source)] += 1
             dims[str(len(record.vector))] += 1
     for into, counts in ((report.users, users), (report.models, models), (report.vector_dimensions, dims)):
         for key, n in counts.items():
             into[key] = into.get(key, 0) + n
     room = sample_size - len(report.sample)
     report.sample.extend(_sample(record) for record in records[: max(room, 0)])
-
-
-def _model_of(record: SourceRecord, source_name: str) -> str:
-    return record.model or f"{source_name}:unknown"
 
 
 def _sample(record: SourceRecord) -> dict[str, Any]:
@@ -388,35 +385,6 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
     return report
 
 
-def import_lock_key(table: str, source_key: str) -> int:
-    """The advisory lock id of one (table, source) import: 64 bits of a SHA-256, signed."""
-    digest = hashlib.sha256(f"memwork-import\x1f{table}\x1f{source_key}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-LOCK_WAIT_S = 3.0  # a killed run's server session may take a moment to end and drop its lock
-
-
-@contextmanager
-def import_lock(pg: psycopg.Connection[Any], table: str, source_key: str) -> Iterator[None]:
-    """Hold this import's advisory lock for the block, or raise :class:`ImportRunning` (after a
-    short wait): two runs of one import would race on one checkpoint. The lock is the session's,
-    so a killed process loses it when its connection ends."""
-    from memwork.db import pg_value
-
-    key = import_lock_key(table, source_key)
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while not pg_value(pg, "SELECT pg_try_advisory_lock(%s)", (key,)):
-        if time.monotonic() >= deadline:
-            raise ImportRunning(table, redact_text(source_key))
-        time.sleep(0.05)
-    try:
-        yield
-    finally:
-        if not pg.closed and not pg.broken:
-            pg.execute("SELECT pg_advisory_unlock(%s)", (key,))
-
-
 def _loaded(embedder: Embedder | str | None) -> Embedder | None:
     return load_embedder(embedder) if isinstance(embedder, str) else embedder
 
@@ -448,7 +416,7 @@ def _decide(
         if not dims:
             raise UsageError("vectors", "keep", f"the first page of {source.name} carries no vectors")
         wanted = dims.most_common(1)[0][0]
-        model = _model_of(next(r for r in records if r.vector is not None), source.name)
+        model = model_of(next(r for r in records if r.vector is not None), source.name)
     else:
         assert embedder is not None
         wanted, model = int(embedder.dimension), embedder.model_id
@@ -512,14 +480,14 @@ def _write_page(
     from memwork.pgvector.backfill.writer import Batch, write_batch
 
     key = stored_key(source)
-    pairs = _last_of_each_id([(record_row(r, key, now), r) for r in records])
+    pairs = last_of_each_id([(record_row(r, key, now), r) for r in records])
     rows = [row for row, _ in pairs]
     good, rejects = precheck(rows)
-    good, more = _owned_elsewhere(pg, options.table, key, good)
+    good, more = owned_elsewhere(pg, options.table, key, good)
     rejects += more
     by_id = {row["id"]: record for row, record in pairs}
     if target.vectors == "keep":
-        good, vectors, odd = _kept_vectors(good, by_id, target, source.name, options.table)
+        good, vectors, odd = kept_vectors(good, by_id, target.dimensions, source.name, options.table)
     else:
         assert target.embedder is not None
         good, vectors, odd = target.embedder.embed(good)
@@ -547,102 +515,6 @@ def _note_written(report: ImportReport, written: int, rejects: list[Reject]) -> 
     report.rows_quarantined += len(rejects)
     room = MAX_LISTED_REJECTS - len(report.quarantined)
     report.quarantined.extend(reject.to_json() for reject in rejects[: max(room, 0)])
-
-
-def record_row(record: SourceRecord, source_key: str, now: datetime) -> dict[str, Any]:
-    """A source record as the writer's row (text columns; timestamps naive-UTC ISO text)."""
-    metadata = dict(record.metadata or {})
-    metadata[SOURCE_MARKER] = source_key
-    if record.agent_id:
-        metadata[AGENT_MARKER] = record.agent_id
-    created = record.created_at or record.updated_at or now
-    updated = record.updated_at or created
-    return {
-        "id": str(record.id),
-        "user_id": str(record.user_id),
-        "content": record.content if isinstance(record.content, str) else str(record.content or ""),
-        "type": record.type or "fact",
-        "source_session_id": record.session_id,
-        "source_message_id": record.message_id,
-        "metadata": json.dumps(metadata, ensure_ascii=False, default=str),
-        "created_at": _naive_utc(created),
-        "updated_at": _naive_utc(updated),
-    }
-
-
-def _naive_utc(moment: datetime) -> str:
-    aware = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-    return aware.replace(tzinfo=None).isoformat(timespec="microseconds")
-
-
-def _last_of_each_id(
-    pairs: list[tuple[dict[str, Any], SourceRecord]],
-) -> list[tuple[dict[str, Any], SourceRecord]]:
-    """One row per id in a page (the last wins, as it would across pages): a second row for the same
-    key in one ``INSERT ... ON CONFLICT`` is an error, not an update."""
-    last = {row["id"]: k for k, (row, _) in enumerate(pairs)}
-    return [pair for k, pair in enumerate(pairs) if last[pair[0]["id"]] == k]
-
-
-def _owned_elsewhere(
-    pg: psycopg.Connection[Any], table: str, source_key: str, rows: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], list[Reject]]:
-    """Rows whose id the table already holds from another source: quarantined, never overwritten."""
-    if not rows:
-        return rows, []
-    found = pg.execute(
-        f"SELECT source_memory_id, metadata->>%s FROM {quote_identifier(table)} "
-        "WHERE source_memory_id = ANY(%s) AND metadata->>%s IS DISTINCT FROM %s",
-        (SOURCE_MARKER, [row["id"] for row in rows], SOURCE_MARKER, source_key),
-    ).fetchall()
-    pg.commit()
-    if not found:
-        return rows, []
-    owner = {str(r[0]): r[1] or "the MySQL backfill or another writer" for r in found}
-    rejects = [
-        Reject.of(row, f"id already in {table} from {redact_text(owner[row['id']])}; not overwritten")
-        for row in rows
-        if row["id"] in owner
-    ]
-    return [row for row in rows if row["id"] not in owner], rejects
-
-
-def _kept_vectors(
-    rows: list[dict[str, Any]],
-    by_id: Mapping[str, SourceRecord],
-    target: _Target,
-    source_name: str,
-    table: str,
-) -> tuple[list[dict[str, Any]], np.ndarray, list[Reject]]:
-    """The source's own vectors for ``rows``; a row without one, of another dimension or not finite
-    is quarantined (the table takes only ``target.dimensions``)."""
-    kept: list[dict[str, Any]] = []
-    vectors: list[np.ndarray] = []
-    rejects: list[Reject] = []
-    for row in rows:
-        record = by_id[row["id"]]
-        problem, vector = _vector_problem(record.vector, target.dimensions, table)
-        if problem is not None or vector is None:
-            rejects.append(Reject.of(row, f"vector: {problem}"))
-            continue
-        kept.append({**row, "embedding_model": _model_of(record, source_name)})
-        vectors.append(vector)
-    stacked = np.vstack(vectors) if vectors else np.zeros((0, target.dimensions), dtype=np.float32)
-    return kept, stacked, rejects
-
-
-def _vector_problem(value: Any, dimensions: int, table: str) -> tuple[str | None, np.ndarray | None]:
-    if value is None:
-        return "the source gave none for this row (use --vectors reembed)", None
-    try:
-        vector = np.asarray(value, dtype=np.float32)
-    except (TypeError, ValueError) as exc:
-        return f"not a list of numbers ({type(exc).__name__})", None
-    if vector.ndim != 1 or vector.shape[0] != dimensions:
-        return f"{vector.size} dimensions, {table}.embedding is vector({dimensions})", None
-    if not np.isfinite(vector).all():
-        return "non-finite values (NaN or infinity)", None
-    return None, vector
 
 
 def environment(overrides: Mapping[str, str] | None = None) -> dict[str, str]:

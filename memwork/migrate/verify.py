@@ -28,9 +28,9 @@ import numpy as np
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.migrate.checkpoint import read_import_checkpoint
+from memwork.migrate.rows import SOURCE_MARKER
 from memwork.migrate.run import (
     DEFAULT_PAGE_SIZE,
-    SOURCE_MARKER,
     ImportOptions,
     destination_url,
     resolve_source,

@@ -1,0 +1,129 @@
+"""A source record as a destination row: what is kept, where it goes, and which rows may not be written.
+
+Kept: the id (``source_memory_id``), ``user_id`` exactly as given, ``session_id`` ->
+``source_session_id``, ``message_id`` -> ``source_message_id``, type, the source's metadata plus
+``_memworkSource`` (the source key, so verification can select one source's rows) and
+``_memworkAgentId``; timestamps as naive-UTC text (a missing one: the run's start time).
+Not written: a second row for one id in one page (the last wins), an id another source already
+wrote into the table, a vector of the wrong shape.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memwork.identifiers import quote_identifier
+from memwork.migrate.source import SourceRecord
+from memwork.pgvector.backfill.quarantine import Reject
+from memwork.redaction import redact_text
+
+if TYPE_CHECKING:
+    import psycopg
+
+SOURCE_MARKER = "_memworkSource"
+AGENT_MARKER = "_memworkAgentId"
+
+
+def model_of(record: SourceRecord, source_name: str) -> str:
+    return record.model or f"{source_name}:unknown"
+
+
+def record_row(record: SourceRecord, source_key: str, now: datetime) -> dict[str, Any]:
+    """A source record as the writer's row (text columns; timestamps naive-UTC ISO text)."""
+    metadata = dict(record.metadata or {})
+    metadata[SOURCE_MARKER] = source_key
+    if record.agent_id:
+        metadata[AGENT_MARKER] = record.agent_id
+    created = record.created_at or record.updated_at or now
+    updated = record.updated_at or created
+    return {
+        "id": str(record.id),
+        "user_id": str(record.user_id),
+        "content": record.content if isinstance(record.content, str) else str(record.content or ""),
+        "type": record.type or "fact",
+        "source_session_id": record.session_id,
+        "source_message_id": record.message_id,
+        "metadata": json.dumps(metadata, ensure_ascii=False, default=str),
+        "created_at": _naive_utc(created),
+        "updated_at": _naive_utc(updated),
+    }
+
+
+def _naive_utc(moment: datetime) -> str:
+    aware = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return aware.replace(tzinfo=None).isoformat(timespec="microseconds")
+
+
+def last_of_each_id(
+    pairs: list[tuple[dict[str, Any], SourceRecord]],
+) -> list[tuple[dict[str, Any], SourceRecord]]:
+    """One row per id in a page (the last wins, as it would across pages): a second row for the same
+    key in one ``INSERT ... ON CONFLICT`` is an error, not an update."""
+    last = {row["id"]: k for k, (row, _) in enumerate(pairs)}
+    return [pair for k, pair in enumerate(pairs) if last[pair[0]["id"]] == k]
+
+
+def owned_elsewhere(
+    pg: psycopg.Connection[Any], table: str, source_key: str, rows: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[Reject]]:
+    """Rows whose id the table already holds from another source: quarantined, never overwritten."""
+    if not rows:
+        return rows, []
+    found = pg.execute(
+        f"SELECT source_memory_id, metadata->>%s FROM {quote_identifier(table)} "
+        "WHERE source_memory_id = ANY(%s) AND metadata->>%s IS DISTINCT FROM %s",
+        (SOURCE_MARKER, [row["id"] for row in rows], SOURCE_MARKER, source_key),
+    ).fetchall()
+    pg.commit()
+    if not found:
+        return rows, []
+    owner = {str(r[0]): r[1] or "the MySQL backfill or another writer" for r in found}
+    rejects = [
+        Reject.of(row, f"id already in {table} from {redact_text(owner[row['id']])}; not overwritten")
+        for row in rows
+        if row["id"] in owner
+    ]
+    return [row for row in rows if row["id"] not in owner], rejects
+
+
+def kept_vectors(
+    rows: list[dict[str, Any]],
+    by_id: Mapping[str, SourceRecord],
+    dimensions: int,
+    source_name: str,
+    table: str,
+) -> tuple[list[dict[str, Any]], np.ndarray, list[Reject]]:
+    """The source's own vectors for ``rows``; a row without one, of another dimension or not finite
+    is quarantined (the table takes only ``dimensions``)."""
+    kept: list[dict[str, Any]] = []
+    vectors: list[np.ndarray] = []
+    rejects: list[Reject] = []
+    for row in rows:
+        record = by_id[row["id"]]
+        problem, vector = _vector_problem(record.vector, dimensions, table)
+        if problem is not None or vector is None:
+            rejects.append(Reject.of(row, f"vector: {problem}"))
+            continue
+        kept.append({**row, "embedding_model": model_of(record, source_name)})
+        vectors.append(vector)
+    stacked = np.vstack(vectors) if vectors else np.zeros((0, dimensions), dtype=np.float32)
+    return kept, stacked, rejects
+
+
+def _vector_problem(value: Any, dimensions: int, table: str) -> tuple[str | None, np.ndarray | None]:
+    if value is None:
+        return "the source gave none for this row (use --vectors reembed)", None
+    try:
+        vector = np.asarray(value, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        return f"not a list of numbers ({type(exc).__name__})", None
+    if vector.ndim != 1 or vector.shape[0] != dimensions:
+        return f"{vector.size} dimensions, {table}.embedding is vector({dimensions})", None
+    if not np.isfinite(vector).all():
+        return "non-finite values (NaN or infinity)", None
+    return None, vector
