@@ -47,7 +47,9 @@ def import_checkpoint_table_sql() -> str:
 
 @dataclass
 class ImportCheckpoint:
-    """What the last committed page of an import left behind."""
+    """What the last committed page of an import left behind. ``rows_read``/``rows_written``/``pages``
+    are running totals over every run of the import (``rows_written`` counts upserts: a page read
+    again by a resume of a finished import counts again)."""
 
     table: str
     source_key: str

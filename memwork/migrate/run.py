@@ -171,7 +171,11 @@ def resolve_source(spec: str | Source, env: Mapping[str, str]) -> Source:
 
 @dataclass
 class ImportReport:
-    """What a run did (or, dry, would do); ``to_dict`` is the ``--json`` output (camelCase keys)."""
+    """What a run did (or, dry, would do); ``to_dict`` is the ``--json`` output (camelCase keys).
+
+    ``users``, ``models`` and ``vector_dimensions`` count the records *read* in this run (the
+    source's own model ids); ``model``/``dimensions`` are what was written (the source's model when
+    vectors are kept, the embedder's when re-embedded); ``checkpoint`` holds the running totals."""
 
     mode: str
     source: str
