@@ -22,6 +22,7 @@ RUNBOOKS = Path(__file__).resolve().parents[1] / "runbooks"
 WALKED = {
     "defrag_maintenance.md": "test_defrag_maintenance_runbook",
     "pgvector_rollout.md": "test_pgvector_rollout_runbook",
+    "rollback.md": "test_rollback_runbook",
 }
 DIMS = 64
 
@@ -258,3 +259,68 @@ def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, w
     flipped = json.loads((ops / "canary-after-flip.json").read_text())
     assert flipped["ok"], flipped
     assert "password" not in (ops / "serve.log").read_text().lower()
+
+
+# ---- rollback -------------------------------------------------------------------------------------------
+def _backfilled(mysql_url: str, pg_url: str) -> set[str]:
+    """Legacy items copied to pgvector (what the rollout left); returns the active ids."""
+    from memwork.embed import HashEmbedder
+    from memwork.pgvector.backfill import BackfillOptions, run_backfill
+    from memwork.pgvector.schema import ensure_schema
+
+    rows = _legacy_rows(mysql_url)
+    ensure_schema(pg_url, "memory_embeddings", DIMS)
+    run_backfill(BackfillOptions.one_off(mysql_url, pg_url, HashEmbedder(DIMS)))
+    return {r["id"] for r in rows if r["status"] == "active"}
+
+
+def _pg_ids(pg_url: str) -> set[str]:
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        return {r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings")}
+
+
+def test_rollback_runbook(mysql_url: str, pg_url: str, tmp_path: Path, walk: Walk):
+    from memwork.pgvector.local_hash import write_module
+
+    active = _backfilled(mysql_url, pg_url)
+    walk.env.update(
+        _service_env(
+            tmp_path,
+            MEMORY_LEGACY_DATABASE_URL=mysql_url,
+            MEMORY_BACKFILL_MYSQL_URL=mysql_url,
+            MEMORY_PGVECTOR_DATABASE_URL=pg_url,
+            DIMS=str(DIMS),
+            # where the rollout left the service: flipped to pgvector, shadow off
+            MEMORY_ENABLED="1",
+            MEMORY_BACKEND="pgvector",
+            MEMORY_VECTOR_ENABLED="1",
+            MEMORY_PGVECTOR_EMBEDDING_MODULE=write_module(DIMS, tmp_path),
+        )
+    )
+    walk.sh('memwork serve --port "$PORT" > serve.log 2>&1 & export SERVE_PID=$!')
+    walk.sh("timeout 60 bash -c 'until curl -fs \"$BASE_URL/healthz\" > /dev/null; do sleep 0.2; done'")
+
+    walk.run(parse_runbook(RUNBOOKS / "rollback.md"))
+
+    incident = json.loads((walk.cwd / "status-at-incident.json").read_text())
+    assert incident["memory"]["selectedBackends"]["resolve"] == "pgvector"  # the walk really rolled back
+    after = json.loads((walk.cwd / "canary-after-rollback.json").read_text())
+    assert after["ok"], after
+    assert _pg_ids(pg_url) == active  # rollback kept every pgvector row
+    verdict = json.loads((Path(walk.var("VERIFY")) / "summary.json").read_text())["verdict"]
+    assert verdict == "PASS"
+    from sqlalchemy import text
+
+    from memwork.db import get_engine
+
+    with get_engine(mysql_url).connect() as conn:
+        probe = conn.execute(
+            text("SELECT count(*) FROM h5_conversation_messages WHERE user_id = 'rollback-probe'")
+        ).scalar_one()
+        canaries = conn.execute(
+            text("SELECT count(*) FROM h5_user_memory_items WHERE user_id LIKE 'memory-v2-canary-%'")
+        ).scalar_one()
+    assert probe == 0  # nothing recorded while memory was off
+    assert canaries == 0  # every app canary removed its synthetic user
