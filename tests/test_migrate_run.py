@@ -132,6 +132,9 @@ def test_limit_cuts_a_page_and_resume_rereads_it(pg_url):
     first = run_import(options)
     assert first.rows_written == 25 and first.checkpoint and first.checkpoint["nextCursor"] == "20"
     assert not first.checkpoint["finished"]
+    dry = run_import(ImportOptions(source=source, database_url=pg_url, page_size=10, resume=True))
+    assert dry.mode == "dry-run" and dry.resumed and dry.start_cursor == "20" and dry.rows_read == 27
+    assert len(rows(pg_url)) == 25  # the dry run only read where a resume would start
     options.limit, options.resume = None, True
     rest = run_import(options)
     assert rest.resumed and rest.start_cursor == "20" and rest.rows_read == 27
