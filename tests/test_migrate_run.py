@@ -269,3 +269,34 @@ def test_a_source_key_with_a_url_password_is_never_stored_or_reported(pg_url):
     assert "hunter2" not in dumped and "db.example:6333/memind_memory" in dumped
     result = verify_import(ImportVerifyOptions(source=source, database_url=pg_url))
     assert result.verdict == "PASS" and "hunter2" not in json.dumps(result.to_dict())
+
+
+class FlakySource(ListSource):
+    """Fails once when asked for the page at ``fail_at`` (a 5xx mid-listing, a dropped connection)."""
+
+    def __init__(self, recs: list[SourceRecord], fail_at: str) -> None:
+        super().__init__(recs, key="list:flaky")
+        self.fail_at: str | None = fail_at
+
+    def read_page(self, cursor: str | None, size: int) -> Page:
+        if self.fail_at is not None and cursor == self.fail_at:
+            self.fail_at = None
+            from memwork.errors import BackendError
+
+            raise BackendError("list: 503 Service Unavailable")
+        return super().read_page(cursor, size)
+
+
+def test_a_source_failing_mid_listing_stops_the_run_and_resume_finishes_it(pg_url):
+    from memwork.errors import BackendError
+
+    ensure_schema(pg_url, "memory_embeddings", 8)
+    source = FlakySource(records(50), fail_at="30")
+    options = ImportOptions(source=source, database_url=pg_url, apply=True, page_size=10)
+    with pytest.raises(BackendError, match="503"):
+        run_import(options)
+    assert len(rows(pg_url)) == 30  # the committed pages stay, nothing half-written
+    options.resume = True
+    report = run_import(options)
+    assert report.start_cursor == "30" and report.rows_written == 20 and len(rows(pg_url)) == 50
+    assert verify_import(ImportVerifyOptions(source=source, database_url=pg_url)).verdict == "PASS"
