@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import html
 import inspect
 import json
@@ -265,6 +266,149 @@ def test_the_canary_invariant_cell_fails_on_an_inconsistent_summary(tmp_path):
     for summary in broken:
         with pytest.raises(AssertionError):
             exec(cell, {**namespace, "summary": summary})
+
+
+def _judged_log(tmp_path, n=120, shadow_scale=1.0, name="comparisons.jsonl"):
+    """A comparison log in the service's schema: legacy primary, pgvector shadow, known latencies."""
+    import numpy as np
+    from test_canary_judge import comparison, write_log
+
+    rng = np.random.default_rng(3)
+    primary = rng.lognormal(np.log(20.0), 0.3, n)
+    shadow = rng.lognormal(np.log(20.0), 0.3, n) * shadow_scale
+    return write_log(
+        tmp_path / name,
+        [comparison(i, float(p), float(q)) for i, (p, q) in enumerate(zip(primary, shadow, strict=True))],
+    )
+
+
+def _section(page: str, heading: str) -> str:
+    """The HTML from a heading to the next h2."""
+    start = page.index(heading)
+    end = page.find("<h2", start + len(heading))
+    return page[start : end if end > 0 else len(page)]
+
+
+def test_canary_judge_go_with_the_metric_table_and_both_latency_distributions(tmp_path):
+    log = _judged_log(tmp_path)
+    run = run_report("canary_signoff", {"comparison_log": str(log), "approver": "ops@example.com"}, tmp_path)
+    assert run.verdict == "GO" and run.exit_code == 0, run.summary.get("reasons")
+    assert run.summary["signoff"]["comparison_log_sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
+    assert {m["metric"]: m["classification"] for m in run.summary["metrics"]}["latencyMs"] == "PASS"
+    page = run.html_path.read_text(encoding="utf-8")
+    judgement = _section(page, 'id="Judgement"')
+    for metric in (
+        "crossUser",
+        "dimensionMismatch",
+        "shadowErrors",
+        "latencyMs",
+        "resultCount",
+        "overlapAtK",
+        "rbo",
+        "top1Agree",
+    ):
+        assert f">{metric}<" in judgement, metric
+    assert ">CI<" in judgement and ">PASS<" in judgement
+    latency = _section(page, 'id="Resolve-latency-(ms)"').replace("<wbr/>", "").replace("<wbr>", "")
+    # both backends' distributions: a row each, and the histogram + ECDF figure
+    assert ">legacy-conversation-memory<" in latency and ">pgvector<" in latency
+    assert latency.count("data:image/png;base64,") == 1
+    assert run.summary["signoff"]["approver"] == "ops@example.com"
+    assert_readable(run)
+
+
+def test_canary_judge_inconclusive_and_no_go_through_the_runner(tmp_path):
+    few = _judged_log(tmp_path, n=12, name="few.jsonl")
+    undecided = run_report("canary_signoff", {"comparison_log": str(few)}, tmp_path)
+    assert undecided.verdict == "INCONCLUSIVE" and undecided.exit_code == 3
+    assert json.loads(undecided.summary_path.read_text())["verdict"] == "INCONCLUSIVE"
+    assert undecided.summary["reasons"][-1] == "neither GO nor NO-GO: a person must decide"
+    assert_readable(undecided)
+    slow = _judged_log(tmp_path, shadow_scale=2.0, name="slow.jsonl")
+    no_go = run_report("canary_signoff", {"comparison_log": str(slow), "band": 0.5}, tmp_path)
+    assert no_go.verdict == "NO-GO" and no_go.exit_code == 1
+    assert no_go.summary["signoff"]["thresholds"]["band"] == 0.5
+    assert any(r.startswith("latencyMs: significant increase") for r in no_go.summary["reasons"])
+
+
+def test_canary_judge_mode_refuses_the_in_process_urls(tmp_path):
+    with pytest.raises(UsageError, match="comparison_log"):
+        canary.run_from_parameters(comparison_log=str(tmp_path / "x.jsonl"), legacy_url="sqlite:///x.db")
+
+
+def test_canary_judge_from_a_running_service_with_shadow_reads(tmp_path, migration):
+    """The demo's shape: legacy answers, pgvector is shadowed at 100 %, the sign-off judges the log the
+    service reports, over its base URL (the token hidden in every artifact)."""
+    from memwork.canary.app import client
+    from memwork.service.app import create_app, running
+
+    token = "nb-service-token-5d1e"
+    log = tmp_path / "shadow" / "comparisons.jsonl"
+    env = {
+        **canary.canary_env(
+            migration.source_url, migration.dest_url, canary.default_embedding_module(migration.dest_url)
+        ),
+        "MEMORY_BACKEND": "legacy",
+        "MEMORY_SHADOW_BACKEND": "pgvector",
+        "MEMORY_SHADOW_SAMPLE": "1",
+        "MEMORY_SHADOW_LOG": str(log),
+        "MEMWORK_API_TOKEN": token,
+    }
+    app = create_app(env)
+    with running(app) as base_url:
+        http = client(base_url, token)
+        for request in canary.sample_requests(migration.source_url, 30, seed=1, limit=5):
+            http.post_json("/user-memory/v1/resolve", request)
+        http.close()
+        assert app.state.memwork.shadow.drain(10.0)
+        run = run_report(
+            "canary_signoff", {"base_url": base_url, "token": token, "min_samples": 10}, tmp_path
+        )
+    assert run.error is None, run.error
+    assert (
+        run.verdict in ("GO", "NO-GO", "INCONCLUSIVE")
+        and run.exit_code == {"GO": 0, "NO-GO": 1, "INCONCLUSIVE": 3}[run.verdict]
+    )
+    signoff = run.summary["signoff"]
+    assert signoff["comparison_log"] == str(log) and run.summary["records"] == 30
+    assert signoff["service"]["backend"] == "legacy" and signoff["service"]["shadow"]["backend"] == "pgvector"
+    assert run.summary["backends"] == {"primary": "legacy-conversation-memory", "shadow": "pgvector"}
+    assert {m["metric"]: m["classification"] for m in run.summary["metrics"]}["crossUser"] == "PASS"
+    for artifact in (run.html_path, run.summary_path, run.notebook_path):
+        assert token not in artifact.read_text(encoding="utf-8"), artifact.name
+
+
+def test_the_judge_invariant_cell_fails_on_an_inconsistent_summary():
+    cell = _assert_cell("canary_signoff")
+    thresholds = {"band": 0.25, "confidence": 0.95, "min_samples": 20, "max_error_rate": 0.01}
+    metric = {"metric": "latencyMs", "classification": "PASS", "required": True, "estimate": 0.4,
+              "ci_low": -0.1, "ci_high": 0.9, "n_baseline": 50, "n_target": 50}  # fmt: skip
+    signoff = {"verdict": "GO", "thresholds": thresholds, "comparison_log_sha256": "b" * 64}
+    good = {"verdict": "GO", "reasons": [], "records": 50, "exit_code": 0, "thresholds": thresholds,
+            "metrics": [metric], "signoff": signoff}  # fmt: skip
+    exec(cell, {**thresholds, "summary": good})  # consistent: passes
+    failing = {**metric, "classification": "FAIL"}
+    no_go = {**good, "verdict": "NO-GO", "exit_code": 1, "signoff": {**signoff, "verdict": "NO-GO"}}
+    undecided = {
+        **good,
+        "verdict": "INCONCLUSIVE",
+        "exit_code": 3,
+        "signoff": {**signoff, "verdict": "INCONCLUSIVE"},
+    }
+    broken = [
+        {**good, "metrics": [failing]},  # a FAIL metric under a GO
+        {**no_go, "metrics": [failing]},  # a NO-GO no reason explains
+        {**good, "metrics": [{**metric, "estimate": 2.0}]},  # the estimate outside its own interval
+        {**good, "metrics": [{**metric, "n_target": 51}]},  # more answers than the log holds
+        undecided,  # INCONCLUSIVE with nothing undecided
+        {
+            **good,
+            "signoff": {**signoff, "thresholds": {**thresholds, "band": 0.5}},
+        },  # other thresholds signed
+    ]
+    for summary in broken:
+        with pytest.raises(AssertionError):
+            exec(cell, {**thresholds, "summary": summary})
 
 
 def test_the_health_invariant_cell_fails_on_an_inconsistent_summary():

@@ -150,8 +150,28 @@ class Judgement:
             for m in self.metrics
         ]
 
+    # the canary_signoff notebook's display calls, named as on the in-process CanaryResult
+    def gate_frame(self) -> Any:
+        return judgement_gate_frame(self)
+
+    def latency_rows(self) -> list[dict[str, Any]]:
+        return judgement_latency_rows(self)
+
+    def latency_figure(self, limit_ms: float | None = None) -> Any:
+        return latency_distributions_figure(self)
+
+    def status_fields(self) -> dict[str, Any]:
+        return judgement_status_fields(self)
+
+    def backends_frame(self) -> Any:
+        return judgement_backends_frame(self)
+
+    def signoff_fields(self) -> dict[str, Any]:
+        return judgement_signoff_fields(self)
+
     def to_dict(self) -> dict[str, Any]:
         return {
+            "mode": "judge",
             "verdict": self.verdict,
             "reasons": self.reasons,
             "exit_code": self.exit_code,
@@ -186,38 +206,47 @@ def log_files(path: str | Path) -> list[Path]:
     return [rotated, log] if rotated.is_file() else [log]
 
 
-def read_log(path: str | Path) -> tuple[list[dict[str, Any]], int]:
-    """The comparison records of a JSON-lines log (its rotated part first) and the count of lines
-    that are not a JSON object (a line torn by a crash, a damaged line): those are skipped and counted."""
+@dataclass(frozen=True)
+class LogContents:
+    """What the judge read, and the SHA-256 of exactly those bytes (a live log keeps growing: the
+    digest is taken of the bytes parsed, not of the file afterwards)."""
+
+    records: list[dict[str, Any]]
+    skipped: int
+    sha256: str
+    files: list[str]
+
+
+def read_log(path: str | Path) -> LogContents:
+    """The comparison records of a JSON-lines log (its rotated part first); lines that are not a JSON
+    object (a line torn by a crash, a damaged line, a line still being written) are skipped and counted."""
     if not Path(path).is_file():
         raise UsageError("log", str(path), "no such comparison log")
+    digest = hashlib.sha256()
     records: list[dict[str, Any]] = []
     skipped = 0
-    for file in log_files(path):
-        with file.open(encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if not line.strip():
-                    continue
-                try:
-                    item = json.loads(line)
-                except ValueError:
-                    skipped += 1
-                    continue
-                if isinstance(item, dict):
-                    records.append(item)
-                else:
-                    skipped += 1
-    return records, skipped
+    files = log_files(path)
+    for file in files:
+        data = file.read_bytes()
+        digest.update(data)
+        for line in data.decode("utf-8", errors="replace").splitlines():
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except ValueError:
+                skipped += 1
+                continue
+            if isinstance(item, dict):
+                records.append(item)
+            else:
+                skipped += 1
+    return LogContents(records, skipped, digest.hexdigest(), [str(f) for f in files])
 
 
 def log_sha256(path: str | Path) -> str:
-    """SHA-256 of the bytes the judge read: the rotated part (if any) then the current file."""
-    digest = hashlib.sha256()
-    for file in log_files(path):
-        with file.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    """SHA-256 of a comparison log as the judge reads it: the rotated part (if any), then the file."""
+    return read_log(path).sha256
 
 
 def file_sha256(path: str | Path) -> str:
@@ -496,7 +525,7 @@ def signoff_block(
     verdict: str,
     th: Thresholds,
     metrics: list[MetricResult],
-    records: int,
+    contents: LogContents,
     log: str,
     approver: str,
     inputs: dict[str, Any],
@@ -512,9 +541,9 @@ def signoff_block(
         "memwork_version": __version__,
         "git_commit": git_commit(),
         "comparison_log": log,
-        "comparison_log_files": [str(f) for f in log_files(log)],
-        "comparison_log_sha256": log_sha256(log),
-        "records": records,
+        "comparison_log_files": contents.files,
+        "comparison_log_sha256": contents.sha256,
+        "records": len(contents.records),
         "thresholds": asdict(th),
         "samples": {m.metric: {"baseline": m.n_baseline, "target": m.n_target} for m in metrics},
         "classification": {
@@ -564,12 +593,15 @@ def judge_log(
             failures += [problem] if problem else []
         else:
             inputs[name] = None
-    records, skipped = read_log(log)
+    contents = read_log(log)
+    records = contents.records
     metrics = judge_metrics(records, th)
     verdict, reasons = decide(metrics, failures)
-    judgement = Judgement(verdict, reasons, metrics, th, len(records), skipped, backends=_backends(records))
+    judgement = Judgement(
+        verdict, reasons, metrics, th, len(records), contents.skipped, backends=_backends(records)
+    )
     judgement.latency_ms = dict(zip(("primary", "shadow"), paired_values(records, "latencyMs"), strict=True))
-    judgement.signoff = signoff_block(verdict, th, metrics, len(records), str(log), approver, inputs)
+    judgement.signoff = signoff_block(verdict, th, metrics, contents, str(log), approver, inputs)
     if service is not None:
         judgement.signoff["service"] = service
     return judgement
@@ -635,3 +667,93 @@ def service_status(base_url: str, token: str = "") -> tuple[dict[str, Any], str 
     shadow = status.get("shadow") if isinstance(status.get("shadow"), dict) else None
     keys = ("enabled", "backend", "selectedBackend")
     return {"base_url": shown, **{k: memory.get(k) for k in keys if k in memory}, "shadow": shadow}, None
+
+
+# ---- presentation (the canary_signoff notebook shows these; same names as the in-process canary's) ----
+
+
+def _side_label(judgement: Judgement, side: str) -> str:
+    backend = judgement.backends.get(side)
+    return f"{side} ({backend})" if backend else side
+
+
+def judgement_gate_frame(judgement: Judgement) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame(judgement.metric_rows())
+
+
+def judgement_latency_rows(judgement: Judgement) -> list[dict[str, Any]]:
+    """Per side: backend, sample size, p50, p95, max (ms) of the answers both sides gave."""
+    from memwork.pgvector.canary import percentiles
+
+    return [
+        {"side": side, "backend": judgement.backends.get(side, ""), **percentiles(values)}
+        for side, values in judgement.latency_ms.items()
+    ]
+
+
+def judgement_status_fields(judgement: Judgement) -> dict[str, Any]:
+    """The service as the judge saw it (when a base URL was given) and what the log held."""
+    service = dict(judgement.signoff.get("service") or {})
+    shadow = service.pop("shadow", None) or {}
+    out: dict[str, Any] = {k: v for k, v in service.items() if v is not None}
+    for key in ("enabled", "backend", "sample", "counters"):
+        if key in shadow:
+            out[f"shadow {key}"] = shadow[key]
+    out["comparisons read"] = judgement.records
+    out["damaged lines skipped"] = judgement.skipped_lines
+    return out
+
+
+def judgement_backends_frame(judgement: Judgement) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame(
+        [
+            {"side": side, "backend": name, "role": "baseline" if side == "primary" else "target"}
+            for side, name in judgement.backends.items()
+        ]
+    )
+
+
+def judgement_signoff_fields(judgement: Judgement) -> dict[str, Any]:
+    """The sign-off block flat: whole digests, thresholds and the run ids of the inputs."""
+    block = {k: v for k, v in judgement.signoff.items() if k not in ("classification", "samples", "inputs")}
+    block.pop("service", None)
+    block["thresholds"] = "; ".join(f"{k}={v}" for k, v in judgement.thresholds.__dict__.items())
+    block["comparison_log_files"] = ", ".join(block.get("comparison_log_files") or [])
+    for name, shown in (judgement.signoff.get("inputs") or {}).items():
+        block[f"{name} run id"] = (shown or {}).get("run_id") or "(not given)"
+        if shown:
+            block[f"{name} sha256"] = shown["summary_sha256"]
+    return block
+
+
+def latency_distributions_figure(judgement: Judgement) -> Any:
+    """Both backends' resolve latency: overlaid histograms (shared bins) and ECDFs."""
+    import matplotlib.pyplot as plt
+
+    fig, (hist, ecdf) = plt.subplots(1, 2, figsize=(10, 3.4))
+    series = {
+        _side_label(judgement, s): np.asarray(v, dtype=float) for s, v in judgement.latency_ms.items() if v
+    }
+    if series:
+        everything = np.concatenate(list(series.values()))
+        bins = np.histogram_bin_edges(everything, bins=min(40, max(10, everything.size // 10)))
+        for (label, values), colour in zip(series.items(), ("tab:blue", "tab:orange"), strict=False):
+            hist.hist(values, bins=bins, alpha=0.55, color=colour, label=f"{label}, n={values.size}")
+            ordered = np.sort(values)
+            ecdf.step(ordered, np.arange(1, ordered.size + 1) / ordered.size, where="post", color=colour,
+                      label=f"{label}, p95 {np.percentile(ordered, 95):.1f} ms")  # fmt: skip
+        hist.legend(fontsize=8)
+        ecdf.legend(fontsize=8, loc="lower right")
+    else:
+        hist.text(0.5, 0.5, "no paired answers", ha="center", va="center", transform=hist.transAxes)
+    hist.set_title("resolve latency (histogram)")
+    hist.set_xlabel("ms")
+    ecdf.set_title("resolve latency (ECDF)")
+    ecdf.set_xlabel("ms")
+    ecdf.set_ylabel("share of answers")
+    fig.tight_layout()
+    return fig

@@ -31,6 +31,8 @@ from memwork.redaction import first_line, redact_text, redact_url, redact_value
 if TYPE_CHECKING:
     import pandas as pd
 
+    from memwork.canary.judge import Judgement
+
 
 @dataclass
 class CanaryOptions:
@@ -131,6 +133,20 @@ class CanaryResult:
         import pandas as pd
 
         return pd.DataFrame([g.to_dict() for g in self.gates])
+
+    def latency_figure(self, limit_ms: float | None = None) -> Any:
+        """Box plots of resolve latency per backend, the p95 limit marked."""
+        from memwork.reports.display import latency_figure
+
+        return latency_figure(self.latency_ms, limit_ms)
+
+    def backends_frame(self) -> pd.DataFrame:
+        """Every backend of the status: name, availability, reason, supported operations."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            self.status.get("backends") or [], columns=["name", "available", "reason", "supports"]
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -478,16 +494,47 @@ def run_from_parameters(
     min_health_score: int = 0,
     require_inputs: bool = False,
     approver: str = "",
-) -> CanaryResult:
+    comparison_log: str = "",
+    base_url: str = "",
+    token: str = "",
+    band: float = 0.25,
+    confidence: float = 0.95,
+    min_samples: int = 20,
+    max_error_rate: float = 0.01,
+) -> CanaryResult | Judgement:
     """The canary_signoff notebook's one call: its parameters as declared, checked by
     :meth:`CanaryOptions.check` (:class:`UsageError` before anything is built or measured), then
     :func:`run_canary`; the sign-off fingerprints these parameters as given (passwords hidden).
+
+    With a ``comparison_log`` or a ``base_url`` it is the shadow-read judge instead
+    (:func:`memwork.canary.judge.run_from_parameters`: ``band``, ``confidence``, ``min_samples``,
+    ``max_error_rate``, ``token``, the approver and the two input summaries); giving those together
+    with the in-process canary's URLs is a usage error (which canary was meant?).
 
     Defaults: with neither URL a small sample migration is built (and a hash query module of its
     dimension written); with URLs but no ``embedding_module``, a hash module of the target table's
     dimension. Giving only one of the two URLs is a usage error.
     """
     given = dict(locals())  # as given, before the defaults below
+    if comparison_log or base_url:
+        from memwork.canary.judge import run_from_parameters as judge
+
+        if legacy_url or pgvector_url:
+            name = "comparison_log" if comparison_log else "base_url"
+            raise UsageError(name, comparison_log or redact_url(base_url),
+                             "judges shadow reads: leave legacy_url and pgvector_url empty")  # fmt: skip
+        return judge(
+            comparison_log=comparison_log,
+            base_url=base_url,
+            token=token,
+            band=band,
+            confidence=confidence,
+            min_samples=min_samples,
+            max_error_rate=max_error_rate,
+            approver=approver,
+            health_summary=health_summary,
+            verification_summary=verification_summary,
+        )
     both_or_neither("legacy_url", legacy_url, "pgvector_url", pgvector_url)
     options = CanaryOptions(
         {},
