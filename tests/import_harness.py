@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -284,7 +284,6 @@ class HarnessRun:
     resume: dict[str, Any]
     verification: dict[str, Any]
     source_key: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def kill_resume_verify(

@@ -130,6 +130,9 @@ def _print_import(data: dict[str, Any]) -> None:
         f"read: {data['rowsRead']}  written: {data['rowsWritten']}  quarantined: {data['rowsQuarantined']}  "
         f"pages: {data['pages']}  users: {len(data['users'])}"
     )
+    users = list(data["users"].items())
+    shown = ", ".join(f"{user!r}: {n}" for user, n in users[:20]) + (" …" if len(users) > 20 else "")
+    click.echo(f"per user: {shown}")
     click.echo(f"vectors: {data['vectors']}  model: {data['model']}  dimensions: {data['dimensions']}")
     click.echo(f"models: {data['models']}  vector dimensions: {data['vectorDimensions']}")
     click.echo(f"start cursor: {data['startCursor']}  resumed: {data['resumed']}")
