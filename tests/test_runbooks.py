@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ WALKED = {
     "defrag_maintenance.md": "test_defrag_maintenance_runbook",
     "pgvector_rollout.md": "test_pgvector_rollout_runbook",
     "rollback.md": "test_rollback_runbook",
+    "new_backend.md": "test_new_backend_runbook",
 }
 DIMS = 64
 
@@ -215,8 +217,24 @@ def _traffic(queries: dict[str, str], rounds: int = 3) -> Callable[[Walk], None]
                     body = {"userId": user, "sessionId": "walk", "query": text, "limit": 1}
                     answer = client.post("/user-memory/v1/resolve", json=body)
                     assert answer.status_code == 200 and answer.json()["ok"], answer.text
+            _shadow_drained(client)
 
     return play
+
+
+def _shadow_drained(client: httpx.Client, timeout_s: float = 30.0) -> None:
+    """Wait until the shadow worker has recorded every sampled request (it runs off the reply path)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        shadow = client.get("/api/runtime/status").json()["shadow"]
+        counters = shadow["counters"]
+        if not shadow["enabled"] or (
+            shadow["queued"] == 0
+            and counters["sampled"] == counters["recorded"] + counters["dropped"] + counters["logErrors"]
+        ):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the shadow queue did not drain: {shadow}")
 
 
 def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, walk: Walk):
@@ -324,3 +342,21 @@ def test_rollback_runbook(mysql_url: str, pg_url: str, tmp_path: Path, walk: Wal
         ).scalar_one()
     assert probe == 0  # nothing recorded while memory was off
     assert canaries == 0  # every app canary removed its synthetic user
+
+
+# ---- adding a backend -------------------------------------------------------------------------------
+def test_new_backend_runbook(tmp_path: Path, walk: Walk):
+    walk.env.update(_service_env(tmp_path, MEMORY_LEGACY_DATABASE_URL=f"sqlite:///{tmp_path / 'legacy.db'}"))
+    users = {f"walk-user-{i:02d}": "what do you remember about me?" for i in range(25)}
+
+    walk.run(parse_runbook(RUNBOOKS / "new_backend.md"), hooks={"traffic": _traffic(users, rounds=1)})
+
+    ops = walk.cwd
+    assert (ops / "acme" / "acme_vectors_backend.py").is_file()
+    assert list((ops / "plugins").glob("acme_vectors_memwork-*.dist-info"))  # installed as a plugin
+    judged = json.loads((ops / "judge-acme-vectors.json").read_text())
+    assert judged["verdict"] == "NO-GO" and any("shadowErrors" in r for r in judged["reasons"])
+    records = [json.loads(line) for line in (ops / "shadow-acme-vectors.jsonl").read_text().splitlines()]
+    assert len(records) == len(users)
+    assert all(r["primary"]["ok"] and not r["shadow"]["ok"] for r in records)
+    assert {r["shadow"]["backend"] for r in records} == {"acme-vectors"}
