@@ -154,3 +154,55 @@ def test_unreachable_service_is_exit_1_with_the_reason_and_no_traceback():
 def test_a_base_url_that_is_not_http_is_a_usage_error():
     out = CliRunner().invoke(main, ["canary", "app", "--base-url", "ftp://x"])
     assert out.exit_code == 2 and "base_url" in out.output
+
+
+class BrokenService:
+    """A service that answers its status, then breaks the round trip in the ways production does."""
+
+    @staticmethod
+    def build():
+        from fakes.server import FakeService, Response
+
+        fake = FakeService()
+        status = {
+            "memory": {
+                "enabled": True,
+                "backend": "legacy",
+                "selectedBackend": "legacy-conversation-memory",
+                "selectedBackends": {"write": "legacy-conversation-memory"},
+                "backends": [],
+            }
+        }
+        fake.route("GET", "/api/runtime/status", lambda r: Response(200, status))
+        fake.route(
+            "POST", "/user-memory/v1/remember-recent", lambda r: Response(503, {"error": "overloaded"})
+        )
+        fake.route("POST", "/user-memory/v1/sync", lambda r: Response(200, raw=b'{"ok": tr'))
+
+        def resolve(request):
+            # a look-alike of the canary user (trailing space) is another user
+            me = request.body["userId"]
+            item = {"id": "m1", "userId": me + " ", "content": "someone else's"}
+            return Response(200, {"ok": True, "source": "legacy-conversation-memory", "memories": [item]})
+
+        fake.route("POST", "/user-memory/v1/resolve", resolve)
+        fake.route("POST", "/user-memory/v1/forget", lambda r: Response(200, {"ok": True}))
+        return fake
+
+
+def test_a_broken_round_trip_lists_each_failure_and_a_look_alike_user_is_another_user():
+    from fakes.server import serve
+
+    fake = BrokenService.build()
+    with serve(fake) as base_url:
+        report = run_app_canary(base_url, token=TOKEN, expect_backend="legacy")
+    steps = {s.name: s for s in report.steps}
+    assert steps["backend"].ok and steps["forget"].ok
+    assert not steps["write"].ok and "HTTP 503" in steps["write"].detail
+    assert not steps["compact"].ok and "malformed JSON" in steps["compact"].detail
+    assert not steps["tenant"].ok and f"{report.userId} " in steps["tenant"].detail
+    assert [f.split(":", 1)[0] for f in report.failures] == ["write", "compact", "tenant", "forgotten"]
+    # the writes were sent once each (never retried: not idempotent), with the bearer token
+    posts = [r for r in fake.requests if r.method == "POST"]
+    assert [r.path.rsplit("/", 1)[1] for r in posts].count("remember-recent") == 1
+    assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in fake.requests)

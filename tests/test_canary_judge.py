@@ -317,3 +317,19 @@ def test_unreachable_base_url_is_a_no_go_reason_without_the_token(tmp_path):
     assert result.verdict == NO_GO
     assert any(r.startswith("service:") for r in result.reasons)
     assert "s3cret-token-value" not in json.dumps(result.to_dict())
+
+
+def test_a_rotated_log_written_by_the_service_is_read_whole(tmp_path):
+    from memwork.service.shadow import ComparisonLog
+
+    path = tmp_path / "shadow" / "comparisons.jsonl"
+    log = ComparisonLog(path, max_records=50)
+    primary = latencies(80, 1)
+    for i, p in enumerate(primary):
+        log.append(comparison(i, float(p), float(p) * 1.01))
+    assert path.with_name(path.name + ".1").is_file()  # rotated once: 50 + 30
+    result = judge_log(path)
+    assert result.records == 80 and result.metric("latencyMs").n_baseline == 80
+    rotated, current = path.with_name(path.name + ".1").read_bytes(), path.read_bytes()
+    assert result.signoff["comparison_log_sha256"] == hashlib.sha256(rotated + current).hexdigest()
+    assert result.signoff["comparison_log_files"] == [str(path.with_name(path.name + ".1")), str(path)]
