@@ -20,7 +20,6 @@ from click.testing import CliRunner
 from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar, declaration_of, flag_var
 from memwork.backends.legacy import DECLARATION as LEGACY
 from memwork.backends.pgvector import DECLARATION as PGVECTOR
-from memwork.backends.placeholders import SLOTS
 from memwork.checks import parse_bool
 from memwork.cli import main
 from memwork.errors import UsageError
@@ -154,10 +153,19 @@ def test_built_in_declarations_live_with_their_backends():
     assert declaration_of(registry.get("pgvector")) is PGVECTOR
     assert PGVECTOR.flag == "MEMORY_VECTOR_ENABLED"
     assert PGVECTOR.database_url_var == "MEMORY_PGVECTOR_DATABASE_URL"
-    for slot in SLOTS:
-        decl = declaration_of(registry.get(slot.name))
-        assert decl is slot and decl.flag == f"MEMORY_{slot.name.replace('-', '_').upper()}_ENABLED"
+    import importlib
+
+    from seed_variables import SEED_REQUIRED, SEED_VARIABLES
+
+    for name, variables in SEED_VARIABLES.items():
+        module = importlib.import_module(f"memwork.backends.{name.replace('-', '_')}")
+        decl = declaration_of(registry.get(name))
+        assert decl is module.DECLARATION  # declared in the backend's own module, nowhere else
+        assert decl.flag == f"MEMORY_{name.replace('-', '_').upper()}_ENABLED"
+        assert set(variables) <= {v.name for v in decl.variables}  # the seed's names, exactly
+        assert [v.name for v in decl.variables if v.required or v.flag] == SEED_REQUIRED[name]
         assert all(v.secret for v in decl.variables if v.name.endswith(("_API_KEY", "_PASSWORD")))
+        assert decl.mapping, f"{name} documents how its answers fill the payload"
 
 
 def test_backends_import_nothing_from_the_facade():

@@ -326,22 +326,13 @@ def test_a_run_error_echoing_the_api_key_never_shows_it(facade_env, fake, caplog
     assert payload["ok"] is False and "AuthError: upstream refused key ***" in payload["reason"]
 
 
-def test_the_declaration_keeps_the_slot_variables():
-    from memwork.backends.placeholders import SLOTS_BY_NAME
+def test_the_declaration_keeps_the_seed_variables():
+    from seed_variables import SEED_REQUIRED, SEED_VARIABLES
 
-    slot = SLOTS_BY_NAME["langgraph"]
-    assert (slot.category, slot.capabilities, slot.flag) == (
-        DECLARATION.category,
-        DECLARATION.capabilities,
-        DECLARATION.flag,
-    )
-    for var in slot.variables:
-        mine = DECLARATION.variable(var.name)
-        assert mine is not None and (mine.required, mine.secret, mine.default) == (
-            var.required,
-            var.secret,
-            var.default,
-        )
+    names = [v.name for v in DECLARATION.variables]
+    assert names[: len(SEED_VARIABLES["langgraph"])] == SEED_VARIABLES["langgraph"]
+    assert [v.name for v in DECLARATION.variables if v.required] == SEED_REQUIRED["langgraph"]
+    assert DECLARATION.flag == "MEMORY_LANGGRAPH_ENABLED" and DECLARATION.capabilities == ("resolve",)
 
 
 # ---- gates and CLI --------------------------------------------------------------------------------

@@ -110,9 +110,9 @@ def test_bad_values_are_their_own_reason_naming_them(key, value, code):
 
 
 def test_declaration_keeps_the_slot_variables_and_marks_the_key_secret():
-    from memwork.backends.placeholders import SLOTS_BY_NAME
+    from seed_variables import SEED_VARIABLES
 
-    assert [v.name for v in DECLARATION.variables] == [v.name for v in SLOTS_BY_NAME["letta"].variables]
+    assert [v.name for v in DECLARATION.variables] == SEED_VARIABLES["letta"]
     assert DECLARATION.variable("MEMORY_LETTA_API_KEY").secret
     assert DECLARATION.variable("MEMORY_LETTA_RESOLVE_PATH").default == (
         "/v1/agents/{agent_id}/archival-memory/search"

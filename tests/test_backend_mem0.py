@@ -92,9 +92,9 @@ def test_bad_values_are_their_own_reason_naming_them(key, value, code):
 
 
 def test_declaration_keeps_the_slot_variables_and_marks_the_key_secret():
-    from memwork.backends.placeholders import SLOTS_BY_NAME
+    from seed_variables import SEED_VARIABLES
 
-    assert [v.name for v in DECLARATION.variables] == [v.name for v in SLOTS_BY_NAME["mem0"].variables]
+    assert [v.name for v in DECLARATION.variables] == SEED_VARIABLES["mem0"]
     assert DECLARATION.variable("MEMORY_MEM0_API_KEY").secret
     assert DECLARATION.variable("MEMORY_MEM0_BASE_URL").default == "https://api.mem0.ai"
     assert DECLARATION.variable("MEMORY_MEM0_WRITE_PATH").default == "/v1/memories/"

@@ -603,9 +603,9 @@ def test_facade_selects_qdrant_and_resolves_over_http(rest):
 
 # ---- gates and CLI ------------------------------------------------------------------------------
 def test_declaration_marks_the_api_key_secret_and_keeps_the_slot_names():
-    from memwork.backends.placeholders import SLOTS_BY_NAME
+    from seed_variables import SEED_VARIABLES
 
-    slot_vars = {v.name for v in SLOTS_BY_NAME["qdrant"].variables}
+    slot_vars = set(SEED_VARIABLES["qdrant"])
     assert slot_vars <= {v.name for v in DECLARATION.variables}
     assert DECLARATION.variable("MEMORY_QDRANT_API_KEY").secret
     assert DECLARATION.variable("MEMORY_QDRANT_COLLECTION").default == "memind_memory"

@@ -56,12 +56,12 @@ class SemanticBackend(BaseBackend):
         }
 
 
-class FakeQdrant(BaseBackend):
-    name = "qdrant"
+class FakeSemantic(BaseBackend):
+    name = "acme-semantic"
     category = "semantic"
 
     def resolve(self, request):
-        return {"semanticMemories": [{"content": "from qdrant"}]}
+        return {"semanticMemories": [{"content": "from acme"}]}
 
 
 class BrokenAvailability(BaseBackend):
@@ -248,12 +248,12 @@ def test_semantic_backend_serves_resolve_while_write_and_compact_stay_legacy(leg
     assert semantic.calls[0]["limit"] == 40 and semantic.calls[0]["query"] == "q"
 
 
-def test_real_adapter_replaces_its_placeholder(legacy_url):
-    facade = make(legacy_url, MEMORY_BACKEND="qdrant")
+def test_a_backend_registered_in_code_is_selected_once_available(legacy_url):
+    facade = make(legacy_url, MEMORY_BACKEND="acme-semantic")
     assert facade.status()["selectedBackend"] == "legacy-conversation-memory"
-    facade.registry.register(FakeQdrant(), replace_placeholder=True)
-    assert facade.resolve({"userId": "u1"})["source"] == "qdrant"
-    assert [b["name"] for b in facade.status()["backends"]].count("qdrant") == 1
+    facade.registry.register(FakeSemantic())
+    assert facade.resolve({"userId": "u1"})["source"] == "acme-semantic"
+    assert [b["name"] for b in facade.status()["backends"]].count("acme-semantic") == 1
 
 
 @pytest.mark.parametrize("wanted", ["qdrant", "mem0", "letta", "no-such-backend", "pgvector"])

@@ -48,7 +48,7 @@ def test_check_config_json_reports_missing_and_hides_secrets():
     assert key == {**key, "secret": True, "set": True, "value": "***"}
 
 
-def test_check_config_configured_placeholder_is_not_ready_and_shell_template():
+def test_check_config_of_a_configured_adapter_is_ready_and_its_shell_template_hides_the_secret():
     env = {
         "MEMORY_NEO4J_ENABLED": "1",
         "MEMORY_NEO4J_HTTP_URL": "http://localhost:7474",
@@ -57,14 +57,14 @@ def test_check_config_configured_placeholder_is_not_ready_and_shell_template():
     as_json = run(["check", "config", "--backend", "neo4j"], **env, MEMORY_NEO4J_PASSWORD="pw-9")
     payload = json.loads(as_json.output[: as_json.output.rindex("}") + 1])
     assert payload["configured"] is True and payload["missing"] == [] and payload["invalid"] == []
-    # every variable is set, but no neo4j adapter is installed: selecting it would fall back to legacy
-    assert payload["available"] is False and payload["ready"] is False and as_json.exit_code == 1
-    assert "unavailable (not_configured: placeholder slot" in as_json.output
+    # every variable is set: the adapter is available (building it connects nowhere) and ready
+    assert payload["available"] is True and payload["ready"] is True and as_json.exit_code == 0
+    assert "pw-9" not in as_json.output
     shell = run(
         ["check", "config", "--backend", "neo4j", "--format", "shell"], **env, MEMORY_NEO4J_PASSWORD="pw-9"
     )
-    assert shell.exit_code == 1, shell.output
-    assert "# unavailable: not_configured: placeholder slot" in shell.output
+    assert shell.exit_code == 0, shell.output
+    assert "pw-9" not in shell.output
     assert "export MEMORY_BACKEND=neo4j" in shell.output
     assert "export MEMORY_NEO4J_PASSWORD='<secret>'  # set; value hidden" in shell.output
     assert "# export MEMORY_NEO4J_DATABASE=neo4j  # optional" in shell.output

@@ -4,12 +4,22 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from memwork.backends.base import BaseBackend, supports_of
-from memwork.backends.placeholders import SLOTS
+from memwork.backends.base import BaseBackend, declaration_of, supports_of
 from memwork.errors import DuplicateBackend, UnknownBackend
 from memwork.facade.registry import BUILTIN_ENTRY_POINTS, GROUP, Registry
 
-SLOT_NAMES = ["pgvector", "qdrant", "weaviate", "mem0", "letta", "neo4j", "redis-streams", "langgraph"]
+#: every backend memwork ships after legacy, and what each implements (issue 10's capabilities)
+SHIPPED = {
+    "pgvector": ["resolve"],
+    "qdrant": ["resolve"],
+    "weaviate": ["resolve"],
+    "mem0": ["write", "compact"],
+    "letta": ["resolve", "write", "compact"],
+    "neo4j": ["write"],
+    "redis-streams": ["write"],
+    "langgraph": ["resolve"],
+}
+SLOT_NAMES = list(SHIPPED)
 
 
 class EchoBackend(BaseBackend):
@@ -40,20 +50,25 @@ def ep(name, target):
 
 def test_builtins_are_entry_points_legacy_first():
     assert all(isinstance(e, EntryPoint) and e.group == GROUP for e in BUILTIN_ENTRY_POINTS)
-    assert [s.name for s in SLOTS] == SLOT_NAMES[1:]  # pgvector is a shipped adapter, not a slot
     registry = Registry({}, plugins=[])
     assert registry.names() == ["legacy-conversation-memory", *SLOT_NAMES]
     assert registry.find("legacy") is registry.find("legacy-conversation-memory")
 
 
-def test_placeholders_declare_capabilities_and_stay_unavailable():
+def test_every_shipped_adapter_is_dormant_with_a_reason_and_implements_what_it_declares():
     registry = Registry({}, plugins=[])
-    for slot in SLOTS:
-        backend = registry.get(slot.name)
-        assert backend.category == slot.category and backend.role
+    for name, capabilities in SHIPPED.items():
+        backend = registry.get(name)
+        decl = declaration_of(backend)
+        assert backend.category == decl.category and decl.role and decl.mapping
         assert backend.availability().available is False and backend.availability().reason
-        assert [op for op, yes in supports_of(backend).items() if yes] == list(slot.capabilities)
-        assert backend.declaration is slot and backend.flag == slot.flag
+        assert [op for op, yes in supports_of(backend).items() if yes] == capabilities
+        assert list(decl.capabilities) == capabilities
+        assert decl.flag == (
+            "MEMORY_VECTOR_ENABLED"
+            if name == "pgvector"
+            else f"MEMORY_{name.replace('-', '_').upper()}_ENABLED"
+        )
 
 
 def test_plugins_are_discovered_lazily_and_broken_ones_reported():
@@ -79,8 +94,8 @@ def test_duplicate_names_are_refused():
     registry.register(EchoBackend())
     with pytest.raises(DuplicateBackend, match="echo"):
         registry.register(EchoBackend())
-    with pytest.raises(DuplicateBackend):  # not a placeholder: cannot be replaced
-        registry.register(make_legacy_twin({}), replace_placeholder=True)
+    with pytest.raises(DuplicateBackend):
+        registry.register(make_legacy_twin({}))
 
 
 class RealLetta(EchoBackend):
@@ -92,14 +107,14 @@ def make_real_letta(env):
     return RealLetta()
 
 
-def test_plugin_may_replace_a_placeholder_in_place():
+def test_a_plugin_cannot_take_the_name_of_a_shipped_adapter():
     registry = Registry({}, plugins=[ep("letta", "make_real_letta")])
-    assert registry.problems() == []
+    assert [p.name for p in registry.problems()] == ["letta"]
+    assert "already registered" in registry.problems()[0].problem
+    assert not isinstance(registry.get("letta"), RealLetta)
     assert registry.names().index("letta") == SLOT_NAMES.index("letta") + 1
-    assert isinstance(registry.get("letta"), RealLetta)
-    in_code = Registry({}, plugins=[])
-    in_code.register(RealLetta(), replace_placeholder=True)
-    assert isinstance(in_code.get("letta"), RealLetta)
+    with pytest.raises(DuplicateBackend, match="letta"):
+        Registry({}, plugins=[]).register(RealLetta())
 
 
 def test_unknown_backend_names_what_exists():
@@ -133,7 +148,10 @@ FULL_SLOT_ENV = {
 
 
 @pytest.mark.parametrize("slot", [s for s in SLOT_NAMES if s != "pgvector"])
-def test_placeholder_never_connects_and_is_never_selected_even_when_configured(slot, tmp_path, monkeypatch):
+def test_configured_adapters_never_connect_to_build_or_report_status(slot, tmp_path, monkeypatch):
+    """Fully configured (every flag on, every variable set), building the facade and ``status()`` open no
+    connection; an operation is the first thing that may. An adapter whose embedding module cannot be
+    loaded (qdrant, weaviate: ``x.y``) is unavailable and never selected."""
     import socket
 
     from memwork.facade.facade import facade_from_env
@@ -151,16 +169,14 @@ def test_placeholder_never_connects_and_is_never_selected_even_when_configured(s
         "MEMORY_BACKEND": slot,
         "MEMORY_LEGACY_DATABASE_URL": f"sqlite:///{tmp_path / 'legacy.db'}",
     }
-    from memwork.legacy.schema import init_schema
-
-    init_schema(env["MEMORY_LEGACY_DATABASE_URL"], apply=True)
     facade = facade_from_env(env)
     status = facade.status()
-    assert set(status["selectedBackends"].values()) == {"legacy-conversation-memory"}
     row = next(b for b in status["backends"] if b["name"] == slot)
-    assert row["available"] is False and row["reason"]
-    request = {"userId": "u", "sessionId": "s", "messages": [{"role": "user", "content": "I like tea"}]}
-    for operation in ("write", "compact", "resolve"):
-        result = getattr(facade, operation)(request)
-        assert result["ok"] and result["source"] == "legacy-conversation-memory", result
+    if slot in ("qdrant", "weaviate"):
+        assert row["available"] is False and "embedding_module" in row["reason"]
+        assert status["selectedBackends"]["resolve"] == "legacy-conversation-memory"
+    else:
+        assert row["available"] is True, row
+        for operation in SHIPPED[slot]:
+            assert status["selectedBackends"][operation] == slot
     assert attempts == []

@@ -16,7 +16,7 @@ ARGS = [
     "scaffold",
     "backend",
     "--name",
-    "mem0",
+    "zep",
     "--category",
     "extraction",
     "--role",
@@ -29,9 +29,9 @@ def test_dry_run_prints_both_files_and_writes_nothing(tmp_path):
     result = CliRunner().invoke(main, [*ARGS, *CAPS, "--dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert (
-        "# ---- mem0_backend.py ----" in result.output and "# ---- test_mem0_backend.py ----" in result.output
+        "# ---- zep_backend.py ----" in result.output and "# ---- test_zep_backend.py ----" in result.output
     )
-    assert 'FLAG = "MEMORY_MEM0_ENABLED"' in result.output
+    assert 'FLAG = "MEMORY_ZEP_ENABLED"' in result.output
     assert list(tmp_path.iterdir()) == []
 
 
@@ -39,7 +39,7 @@ def test_written_adapter_passes_gate_and_its_test_and_is_never_overwritten(tmp_p
     runner = CliRunner()
     written = runner.invoke(main, [*ARGS, *CAPS, "--write", "--dir", str(tmp_path)])
     assert written.exit_code == 0, written.output
-    module, test = tmp_path / "mem0_backend.py", tmp_path / "test_mem0_backend.py"
+    module, test = tmp_path / "zep_backend.py", tmp_path / "test_zep_backend.py"
     assert module.exists() and test.exists()
     gate = runner.invoke(main, ["check", "contracts", "--adapter", str(module)])
     assert gate.exit_code == 0, gate.output
@@ -71,7 +71,7 @@ def test_written_adapter_passes_gate_and_its_test_and_is_never_overwritten(tmp_p
 
 
 def test_refuses_when_only_the_test_exists(tmp_path):
-    scaffold = render_backend("qdrant", "semantic", "scale-out-vector-store", ["resolve"])
+    scaffold = render_backend("milvus", "semantic", "scale-out-vector-store", ["resolve"])
     (tmp_path / scaffold.test_path).write_text("keep me")
     with pytest.raises(UsageError, match="refusing to overwrite"):
         write_scaffold(scaffold, tmp_path)
@@ -80,20 +80,22 @@ def test_refuses_when_only_the_test_exists(tmp_path):
 
 
 def test_kebab_name_becomes_module_and_class():
-    scaffold = render_backend("redis-streams", "behavior", "event tracking", ["write", "write"])
-    text = scaffold.files["redis_streams_backend.py"]
-    assert "class RedisStreamsBackend(BaseBackend)" in text and "MEMORY_REDIS_STREAMS_ENABLED" in text
+    scaffold = render_backend("kafka-events", "behavior", "event tracking", ["write", "write"])
+    text = scaffold.files["kafka_events_backend.py"]
+    assert "class KafkaEventsBackend(BaseBackend)" in text and "MEMORY_KAFKA_EVENTS_ENABLED" in text
     assert "def write(" in text and "def resolve(" not in text
 
 
 @pytest.mark.parametrize(
     ("name", "category", "role", "caps", "field"),
     [
-        ("Qdrant", "semantic", "r", ["resolve"], "name"),
-        ("qdrant", "vector", "r", ["resolve"], "category"),
-        ("qdrant", "semantic", 'bad"role', ["resolve"], "role"),
-        ("qdrant", "semantic", "r", [], "capability"),
-        ("qdrant", "semantic", "r", ["delete"], "capability"),
+        ("Milvus", "semantic", "r", ["resolve"], "name"),
+        ("qdrant", "semantic", "r", ["resolve"], "name"),  # memwork ships qdrant: its name is taken
+        ("legacy", "semantic", "r", ["resolve"], "name"),
+        ("milvus", "vector", "r", ["resolve"], "category"),
+        ("milvus", "semantic", 'bad"role', ["resolve"], "role"),
+        ("milvus", "semantic", "r", [], "capability"),
+        ("milvus", "semantic", "r", ["delete"], "capability"),
     ],
 )
 def test_bad_arguments(name, category, role, caps, field):

@@ -71,7 +71,7 @@ class Declaration:
     """What a backend tells the rest of memwork about itself, in its own module.
 
     ``aliases``: other names ``MEMORY_BACKEND`` may use (the first is the documented selector);
-    ``capabilities``: the operations it implements (or, for a placeholder slot, will implement);
+    ``capabilities``: the operations it implements;
     ``database_url_var``: the variable holding its database URL, if it has one (the canary probes it
     and unsets it to prove the fallback); ``mapping``: how its results fill the facade's payload,
     ``(payload field or operation, where it comes from)`` pairs, listed in README.

@@ -34,6 +34,13 @@ DECLARATION = Declaration(
         EnvVar(EXTRACTOR_VAR, "package.module:function extractor"),
     ),
     database_url_var=LEGACY_URL_VAR,
+    mapping=(
+        ("memories", "the user's active h5_user_memory_items, newest first (limit)"),
+        ("profile", "{attributes, statements} from the user's profile items (null when none)"),
+        ("activeGoals", "the user's active goal items"),
+        ("write", "saves the messages (h5_conversation_messages) and extracts items from pending ones"),
+        ("compact", "analyzes pending messages, archives superseded items, merges near-duplicates"),
+    ),
 )
 
 

@@ -56,6 +56,13 @@ DECLARATION = Declaration(
         EnvVar("MEMORY_PGVECTOR_POOL_MAX", default=str(DEFAULT_POOL_MAX)),
     ),
     database_url_var=URL_VAR,
+    mapping=(
+        (
+            "semanticMemories",
+            "the user's memory_embeddings rows nearest first: source_memory_id -> id, score = 1 - cosine "
+            "distance, content, type, source pointers, metadata, embedding_model -> embeddingModel",
+        ),
+    ),
 )
 _COLUMNS = (
     "id, source_memory_id, user_id, content, type, source_session_id, source_message_id, "

@@ -39,7 +39,7 @@ def check_config(registry: Registry, backend_name: str, env: Mapping[str, str]) 
     """``{backend, available, reason, configured, ready, missing, invalid, variables[]}``.
 
     ``configured``: every required variable is set and every flag on. ``ready``: configured *and* the
-    backend reports itself available (a placeholder slot without an adapter never is). Raises
+    backend reports itself available (e.g. its embedding module loads). Raises
     UnknownBackend for a bad name.
     """
     backend = registry.get(backend_name)

@@ -23,7 +23,6 @@ from memwork.backends.base import (
     declaration_of,
     supports_of,
 )
-from memwork.backends.placeholders import PlaceholderBackend
 from memwork.facade.registry import Registry
 
 __all__ = ["NAME_RE", "ContractReport", "Violation", "check_all", "check_registry", "validate_backend"]
@@ -117,10 +116,10 @@ def check_registry(registry: Registry) -> list[Violation]:
 
 
 def _dormant_violations(registry: Registry) -> tuple[list[str], list[Violation]]:
-    """Every adapter with a feature flag (not a placeholder slot), built from an empty environment, is off."""
+    """Every adapter with a feature flag, built from an empty environment, is off."""
     checked, found = [], []
     for backend in registry.backends():
-        if isinstance(backend, PlaceholderBackend) or declaration_of(backend).flag is None:
+        if declaration_of(backend).flag is None:
             continue
         label = backend_name(backend)
         checked.append(f"{label} adapter")

@@ -9,9 +9,9 @@ what a plugin declares in its ``pyproject.toml``::
 An entry point names a factory ``from_env(env: Mapping[str, str]) -> backend`` (or an object with a
 ``from_env`` attribute). Installed plugins are discovered lazily, on first use, with stdlib
 ``importlib.metadata``. A plugin that fails to load or duplicates a name is reported in
-:meth:`Registry.problems` instead of crashing the host; a plugin may replace a placeholder slot.
-The slots (:data:`memwork.backends.placeholders.SLOTS`) fill every name no adapter took. Names and
-aliases come from each backend's declaration; the registry knows no backend by name.
+:meth:`Registry.problems` instead of crashing the host; a name (or alias) is taken once, by the first
+to register it (built-ins first). Names and aliases come from each backend's declaration; the
+registry knows no backend by name.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 
-from memwork.backends import placeholders
 from memwork.backends.base import Backend, declaration_of
 from memwork.errors import DuplicateBackend, UnknownBackend
 from memwork.redaction import describe_error
@@ -91,14 +90,9 @@ class Registry:
             self._loaded = True
             for ep in BUILTIN_ENTRY_POINTS:
                 if ep.name in self._overrides:
-                    self._add(self._overrides[ep.name], ep.name, "builtin", replace_placeholder=False)
+                    self._add(self._overrides[ep.name], ep.name, "builtin")
                 else:
                     self._load_entry_point(ep, "builtin")
-            for slot in placeholders.SLOTS:  # every slot no built-in adapter took
-                if slot.name not in self._index:
-                    self._add(
-                        placeholders.placeholder(slot.name), slot.name, "builtin", replace_placeholder=False
-                    )
             for ep in self._discover():
                 self._load_entry_point(ep, f"entry point {ep.value}")
 
@@ -120,45 +114,32 @@ class Registry:
             self._problems.append(PluginProblem(ep.name, origin, f"failed to load: {describe_error(exc)}"))
             return
         try:
-            self._add(backend, ep.name, origin, replace_placeholder=origin != "builtin")
+            self._add(backend, ep.name, origin)
         except DuplicateBackend as exc:
             self._problems.append(PluginProblem(ep.name, origin, exc.problem))
 
-    def _add(self, backend: Backend, registered_as: str, origin: str, *, replace_placeholder: bool) -> None:
+    def _add(self, backend: Backend, registered_as: str, origin: str) -> None:
         keys = _keys_of(backend, registered_as)
         owners = {self._index[k] for k in keys if k in self._index}
-        replaceable = all(isinstance(self._backends[o], placeholders.PlaceholderBackend) for o in owners)
-        if owners and not (replace_placeholder and replaceable):
+        if owners:
             taken = ", ".join(sorted(owners))
             raise DuplicateBackend("name", keys[0], f"already registered by {taken}; refused")
         primary = keys[0]
-        for owner in owners:  # a real adapter takes its placeholder's place, keeping its position
-            self._replace(owner, primary, backend)
-        if not owners:
-            self._backends[primary] = backend
+        self._backends[primary] = backend
         self._origins[primary] = origin
         for key in keys:
             self._index[key] = primary
 
-    def _replace(self, owner: str, primary: str, backend: Backend) -> None:
-        order = list(self._backends.items())
-        self._backends = {(primary if k == owner else k): (backend if k == owner else v) for k, v in order}
-        for key, target in list(self._index.items()):
-            if target == owner:
-                self._index[key] = primary
-
     # ---- public API ----------------------------------------------------------------------------
-    def register(self, backend: Backend, *, replace_placeholder: bool = False) -> Backend:
-        """Add a backend instance; refuses a name already taken (unless replacing a placeholder)."""
+    def register(self, backend: Backend) -> Backend:
+        """Add a backend instance; refuses a name or alias already taken."""
         self._ensure_loaded()
         with self._lock:
-            self._add(
-                backend, getattr(backend, "name", "") or "", "code", replace_placeholder=replace_placeholder
-            )
+            self._add(backend, getattr(backend, "name", "") or "", "code")
         return backend
 
     def backends(self) -> list[Backend]:
-        """Every registered backend, legacy first, then the slots, then plugins."""
+        """Every registered backend: the built-ins (legacy first), then plugins."""
         self._ensure_loaded()
         return list(self._backends.values())
 

@@ -25,7 +25,11 @@ class Scaffold:
 
 def _check(name: str, category: str, role: str, capabilities: list[str]) -> list[str]:
     if not NAME_RE.match(name or ""):
-        raise UsageError("name", name, "must be lowercase kebab-case, e.g. qdrant or redis-streams")
+        raise UsageError("name", name, "must be lowercase kebab-case, e.g. acme-recall or my-store")
+    from memwork.facade.registry import BUILTIN_ENTRY_POINTS
+
+    if name in {ep.name for ep in BUILTIN_ENTRY_POINTS} or name == "legacy":
+        raise UsageError("name", name, "is a backend memwork ships; choose another name")
     if category not in CATEGORIES:
         raise UsageError("category", category, f"must be one of {', '.join(CATEGORIES)}")
     if not role or not role.strip() or any(c in role for c in "\n\r\"'\\"):
@@ -124,7 +128,7 @@ def test_declares_its_capabilities():
 def test_never_selected_while_unavailable(tmp_path):
     env = {{"MEMORY_BACKEND": "{name}", "MEMORY_LEGACY_DATABASE_URL": f"sqlite:///{{tmp_path / 'l.db'}}"}}
     facade = facade_from_env(env)
-    facade.registry.register(adapter.from_env(env), replace_placeholder=True)
+    facade.registry.register(adapter.from_env(env))
     status = facade.status()
     assert "{name}" not in status["selectedBackends"].values()
 '''
