@@ -171,17 +171,20 @@ def test_odd_rows_are_quarantined_and_the_rest_written(pg_url):
     recs[5] = SourceRecord(id="m0005", user_id="u0", content="nan", vector=[float("nan")] * 8)
     recs[7] = SourceRecord(id="m0007", user_id="u2", content="none", vector=None)
     recs[9] = SourceRecord(id="m0009", user_id="u4", content="nul \x00 byte", vector=vec(9))
+    recs[11] = SourceRecord(id="m0011", user_id=None, content="nobody's", vector=vec(11))  # type: ignore[arg-type]
+    recs[13] = SourceRecord(id="m0013", user_id="  ", content="blank owner", vector=vec(13))
     source = ListSource(recs)
     report = run_import(ImportOptions(source=source, database_url=pg_url, apply=True, page_size=8))
-    assert report.rows_written == 16 and report.rows_quarantined == 4
+    assert report.rows_written == 14 and report.rows_quarantined == 6
     reasons = {q["id"]: q["reason"] for q in report.quarantined}
-    assert set(reasons) == {"m0003", "m0005", "m0007", "m0009"}
+    assert set(reasons) == {"m0003", "m0005", "m0007", "m0009", "m0011", "m0013"}
+    assert reasons["m0011"].startswith("user_id: empty") and reasons["m0013"].startswith("user_id")
     assert "7 dimensions" in reasons["m0003"] and "non-finite" in reasons["m0005"]
     assert "none" in reasons["m0007"] and "NUL" in reasons["m0009"]
     assert "m0003" not in [r[0] for r in rows(pg_url)]
     result = verify_import(ImportVerifyOptions(source=source, database_url=pg_url))
-    assert result.verdict == "FAIL" and result.quarantined_count == 4
-    assert any(r.startswith("quarantined: 4") and "m0003" in r for r in result.reasons)
+    assert result.verdict == "FAIL" and result.quarantined_count == 6
+    assert any(r.startswith("quarantined: 6") and "m0003" in r for r in result.reasons)
     lenient = verify_import(ImportVerifyOptions(source=source, database_url=pg_url, allow_quarantined=True))
     assert lenient.verdict == "PASS", lenient.reasons
 

@@ -42,8 +42,8 @@ def record_row(record: SourceRecord, source_key: str, now: datetime) -> dict[str
     created = record.created_at or record.updated_at or now
     updated = record.updated_at or created
     return {
-        "id": str(record.id),
-        "user_id": str(record.user_id),
+        "id": _text(record.id),
+        "user_id": _text(record.user_id),
         "content": record.content if isinstance(record.content, str) else str(record.content or ""),
         "type": record.type or "fact",
         "source_session_id": record.session_id,
@@ -57,6 +57,25 @@ def record_row(record: SourceRecord, source_key: str, now: datetime) -> dict[str
 def _naive_utc(moment: datetime) -> str:
     aware = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
     return aware.replace(tzinfo=None).isoformat(timespec="microseconds")
+
+
+def _text(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def unscoped(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Reject]]:
+    """Rows without an id or a user id are quarantined: a memory without its owner would be
+    nobody's (or, worse, land in a user called "None"), one without an id cannot be upserted."""
+    good: list[dict[str, Any]] = []
+    rejects: list[Reject] = []
+    for row in rows:
+        if not row["id"].strip():
+            rejects.append(Reject.of(row, "id: empty (the upsert key)"))
+        elif not row["user_id"].strip():
+            rejects.append(Reject.of(row, "user_id: empty (every memory needs its owner)"))
+        else:
+            good.append(row)
+    return good, rejects
 
 
 def last_of_each_id(

@@ -56,6 +56,7 @@ from memwork.migrate.rows import (
     model_of,
     owned_elsewhere,
     record_row,
+    unscoped,
 )
 from memwork.migrate.source import Source, SourceRecord, iter_pages, open_source
 from memwork.pgvector.backfill.options import MAX_BATCH_SIZE
@@ -486,7 +487,9 @@ def _write_page(
     key = stored_key(source)
     pairs = last_of_each_id([(record_row(r, key, now), r) for r in records])
     rows = [row for row, _ in pairs]
-    good, rejects = precheck(rows)
+    good, rejects = unscoped(rows)
+    good, more = precheck(good)
+    rejects += more
     good, more = owned_elsewhere(pg, options.table, key, good)
     rejects += more
     by_id = {row["id"]: record for row, record in pairs}
