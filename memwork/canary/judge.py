@@ -419,7 +419,8 @@ def judge_agreement(name: str, values: list[float], th: Thresholds) -> MetricRes
 def judge_flag(name: str, records: list[dict[str, Any]], flagged: int, what: str) -> MetricResult:
     """A critical metric: any flagged record fails the run on its own."""
     result = MetricResult(name, "critical", "any is bad", NODATA, len(records), len(records))
-    result.baseline, result.target, result.threshold = 0.0, float(flagged), 0.0
+    result.baseline, result.threshold = 0.0, 0.0
+    result.target = result.estimate = float(flagged)
     if not records:
         result.detail = "no comparisons"
     elif flagged:

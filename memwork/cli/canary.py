@@ -153,7 +153,8 @@ def judge(
         for row in result.metric_rows():
             click.echo(
                 f"{row['class']:<8} {row['metric']:<18} n={row['n (baseline/target)']:<10} "
-                f"estimate={row['estimate']} CI={row['CI'] or '-'}  {row['detail']}"
+                f"estimate={'-' if row['estimate'] is None else row['estimate']} "
+                f"CI={row['CI'] or '-'}  {row['detail']}"
             )
         click.echo(
             f"verdict {result.verdict} ({result.records} comparisons, log sha256 "
