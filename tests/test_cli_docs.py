@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {doc.name: doc for doc in iter_commands()}
 LEAVES = [name for name, doc in COMMANDS.items() if not doc.is_group]
 
-#: the only commands without ``--json``, and why: their output is a file's content, not a report
+#: the only commands without ``--json``, and why: they report nothing (a file's content, a running server)
 NO_JSON = {
     "memwork scaffold backend": "prints (or writes) the generated Python source of an adapter and its test",
+    "memwork serve": "runs the HTTP service until stopped; its answers are the JSON API itself",
 }
 
 
