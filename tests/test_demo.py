@@ -19,12 +19,14 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     first = demo.run_demo(tmp_path / "ws", users=20, entries=200)
     assert os.environ.get("MEMWORK_HOME") == home_before  # the workspace was scoped to the demo
     verdicts = {r["name"]: r["verdict"] for r in first.runs}
+    shadow = verdicts.pop("canary_signoff (shadow reads)")
     assert verdicts == {
         "health_report": "PASS",
         "duplicate_review": "INFO",
         "backfill_verification": "PASS",
         "canary_signoff": "GO",
     }, [r["reasons"] for r in first.runs]
+    _assert_shadow_canary_judged(first.runs[-1], shadow)
     assert first.exit_code == 0 and first.data["users"] == 20 and first.data["sessions"] == 40
     assert first.data["backfilled"] == first.data["active_items"]
     assert (first.data["embedding_model"], first.data["dimensions"]) == ("all-MiniLM-L6-v2", 384)
@@ -40,7 +42,24 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     assert [r["verdict"] for r in second["runs"]] == [r["verdict"] for r in first.runs]
     assert second["data"]["active_items"] == first.data["active_items"]
     index = (tmp_path / "reports" / "index.html").read_text()
-    assert index.count("canary_signoff</a>") == 2
+    assert index.count("canary_signoff</a>") == 4  # two demo runs, each: in-process and shadow-read canary
+
+
+def _assert_shadow_canary_judged(run, verdict):
+    """The demo ends with shadow reads of its own service judged: a verdict with its reasons, the
+    per-metric table and both backends' latency distributions in the HTML sign-off."""
+    from pathlib import Path
+
+    assert verdict in ("GO", "NO-GO", "INCONCLUSIVE") and run["finding"] is True
+    summary = json.loads(Path(run["summary_file"]).read_text())
+    assert summary["mode"] == "judge" and summary["records"] >= 100
+    assert summary["backends"] == {"primary": "legacy-conversation-memory", "shadow": "pgvector"}
+    assert verdict == "GO" or summary["reasons"]
+    metrics = {m["metric"]: m["classification"] for m in summary["metrics"]}
+    assert metrics["crossUser"] == "PASS" and {"latencyMs", "overlapAtK", "rbo"} <= set(metrics)
+    html = Path(run["html"]).read_text()
+    assert all(name in html for name in ("latencyMs", "overlapAtK", "top1Agree"))
+    assert html.count("data:image/png") >= 1  # the latency distributions figure
 
 
 def _assert_embedded_by_minilm(store_spec):

@@ -1,0 +1,84 @@
+"""The demo's shadow-read canary: the demo data served by ``memwork serve``, shadow reads judged.
+
+Legacy answers the callers (phase 1 of the rollout: ``MEMORY_BACKEND=legacy``) and every resolve is
+also sent to pgvector off the reply path (``MEMORY_SHADOW_BACKEND=pgvector``,
+``MEMORY_SHADOW_SAMPLE=1``); the comparisons go to a log in the demo workspace, and the
+``canary_signoff`` report judges that log against the running service (its status is recorded in the
+sign-off). Whatever the judge says -- GO, NO-GO or INCONCLUSIVE -- is the demo's finding, with its
+reasons: legacy ranks a user's memories by recency and pgvector by meaning, so the rank-agreement
+metrics show how differently the two answer the same users.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+DEMO_SHADOW_REQUESTS = 120
+DEMO_SHADOW_LIMIT = 10
+
+
+def shadow_env(data: dict[str, Any], log_path: Path, token: str, query_module: str) -> dict[str, str]:
+    """The service's environment: legacy primary, pgvector shadow at 100 %, a bearer token."""
+    return {
+        "MEMORY_ENABLED": "1",
+        "MEMORY_BACKEND": "legacy",
+        "MEMORY_LEGACY_DATABASE_URL": data["legacy_url"],
+        "MEMORY_VECTOR_ENABLED": "1",
+        "MEMORY_PGVECTOR_DATABASE_URL": data["pgvector_url"],
+        "MEMORY_PGVECTOR_EMBEDDING_MODULE": query_module,
+        "MEMORY_BACKEND_TIMEOUT_MS": "5000",
+        "MEMORY_SHADOW_BACKEND": "pgvector",
+        "MEMORY_SHADOW_SAMPLE": "1",
+        "MEMORY_SHADOW_LOG": str(log_path),
+        "MEMWORK_API_TOKEN": token,
+    }
+
+
+def send_resolves(base_url: str, token: str, requests: list[dict[str, Any]]) -> int:
+    """POST each resolve to the service; returns how many answered 200."""
+    import httpx
+
+    answered = 0
+    with httpx.Client(base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        for request in requests:
+            answered += http.post("/user-memory/v1/resolve", json=request).status_code == 200
+    return answered
+
+
+def run_shadow_canary(
+    data: dict[str, Any],
+    folder: Path,
+    reports: Path,
+    *,
+    query_module: str,
+    health_summary: str = "",
+    verification_summary: str = "",
+    requests: int = DEMO_SHADOW_REQUESTS,
+) -> Any:
+    """Serve the demo data, send ``requests`` resolves of real users, judge the shadow log; the run.
+
+    Returns the :func:`memwork.reports.run_report` result of ``canary_signoff`` (judge mode)."""
+    from memwork.pgvector.canary import sample_requests
+    from memwork.reports import run_report
+    from memwork.service.app import create_app, running
+
+    log_path = folder / "shadow" / "comparisons.jsonl"
+    for part in (log_path, log_path.with_name(log_path.name + ".1")):
+        part.unlink(missing_ok=True)  # a re-run judges its own traffic only
+    token = secrets.token_urlsafe(24)
+    app = create_app(shadow_env(data, log_path, token, query_module))
+    batch = sample_requests(data["legacy_url"], requests, seed=7, limit=DEMO_SHADOW_LIMIT)
+    with running(app) as base_url:
+        send_resolves(base_url, token, batch)
+        app.state.memwork.shadow.drain(timeout_s=60)
+        params = {
+            "base_url": base_url,
+            "token": token,
+            "comparison_log": str(log_path),
+            "health_summary": health_summary,
+            "verification_summary": verification_summary,
+            "approver": "memwork demo",
+        }
+        return run_report("canary_signoff", params, reports, raise_on_error=False)
