@@ -188,6 +188,7 @@ class Sample:
 class Events:
     """When the outage phase stopped and restarted PostgreSQL (seconds since the phase started)."""
 
+    stop_called_at: float | None = None
     stopped_at: float | None = None
     restart_called_at: float | None = None
     restarted_at: float | None = None
@@ -231,7 +232,8 @@ async def drive(
                 )
             except Exception as exc:  # a transport error is an error sample, never a crash of the driver
                 ms = (time.perf_counter() - t0) * 1000
-                samples.append(Sample(t0 - started, ms, 0, False, None, f"{type(exc).__name__}: {exc}"[:200]))
+                error = f"{type(exc).__name__} {exc!r} at {t0 - started:.1f} s after {ms:.0f} ms"
+                samples.append(Sample(t0 - started, ms, 0, False, None, error[:300]))
 
     timeout = httpx.Timeout(30.0)
     async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout) as client:
@@ -248,9 +250,12 @@ async def drive_with_outage(
 
     async def outage() -> None:
         await asyncio.sleep(seconds / 3)
-        events.stopped_at = time.perf_counter() - started
+        events.stop_called_at = time.perf_counter() - started
         await asyncio.to_thread(stop_pg, pgdata)
-        events.log.append(f"PostgreSQL stopped at {events.stopped_at:.1f} s")
+        events.stopped_at = time.perf_counter() - started
+        events.log.append(
+            f"PostgreSQL stop called at {events.stop_called_at:.1f} s, down at {events.stopped_at:.1f} s"
+        )
         await asyncio.sleep(max(0.0, started + 2 * seconds / 3 - time.perf_counter()))
         events.restart_called_at = time.perf_counter() - started
         await asyncio.to_thread(start_pg, pgdata)
@@ -304,14 +309,16 @@ def recovery(samples: list[Sample], events: Events, target: str = "pgvector") ->
     pgvector answered again (first ok, and the start of the last run of ok answers)."""
     down_from = events.stopped_at or 0.0
     up_at = events.restarted_at or float("inf")
-    during = [s for s in samples if down_from <= s.at < (events.restart_called_at or up_at)]
-    after = sorted((s for s in samples if s.at >= up_at), key=lambda s: s.at)
+    down_until = events.restart_called_at or up_at
+    during = [s for s in samples if down_from <= s.at + s.ms / 1000 < down_until]  # answered while down
+    after = sorted((s for s in samples if s.at >= up_at), key=lambda s: s.at)  # sent after the restart
     first_ok = next((s.at for s in after if s.ok and s.source == target), None)
     stable_from = None
     for s in after:
         good = s.ok and s.source == target
         stable_from = None if not good else (s.at if stable_from is None else stable_from)
     return {
+        "stop_called_at_s": events.stop_called_at,
         "stopped_at_s": events.stopped_at,
         "restart_called_at_s": events.restart_called_at,
         "restarted_at_s": events.restarted_at,
@@ -319,6 +326,7 @@ def recovery(samples: list[Sample], events: Events, target: str = "pgvector") ->
             "requests": len(during),
             "answered": sum(1 for s in during if s.status == 200),
             "degraded": sum(1 for s in during if s.status == 200 and not s.ok),
+            "ok": sum(1 for s in during if s.ok),
             "degraded_latency_ms": latency([s.ms for s in during if s.status == 200 and not s.ok]),
         },
         "after_restart": {"requests": len(after), "ok": sum(1 for s in after if s.ok)},
