@@ -468,13 +468,19 @@ def main() -> int:
                 results["phases"][phase] = run_phase(stack, phase, args)
                 r = results["phases"][phase]
                 print(f"  {phase}: {r['requests']} requests, {r['throughput_rps']} rps", flush=True)
+        results["misses"] = misses(results)
+        out = Path(args.out) if args.out else _default_out()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if results["misses"]:  # keep the service logs of a run that missed, next to its JSON
+            logs = out.with_name(out.stem + "-serve-logs")
+            logs.mkdir(exist_ok=True)
+            for log in workdir.glob("serve-*.log"):
+                shutil.copy(log, logs / log.name)
+            results["serve_logs"] = str(logs)
     finally:
         stop_pg(pgdata)
         shutil.rmtree(workdir, ignore_errors=True)
     results["load_average_after"] = os.getloadavg()
-    results["misses"] = misses(results)
-    out = Path(args.out) if args.out else _default_out()
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     print_table(results)
     print(f"results: {out}")
