@@ -272,6 +272,10 @@ def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, w
     assert judged["records"] >= 20 * 3 - 1
     signoff = json.dumps(judged["signoff"])
     assert "runbook-walk@example.com" in signoff and Path(walk.var("VERIFY")).name in signoff
+    signoff_dir = Path(walk.var("SIGNOFF"))
+    assert json.loads((signoff_dir / "summary.json").read_text())["verdict"] == "GO"
+    html = (signoff_dir / "canary_signoff.html").read_text()
+    assert "runbook-walk@example.com" in html and "crossUser" in html  # approver and the per-metric table
     stack = json.loads((ops / "stack-canary.json").read_text())
     assert stack["ok"] if "ok" in stack else stack["verdict"] in ("ok", "PASS"), stack
     flipped = json.loads((ops / "canary-after-flip.json").read_text())
