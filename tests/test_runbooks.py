@@ -29,6 +29,11 @@ WALKED = {
 DIMS = 64
 
 
+def walk_test(test):
+    """A walk is an integration test on real servers, and slow (subprocesses, reports)."""
+    return pytest.mark.slow(pytest.mark.services(test))
+
+
 def _base_env(tmp_path: Path) -> dict[str, str]:
     """The test process's environment without any memory configuration of the machine's own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "MEMWORK_STORE"))}
@@ -132,6 +137,7 @@ def _export(url: str, scope: str, path: Path) -> bytes:
     return path.read_bytes()
 
 
+@walk_test
 def test_defrag_maintenance_runbook(pg_url: str, tmp_path: Path, walk: Walk):
     _store_with_duplicates(pg_url)
     other_scope_before = _export(pg_url, "agent-b", tmp_path / "b-before.jsonl")
@@ -237,6 +243,7 @@ def _shadow_drained(client: httpx.Client, timeout_s: float = 30.0) -> None:
     raise AssertionError(f"the shadow queue did not drain: {shadow}")
 
 
+@walk_test
 def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, walk: Walk):
     from memwork.pgvector.local_hash import write_module
 
@@ -303,6 +310,7 @@ def _pg_ids(pg_url: str) -> set[str]:
         return {r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings")}
 
 
+@walk_test
 def test_rollback_runbook(mysql_url: str, pg_url: str, tmp_path: Path, walk: Walk):
     from memwork.pgvector.local_hash import write_module
 
@@ -349,6 +357,7 @@ def test_rollback_runbook(mysql_url: str, pg_url: str, tmp_path: Path, walk: Wal
 
 
 # ---- adding a backend -------------------------------------------------------------------------------
+@walk_test
 def test_new_backend_runbook(tmp_path: Path, walk: Walk):
     walk.env.update(_service_env(tmp_path, MEMORY_LEGACY_DATABASE_URL=f"sqlite:///{tmp_path / 'legacy.db'}"))
     users = {f"walk-user-{i:02d}": "what do you remember about me?" for i in range(25)}
