@@ -307,6 +307,12 @@ def _install_routes(app: FastAPI, state: ServiceState) -> None:
         )
 
 
+#: idle keep-alive connections are kept longer than clients keep them (httpx: 5 s, uvicorn's own default),
+#: so a client never sends a request on a connection the server is closing at that moment (a
+#: connection closed without a response, seen once in 2,500 requests at 200 clients with equal timeouts)
+KEEP_ALIVE_S = 75
+
+
 def create_app(env: Mapping[str, str] | None = None, *, facade: MemoryFacade | None = None) -> FastAPI:
     """The ASGI app over ``facade`` (default: the one ``env`` describes; ``os.environ`` by default).
 
@@ -347,7 +353,14 @@ def serve(host: str = "127.0.0.1", port: int = 8081, *, env: Mapping[str, str] |
     headers -- the token -- are never logged)."""
     import uvicorn
 
-    uvicorn.run(create_app(env), host=host, port=port, log_level="info", server_header=False)
+    uvicorn.run(
+        create_app(env),
+        host=host,
+        port=port,
+        log_level="info",
+        server_header=False,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
 
 
 @contextmanager
@@ -360,7 +373,9 @@ def running(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[st
 
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app, host=host, port=port, log_level="warning", lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="memwork-serve", daemon=True)
     thread.start()
