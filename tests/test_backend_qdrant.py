@@ -554,7 +554,10 @@ def test_facade_fails_open_on_server_faults(rest, fault, expected, caplog):
     env = _facade_env(rest.url, MEMORY_BACKEND_TIMEOUT_MS="300", MEMORY_QDRANT_API_KEY=API_KEY)
     with caplog.at_level(logging.DEBUG):
         result, elapsed, status = _resolve_timed(env)
-    assert result["ok"] is False and expected in result["reason"], result["reason"]
+    # a 503 is retried with backoff: on a loaded machine the retries may outlast the 300 ms deadline,
+    # and the facade's timeout is then the (equally fail-open) reason
+    allowed = (expected, "timed out after 300 ms") if fault.status == 503 else (expected,)
+    assert result["ok"] is False and any(a in result["reason"] for a in allowed), result["reason"]
     assert elapsed < 0.3 + 0.25
     assert API_KEY not in json.dumps(result) + json.dumps(status) + caplog.text
 
