@@ -306,11 +306,13 @@ def test_compare_and_set_creates_updates_and_deletes_only_from_the_expected_stat
 @pytest.mark.parametrize("kind", ["filesystem", "sqlite"])
 def test_full_apply_conflict_in_a_later_step_reports_what_was_applied(kind, tmp_path):
     spec = str(tmp_path / "fs") if kind == "filesystem" else f"sqlite:///{tmp_path / 's.db'}"
-    seed_duplicates(spec, 150, junk=20)
+    # the writer edits the last compact target once the run journaled its first change; a merge step of
+    # 1,000 changes before compact leaves it ample time even when a loaded machine starves it
+    seed_duplicates(spec, 500, junk=20)
     before = snapshot(spec)
     dry = json.loads(mw("defrag", "full", "--store", spec, "--json").stdout)
     compacted = [o["path"] for o in dry["operations"] if o["op"] == "delete" and o.get("step") == "compact"]
-    assert len(compacted) == 20 and dry["summary"]["steps"][0]["entries_updated"] == 300
+    assert len(compacted) == 20 and dry["summary"]["steps"][0]["entries_updated"] == 1000
     target = compacted[-1]
 
     writer = start_writer(spec, [target])
@@ -325,14 +327,14 @@ def test_full_apply_conflict_in_a_later_step_reports_what_was_applied(kind, tmp_
     assert "nothing was written" not in line
     assert f"path={target!r}: changed since the plan was made (scope 'default')" in line
     assert (
-        "the run stopped after applying 300 changes (merge_duplicates 300, cleanup_stubs 0, compact 0 of 20)"
-        in line
+        "the run stopped after applying 1000 changes "
+        "(merge_duplicates 1000, cleanup_stubs 0, compact 0 of 20)" in line
     )
     assert f"`memwork defrag undo {run_id}`" in line
     assert report["applied"] is True and report["complete"] is False
-    assert report["changes_applied"] == 300 == len(journaled_changes(run_id))
+    assert report["changes_applied"] == 1000 == len(journaled_changes(run_id))
     assert [(s["action"], s["status"], s["changes"]) for s in report["steps"]] == [
-        ("merge_duplicates", "applied", 300),
+        ("merge_duplicates", "applied", 1000),
         ("cleanup_stubs", "applied", 0),
         ("compact", "stopped", 0),
     ]
