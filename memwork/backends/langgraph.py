@@ -41,7 +41,7 @@ from memwork.backends.base import (
     flag_var,
     reason_of,
 )
-from memwork.backends.payload import memory_item, only_user
+from memwork.backends.payload import memory_item, only_user, user_id_of
 from memwork.errors import BackendError, UsageError
 from memwork.http import JsonHttpClient, settings_from_env
 from memwork.migrate.source import Page, SourceRecord, require
@@ -131,9 +131,7 @@ class LangGraphBackend(BaseBackend):
         """One stateless run of the policy graph for this user and request, mapped into the payload."""
         if self._unavailable or self.client is None:
             raise BackendError(f"langgraph unavailable: {self._unavailable}")
-        user_id = request.get("userId")
-        if not isinstance(user_id, str) or not user_id:
-            raise UsageError("userId", user_id, "must be a non-empty string")
+        user_id = user_id_of(request)
         body = {
             "assistant_id": self.policy_id,
             "input": {k: request[k] for k in INPUT_KEYS if request.get(k) is not None},

@@ -54,7 +54,7 @@ from memwork.backends.base import (
     flag_var,
     reason_of,
 )
-from memwork.backends.payload import memory_item, only_user
+from memwork.backends.payload import aware_time, memory_item, only_user, session_id_of, user_id_of
 from memwork.errors import BackendError, UsageError
 from memwork.http import JsonHttpClient, settings_from_env
 from memwork.migrate.source import Page, SourceRecord, require
@@ -165,34 +165,6 @@ def _path(env: Mapping[str, str], name: str, default: str, problems: list[tuple[
     return raw
 
 
-def _timestamp(value: object) -> datetime | None:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str) or not value.strip():
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _user_id(request: Mapping[str, Any]) -> str:
-    user_id = request.get("userId")
-    if not isinstance(user_id, str) or not user_id:
-        raise UsageError("userId", user_id, "must be a non-empty string")
-    return user_id
-
-
-def _session_id(request: Mapping[str, Any]) -> str | None:
-    session_id = request.get("sessionId")
-    if session_id is None or session_id == "":
-        return None
-    if not isinstance(session_id, str):
-        raise UsageError("sessionId", session_id, "must be a string")
-    return session_id
-
-
 def _limit(value: object) -> int:
     if value is None:
         return DEFAULT_LIMIT
@@ -242,7 +214,7 @@ def _has_tag(result: Mapping[str, Any], tag: str) -> bool:
 def _oldest_first(results: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """By Letta's timestamp (an unparseable one first), then id: the order the turns were written."""
     oldest = datetime.min.replace(tzinfo=UTC)
-    return sorted(results, key=lambda r: (_timestamp(r.get("timestamp")) or oldest, str(r.get("id"))))
+    return sorted(results, key=lambda r: (aware_time(r.get("timestamp")) or oldest, str(r.get("id"))))
 
 
 def summarise(session_id: str, texts: Sequence[str]) -> str:
@@ -286,7 +258,7 @@ class LettaBackend(BaseBackend):
     def resolve(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The user's archival passages matching ``query`` (``memories``), only the user's own."""
         client = self._client()
-        user_id = _user_id(request)
+        user_id = user_id_of(request)
         limit = _limit(request.get("limit"))
         query = request.get("query")
         if limit == 0 or not isinstance(query, str) or not query.strip():
@@ -297,7 +269,7 @@ class LettaBackend(BaseBackend):
     def write(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """One passage holding the messages, tagged with the user and session; sent once."""
         client = self._client()
-        user_id, session_id = _user_id(request), _session_id(request)
+        user_id, session_id = user_id_of(request), session_id_of(request)
         messages = list(request.get("messages") or [])
         if not messages:
             raise UsageError("messages", messages, "write needs at least one message")
@@ -311,7 +283,7 @@ class LettaBackend(BaseBackend):
     def compact(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Summarise the session's turn passages into one summary passage (unless an identical exists)."""
         client = self._client()
-        user_id, session_id = _user_id(request), _session_id(request)
+        user_id, session_id = user_id_of(request), session_id_of(request)
         if session_id is None:
             return {"compacted": 0, "note": "letta summarises one session: no sessionId given"}
         passages = self._session_passages(client, user_id, session_id)
@@ -459,8 +431,8 @@ class LettaSource:
             content=str(passage.get("text") or ""),
             type=_TYPES.get(_tag_value(tags, KIND_TAG) or "", "fact"),
             metadata=metadata,
-            created_at=_timestamp(passage.get("created_at")),
-            updated_at=_timestamp(passage.get("updated_at")),
+            created_at=aware_time(passage.get("created_at")),
+            updated_at=aware_time(passage.get("updated_at")),
             session_id=_tag_value(tags, SESSION_TAG),
             agent_id=self.agent_id,
             vector=vector,

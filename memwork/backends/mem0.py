@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator, Mapping
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -45,6 +44,7 @@ from memwork.backends.base import (
     flag_var,
     reason_of,
 )
+from memwork.backends.payload import aware_time, session_id_of, user_id_of
 from memwork.errors import BackendError, UsageError
 from memwork.http import HttpError, JsonHttpClient, settings_from_env
 from memwork.migrate.source import Page, SourceRecord, require
@@ -123,33 +123,6 @@ def _path(env: Mapping[str, str], name: str, default: str, problems: list[tuple[
     return raw
 
 
-def _timestamp(value: object) -> datetime | None:
-    """Mem0's ISO 8601 text as an aware datetime (naive means UTC); anything else None."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def _user_id(request: Mapping[str, Any]) -> str:
-    user_id = request.get("userId")
-    if not isinstance(user_id, str) or not user_id:
-        raise UsageError("userId", user_id, "must be a non-empty string")
-    return user_id
-
-
-def _session_id(request: Mapping[str, Any]) -> str | None:
-    session_id = request.get("sessionId")
-    if session_id is None or session_id == "":
-        return None
-    if not isinstance(session_id, str):
-        raise UsageError("sessionId", session_id, "must be a string")
-    return session_id
-
-
 def _event_ids(response: Any) -> list[str]:
     """Event ids of Mem0's queued-add answer: a bare list, or ``{"results": [...]}`` (v1.1)."""
     items = response.get("results") if isinstance(response, Mapping) else response
@@ -194,7 +167,7 @@ class Mem0Backend(BaseBackend):
     def write(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Store the messages verbatim (``infer: false``) for the user and session; sent once."""
         client = self._client()
-        user_id, session_id = _user_id(request), _session_id(request)
+        user_id, session_id = user_id_of(request), session_id_of(request)
         messages = [
             {"role": str(m["role"]), "content": str(m["content"])} for m in request.get("messages") or []
         ]
@@ -213,7 +186,7 @@ class Mem0Backend(BaseBackend):
     def compact(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """Hand the session's own turns to Mem0's extraction (``infer: true``); sent once."""
         client = self._client()
-        user_id, session_id = _user_id(request), _session_id(request)
+        user_id, session_id = user_id_of(request), session_id_of(request)
         if session_id is None:
             return {"compacted": 0, "eventIds": [], "note": "mem0 extracts per session: no sessionId given"}
         turns = self.session_turns(user_id, session_id)[-MAX_COMPACT_MESSAGES:]
@@ -447,8 +420,8 @@ def _record(item: Mapping[str, Any], user: str) -> SourceRecord:
         user_id=user,
         content=str(item["memory"]),
         metadata=metadata,
-        created_at=_timestamp(item.get("created_at")),
-        updated_at=_timestamp(item.get("updated_at")),
+        created_at=aware_time(item.get("created_at")),
+        updated_at=aware_time(item.get("updated_at")),
         session_id=str(session) if session else None,
         agent_id=str(item["agent_id"]) if item.get("agent_id") else None,
     )

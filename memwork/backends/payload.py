@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from memwork.errors import UsageError
+
 log = logging.getLogger("memwork.backends")
 
 
@@ -75,3 +77,35 @@ def only_user(items: Iterable[Mapping[str, Any]], user_id: str, *, backend: str)
     if dropped:
         log.warning("%s returned %d memory item(s) of another user; dropped", backend, dropped)
     return kept
+
+
+def aware_time(value: object) -> datetime | None:
+    """A service's timestamp as an aware datetime: a datetime or ISO 8601 text (``Z`` accepted; naive means
+    UTC); anything else None (a source with no usable time gets the import run's start)."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if not isinstance(value, str) or not value.strip():
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def user_id_of(request: Mapping[str, Any]) -> str:
+    """The request's ``userId``, which every adapter scopes its call by (a UsageError when unusable)."""
+    user_id = request.get("userId")
+    if not isinstance(user_id, str) or not user_id:
+        raise UsageError("userId", user_id, "must be a non-empty string")
+    return user_id
+
+
+def session_id_of(request: Mapping[str, Any]) -> str | None:
+    """The request's ``sessionId``, None when absent or empty."""
+    session_id = request.get("sessionId")
+    if session_id is None or session_id == "":
+        return None
+    if not isinstance(session_id, str):
+        raise UsageError("sessionId", session_id, "must be a string")
+    return session_id

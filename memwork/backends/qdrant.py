@@ -49,7 +49,7 @@ from memwork.backends.base import (
     flag_var,
     reason_of,
 )
-from memwork.backends.payload import memory_item, only_user
+from memwork.backends.payload import memory_item, only_user, user_id_of
 from memwork.embed import QueryModuleEmbedder
 from memwork.errors import BackendError, UsageError
 from memwork.http import RETRY_STATUSES, HttpSettings, settings_from_env
@@ -466,9 +466,7 @@ class QdrantBackend(BaseBackend):
         """The user's nearest points to ``embedding`` (or the embedded ``query``), nearest first."""
         if self._unavailable:
             raise BackendError(f"{NAME} unavailable: {self._unavailable}")
-        user_id = request.get("userId")
-        if not isinstance(user_id, str) or not user_id:
-            raise UsageError("userId", user_id, "must be a non-empty string")
+        user_id = user_id_of(request)
         limit = _limit(request.get("limit"))
         if limit == 0:
             return {"semanticMemories": []}

@@ -42,7 +42,7 @@ from memwork.backends.base import (
     flag_var,
     reason_of,
 )
-from memwork.backends.payload import memory_item, only_user
+from memwork.backends.payload import memory_item, only_user, user_id_of
 from memwork.errors import BackendError, UsageError
 from memwork.http import JsonHttpClient, settings_from_env
 from memwork.migrate.source import Page, SourceRecord, require
@@ -171,9 +171,7 @@ class WeaviateBackend(BaseBackend):
         """The user's nearest memories to ``embedding`` (or the embedded ``query``), nearest first."""
         if self._unavailable or self.client is None:
             raise BackendError(f"weaviate unavailable: {self._unavailable}")
-        user_id = request.get("userId")
-        if not isinstance(user_id, str) or not user_id:
-            raise UsageError("userId", user_id, "must be a non-empty string")
+        user_id = user_id_of(request)
         limit = _limit(request.get("limit"))
         vector = self._query_vector(request)
         query = near_vector_query(
