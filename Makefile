@@ -6,8 +6,10 @@ BIN     = $(VENV)/bin
 # reference the default ONNX embedder is checked against)
 EXTRAS ?= dev
 STAMP   = $(VENV)/.memwork-installed-$(EXTRAS)
+# pytest-xdist workers (the machines here have 2 cores)
+JOBS   ?= 2
 
-.PHONY: demo test lint format docs bench install clean
+.PHONY: demo test check lint format docs bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,18 +23,20 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/memwork demo
 
-## The whole suite: unit tests, integration tests on real servers, notebooks, lint.
-test: $(STAMP)
-	$(BIN)/ruff check memwork tests benchmarks
-	$(BIN)/ruff format --check memwork tests benchmarks
-	@# types: settings in pyproject.toml [tool.mypy]
-	$(BIN)/mypy memwork
-	$(BIN)/pytest -q
+## The whole suite: lint, types, unit tests, integration tests on real servers, notebooks -- in parallel
+## (pytest-xdist, one embedded PostgreSQL per worker), each test under the ini's per-test timeout.
+test: lint
+	$(BIN)/pytest -q -n $(JOBS) -p no:cacheprovider
 	@# the report notebooks as tests (assert cells are the checks), in a throw-away workspace whose
 	@# embedded PostgreSQL (started by the notebooks' kernels, which nbval kills) is stopped afterwards
 	d=$$(mktemp -d /tmp/memwork-nbval.XXXXXX); MEMWORK_HOME=$$d $(BIN)/pytest -q -p no:cacheprovider \
 	  --nbval-lax notebooks/; rc=$$?; \
 	  MEMWORK_HOME=$$d $(BIN)/memwork pgvector url --stop >/dev/null 2>&1; rm -rf $$d; exit $$rc
+
+## The fast loop after every change (no servers, nothing slow): lint, types, and every test that needs
+## neither a server nor a papermill kernel nor a kill -9 round.
+check: lint
+	MEMWORK_TEST_NO_SERVICES=1 $(BIN)/pytest -q -n $(JOBS) -p no:cacheprovider -rfE
 
 lint: $(STAMP)
 	$(BIN)/ruff check memwork tests benchmarks

@@ -15,15 +15,47 @@ from pathlib import Path
 import pytest
 
 REQUIRE_SERVICES = os.environ.get("MEMWORK_REQUIRE_SERVICES") == "1"
+#: ``make check`` sets this: the fast loop runs only what needs no server, so every server fixture skips at
+#: once (never a connection attempt, never a timeout) and tests marked ``slow`` are not collected.
+NO_SERVICES = os.environ.get("MEMWORK_TEST_NO_SERVICES") == "1"
 MARIADB_ADMIN_URL = os.environ.get("MEMWORK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test")
 
 
 def service_missing(name: str, reason: object) -> None:
     """Skip (locally) or fail (under MEMWORK_REQUIRE_SERVICES=1) because a server is unreachable."""
+    if NO_SERVICES:
+        pytest.skip(f"{name}: not used by the fast loop (MEMWORK_TEST_NO_SERVICES=1)")
     message = f"{name} unreachable: {reason}"
     if REQUIRE_SERVICES:
         pytest.fail(f"{message} (MEMWORK_REQUIRE_SERVICES=1 turns this skip into a failure)")
     pytest.skip(message)
+
+
+#: Whole files of end-to-end tests (papermill kernels, racing subprocesses, kill -9 rounds, the torch
+#: reference): every test in them is ``slow``, so the fast loop (``make check``) leaves them out.
+SLOW_FILES = {
+    "test_report_gate.py",
+    "test_report_notebooks.py",
+    "test_defrag_concurrency.py",
+    "test_undo_crash.py",
+    "test_embed_agreement.py",
+    "test_embedded_pg_keep.py",
+    "test_store_atomic.py",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the slow files; the fast loop leaves out every ``slow`` test."""
+    for item in items:
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
+    if not NO_SERVICES:
+        return
+    kept = [item for item in items if item.get_closest_marker("slow") is None]
+    deselected = [item for item in items if item.get_closest_marker("slow") is not None]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 @pytest.fixture(autouse=True)
@@ -40,6 +72,8 @@ def pg_server():
     """One embedded PostgreSQL 18 + pgvector for the whole session (short path: Unix socket limits)."""
     from memwork import embedded_pg
 
+    if NO_SERVICES:
+        service_missing("embedded PostgreSQL", "not started")
     data_root = Path(tempfile.mkdtemp(prefix="mwpg-", dir="/tmp"))
     data_dir = data_root / "pgdata"
     try:
@@ -81,6 +115,8 @@ def mysql_url() -> str:
 
     from memwork.db import dispose_all
 
+    if NO_SERVICES:
+        service_missing("MariaDB", "not connected")
     try:
         conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", password="", connect_timeout=3)
     except Exception as exc:
@@ -104,6 +140,8 @@ def redis_url() -> str:
     """The machine's Redis (127.0.0.1:6379); each test uses its own key prefix (``redis_prefix``)."""
     import redis
 
+    if NO_SERVICES:
+        service_missing("Redis", "not connected")
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3)
     try:
         client.ping()
