@@ -466,3 +466,27 @@ def test_a_dry_run_with_an_embedder_broken_for_everything_is_bad_input(surrogate
     assert result.exit_code == 2
     assert len(result.output.strip().splitlines()) == 1
     assert "probe text: ConnectionError: service down" in result.output
+
+
+# ---- a backfill keyset that does not advance (the MySQL-side class of F-7) --------------------------
+
+
+def test_a_keyset_that_does_not_advance_stops_the_backfill_instead_of_reading_a_page_forever(sqlite_url):
+    """A timestamp stored in another ISO spelling ('T' for ' ') compares after the cursor built from
+    it, so the same row came back on every page: the reader looped forever."""
+    import sqlite3
+
+    from memwork.db import get_engine
+    from memwork.pgvector.backfill.reader import iter_batches
+    from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
+
+    load_legacy_rows(sqlite_url, ITEMS, generate_legacy_items(1, 5, seed=3, active_only=True))
+    with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as raw:
+        first = raw.execute(f"SELECT id FROM {ITEMS} ORDER BY updated_at, id LIMIT 1").fetchone()[0]
+        raw.execute(f"UPDATE {ITEMS} SET updated_at = replace(updated_at, ' ', 'T') WHERE id = ?", (first,))
+    pages = 0
+    with get_engine(sqlite_url).connect() as conn, pytest.raises(BackendError) as err:
+        for _ in iter_batches(conn, None, 10**6, 1):
+            pages += 1
+            assert pages < 20, "the keyset keeps returning the same row"
+    assert pages == 1 and "the keyset did not advance past" in str(err.value) and first in str(err.value)
