@@ -126,7 +126,7 @@ def test_module_returning_garbage_is_refused(tmp_path):
     emb = MemoryModuleEmbedder(str(path))
     with pytest.raises(BadVector, match="list of numbers"):
         emb.embed(["x"])
-    with pytest.raises(UsageError, match="probe text: BadVector: .*list of numbers"):
+    with pytest.raises(UsageError, match=r"probe text: BadVector: .*list of numbers"):
         probe_embedder(emb)
 
 
