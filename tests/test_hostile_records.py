@@ -105,6 +105,8 @@ HOSTILE = {
         "user_id: invalid text (lone surrogate",
     ),
     "NUL in content": (dict(content="nul \x00 in"), "content: NUL byte at offset 4"),
+    "NUL in a metadata key": (dict(metadata={"k\x00": "v"}), "metadata: a NUL character"),
+    "NUL in a metadata value": (dict(metadata={"k": ["v\x00"]}), "metadata: a NUL character"),
     "flagged by the source": (dict(problem="position: '²' is not a whole number"), "source: position: '²'"),
 }
 
@@ -225,9 +227,20 @@ def _assert_writable(row: dict) -> None:
     assert row["id"].strip() and row["user_id"].strip()
     metadata = json.loads(row["metadata"])
     assert isinstance(metadata, dict) and metadata[SOURCE_MARKER] == KEY
+    assert not _holds_nul(metadata)  # jsonb refuses \u0000
     for stamp in ("created_at", "updated_at"):
         moment = datetime.fromisoformat(row[stamp])
         assert moment.tzinfo is None and 1 <= moment.year <= 9999
+
+
+def _holds_nul(value: object) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(v) for v in value)
+    return False
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

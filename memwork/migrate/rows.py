@@ -181,8 +181,9 @@ def _metadata_json(metadata: dict[str, Any]) -> str:
 
 
 def _check_shape(metadata: Mapping[str, Any]) -> None:
-    """Refuse metadata nested deeper than :data:`MAX_METADATA_DEPTH` or holding more than
-    :data:`MAX_METADATA_VALUES` values -- walked without recursion, so a cycle stops it too."""
+    """Refuse metadata nested deeper than :data:`MAX_METADATA_DEPTH`, holding more than
+    :data:`MAX_METADATA_VALUES` values, or a NUL in a key or text value (JSON can write it, jsonb
+    refuses it) -- walked without recursion, so a cycle stops it too."""
     stack: list[tuple[Any, int]] = [(metadata, 1)]
     values = 0
     while stack:
@@ -190,8 +191,12 @@ def _check_shape(metadata: Mapping[str, Any]) -> None:
         values += 1
         if values > MAX_METADATA_VALUES:
             raise _Unfit(f"more than {MAX_METADATA_VALUES:,} values")
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise _Unfit("a NUL character (PostgreSQL's jsonb cannot hold \\u0000)")
+            continue
         if isinstance(value, Mapping):
-            children: Iterable[Any] = value.values()
+            children: Iterable[Any] = [*value.keys(), *value.values()]
         elif isinstance(value, list | tuple):
             children = value
         else:
@@ -203,12 +208,12 @@ def _check_shape(metadata: Mapping[str, Any]) -> None:
 
 def _reject_key(record: object) -> dict[str, Any]:
     """The id and ``updated_at`` a reject of ``record`` is filed under, as far as they are readable."""
-    return {
-        "id": _readable(getattr(record, "id", None), "(no id)"),
-        "updated_at": _readable(
-            getattr(record, "updated_at", None) or getattr(record, "created_at", None), ""
-        ),
-    }
+    moment = getattr(record, "updated_at", None) or getattr(record, "created_at", None)
+    try:
+        stamp = _naive_utc(moment)  # as a written row would carry it
+    except Exception:
+        stamp = _readable(moment, "")
+    return {"id": _readable(getattr(record, "id", None), "(no id)"), "updated_at": stamp}
 
 
 def _readable(value: object, default: str) -> str:
