@@ -326,14 +326,35 @@ async def _consume(awaitable: Any) -> Any:
     return await awaitable
 
 
-def _as_vector(value: Any, field: str, spec: str) -> np.ndarray:
+class BadVector(ValueError):
+    """An embedding function's answer for one input is not a usable vector (not numbers, empty,
+    NaN, infinity, beyond float32, another length): that input's problem, quarantined by a backfill
+    or import -- not the embedder's, which :func:`memwork.pgvector.backfill.quarantine.probe_embedder`
+    judges on a probe text."""
+
+
+def checked_vector(value: Any, dimension: int | None = None) -> np.ndarray:
+    """``value`` as a flat float32 vector, or :class:`BadVector` saying what is wrong with it."""
     try:
-        vec = np.asarray(value, dtype=np.float32).reshape(-1)
-    except (TypeError, ValueError):
-        raise UsageError(field, spec, "the embedding function must return a list of numbers") from None
-    if vec.size == 0 or not np.all(np.isfinite(vec)):
-        raise UsageError(field, spec, "the embedding function returned an empty or non-finite vector")
+        with np.errstate(over="ignore", invalid="ignore"):  # 1e39 -> inf, reported below
+            vec = np.asarray(value, dtype=np.float32).reshape(-1)
+    except Exception:
+        raise BadVector("the embedding function must return a list of numbers") from None
+    if vec.size == 0:
+        raise BadVector("the embedding function returned an empty vector")
+    if not np.all(np.isfinite(vec)):
+        raise BadVector("the embedding function returned non-finite values (NaN, infinity or beyond float32)")
+    if dimension is not None and vec.size != dimension:
+        raise BadVector(f"the embedding function returned {vec.size} numbers, not {dimension}")
     return vec
+
+
+def _as_vector(value: Any, field: str, spec: str) -> np.ndarray:
+    """A query's vector: a bad one is the configured module's fault (a usage error naming it)."""
+    try:
+        return checked_vector(value)
+    except BadVector as exc:
+        raise UsageError(field, spec, str(exc)) from None
 
 
 class QueryModuleEmbedder:
@@ -363,14 +384,22 @@ class MemoryModuleEmbedder:
         self.module = load_module(spec)
         self._fn = _module_callable(self.module, "embed_memory", spec, "embedding_module")
         self.model_id = _module_model_id(self.module)
+        self._length: int | None = None  # every vector's length, once known
         declared = getattr(self.module, "DIMENSIONS", None) or getattr(self.module, "DIMENSION", None)
         if declared is not None:
-            self.dimension = int(declared)
+            self.dimension = self._length = int(declared)
         else:
-            self.dimension = int(self.embed_memory({"id": "", "content": "memwork dimension probe"}).size)
+            try:
+                probe = self.embed_memory({"id": "", "content": "memwork dimension probe"})
+            except Exception as exc:
+                raise UsageError(
+                    "embedding_module", spec, f"the dimension probe failed: {type(exc).__name__}: {exc}"
+                ) from None
+            self.dimension = self._length = int(probe.size)
 
     def embed_memory(self, memory: Mapping[str, Any]) -> np.ndarray:
-        return _as_vector(_await_if_needed(self._fn(dict(memory))), "embedding_module", self.spec)
+        """One memory's vector; :class:`BadVector` when the module's answer for it is unusable."""
+        return checked_vector(_await_if_needed(self._fn(dict(memory))), self._length)
 
     def embed_memories(self, memories: Sequence[Mapping[str, Any]]) -> np.ndarray:
         if not memories:

@@ -354,7 +354,8 @@ def test_cli_backfill_feeds_the_shared_progress_bar(source, dest, monkeypatch):
 
 # ---- review additions: keyset under concurrent change, full-range rerun, orphans, dry-run CLI ---
 class ArchivingEmbedder:
-    """Hash vectors; on its first call archives the first source row, as a concurrent app would."""
+    """Hash vectors; on its first batch (the call after the run's embedder probe) archives the first
+    source row, as a concurrent app would."""
 
     model_id = f"hash-{DIMS}"
     dimension = DIMS
@@ -364,7 +365,7 @@ class ArchivingEmbedder:
 
     def embed(self, texts):
         self.calls += 1
-        if self.calls == 1:
+        if self.calls == 2:
             with get_engine(self.mysql_url).begin() as conn:
                 conn.execute(
                     update(memory_items).where(memory_items.c.id == self.victim).values(status="archived")
@@ -379,7 +380,7 @@ def test_keyset_pages_survive_rows_leaving_the_active_set_mid_run(source, dest):
     ordered = sorted(rows, key=lambda r: (r["updated_at"], r["id"]))
     embedder = ArchivingEmbedder(mysql_url, ordered[0]["id"])
     report = run_backfill(_options(mysql_url, dest, batch_size=10, embedder=embedder))
-    assert embedder.calls == 6 and report.rows_written == 60
+    assert embedder.calls == 1 + 6 and report.rows_written == 60  # the probe, then six batches
     assert set(_dest_rows(dest)) == {r["id"] for r in rows}
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import update
 from memwork.cli import main
 from memwork.db import get_engine
 from memwork.embed import HashEmbedder
+from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
 from memwork.pgvector.backfill import BackfillOptions, load_checkpoint, load_rejects, run_backfill
 from memwork.pgvector.schema import ensure_schema
@@ -159,14 +160,41 @@ def test_an_embedder_failure_on_one_row_quarantines_only_that_row(mysql_url, des
     assert _dest_ids(dest) == {r["id"] for r in rows} - {rows[7]["id"]}
 
 
-def test_a_broken_embedder_stops_the_run_instead_of_quarantining_everything(mysql_url, dest):
+def test_a_broken_embedder_is_refused_before_anything_is_written(mysql_url, dest):
+    """Broken for every row (here: its service is down) is a configuration error, found by the probe
+    before MySQL is read or PostgreSQL written -- never a run that quarantines every row."""
     _embedder_source(mysql_url)
     options = BackfillOptions(
         mysql_url=mysql_url, database_url=dest, apply=True, embedder=_BrokenEmbedder(DIMS), batch_size=6
     )
-    with pytest.raises(ConnectionError, match="embedding service down"):
+    with pytest.raises(UsageError, match="probe text: ConnectionError: embedding service down") as err:
         run_backfill(options)
-    assert _dest_ids(dest) == set() and load_rejects(dest) == []
+    assert err.value.field == "embedder"
+    assert _dest_ids(dest) == set() and load_rejects(dest) == [] and load_checkpoint(dest) is None
+
+
+class _DiesAfter(HashEmbedder):
+    """Embeds ``calls`` batches, then its service goes away."""
+
+    def __init__(self, dims, calls):
+        super().__init__(dims)
+        self.calls = calls
+
+    def embed(self, texts):
+        self.calls -= 1
+        if self.calls < 0:
+            raise ConnectionError("embedding service down")
+        return super().embed(texts)
+
+
+def test_an_embedder_that_breaks_mid_run_stops_it_and_keeps_the_committed_batches(mysql_url, dest):
+    _embedder_source(mysql_url)
+    options = BackfillOptions(
+        mysql_url=mysql_url, database_url=dest, apply=True, embedder=_DiesAfter(DIMS, 3), batch_size=6
+    )
+    with pytest.raises(ConnectionError, match="embedding service down"):
+        run_backfill(options)  # the probe and two batches, then nothing embeds: stopped, not quarantined
+    assert len(_dest_ids(dest)) == 12 and load_rejects(dest) == []
 
 
 def test_non_finite_vectors_quarantine_their_row(mysql_url, dest):

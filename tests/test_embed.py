@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from memwork.embed import (
+    BadVector,
     HashEmbedder,
     MemoryModuleEmbedder,
     QueryModuleEmbedder,
@@ -16,6 +17,7 @@ from memwork.embed import (
     load_module,
 )
 from memwork.errors import UsageError
+from memwork.pgvector.backfill.quarantine import probe_embedder
 
 
 def test_hash_embedder_shape_norm_and_model_id():
@@ -118,10 +120,39 @@ def test_module_without_function_is_refused(tmp_path):
 
 
 def test_module_returning_garbage_is_refused(tmp_path):
+    """Garbage for one memory is that memory's problem (BadVector, quarantined by a run); garbage
+    for the probe text is the module's (a usage error before a run reads anything)."""
     path = _write_module(tmp_path, "DIMENSIONS = 2\ndef embed_memory(m):\n    return ['a', 'b']\n", "bad.py")
     emb = MemoryModuleEmbedder(str(path))
-    with pytest.raises(UsageError, match="list of numbers"):
+    with pytest.raises(BadVector, match="list of numbers"):
         emb.embed(["x"])
+    with pytest.raises(UsageError, match=r"probe text: BadVector: .*list of numbers"):
+        probe_embedder(emb)
+
+
+@pytest.mark.parametrize(
+    ("returned", "problem"),
+    [
+        ("[float('nan')] * 4", "non-finite"),
+        ("[float('inf')] * 4", "non-finite"),
+        ("[1e39] * 4", "non-finite"),  # beyond float32: inf once cast
+        ("[0.5] * 3", "3 numbers, not 4"),
+        ("[]", "empty"),
+        ("'abcd'", "list of numbers"),
+    ],
+)
+def test_one_bad_vector_from_a_module_is_that_memorys_problem_not_a_usage_error(tmp_path, returned, problem):
+    """F-19: a module's bad answer for one memory raised UsageError (exit 2, the whole run ended)."""
+    source = (
+        "import math\nDIMENSIONS = 4\n"
+        f"def embed_memory(m):\n    return {returned} if 'POISON' in m['content'] else [0.5] * 4\n"
+    )
+    emb = MemoryModuleEmbedder(str(_write_module(tmp_path, source, "poison.py")))
+    assert emb.embed(["fine"]).shape == (1, 4)
+    with pytest.raises(BadVector, match=problem) as err:
+        emb.embed(["POISON here"])
+    assert not isinstance(err.value, UsageError)
+    probe_embedder(emb)  # the embedder itself is fine
 
 
 def test_minilm_st_without_the_extra_fails_with_an_install_hint(monkeypatch):

@@ -366,13 +366,14 @@ def entry_record(entry_id: str, raw_fields: Mapping[Any, Any], stream: str) -> S
     if not user_id or not content.strip():
         return None
     event_type = fields.get("type") or ""
+    position, problem = _position(fields.get("position"))
     metadata: dict[str, Any] = {
         "stream": stream,
         "entryId": entry_id,
         "eventType": event_type or None,
         "role": fields.get("role"),
         "writeId": fields.get("writeId"),
-        "position": _int_or_none(fields.get("position")),
+        "position": position,
         "schema": fields.get("v"),
     }
     metadata.update({k: v for k, v in fields.items() if k not in KNOWN_FIELDS})
@@ -385,22 +386,36 @@ def entry_record(entry_id: str, raw_fields: Mapping[Any, Any], stream: str) -> S
         created_at=_timestamp(fields.get("ts"), entry_id),
         session_id=fields.get("sessionId") or None,
         message_id=fields.get("eventId") or None,
+        problem=problem,
     )
 
 
-def _timestamp(ts: str | None, entry_id: str) -> datetime:
-    """``ts`` as an aware datetime, else the entry id's milliseconds (when Redis appended it)."""
+def _timestamp(ts: str | None, entry_id: str) -> datetime | None:
+    """``ts`` as an aware datetime, else the entry id's milliseconds (when Redis appended it), else
+    None (an id given by the producer may lie beyond the datetime range: the import's start time)."""
     if ts:
         try:
             value = datetime.fromisoformat(ts.replace("Z", "+00:00"))
             return value if value.tzinfo else value.replace(tzinfo=UTC)
         except ValueError:
             pass
-    return datetime.fromtimestamp(int(entry_id.split("-", 1)[0]) / 1000.0, UTC)
+    try:
+        return datetime.fromtimestamp(int(entry_id.split("-", 1)[0]) / 1000.0, UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
-def _int_or_none(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
+def _position(value: str | None) -> tuple[int | None, str | None]:
+    """``position`` as an int, and the problem when it is there but not a whole number.
+
+    Only ASCII digits: ``str.isdigit()`` also accepts ``²`` or ``①``, which ``int()`` refuses. A
+    position that is not a number makes the entry one the import quarantines (named, never fatal)."""
+    if not value:
+        return None, None
+    if value.isascii() and value.isdigit():
+        return int(value), None
+    shown = value if len(value) <= 20 else value[:20] + "..."
+    return None, f"position: {shown!r} is not a whole number"
 
 
 def _text(value: Any) -> str:

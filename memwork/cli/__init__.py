@@ -46,6 +46,9 @@ class MemworkGroup(click.Group):
     """
 
     def invoke(self, ctx: click.Context) -> Any:
+        from memwork.cli.options import tolerant_stdout
+
+        tolerant_stdout()
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -58,7 +60,31 @@ def database_url_option(
 
 def emit_json(data: Any) -> None:
     """Write ``data`` as indented JSON to stdout (datetimes, numpy numbers and paths as text)."""
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=_json_default))
+    click.echo(json_text(data))
+
+
+#: a UTF-16 surrogate code point: in a Python string only ever a lone one (from a source's bytes
+#: decoded with ``surrogateescape``, a JSON ``\udc00`` escape, ...), which no UTF-8 stream can write
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(data: Any) -> str:
+    """``data`` as indented JSON that any stream can write, whatever strings it holds.
+
+    Non-ASCII text stays readable (``ensure_ascii=False``); a lone surrogate -- which a UTF-8 stream
+    refuses -- is written as its JSON escape ``\udc00``, so the output is valid JSON and reads back
+    as the very same string. Raw characters outside strings cannot occur: JSON's syntax is ASCII."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def tolerant_stdout() -> None:
+    """Text output escapes what the stream's encoding cannot hold (``\udc00``) instead of failing,
+    as stderr always does: a value read from a source must never turn a finished run into exit 1."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if callable(reconfigure):
+        with contextlib.suppress(ValueError, OSError):  # a detached or closed stream: nothing to do
+            reconfigure(errors="backslashreplace")
 
 
 def emit_verdict(payload: Any, as_json: bool, lines: Iterable[str], failure: str | None) -> None:

@@ -51,12 +51,11 @@ from memwork.migrate.checkpoint import (
 )
 from memwork.migrate.lock import import_lock
 from memwork.migrate.rows import (
+    convert_page,
     kept_vectors,
-    last_of_each_id,
     model_of,
     owned_elsewhere,
-    record_row,
-    unscoped,
+    vector_length,
 )
 from memwork.migrate.source import Source, SourceRecord, iter_pages, open_source
 from memwork.pgvector.backfill.options import MAX_BATCH_SIZE
@@ -66,7 +65,7 @@ from memwork.pgvector.backfill.quarantine import (
     Reject,
     RowEmbedder,
     count_rejects,
-    precheck,
+    probe_embedder,
 )
 from memwork.pgvector.schema import DEFAULT_TABLE, schema_sql, table_dimensions
 from memwork.progress import Progress
@@ -232,6 +231,7 @@ def _new_report(mode: str, options: ImportOptions, source: Source) -> ImportRepo
 
 def _dry_run(options: ImportOptions, source: Source, progress: Progress | None) -> ImportReport:
     report = _new_report("dry-run", options, source)
+    embedder = _checked(options.embedder)  # a bad --embedder is bad input in a dry run too
     started = time.perf_counter()
     start: str | None = None
     if options.resume:
@@ -247,18 +247,60 @@ def _dry_run(options: ImportOptions, source: Source, progress: Progress | None) 
     if progress is not None:
         progress.start("import (dry run)", options.limit)
     first_vectors: bool | None = None
+    kept_dimensions: int | None = None
+    now = datetime.now(UTC)
     for page, _read_cursor in iter_pages(source, start, options.page_size):
         records = _within_limit(page.records, options.limit, report.rows_read)
         if records and first_vectors is None:
-            first_vectors = any(r.vector is not None for r in records)
+            first_vectors = any(_vector_of(r) is not None for r in records)
+            if _planned_mode(options, first_vectors) == "keep":
+                kept_dimensions = _common_dimension(records)
         _count_page(report, records, options.sample_size)
+        _note_written(report, 0, _screened(options, source, records, now, kept_dimensions))
         if progress is not None:
             progress.advance(len(records))
         if options.limit is not None and report.rows_read >= options.limit:
             break
     report.vectors = _planned_vectors(options, first_vectors, report)
+    if report.vectors == "reembed" and embedder is not None:
+        report.notes.append(
+            "the dry run does not embed: a row the embedder fails on is quarantined by --apply only"
+        )
     _finish_timing(report, started, report.rows_read)
     return report
+
+
+def _screened(
+    options: ImportOptions,
+    source: Source,
+    records: list[SourceRecord],
+    now: datetime,
+    kept_dimensions: int | None,
+) -> list[Reject]:
+    """What the apply would quarantine of this page before any PostgreSQL or embedder is involved:
+    the same :func:`convert_page` and, when vectors are kept, the same vector checks."""
+    pairs, rejects = convert_page(records, stored_key(source), now)
+    if kept_dimensions is not None:
+        by_id = {row["id"]: record for row, record in pairs}
+        _, _, odd = kept_vectors(
+            [row for row, _ in pairs], by_id, kept_dimensions, source.name, options.table
+        )
+        rejects += odd
+    return rejects
+
+
+def _planned_mode(options: ImportOptions, has_vectors: bool) -> str:
+    return options.vectors if options.vectors != "auto" else ("keep" if has_vectors else "reembed")
+
+
+def _vector_of(record: object) -> object:
+    return getattr(record, "vector", None)
+
+
+def _common_dimension(records: list[SourceRecord]) -> int | None:
+    """The most common vector length of a page (the table's dimension when vectors are kept)."""
+    dims = Counter(n for n in (vector_length(_vector_of(r)) for r in records) if n is not None)
+    return dims.most_common(1)[0][0] if dims else None
 
 
 def _planned_vectors(options: ImportOptions, has_vectors: bool | None, report: ImportReport) -> str:
@@ -278,16 +320,18 @@ def _within_limit(records: list[SourceRecord], limit: int | None, done: int) -> 
 
 
 def _count_page(report: ImportReport, records: list[SourceRecord], sample_size: int) -> None:
+    """Counts of the records *read* (as the source gave them; a hostile value is counted, not fatal)."""
     report.pages += 1
     report.rows_read += len(records)
-    report.duplicates += len(records) - len({str(r.id) for r in records})  # in one page; the last wins
-    users = Counter(str(r.user_id) for r in records)
+    ids = [_shown(getattr(r, "id", None)) for r in records]
+    report.duplicates += len(ids) - len(set(ids))  # in one page; the last wins
+    users = Counter(_shown(getattr(r, "user_id", None)) for r in records)
     models: Counter[str] = Counter()
     dims: Counter[str] = Counter()
     for record in records:
-        if record.vector is not None:
+        if _vector_of(record) is not None:
             models[model_of(record, report.source)] += 1
-            dims[str(len(record.vector))] += 1
+            dims[str(vector_length(_vector_of(record)))] += 1
     for into, counts in ((report.users, users), (report.models, models), (report.vector_dimensions, dims)):
         for key, n in counts.items():
             into[key] = into.get(key, 0) + n
@@ -296,14 +340,27 @@ def _count_page(report: ImportReport, records: list[SourceRecord], sample_size: 
 
 
 def _sample(record: SourceRecord) -> dict[str, Any]:
-    content = str(record.content or "")
+    content = _shown(getattr(record, "content", None))
+    length = vector_length(_vector_of(record))
     return {
-        "id": str(record.id),
-        "userId": str(record.user_id),
+        "id": _shown(getattr(record, "id", None)),
+        "userId": _shown(getattr(record, "user_id", None)),
         "content": content[:80] + ("…" if len(content) > 80 else ""),
-        "model": record.model,
-        "dimensions": len(record.vector) if record.vector is not None else None,
+        "model": _shown(getattr(record, "model", None)) if getattr(record, "model", None) else None,
+        "dimensions": length,
     }
+
+
+def _shown(value: object) -> str:
+    """A source value as report text ("" for None); a value whose ``str`` fails is shown by type."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__}>"
 
 
 def _finish_timing(report: ImportReport, started: float, rows: int) -> None:
@@ -332,7 +389,7 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
     report = _new_report("apply", options, source)
     report.destination = redact_url(url)
     report.run_id, report.rejects_table = _new_run_id(), REJECTS_TABLE
-    embedder = _loaded(options.embedder)
+    embedder = _checked(options.embedder)
     now = datetime.now(UTC)
     started = time.perf_counter()
     with pg_connect(url, autocommit=True) as pg, import_lock(pg, options.table, stored_key(source)):
@@ -390,8 +447,13 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
     return report
 
 
-def _loaded(embedder: Embedder | str | None) -> Embedder | None:
-    return load_embedder(embedder) if isinstance(embedder, str) else embedder
+def _checked(embedder: Embedder | str | None) -> Embedder | None:
+    """The embedder loaded and tried on a probe text: a spec that names none, or an embedder that
+    fails for everything, is a usage error before anything is read or written -- a dry run too."""
+    loaded = load_embedder(embedder) if isinstance(embedder, str) else embedder
+    if loaded is not None:
+        probe_embedder(loaded)
+    return loaded
 
 
 def _new_run_id() -> str:
@@ -408,8 +470,8 @@ def _decide(
 ) -> _Target:
     """From the first non-empty page: the vectors mode, the model and a destination that fits --
     every refusal here comes before anything is written."""
-    has_vectors = any(r.vector is not None for r in records)
-    mode = options.vectors if options.vectors != "auto" else ("keep" if has_vectors else "reembed")
+    has_vectors = any(_vector_of(r) is not None for r in records)
+    mode = _planned_mode(options, has_vectors)
     if mode == "reembed" and embedder is None:
         raise UsageError(
             "embedder", None, f"source {source.name} gives no vectors: --apply needs --embedder SPEC"
@@ -417,11 +479,11 @@ def _decide(
     if mode == "keep" and options.vectors == "auto" and embedder is not None:
         report.notes.append("the source has vectors: kept; --embedder unused (--vectors reembed re-embeds)")
     if mode == "keep":
-        dims = Counter(len(r.vector) for r in records if r.vector is not None)
-        if not dims:
+        common = _common_dimension(records)
+        if common is None:
             raise UsageError("vectors", "keep", f"the first page of {source.name} carries no vectors")
-        wanted = dims.most_common(1)[0][0]
-        model = model_of(next(r for r in records if r.vector is not None), source.name)
+        wanted = common
+        model = model_of(next(r for r in records if vector_length(_vector_of(r)) == common), source.name)
     else:
         assert embedder is not None
         wanted, model = int(embedder.dimension), embedder.model_id
@@ -485,12 +547,9 @@ def _write_page(
     from memwork.pgvector.backfill.writer import Batch, write_batch
 
     key = stored_key(source)
-    pairs = last_of_each_id([(record_row(r, key, now), r) for r in records])
+    pairs, rejects = convert_page(records, key, now)
     rows = [row for row, _ in pairs]
-    good, rejects = unscoped(rows)
-    good, more = precheck(good)
-    rejects += more
-    good, more = owned_elsewhere(pg, options.table, key, good)
+    good, more = owned_elsewhere(pg, options.table, key, rows)
     rejects += more
     by_id = {row["id"]: record for row, record in pairs}
     if target.vectors == "keep":

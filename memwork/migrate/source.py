@@ -7,13 +7,15 @@ declared in code below, exactly as a plugin declares its own in ``pyproject.toml
 
 Paging is by an opaque ``cursor`` the source itself returns (Qdrant's next point id, Letta's last
 passage id, a Redis stream id, a page number): :func:`iter_pages` follows it until the source says
-there is nothing more, and refuses a source whose cursor does not move, so a listing is never
-silently cut at the first page nor looped forever. The import run stores the cursor of each
+there is nothing more, and refuses a source whose next cursor is one the run has already read from
+(the same one, or an earlier one: A -> B -> A), so a listing is never silently cut at the first page
+nor looped forever. The import run stores the cursor of each
 committed page as its checkpoint, so ``--resume`` continues where a killed run stopped.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +23,7 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol, runtime_checkable
 
 from memwork.errors import BackendError, UsageError
+from memwork.redaction import redact_text
 
 SOURCE_GROUP = "memwork.sources"
 
@@ -40,6 +43,9 @@ class SourceRecord:
     """One memory as a source holds it; ``vector``/``model`` only when the source stores embeddings.
 
     Timestamps are timezone-aware (UTC) or None; ``metadata`` is the source's own, JSON-shaped.
+    ``problem``: set by a source that could read a record but not interpret it (one line naming the
+    field, e.g. ``position: '²' is not a whole number``); the import quarantines it with that reason
+    and goes on -- a source never raises for one odd record.
     """
 
     id: str
@@ -54,6 +60,7 @@ class SourceRecord:
     agent_id: str | None = None
     vector: Sequence[float] | None = None
     model: str | None = None
+    problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,18 +124,60 @@ def open_source(name: str, env: Mapping[str, str]) -> Source:
 def iter_pages(source: Source, cursor: str | None, size: int) -> Iterator[tuple[Page, str | None]]:
     """Every page from ``cursor`` to the end, each with the cursor it was read from.
 
-    Raises BackendError when the source hands back the cursor it was given (it would loop forever).
+    Raises BackendError, before the offending page is handed on, when the source's next cursor is one
+    this run has already read from -- the same cursor (A -> A) or an earlier one (A -> B -> A, or a
+    step backwards): followed, it would loop forever. Pages handed on before stay committed, and the
+    checkpoint never stores the looping cursor.
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise UsageError("page_size", size, "must be a positive integer")
+    seen = {_cursor_key(cursor)}
+    pages = 0
     while True:
         page = source.read_page(cursor, size)
+        pages += 1
+        following = page.next_cursor
+        if following is not None and _cursor_key(following) in seen:
+            raise BackendError(_loop_message(source, cursor, following, pages))
         yield page, cursor
-        if page.next_cursor is None:
+        if following is None:
             return
-        if page.next_cursor == cursor:
-            raise BackendError(f"{source.name}: the listing did not advance past cursor {cursor!r}")
-        cursor = page.next_cursor
+        seen.add(_cursor_key(following))
+        cursor = following
+
+
+#: cursors longer than this are shown cut (an opaque token may be kilobytes long)
+_SHOWN_CURSOR_CHARS = 60
+
+
+def _cursor_key(cursor: object) -> bytes:
+    """A fixed-size fingerprint of a cursor: a long run remembers every cursor it read from."""
+    text = cursor if isinstance(cursor, str) else repr(cursor)
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def shown_cursor(cursor: object) -> str:
+    """A cursor for an error message: secrets in URLs redacted, unprintable characters escaped, cut."""
+    text = redact_text(cursor if isinstance(cursor, str) else repr(cursor))
+    if not text.isprintable():  # control characters, lone surrogates
+        text = text.encode("unicode_escape").decode("ascii")
+    if len(text) > _SHOWN_CURSOR_CHARS:
+        text = text[:_SHOWN_CURSOR_CHARS] + f"... ({len(text)} chars)"
+    return repr(text)
+
+
+def _loop_message(source: Source, read_from: str | None, following: str, pages: int) -> str:
+    where = f"{source.name} ({redact_text(str(source.key))})"
+    if following == read_from:
+        problem = f"the listing did not advance past cursor {shown_cursor(following)}"
+    else:
+        problem = (
+            f"the listing looped back to cursor {shown_cursor(following)}, already read in this run "
+            f"(next cursor of the page read from {shown_cursor(read_from)})"
+        )
+    return (
+        f"{where}: {problem}; stopped at page {pages} of this run (not imported; the pages before are kept)"
+    )
 
 
 def require(env: Mapping[str, str], name: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -21,41 +22,74 @@ DEFAULT_BATCH_SIZE = 500
 MAX_BATCH_SIZE = 50_000
 
 
+#: MySQL's text of a DATETIME (``CAST(updated_at AS CHAR)``), also one that is no date at all: with the
+#: default ``sql_mode`` MariaDB stores zero and partial dates (``0000-00-00``, ``2024-00-15``)
+_MYSQL_DATETIME_RE = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d{1,6})?")
+
+
 @dataclass(frozen=True, order=True)
 class Cursor:
-    """A keyset position ``(updated_at, id)``: rows strictly after it come next. Naive UTC, like MySQL."""
+    """A keyset position ``(updated_at, id)``: rows strictly after it come next. Naive UTC, like MySQL.
+
+    ``text``: MySQL's own text of an ``updated_at`` that is no datetime (a zero or partial date,
+    which sorts before or between real ones); the keyset binds it as it is, so such a row is passed
+    like any other (``updated_at`` is then :data:`datetime.min`, for display only)."""
 
     updated_at: datetime
     id: str
+    text: str | None = field(default=None, compare=False)
 
     @classmethod
     def parse(cls, updated_at: object, id: object = "") -> Cursor:
         """From CLI/JSON values: ISO 8601 text or epoch seconds (``0`` = the beginning), and an id."""
+        if not isinstance(id, str):
+            raise UsageError("cursor_id", id, "must be a string")
         if isinstance(updated_at, str) and updated_at.strip().lstrip("-").replace(".", "", 1).isdigit():
             updated_at = float(updated_at)
         try:
             moment = as_utc(updated_at)
         except (UsageError, OverflowError, OSError, ValueError):
+            if isinstance(updated_at, str) and _MYSQL_DATETIME_RE.fullmatch(updated_at.strip()):
+                return cls(datetime.min, id, updated_at.strip())  # a zero or partial MySQL date
             raise UsageError("cursor_updated_at", updated_at, "must be ISO 8601 or epoch seconds") from None
-        if not isinstance(id, str):
-            raise UsageError("cursor_id", id, "must be a string")
         return cls(moment.astimezone(UTC).replace(tzinfo=None), id)
 
     def to_json(self) -> dict[str, str]:
-        return {"updatedAt": self.updated_at.isoformat(timespec="microseconds"), "id": self.id}
+        shown = self.text if self.text is not None else self.updated_at.isoformat(timespec="microseconds")
+        return {"updatedAt": shown, "id": self.id}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Cursor:
         return cls.parse(data.get("updatedAt"), data.get("id", ""))
 
+    def bound(self) -> datetime | str:
+        """The value the keyset compares ``updated_at`` with (MySQL's text for a zero date)."""
+        return self.text if self.text is not None else self.updated_at
+
+    def follows(self, earlier: Cursor) -> bool:
+        """False when this cursor, taken after ``earlier``, did not move forward: the same position,
+        or an earlier ``updated_at`` (ids are compared by the database's collation, not here)."""
+        if self.text is not None or earlier.text is not None:
+            return (self.text, self.updated_at, self.id) != (earlier.text, earlier.updated_at, earlier.id)
+        if self.updated_at != earlier.updated_at:
+            return self.updated_at > earlier.updated_at
+        return self.id != earlier.id
+
 
 def cursor_of(row: Mapping[str, Any]) -> Cursor:
-    """The keyset position of a source row (where the next page starts)."""
-    return Cursor(row_timestamp(row["updated_at"]), row["id"])
+    """The keyset position of a source row (where the next page starts); a zero or partial MySQL date
+    keeps MySQL's text (see :class:`Cursor`)."""
+    value = row["updated_at"]
+    try:
+        return Cursor(row_timestamp(value), row["id"])
+    except ValueError:
+        return Cursor(datetime.min, row["id"], str(value))
 
 
 def row_timestamp(value: datetime | str) -> datetime:
-    """MySQL's ``CAST(datetime AS CHAR)`` text (or a datetime) as a naive UTC datetime."""
+    """MySQL's ``CAST(datetime AS CHAR)`` text (or a datetime) as a naive UTC datetime.
+
+    ValueError for a text that is no date (MySQL's ``0000-00-00``)."""
     return value if isinstance(value, datetime) else datetime.fromisoformat(value)
 
 

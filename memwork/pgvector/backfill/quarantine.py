@@ -94,7 +94,25 @@ class Reject:
 
 
 def _value_problem(row: Mapping[str, Any]) -> str | None:
-    """Why PostgreSQL text cannot hold one of the row's values, found before any I/O (or None)."""
+    """Why PostgreSQL cannot take one of the row's values, found before any I/O (or None)."""
+    return _timestamp_problem(row) or _text_problem(row)
+
+
+def _timestamp_problem(row: Mapping[str, Any]) -> str | None:
+    """A timestamp text that is no date: MariaDB keeps zero and partial dates (``0000-00-00``)."""
+    for name in ("created_at", "updated_at"):
+        value = row.get(name)
+        if isinstance(value, str):
+            try:
+                row_timestamp(value)
+            except ValueError:
+                shown = value if len(value) <= 40 else value[:40] + "..."
+                return f"{name}: {shown!r} is not a valid date"
+    return None
+
+
+def _text_problem(row: Mapping[str, Any]) -> str | None:
+    """Why PostgreSQL text cannot hold one of the row's values (NUL, a lone surrogate) or None."""
     joined = "".join([v for v in map(row.get, _TEXT_FIELDS) if type(v) is str])
     if joined.isascii() and "\x00" not in joined:
         return None  # the common case, at half the cost of the per-field look below
@@ -133,24 +151,58 @@ def reject_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}{where}"
 
 
+#: what every embedder is tried on before a run reads or writes anything (a memory row as the
+#: backfill and the import hand it over): an embedder that fails here fails for everything
+PROBE_ROW: dict[str, Any] = {
+    "id": "memwork-embedder-probe",
+    "user_id": "memwork-probe",
+    "content": "memwork embedder probe: the user prefers short answers.",
+    "type": "fact",
+    "source_session_id": None,
+    "source_message_id": None,
+    "metadata": "{}",
+    "created_at": "2025-01-01T00:00:00.000000",
+    "updated_at": "2025-01-01T00:00:00.000000",
+}
+
+
+def probe_embedder(embedder: Embedder) -> None:
+    """Embed :data:`PROBE_ROW` once: an embedder that cannot (raises, a non-finite vector, a vector of
+    another length than its ``dimension``) is broken for every row -- a configuration error, exit 2,
+    before anything is written. Per-row failures later are quarantined instead."""
+    RowEmbedder(embedder, int(embedder.dimension)).check()
+
+
 class RowEmbedder:
     """Embeds a batch; when a batch fails, retries it row by row and quarantines the rows that fail.
 
-    A row counts as poison only while the embedder still embeds the last row it embedded well (a
-    probe): a broken model or a dead embedding service stops the run instead of quarantining it."""
+    A row counts as poison only while the embedder still embeds the last row it embedded well (at
+    first :data:`PROBE_ROW`): a broken model or a dead embedding service stops the run instead of
+    quarantining every row. A vector the embedder returns for one row that is non-finite (NaN,
+    infinity, beyond float32) or of another length quarantines that row only."""
 
     def __init__(self, embedder: Embedder, dimensions: int) -> None:
         self.embedder, self.dimensions = embedder, dimensions
-        self.last_good: dict[str, Any] | None = None
+        self.last_good: Mapping[str, Any] = PROBE_ROW
+
+    def check(self) -> None:
+        """:func:`probe_embedder`: a UsageError naming the embedder when it fails on the probe."""
+        model = getattr(self.embedder, "model_id", type(self.embedder).__name__)
+        try:
+            vectors = self._vectors([PROBE_ROW])
+        except UsageError:
+            raise
+        except Exception as exc:
+            raise UsageError("embedder", model, f"fails on a probe text: {reject_reason(exc)}") from None
+        if not np.isfinite(vectors).all():
+            raise UsageError("embedder", model, "returns non-finite values for a probe text")
 
     def embed(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], np.ndarray, list[Reject]]:
         if not rows:
             return [], np.zeros((0, self.dimensions), dtype=np.float32), []
         try:
             vectors = self._vectors(rows)
-        except UsageError:
-            raise  # wrong shape for the whole batch: the embedder, not a row
-        except Exception as exc:
+        except Exception as exc:  # one row or all of them: row by row tells which
             return self._one_by_one(rows, exc)
         finite = np.isfinite(vectors).all(axis=1)
         kept = [row for row, ok in zip(rows, finite, strict=True) if ok]
@@ -159,7 +211,7 @@ class RowEmbedder:
         if kept:
             self.last_good = kept[-1]
         rejects = [
-            Reject.of(row, "embedder returned non-finite values")
+            Reject.of(row, "embedder returned non-finite values (NaN, infinity, or beyond float32's range)")
             for row, ok in zip(rows, finite, strict=True)
             if not ok
         ]
@@ -175,7 +227,7 @@ class RowEmbedder:
             try:
                 vector = self._vectors([row])
                 if not np.isfinite(vector).all():
-                    raise ValueError("non-finite values")
+                    raise ValueError("non-finite values (NaN, infinity, or beyond float32's range)")
             except Exception as exc:
                 if not self._still_works():
                     raise batch_error from None
@@ -189,8 +241,6 @@ class RowEmbedder:
 
     def _still_works(self) -> bool:
         """The probe: does the last row embedded well still embed (finite, right shape)?"""
-        if self.last_good is None:
-            return False
         try:
             return bool(np.isfinite(self._vectors([self.last_good])).all())
         except Exception:
@@ -200,7 +250,8 @@ class RowEmbedder:
         embedder = self.embedder
         if callable(getattr(embedder, "embed_memories", None)):
             rows = [_public_row(row) for row in rows]
-        vectors = np.asarray(embed_memories(embedder, rows), dtype=np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):  # 1e39 -> inf: reported as non-finite
+            vectors = np.asarray(embed_memories(embedder, rows), dtype=np.float32)
         if vectors.shape != (len(rows), self.dimensions):
             raise UsageError(
                 "embedder",
@@ -287,7 +338,7 @@ def _public_row(row: Mapping[str, Any]) -> dict[str, Any]:
     public = dict(row)
     try:
         public["metadata"] = json.loads(row["metadata"]) if row["metadata"] else {}
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to decode: PostgreSQL decides
         public["metadata"] = {}
     for stamp in ("created_at", "updated_at"):
         public[stamp] = row_timestamp(row[stamp]).isoformat()

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import String, Text, and_, cast, func, or_, select, type_coerce
 
+from memwork.errors import BackendError
 from memwork.legacy.schema import memory_items
-from memwork.pgvector.backfill.options import Cursor, cursor_of, row_timestamp
+from memwork.pgvector.backfill.options import Cursor, cursor_of
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -46,10 +47,8 @@ def _after(cursor: Cursor | None) -> Any:
     if cursor is None:
         return active
     t = memory_items.c
-    return and_(
-        active,
-        or_(t.updated_at > cursor.updated_at, and_(t.updated_at == cursor.updated_at, t.id > cursor.id)),
-    )
+    at = cursor.bound()
+    return and_(active, or_(t.updated_at > at, and_(t.updated_at == at, t.id > cursor.id)))
 
 
 def count_after(conn: Connection, cursor: Cursor | None) -> int:
@@ -100,7 +99,13 @@ def iter_batches(
         if not rows:
             return
         done += len(rows)
-        cursor = cursor_of(rows[-1])
+        following = cursor_of(rows[-1])
+        if cursor is not None and not following.follows(cursor):
+            raise BackendError(
+                f"{memory_items.name}: the keyset did not advance past {cursor.to_json()} "
+                f"(next {following.to_json()}): a page would be read again, forever"
+            )
+        cursor = following
         yield rows
 
 
@@ -110,7 +115,7 @@ def last_cursor(conn: Connection, cursor: Cursor | None, limit: int | None) -> C
     if limit is None:
         query = select(t.updated_at, t.id).where(_after(cursor)).order_by(t.updated_at.desc(), t.id.desc())
         row = conn.execute(query.limit(1)).first()
-        return Cursor(row[0], row[1]) if row else None
+        return cursor_of({"updated_at": row[0], "id": row[1]}) if row else None
     position, left = cursor, limit
     while left > 0:
         step = min(left, ID_CHUNK)
@@ -118,7 +123,7 @@ def last_cursor(conn: Connection, cursor: Cursor | None, limit: int | None) -> C
         keys = conn.execute(query).all()
         if not keys:
             break
-        position, left = Cursor(keys[-1][0], keys[-1][1]), left - len(keys)
+        position, left = cursor_of({"updated_at": keys[-1][0], "id": keys[-1][1]}), left - len(keys)
         if len(keys) < step:
             break
     return position if position != cursor else None
@@ -131,6 +136,6 @@ def sample_row(row: Mapping[str, Any]) -> dict[str, Any]:
         "id": row["id"],
         "userId": row["user_id"],
         "type": row["type"],
-        "updatedAt": row_timestamp(row["updated_at"]).isoformat(timespec="microseconds"),
+        "updatedAt": cursor_of(row).to_json()["updatedAt"],
         "content": content if len(content) <= 80 else content[:77] + "...",
     }

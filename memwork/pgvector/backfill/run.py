@@ -92,6 +92,8 @@ def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillRepor
     assert embedder is not None  # validate() guarantees it
     report = BackfillReport(mode="apply", table=options.table, model=embedder.model_id)
     report.dimensions = int(embedder.dimension)
+    row_embedder = RowEmbedder(embedder, report.dimensions)
+    row_embedder.check()  # broken for every row: exit 2 before anything is opened or written
     json_path = checkpoint_path(options.table, options.checkpoint_path)
     report.checkpoint_file = str(json_path)
     started = time.perf_counter()
@@ -118,7 +120,6 @@ def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillRepor
             writer = BatchWriter(
                 pg, options.table, embedder.model_id, json_path, report, progress, rows_total
             )
-            row_embedder = RowEmbedder(embedder, report.dimensions)
             with writer:
                 for rows in iter_batches(my, cursor, report.planned, options.batch_size):
                     good, rejects = precheck(rows)
