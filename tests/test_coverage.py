@@ -172,6 +172,12 @@ def test_module_embedder_reads_everything_unless_its_module_says(tmp_path):
     assert coverage_of(embedder, [CACHE, "x"]).tolist() == [0.0, 1.0]
 
 
+def test_the_shipped_minilm_module_answers_like_the_minilm_embedder(minilm):
+    module = MemoryModuleEmbedder("memwork.pgvector.minilm")
+    texts = [CACHE, "The cat sits on the mat."]
+    assert coverage_of(module, texts).tolist() == minilm.coverage(texts).tolist()
+
+
 @pytest.mark.parametrize("answer", ["[0.5]", "[2.0, 1.0]", "[float('nan'), 1.0]", "'abc'", "[-0.1, 1.0]"])
 def test_a_module_coverage_that_is_not_one_share_per_text_is_a_usage_error(tmp_path, answer):
     bad = tmp_path / "bad.py"
