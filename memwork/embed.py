@@ -6,6 +6,10 @@ for plumbing and tests only), ``minilm`` (all-MiniLM-L6-v2, 384 dims, offline, o
 of the default install; ``minilm:st`` runs the same model on sentence-transformers + torch, optional
 extra ``st``) and module embedders (the seed's ``embed_query(query, input)`` /
 ``embed_memory(memory)`` modules).
+
+Every embedder also says which texts it can represent (:meth:`Embedder.coverage`, see
+:mod:`memwork.coverage`): a vector of a text the model cannot read is never used for a cosine
+duplicate or related pair.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ if TYPE_CHECKING:
     from tokenizers import Encoding, Tokenizer
 
 from memwork import checks
+from memwork.coverage import full_coverage, tokenizer_for_coverage, wordpiece_coverage
 from memwork.errors import UsageError
 from memwork.workspace import sha256_file
 
@@ -46,6 +51,12 @@ class Embedder(Protocol):
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts`` in one batch: a ``(len(texts), dimension)`` float32 array."""
+        ...
+
+    def coverage(self, texts: Sequence[str]) -> np.ndarray:
+        """Per text, the share (0-1) of it the model can represent; below
+        :data:`memwork.coverage.MIN_COVERAGE` its vector is out of the model's range. A separate call
+        (not a second result of ``embed``) so every caller of ``embed`` stays as it is."""
         ...
 
 
@@ -73,6 +84,10 @@ class HashEmbedder:
 
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
+
+    def coverage(self, texts: Sequence[str]) -> np.ndarray:
+        """Always 1.0: feature hashing gives every word and CJK bigram its own slot, whatever the script."""
+        return full_coverage(texts)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Vectorised: cached (slot, sign) per feature, one scatter-add, one normalisation."""
@@ -161,6 +176,11 @@ class MiniLMEmbedder:
         self._tokenizer, self._session = _minilm_runtime(self.threads)
         self._inputs = {i.name for i in self._session.get_inputs()}
 
+    def coverage(self, texts: Sequence[str]) -> np.ndarray:
+        """The share of each text the model reads as real WordPiece tokens (its own tokenizer; see
+        :func:`memwork.coverage.wordpiece_coverage`): ~0.2 for Chinese, 1.0 for English."""
+        return minilm_coverage(texts)
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         vectors = np.zeros((len(texts), self.dimension), dtype=np.float32)
         if not texts:
@@ -248,6 +268,15 @@ class SentenceEmbedder:
             show_progress_bar=False,
         )
         return np.asarray(vectors, dtype=np.float32)
+
+    def coverage(self, texts: Sequence[str]) -> np.ndarray:
+        """As :meth:`MiniLMEmbedder.coverage`: the same model, so the same (shipped) tokenizer."""
+        return minilm_coverage(texts)
+
+
+def minilm_coverage(texts: Sequence[str]) -> np.ndarray:
+    """all-MiniLM-L6-v2's coverage of ``texts`` with the tokenizer shipped in ``embed_data``."""
+    return wordpiece_coverage(tokenizer_for_coverage(str(MINILM_TOKENIZER)), texts)
 
 
 def minilm_available() -> bool:
@@ -408,6 +437,14 @@ class MemoryModuleEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self.embed_memories([{"content": t} for t in texts])
+
+    def coverage(self, texts: Sequence[str]) -> np.ndarray:
+        """The module's ``coverage(texts)`` when it exports one (checked by
+        :func:`memwork.coverage.coverage_of`), else 1.0: memwork cannot see inside its model."""
+        fn = getattr(self.module, "coverage", None)
+        if not callable(fn):
+            return full_coverage(texts)
+        return np.asarray(_await_if_needed(fn(list(texts))), dtype=np.float64)
 
 
 def embed_memories(embedder: Embedder, memories: Sequence[Mapping[str, Any]]) -> np.ndarray:

@@ -129,8 +129,14 @@ def test_duplicate_review_writes_the_review_file(tmp_path, store):
         "path_a",
         "path_b",
         "similarity",
+        "text_similarity",
+        "semantic_similarity",
+        "matched_by",
         "decision",
     }
+    # the sample is embedded with the real model: its Chinese entries pair by text only
+    assert run.summary["embedded_out_of_range"] > 0
+    assert sum(run.summary["matched_by"].values()) == run.summary["pairs"]
     assert_readable(run)
     assert "duplicate_review.csv" in {
         a["file"] for a in json.loads(run.manifest_path.read_text())["artifacts"]
@@ -415,7 +421,7 @@ def test_the_health_invariant_cell_fails_on_an_inconsistent_summary():
     from types import SimpleNamespace
 
     health = {"score": 40, "band": "poor", "entries": 3, "by_type": {"fact": 3}, "by_confidence": {"high": 3},
-              "coverage": {"tags_pct": 50.0}}  # fmt: skip
+              "coverage": {"tags_pct": 50.0}, "embedded": 2, "embedded_out_of_range": 1}  # fmt: skip
     from memwork.defrag import health_band
 
     health["band"] = health_band(40)
@@ -425,6 +431,7 @@ def test_the_health_invariant_cell_fails_on_an_inconsistent_summary():
         "reasons": ["health: score 40 below 50"],
         "band": health["band"],
         "health": health,
+        "embedded_out_of_range": 1,
     }
     cell = _assert_cell("health_report")
     exec(cell, {"summary": good, "min_score": 50, "report": report})
@@ -432,6 +439,8 @@ def test_the_health_invariant_cell_fails_on_an_inconsistent_summary():
         ({**good, "verdict": "PASS"}, 50),  # the verdict is not the rule applied to the score
         (good, 10),  # a FAIL the threshold does not explain
         ({**good, "health": {**health, "by_type": {"fact": 2}}}, 50),  # a breakdown that does not add up
+        ({**good, "health": {**health, "embedded_out_of_range": 3}}, 50),  # more out of range than embedded
+        ({**good, "embedded_out_of_range": 0}, 50),  # a summary count other than the health's
     ):
         with pytest.raises(AssertionError):
             exec(cell, {"summary": summary, "min_score": min_score, "report": report})

@@ -24,7 +24,19 @@ def _health_table(title: str, health: dict[str, Any]) -> Table:
     for key, value in health["coverage"].items():
         table.add_row(key.replace("_pct", " %"), f"{value:.1f}")
     table.add_row("average quality", f"{health['average_quality']:.1f}")
+    table.add_row("embedded out of model range", str(health.get("embedded_out_of_range", 0)))
     return table
+
+
+def out_of_range_line(summary: dict[str, Any]) -> str | None:
+    """The line saying how many vectors were set aside because their model could not read the text."""
+    count = summary.get("embedded_out_of_range") or 0
+    if not count:
+        return None
+    return (
+        f"{count} entr{'y' if count == 1 else 'ies'} embedded out of the model's range (text it cannot "
+        "read, e.g. Chinese for an English model): never compared by cosine; text similarity still applies."
+    )
 
 
 def show_result(result: ActionResult) -> None:
@@ -42,20 +54,24 @@ def show_result(result: ActionResult) -> None:
         return
     if result.pairs:
         table = Table(title=f"{len(result.pairs)} pairs")
-        for col in ("scope", "path a", "path b", "similarity", "text", "semantic", "links"):
+        for col in ("scope", "path a", "path b", "similarity", "text", "semantic", "matched by", "links"):
             table.add_column(col)
         for p in result.pairs:
-            sem = "-" if p.semantic_similarity is None else f"{p.semantic_similarity:.3f}"
             table.add_row(
                 p.scope,
                 p.path_a,
                 p.path_b,
                 f"{p.similarity:.3f}",
                 f"{p.text_similarity:.3f}",
-                sem,
+                p.semantic_text(),
+                " + ".join(p.matched_by),
                 p.link_status or "",
             )
         console.print(table)
+    for summary_of_step in [summary, *summary.get("steps", [])]:
+        line = out_of_range_line(summary_of_step)
+        if line:
+            console.print(line, markup=False)
     if result.entries:
         table = Table(title=f"{len(result.entries)} entries")
         for col in ("scope", "path", "quality", "age (days)", "hits", "issues"):

@@ -198,10 +198,15 @@ def _run(
         result.changes = compute_changes(
             MemoryStore(entries, copy=False), planned.plan, now=when, embedder=embedder
         )
-    result.summary = {"operations": planned.plan.counts()} | _change_summary(result.changes)
+    result.summary = {"operations": planned.plan.counts()} | _change_summary(result.changes) | planned.summary
     if planned.clusters:
         result.summary["clusters"] = planned.clusters
     return result
+
+
+def _step_summary(name: str, planned: Planned, changes: list[Change]) -> dict[str, Any]:
+    """One step of a composite run: its operations, its changes and its planner's figures."""
+    return {"action": name, "operations": planned.plan.counts()} | _change_summary(changes) | planned.summary
 
 
 def _step_report(
@@ -289,10 +294,7 @@ def _run_steps(
         "health_before": before.to_dict(),
         "health_after": after.to_dict() | {"predicted": not apply},
         "health_change": after.score - before.score,
-        "steps": [
-            {"action": n, "operations": s[0].plan.counts()} | _change_summary(c)
-            for n, s, c in zip(names, steps, step_changes, strict=True)
-        ],
+        "steps": [_step_summary(n, s[0], c) for n, s, c in zip(names, steps, step_changes, strict=True)],
     } | _change_summary(result.changes)
     if clusters:
         result.summary["clusters"] = clusters

@@ -19,6 +19,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, Protocol
 
+from memwork.coverage import MARK_KEY, embed_entries
 from memwork.defrag import merge as m
 from memwork.defrag.plan import Operation, Plan
 from memwork.embed import Embedder
@@ -122,14 +123,14 @@ def _refresh_embeddings(ov: _Overlay, stale: dict[Key, None], embedder: Embedder
     if not entries:
         return
     if embedder is not None:
-        vectors = embedder.embed([e.content for e in entries])
-        for entry, vector in zip(entries, vectors, strict=True):
-            entry.embedding = vector
+        embed_entries(embedder, entries)  # marks each new vector in or out of the model's range
+        for entry in entries:
             entry.metadata.pop("embedding_stale", None)
     else:
         for entry in entries:
             entry.embedding = None
             entry.metadata["embedding_stale"] = True
+            entry.metadata.pop(MARK_KEY, None)  # the mark belongs to the dropped vector
 
 
 def compute_changes(

@@ -1,7 +1,8 @@
 """The read-only actions as pure functions over lists of entries (no store needed).
 
 Every function groups entries by scope and never pairs entries of different scopes; stubs are never
-treated as entries (they are only counted by :func:`analyze`).
+treated as entries (they are only counted by :func:`analyze`). A vector marked out of its model's
+range (:mod:`memwork.coverage`) is never compared by cosine: such an entry pairs by text only.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from memwork import similarity
+from memwork.coverage import count_out_of_range, out_of_range
 from memwork.defrag.merge import links_to
 from memwork.defrag.scores import confidence_of, health, quality_issues, quality_score
 from memwork.entry import Entry, utcnow
@@ -32,6 +34,10 @@ class Pair:
     text_similarity: float
     semantic_similarity: float | None
     link_status: str | None = None  # find_related: unlinked / one-way / bidirectional
+    #: the signals at or above the threshold: ("text",), ("semantic",) or both
+    matched_by: tuple[str, ...] = ()
+    #: a vector of the pair is out of its model's range, so no cosine was computed
+    out_of_range: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -44,9 +50,17 @@ class Pair:
             if self.semantic_similarity is None
             else round(self.semantic_similarity, 6),
         }
+        data["matched_by"] = list(self.matched_by)
+        data["out_of_range"] = self.out_of_range
         if self.link_status is not None:
             data["link_status"] = self.link_status
         return data
+
+    def semantic_text(self, digits: int = 3) -> str:
+        """The semantic similarity for a person: the number, "out of model range" or "-" (no vector)."""
+        if self.semantic_similarity is not None:
+            return f"{self.semantic_similarity:.{digits}f}"
+        return "out of model range" if self.out_of_range else "-"
 
 
 @dataclass(frozen=True)
@@ -116,12 +130,33 @@ def by_scope(entries: Iterable[Entry], *, stubs: bool = False) -> dict[str, list
 
 def _comparable_embeddings(entries: list[Entry]) -> list[np.ndarray | None]:
     """Embeddings of the scope's most common dimension; others count as not embedded (cosine of
-    vectors of different models is meaningless)."""
+    vectors of different models is meaningless), and so do vectors out of their model's range (the
+    model could not read the text: unrelated ones collide)."""
     dims = Counter(e.embedding.shape[0] for e in entries if e.embedding is not None)
     if not dims:
         return [None] * len(entries)
     dim = max(dims, key=lambda d: (dims[d], d))
-    return [e.embedding if e.embedding is not None and e.embedding.shape[0] == dim else None for e in entries]
+    return [_usable(e, dim) for e in entries]
+
+
+def _usable(entry: Entry, dimension: int) -> np.ndarray | None:
+    """The entry's vector when it has the scope's dimension and is inside its model's range."""
+    vector = entry.embedding
+    if vector is None or vector.shape[0] != dimension or out_of_range(entry):
+        return None
+    return vector
+
+
+def _matched_by(text: float, semantic: float | None, threshold: float) -> tuple[str, ...]:
+    """Which signals reach ``threshold``: text (Jaccard), semantic (cosine), or both."""
+    fired = ("text",) if text >= threshold else ()
+    return fired + (("semantic",) if semantic is not None and semantic >= threshold else ())
+
+
+def out_of_range_summary(entries: Iterable[Entry]) -> dict[str, int]:
+    """``{"embedded_out_of_range": n}``: entries whose vector was set aside (its model could not read
+    the text), for the summary of every action that compares vectors."""
+    return {"embedded_out_of_range": count_out_of_range(entries)}
 
 
 def analyze(entries: Iterable[Entry]) -> dict[str, Any]:
@@ -162,6 +197,8 @@ def find_duplicates(
                 p.similarity,
                 p.text_similarity,
                 p.semantic_similarity,
+                matched_by=_matched_by(p.text_similarity, p.semantic_similarity, threshold),
+                out_of_range=out_of_range(group[p.i]) or out_of_range(group[p.j]),
             )
             for p in found
         )
@@ -213,7 +250,9 @@ def find_related(
         for p in found:
             a, b = group[keep[p.i]], group[keep[p.j]]
             sem = p.semantic_similarity if p.semantic_similarity is not None else 0.0
-            pairs.append(Pair(scope, a.path, b.path, sem, p.text_similarity, sem, link_status(a, b)))
+            pairs.append(
+                Pair(scope, a.path, b.path, sem, p.text_similarity, sem, link_status(a, b), ("semantic",))
+            )
     return _sorted(pairs)
 
 

@@ -16,13 +16,17 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from memwork.coverage import MARK_KEY
 from memwork.entry import Entry
 
 STRATEGIES = ("keep_newer", "keep_larger", "combine")
 COMBINE_SEPARATOR = "\n\n---\n\n"
 STUB_REASON = "merged"
 LINK_PREFIX = "memory://"
-_BOOKKEEPING = ("merged_from", "merged_values", "embedding_stale", "stub", "redirect_to", "reason")
+#: never unioned from a merged-away entry: the survivor's own (the mark describes the survivor's vector)
+_BOOKKEEPING = (
+    "merged_from", "merged_values", "embedding_stale", MARK_KEY, "stub", "redirect_to", "reason",
+)  # fmt: skip
 
 
 def _union_list(left: list[Any], right: list[Any]) -> list[Any]:

@@ -26,6 +26,7 @@ from memwork.defrag.findings import (
     by_scope,
     find_duplicates,
     find_related,
+    out_of_range_summary,
     report,
 )
 from memwork.defrag.merge import choose_survivor
@@ -46,6 +47,8 @@ class Planned:
     entries: list[EntryReport] = field(default_factory=list)
     skipped: list[EntryReport] = field(default_factory=list)
     clusters: list[dict[str, object]] = field(default_factory=list)
+    #: figures for the action's summary (e.g. how many vectors were out of their model's range)
+    summary: dict[str, int] = field(default_factory=dict)
 
 
 class _UnionFind:
@@ -195,7 +198,8 @@ def plan_merge_duplicates(
             final = _final_target(stub.path, chain)
             if final is not None and final != direct and final in index and final not in redirects:
                 plan.add(Operation("repoint", scope, stub.path, final))
-    return Planned(plan, pairs=pairs, clusters=clusters)
+    found = out_of_range_summary(entries) if approved is None else {}
+    return Planned(plan, pairs=pairs, clusters=clusters, summary=found)
 
 
 def plan_link_related(
@@ -211,7 +215,7 @@ def plan_link_related(
     for pair in pairs:
         if pair.link_status != "bidirectional":
             plan.add(Operation("link", pair.scope, pair.path_a, pair.path_b, similarity=pair.similarity))
-    return Planned(plan, pairs=pairs)
+    return Planned(plan, pairs=pairs, summary=out_of_range_summary(entries))
 
 
 def _stub_targets(

@@ -59,13 +59,30 @@ class HealthReport:
             delta[key] = round(now - before.get("coverage", {}).get(key, 0.0), 2)
         return {"previous_score": before.get("score"), "score": self.health["score"], "delta": delta}
 
+    @property
+    def out_of_range(self) -> int:
+        """Entries embedded out of their model's range (see :mod:`memwork.coverage`)."""
+        return int(self.health.get("embedded_out_of_range", 0))
+
     def headline(self) -> str:
-        """One line: score, band, entries, stubs and size."""
+        """One line: score, band, entries, stubs, size and vectors out of their model's range."""
         h = self.health
         return (
             f"health score {h['score']} ({h['band']}) over {h['entries']:,} entries, "
-            f"{h['stubs']:,} stubs, {_human_bytes(h.get('total_size', 0))}"
+            f"{h['stubs']:,} stubs, {_human_bytes(h.get('total_size', 0))}; "
+            f"{self.out_of_range:,} embedded out of the model's range"
         )
+
+    def embeddings(self) -> dict[str, Any]:
+        """Embedded entries, and those whose vector their model could not read (never compared by cosine)."""
+        embedded = int(self.health.get("embedded", 0))
+        return {
+            "embedded": embedded,
+            "embedded out of the model's range": self.out_of_range,
+            "out of range, % of embedded": round(100 * self.out_of_range / embedded, 2) if embedded else 0.0,
+            "what it means": "text the model cannot read (e.g. Chinese for an English model): those vectors "
+            "are never used for duplicates or links; the entries pair by text similarity only",
+        }
 
     def size(self) -> dict[str, Any]:
         """Entries, stubs and bytes of the store (and the average entry)."""
@@ -130,6 +147,7 @@ class HealthReport:
             "low_quality": len(self.low_quality),
             "archival_candidates": len(self.archival),
             "stubs": len(self.stubs),
+            "embedded_out_of_range": self.out_of_range,
             "trend": self.trend(),
         }
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memwork.coverage import count_out_of_range
 from memwork.defrag.findings import Pair
 from memwork.entry import Entry, normalize_path
 from memwork.errors import InvalidPath, UsageError
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 HISTOGRAM_SAMPLE = 3000
 COLUMNS = ("scope", "path_a", "path_b", "similarity", "decision")
+#: what the review file also shows per pair, for the reviewer (not read back)
+SIGNAL_COLUMNS = ("text_similarity", "semantic_similarity", "matched_by")
 DECISIONS = ("approve", "reject", "")
 
 Pair3 = tuple[str, str, str]
@@ -50,13 +53,18 @@ class ReviewedPairs(list[Pair3]):
 
 
 def write_review_csv(pairs: Iterable[Pair], path: str | Path) -> Path:
-    """Write ``pairs`` for review, decision column empty. Returns the path."""
+    """Write ``pairs`` for review, decision column empty, each with both signals (text and semantic
+    similarity, the latter "out of model range" when a vector could not be compared) and which of
+    them reached the threshold. Returns the path."""
     path = Path(path)
     with path.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
-        writer.writerow(COLUMNS)
+        writer.writerow(COLUMNS[:-1] + SIGNAL_COLUMNS + COLUMNS[-1:])
         for pair in pairs:
-            writer.writerow([pair.scope, pair.path_a, pair.path_b, f"{pair.similarity:.6f}", ""])
+            writer.writerow(
+                [pair.scope, pair.path_a, pair.path_b, f"{pair.similarity:.6f}",
+                 f"{pair.text_similarity:.6f}", pair.semantic_text(6), "+".join(pair.matched_by), ""]
+            )  # fmt: skip
     return path
 
 
@@ -136,6 +144,8 @@ class DuplicateReview:
     operations: list[dict[str, Any]]
     contents: dict[tuple[str, str], str]
     review_file: str = ""
+    #: entries whose vector is out of its model's range: compared by text only
+    out_of_range: int = 0
 
     def series(self) -> dict[str, list[float]]:
         return {
@@ -160,9 +170,21 @@ class DuplicateReview:
             b = self.contents.get((p["scope"], p["path_b"]), "")
             rows.append(
                 {"scope": p["scope"], "a": p["path_a"], "b": p["path_b"],
-                 "similarity": round(p["similarity"], 3), "word diff (a → b)": word_diff_html(a, b)}
+                 "text (Jaccard)": round(p["text_similarity"], 3), "semantic (cosine)": _semantic(p),
+                 "matched by": " + ".join(p.get("matched_by") or ()),
+                 "word diff (a → b)": word_diff_html(a, b)}
             )  # fmt: skip
         return pd.DataFrame(rows)
+
+    def out_of_range_text(self) -> str:
+        """One line for the report: how many entries were compared by text only, and why."""
+        if not self.out_of_range:
+            return "every embedded entry is inside its model's range: both signals apply to every pair"
+        return (
+            f"{self.out_of_range:,} entries are embedded out of the model's range (text it cannot read, "
+            "e.g. Chinese for an English model): their vectors are never compared, so they pair by text "
+            "similarity only"
+        )
 
     def summary(self) -> dict[str, Any]:
         from memwork.reports.display import histogram_data
@@ -175,6 +197,8 @@ class DuplicateReview:
             "scopes": sorted({p["scope"] for p in self.pairs}),
             "operations": len(self.operations),
             "review_file": self.review_file,
+            "embedded_out_of_range": self.out_of_range,
+            "matched_by": _signal_counts(self.pairs),
             "histograms": {k: histogram_data(v) for k, v in self.series().items()},
             "reasons": [],
         }
@@ -207,7 +231,27 @@ def duplicate_review(
     path = Path(review_file) if review_file else output_dir() / "duplicate_review.csv"
     write_review_csv(plan.pairs, path)
     contents = {(e.scope, e.path): e.content for e in entries}
-    return DuplicateReview(threshold, strategy, pairs, near, list(ops), contents, str(path))
+    return DuplicateReview(
+        threshold, strategy, pairs, near, list(ops), contents, str(path), count_out_of_range(entries)
+    )
+
+
+def _semantic(pair: dict[str, Any]) -> float | str:
+    """The cosine (3 digits), or why there is none."""
+    if pair.get("semantic_similarity") is not None:
+        return round(float(pair["semantic_similarity"]), 3)
+    return "out of model range" if pair.get("out_of_range") else "-"
+
+
+def _signal_counts(pairs: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Pairs found by text only, by semantics only, and by both."""
+    counts = {"text": 0, "semantic": 0, "both": 0}
+    for pair in pairs:
+        fired = tuple(pair.get("matched_by") or ())
+        key = "both" if len(fired) == 2 else fired[0] if fired else None
+        if key is not None:
+            counts[key] += 1
+    return counts
 
 
 def read_review_csv(path: str) -> list[dict[str, str]]:

@@ -12,11 +12,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from memwork.coverage import MARK_KEY, out_of_range
 from memwork.entry import Entry
 
 #: metadata keys the engine and stores use for bookkeeping; they are not "user metadata"
 INTERNAL_KEYS = frozenset(
-    {"stub", "redirect_to", "reason", "hits", "embedding_stale", "merged_from", "merged_values"}
+    {"stub", "redirect_to", "reason", "hits", "embedding_stale", MARK_KEY, "merged_from", "merged_values"}
 )
 
 #: (lowest score, name), best first: 80-100 excellent … 0-19 critical
@@ -70,8 +71,13 @@ def has_user_metadata(metadata: Mapping[str, Any]) -> bool:
     return any(present(v) for k, v in metadata.items() if k not in INTERNAL_KEYS)
 
 
+#: the issue of an entry whose vector its model could not read (see :mod:`memwork.coverage`)
+OUT_OF_RANGE_ISSUE = "embedded out of model range"
+
+
 def quality_issues(entry: Entry) -> list[str]:
-    """The guide's flags: no metadata, low confidence, no tags, no links, not embedded."""
+    """The guide's flags: no metadata, low confidence, no tags, no links, not embedded -- and a vector
+    out of its model's range (no use for semantic search, duplicates or links)."""
     meta = entry.metadata
     issues = []
     if not has_user_metadata(meta):
@@ -84,6 +90,8 @@ def quality_issues(entry: Entry) -> list[str]:
         issues.append("no links")
     if not entry.embedded:
         issues.append("not embedded")
+    elif out_of_range(entry):
+        issues.append(OUT_OF_RANGE_ISSUE)
     return issues
 
 
@@ -111,6 +119,10 @@ class Health:
     by_type: dict[str, int] = field(default_factory=dict)
     by_confidence: dict[str, int] = field(default_factory=dict)
     average_quality: float = 0.0
+    #: embedded entries whose vector is out of its model's range (counted in embedding_pct: they have a
+    #: vector; never compared by cosine)
+    out_of_range: int = 0
+    embedded: int = 0
 
     @property
     def band(self) -> str:
@@ -131,6 +143,8 @@ class Health:
                 "high_confidence_pct": round(self.high_confidence_pct, 2),
             },
             "average_quality": round(self.average_quality, 2),
+            "embedded": self.embedded,
+            "embedded_out_of_range": self.out_of_range,
             "by_type": self.by_type,
             "by_confidence": self.by_confidence,
         }
@@ -152,7 +166,7 @@ def health_points(
 def health(entries: Iterable[Entry]) -> Health:
     """Health of a set of entries. Stubs are counted but never scored; no entries gives score 0."""
     total = stubs = size = 0
-    with_meta = with_tags = with_links = with_emb = high = quality_sum = 0
+    with_meta = with_tags = with_links = with_emb = high = quality_sum = unreadable = 0
     by_type: Counter[str] = Counter()
     by_conf: Counter[str] = Counter()
     for entry in entries:
@@ -166,6 +180,7 @@ def health(entries: Iterable[Entry]) -> Health:
         with_tags += present(meta.get("tags"))
         with_links += present(meta.get("related"))
         with_emb += entry.embedded
+        unreadable += out_of_range(entry)
         confidence = confidence_of(meta)
         high += confidence == "high"
         by_conf[confidence or "none"] += 1
@@ -189,4 +204,6 @@ def health(entries: Iterable[Entry]) -> Health:
         by_type=dict(sorted(by_type.items())),
         by_confidence=dict(sorted(by_conf.items())),
         average_quality=quality_sum / total if total else 0.0,
+        out_of_range=unreadable,
+        embedded=with_emb,
     )

@@ -178,14 +178,14 @@ def _analyze(entries: list[Entry], _: dict[str, Any], ctx: Context) -> Found:
 
 def _find_duplicates(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
     pairs = findings.find_duplicates(entries, q["similarity_threshold"], progress=ctx.progress)
-    return Found({"pairs": len(pairs)}, pairs=pairs)
+    return Found({"pairs": len(pairs)} | findings.out_of_range_summary(entries), pairs=pairs)
 
 
 def _find_related(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
     pairs = findings.find_related(entries, q["min_similarity"], q["max_similarity"], progress=ctx.progress)
     status = [pair.link_status for pair in pairs]
     counts = {s: status.count(s) for s in ("unlinked", "one-way", "bidirectional")}
-    return Found({"pairs": len(status)} | counts, pairs=pairs)
+    return Found({"pairs": len(status)} | counts | findings.out_of_range_summary(entries), pairs=pairs)
 
 
 def _find_low_quality(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from memwork.embed import MINILM_DIMENSION, MINILM_MODEL_ID, MiniLMEmbedder
+from memwork.embed import MINILM_DIMENSION, MINILM_MODEL_ID, MiniLMEmbedder, minilm_coverage
 
 MODEL_ID = MINILM_MODEL_ID
 DIMENSIONS = MINILM_DIMENSION
@@ -30,3 +30,9 @@ def embed_query(query: str, input: Mapping[str, Any] | None = None) -> list[floa
 def embed_memory(memory: Mapping[str, Any]) -> list[float]:
     """The vector of a memory item's content."""
     return _embedder().embed([str(memory.get("content") or "")])[0].tolist()
+
+
+def coverage(texts: list[str]) -> list[float]:
+    """The share of each text the model can read (see :mod:`memwork.coverage`): a module embedder
+    answers it too, so ``--embedding-module memwork.pgvector.minilm`` marks Chinese as out of range."""
+    return minilm_coverage(texts).tolist()

@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import numpy as np
-
+from memwork.coverage import embed_entries
 from memwork.embed import Embedder, HashEmbedder
 from memwork.entry import Entry, utcnow, validate_scope
 
@@ -385,12 +384,8 @@ def _link_related(rng: random.Random, by_scope: dict[str, list[Entry]]) -> None:
 
 
 def _embed(entries: list[Entry], embedder: Embedder, rng: random.Random) -> None:
-    todo = [e for e in entries if not e.is_stub and rng.random() >= 0.02]
-    if not todo:
-        return
-    vectors = np.asarray(embedder.embed([e.content for e in todo]), dtype=np.float32)
-    for entry, vector in zip(todo, vectors, strict=True):
-        entry.embedding = vector
+    """Embed ~98% of the non-stub entries, each vector marked when out of the model's range."""
+    embed_entries(embedder, [e for e in entries if not e.is_stub and rng.random() >= 0.02])
 
 
 def _slug(text: str) -> str:
