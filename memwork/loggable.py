@@ -157,8 +157,12 @@ def _forms(value: str) -> set[str]:
             html.escape(base, quote=False),
         }
         forms |= escaped
-        for text in (base, *escaped):
-            forms |= {quote(text, safe=""), quote(text), quote_plus(text, safe="")}
+        for text in (base, *escaped):  # a lone surrogate has no UTF-8 form: its bytes as Python keeps them
+            forms |= {
+                quote(text, errors="surrogatepass"),
+                quote(text, safe="", errors="surrogatepass"),
+                quote_plus(text, safe="", errors="surrogatepass"),
+            }
     return {form for form in forms if form}
 
 
