@@ -169,6 +169,7 @@ def test_no_request_value_reaches_the_log_the_status_or_an_answer(
         assert answer.json()["ok"] is False and answer.json()["errorCode"] == expected_code[primary]
         last = status.json()["service"]["operations"]["resolve"]["last"]
         assert last["reason"] == answer.json()["reason"] and "HTTP" in last["reason"]
+        assert last["errorCode"] == expected_code[primary]
     else:
         assert record["primary"]["ok"] is True and record["primary"]["error"] is None
     assert record["shadow"]["errorCode"] == expected_code[shadow]

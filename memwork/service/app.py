@@ -143,6 +143,7 @@ class ServiceState:
             "ok": not degraded,
             "source": payload.get("source"),
             "reason": payload.get("reason"),
+            "errorCode": payload.get("errorCode"),
             "latencyMs": round(latency_ms, 2),
         }
 
