@@ -9,14 +9,22 @@ What it adds to httpx, once, so no adapter re-invents it:
 * a **response size cap**: the body is streamed and refused past ``max_response_bytes``;
 * **no secret in any error**: messages name the service, method and path (never the query string),
   URL passwords and query tokens are hidden by :mod:`memwork.redaction`, and every configured
-  secret (API key, password) is replaced by ``***`` wherever it would appear.
+  secret (API key, password) is replaced by ``***`` wherever it would appear;
+* **no request value in any error**: the start of an error response's body (which often echoes the
+  request) is kept for diagnosis only with every value of the request removed
+  (:func:`memwork.loggable.without_request_values`), and never in :attr:`HttpError.summary`, the form
+  logs and stored reasons use.
 
-The httpx client is created on first use, so building an adapter never opens a connection.
+The httpx client is created on first use, so building an adapter never opens a connection. Importing
+this module puts a filter on httpx's own logger: its ``HTTP Request: GET <url>`` lines (INFO, printed
+when a host application logs at INFO) keep scheme, host and path, never the query string, which
+holds a user's id and query for some backends (:class:`QueryFreeUrls`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -24,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from memwork.errors import BackendError
+from memwork.loggable import request_values, without_request_values
 from memwork.redaction import REDACTED, redact_text, redact_url
 
 if TYPE_CHECKING:
@@ -40,6 +49,7 @@ __all__ = [
 #: statuses worth another attempt of an idempotent request (the server says: not now)
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+TOO_LARGE = "response_too_large"
 
 
 @dataclass(frozen=True)
@@ -71,13 +81,54 @@ def settings_from_env(env: Mapping[str, str], **overrides: Any) -> HttpSettings:
     return HttpSettings(**values)
 
 
-class HttpError(BackendError):
-    """An HTTP call that failed: ``status`` is the HTTP status, or None for transport errors."""
+class QueryFreeUrls(logging.Filter):
+    """A log filter: every URL among a record's arguments loses its query string and password."""
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False) -> None:
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(_query_free(arg) for arg in record.args)
+        return True
+
+
+def _query_free(arg: object) -> object:
+    text = str(arg) if type(arg).__name__ == "URL" or isinstance(arg, str) else None
+    if text is None or "://" not in text:
+        return arg
+    return (redact_url(text) or "").split("?", 1)[0].split("#", 1)[0]
+
+
+def _filter_httpx_log() -> None:
+    """Install :class:`QueryFreeUrls` on httpx's logger, once per process."""
+    logger = logging.getLogger("httpx")
+    if not any(isinstance(f, QueryFreeUrls) for f in logger.filters):
+        logger.addFilter(QueryFreeUrls())
+
+
+_filter_httpx_log()
+
+
+class HttpError(BackendError):
+    """An HTTP call that failed: ``status`` is the HTTP status, or None for transport errors.
+
+    ``kind`` names a failure without a status (``timeout``, ``connection_refused``,
+    ``connection_error``, ``response_too_large``, ``malformed_response``); ``summary`` is the message
+    without the response body (what :func:`memwork.loggable.loggable_error` keeps). The message itself
+    may end with the start of the body, with every value of the request removed from it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        kind: str | None = None,
+        summary: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+        self.kind = kind
+        self.summary = summary if summary is not None else message
 
 
 class JsonHttpClient:
@@ -146,7 +197,9 @@ class JsonHttpClient:
             if time.monotonic() + pause >= deadline:
                 break
             time.sleep(pause)
-        raise last or self._error(method, path, f"no time left within {self.settings.timeout_s:.2f} s")
+        raise last or self._error(
+            method, path, f"no time left within {self.settings.timeout_s:.2f} s", kind="timeout"
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -195,32 +248,47 @@ class JsonHttpClient:
             ) as response:
                 declared = response.headers.get("content-length")
                 if declared and declared.isdigit() and int(declared) > cap:
-                    raise self._error(method, path, f"response of {declared} bytes exceeds the cap ({cap})")
+                    raise self._error(
+                        method, path, f"response of {declared} bytes exceeds the cap ({cap})", kind=TOO_LARGE
+                    )
                 chunks, size = [], 0
                 for chunk in response.iter_bytes():
                     size += len(chunk)
                     if size > cap:
-                        raise self._error(method, path, f"response exceeds the {cap}-byte cap")
+                        problem = f"response exceeds the {cap}-byte cap"
+                        raise self._error(method, path, problem, kind=TOO_LARGE)
                     chunks.append(chunk)
                 status = response.status_code
         except httpx.TimeoutException:
-            raise self._error(method, path, "timed out", retryable=True) from None
+            raise self._error(method, path, "timed out", retryable=True, kind="timeout") from None
         except httpx.TransportError as exc:
             kind = type(exc).__name__
-            raise self._error(method, path, f"{kind}: {exc}", retryable=True) from None
+            code = "connection_refused" if "refused" in str(exc).lower() else "connection_error"
+            raise self._error(method, path, f"{kind}: {exc}", retryable=True, kind=code) from None
         raw = b"".join(chunks)
         if status >= 400:
             detail = raw[:200].decode("utf-8", "replace").replace("\n", " ").strip()
+            detail = without_request_values(detail, request_values({"params": params, "body": body}))
             raise self._error(
-                method, path, f"HTTP {status}: {detail}", status=status, retryable=status in RETRY_STATUSES
+                method,
+                path,
+                f"HTTP {status}",
+                status=status,
+                retryable=status in RETRY_STATUSES,
+                detail=detail,
             )
         if not raw.strip():
             return None
         try:
             return json.loads(raw)
         except ValueError:
-            raise self._error(method, path, f"HTTP {status}: malformed JSON in the response") from None
+            raise self._error(
+                method, path, f"malformed JSON in the response (HTTP {status})", kind="malformed_response"
+            ) from None
 
-    def _error(self, method: str, path: str, problem: str, **kwargs: Any) -> HttpError:
+    def _error(self, method: str, path: str, problem: str, *, detail: str = "", **kwargs: Any) -> HttpError:
+        """The error of one call: ``service METHOD base/path: problem[: detail]`` (never the query)."""
         where = f"{redact_url(self.base_url)}{path.split('?', 1)[0]}"
-        return HttpError(self.scrub(f"{self.service} {method} {where}: {problem}"), **kwargs)
+        summary = self.scrub(f"{self.service} {method} {where}: {problem}")
+        message = f"{summary}: {self.scrub(detail)}" if detail else summary
+        return HttpError(message, summary=summary, **kwargs)

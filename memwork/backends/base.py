@@ -235,9 +235,16 @@ def missing_code(var: EnvVar) -> str:
     return f"{var.name.lower()}_missing"
 
 
+def blank_secret_code(var: EnvVar) -> str:
+    """The reason code for a secret that is set but blank (``api_key_blank``, ``password_blank``)."""
+    return missing_code(var).removesuffix("_missing") + "_blank"
+
+
 def configuration_problems(decl: Declaration, env: Mapping[str, str]) -> list[tuple[str, str]]:
     """``(code, detail)`` for the flag being off and each required variable unset, in declaration order.
 
+    A secret that is set but blank (an empty secret file, a template that rendered nothing) is a
+    problem too, required or not: read as "no key", it would silently connect without credentials.
     Reading only ``env``: no connection, no import of user code. An adapter adds its own problems
     (an invalid value, an unloadable embedding module) after these.
     """
@@ -254,6 +261,8 @@ def configuration_problems(decl: Declaration, env: Mapping[str, str]) -> list[tu
                 on = False
             if not on:
                 problems.append(("disabled", f"{var.name} is not 1"))
+        elif var.secret and var.name in env and not value:
+            problems.append((blank_secret_code(var), f"{var.name} is set but blank; set it, or unset it"))
         elif var.required and not value:
             problems.append((missing_code(var), f"{var.name} is not set"))
     return problems

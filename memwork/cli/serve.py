@@ -15,7 +15,9 @@ def serve(host: str, port: int) -> None:
 
     Configured by the environment like the facade (MEMORY_*), plus MEMWORK_API_TOKEN (bearer token
     for every route but /healthz), MEMWORK_MAX_BODY_BYTES and the shadow reads (MEMORY_SHADOW_*).
-    The OpenAPI schema is served at /openapi.json.
+    Unset MEMWORK_API_TOKEN means no auth (a warning at startup); set but blank or holding a space,
+    control or non-ASCII character, it is a config error: exit 2, nothing served. Access lines name
+    method, path and status only. The OpenAPI schema is served at /openapi.json.
 
     \b
     Example:

@@ -31,6 +31,7 @@ from memwork.errors import BackendError, BackendTimeout, UsageError
 from memwork.facade.policy import DEFAULT_BACKEND, Policy, policy_from_env
 from memwork.facade.registry import Registry
 from memwork.facade.safety import call_with_timeout
+from memwork.loggable import loggable_error
 from memwork.redaction import describe_error, redact_text
 
 if TYPE_CHECKING:
@@ -142,11 +143,11 @@ class MemoryFacade:
         try:
             clean = validate(operation, request)
         except UsageError as exc:
-            return self._degrade(operation, None, exc, f"invalid input: {exc}")
+            return self._degrade(operation, None, exc, f"invalid input: {exc}", request=request)
         selection = self.select(operation)
         if selection.backend is None:
             reason = selection.note or f"no available backend supports {operation}"
-            return self._degrade(operation, None, BackendError(reason), reason)
+            return self._degrade(operation, None, BackendError(reason), reason, request=clean)
         return self._call(operation, selection.backend, clean)
 
     def _call(self, operation: str, backend: Backend, clean: dict[str, Any]) -> dict[str, Any]:
@@ -159,12 +160,12 @@ class MemoryFacade:
             if not isinstance(result, Mapping):
                 raise BackendError(f"{name} {operation} returned {type(result).__name__}, not an object")
         except BackendTimeout as exc:
-            return self._degrade(operation, name, exc, str(exc))
+            return self._degrade(operation, name, exc, str(exc), request=clean)
         except UsageError as exc:
-            return self._degrade(operation, name, exc, f"invalid input: {exc}")
+            return self._degrade(operation, name, exc, f"invalid input: {exc}", request=clean)
         except Exception as exc:
             reason = f"{name} {operation} failed: {describe_error(exc)}"
-            return self._degrade(operation, name, BackendError(reason), reason, cause=exc)
+            return self._degrade(operation, name, BackendError(reason), reason, cause=exc, request=clean)
         return self._ok(operation, name, result)
 
     # ---- payloads ------------------------------------------------------------------------------
@@ -197,9 +198,14 @@ class MemoryFacade:
         reason: str,
         *,
         cause: BaseException | None = None,
+        request: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Fail-open: log and return the degraded payload. Fail-closed: raise ``error``."""
-        log.warning("memory %s degraded (source=%s): %s", operation, source, reason)
+        """Fail-open: log and return the degraded payload. Fail-closed: raise ``error``.
+
+        The log line holds the loggable form of the error (a code, no value of ``request``, no
+        response body); the payload's ``reason`` is the caller's own, in full."""
+        logged = loggable_error(cause or reason, request).line()
+        log.warning("memory %s degraded (source=%s): %s", operation, source, logged)
         if not self.policy.fail_open:
             raise error from cause
         payload: dict[str, Any] = {"ok": False, "enabled": True, "skipped": False, "source": source}

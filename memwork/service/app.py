@@ -14,8 +14,10 @@ Bad input is a 4xx ``{"error": ..., "field": ...}`` before any backend is touche
 or unreachable backend is a 200 with the facade's degraded payload (``ok: false``) within the
 deadline, and the status counts it. Facade calls run in worker threads, so a slow backend never
 blocks the event loop. Settings: ``MEMWORK_API_TOKEN`` (bearer token for every route but
-``/healthz``), ``MEMWORK_MAX_BODY_BYTES`` (default 1 MiB, 413 past it), ``MEMWORK_SERVICE_THREADS``
-(concurrent facade calls, default 200), and the shadow settings of :mod:`memwork.service.shadow`.
+``/healthz``; unset: no auth; set but unusable: the service does not start, see
+:mod:`memwork.service.guards`), ``MEMWORK_MAX_BODY_BYTES`` (default 1 MiB, 413 past it),
+``MEMWORK_SERVICE_THREADS`` (concurrent facade calls, default 200), and the shadow settings of
+:mod:`memwork.service.shadow`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,8 +47,20 @@ from memwork.facade.facade import MemoryFacade, empty_resolve, facade_from_env
 from memwork.facade.policy import ConfigIssue
 from memwork.facade.safety import call_with_timeout
 from memwork.facade.selfcheck import purge_user_everywhere
-from memwork.redaction import describe_error, redact_text
-from memwork.service.guards import BearerAuth, BodyLimit, CatchAll
+from memwork.loggable import loggable_error
+from memwork.redaction import redact_text
+from memwork.service.guards import (
+    TOKEN_VAR,
+    AccessLog,
+    BearerAuth,
+    BodyLimit,
+    CatchAll,
+    TokenSetting,
+    log_auth,
+    service_log_config,
+    token_config_error,
+    token_setting,
+)
 from memwork.service.models import (
     CANARY_USER_PREFIX,
     ForgetRequest,
@@ -58,7 +72,6 @@ from memwork.service.shadow import ShadowReader, shadow_from_env
 
 log = logging.getLogger("memwork.service")
 
-TOKEN_VAR = "MEMWORK_API_TOKEN"
 MAX_BODY_VAR = "MEMWORK_MAX_BODY_BYTES"
 THREADS_VAR = "MEMWORK_SERVICE_THREADS"
 DEFAULT_MAX_BODY_BYTES = 1 << 20
@@ -70,12 +83,14 @@ REQUEST_ID_RE = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 @dataclass(frozen=True)
 class ServiceSettings:
-    """The service's own settings; a bad value is a config issue (shown in status), never a crash."""
+    """The service's own settings; a bad value is a config issue (shown in status), never a crash --
+    but an unusable token stops :func:`create_app` (see :func:`memwork.service.guards.token_setting`)."""
 
     token: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     threads: int = DEFAULT_THREADS
     errors: tuple[ConfigIssue, ...] = ()
+    auth: TokenSetting = field(default_factory=TokenSetting)
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int, errors: list[ConfigIssue]) -> int:
@@ -95,10 +110,12 @@ def _positive_int(env: Mapping[str, str], name: str, default: int, errors: list[
 def service_settings_from_env(env: Mapping[str, str]) -> ServiceSettings:
     """``MEMWORK_API_TOKEN``, ``MEMWORK_MAX_BODY_BYTES`` and ``MEMWORK_SERVICE_THREADS``."""
     errors: list[ConfigIssue] = []
-    token = (env.get(TOKEN_VAR) or "").strip() or None
+    auth = token_setting(env)
+    if auth.problem is not None:
+        errors.append(ConfigIssue(TOKEN_VAR, auth.shape, auth.problem))
     max_body = _positive_int(env, MAX_BODY_VAR, DEFAULT_MAX_BODY_BYTES, errors)
     threads = _positive_int(env, THREADS_VAR, DEFAULT_THREADS, errors)
-    return ServiceSettings(token, max_body, threads, tuple(errors))
+    return ServiceSettings(auth.token, max_body, threads, tuple(errors), auth)
 
 
 class ServiceState:
@@ -126,6 +143,7 @@ class ServiceState:
             "ok": not degraded,
             "source": payload.get("source"),
             "reason": payload.get("reason"),
+            "errorCode": payload.get("errorCode"),
             "latencyMs": round(latency_ms, 2),
         }
 
@@ -133,6 +151,7 @@ class ServiceState:
         last = [row["last"] for row in self.outcomes.values() if row["last"]]
         return {
             "authRequired": self.settings.token is not None,
+            "auth": self.settings.auth.auth,
             "maxBodyBytes": self.settings.max_body_bytes,
             "threads": self.settings.threads,
             "degraded": any(not item["ok"] for item in last),
@@ -147,6 +166,18 @@ def degraded_payload(operation: str, reason: str) -> dict[str, Any]:
         payload.update(empty_resolve())
     payload["reason"] = reason
     return payload
+
+
+def with_loggable_reason(payload: dict[str, Any], request: Mapping[str, Any]) -> dict[str, Any]:
+    """A degraded payload whose ``reason`` holds no value of ``request`` and no backend's response body.
+
+    The reason is kept in the status and may be logged by the caller, and a backend's error may echo
+    the request (another user's query in a shared status): the answer gets the loggable form
+    (:func:`memwork.loggable.loggable_error`) and its ``errorCode``."""
+    if payload.get("ok") or not isinstance(payload.get("reason"), str):
+        return payload
+    problem = loggable_error(payload["reason"], request)
+    return {**payload, "reason": problem.reason, "errorCode": problem.code}
 
 
 def without_other_users(payload: dict[str, Any], user_id: str) -> dict[str, Any]:
@@ -208,7 +239,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         return error_response(status, str(detail), "body" if status == 400 else None)
 
     async def on_anything(request: Request, exc: Exception) -> JSONResponse:
-        log.error("%s %s failed: %s", request.method, request.url.path, describe_error(exc))
+        log.error("%s %s failed: %s", request.method, request.url.path, loggable_error(exc).line())
         return error_response(500, f"internal error ({type(exc).__name__})", None)
 
     app.add_exception_handler(RequestValidationError, on_validation)
@@ -237,6 +268,7 @@ async def _call_facade(state: ServiceState, operation: str, clean: dict[str, Any
 
     started = time.perf_counter()
     payload = await anyio.to_thread.run_sync(bounded, limiter=state.limiter())
+    payload = with_loggable_reason(payload, clean)
     state.record(operation, payload, (time.perf_counter() - started) * 1000)
     return payload
 
@@ -316,16 +348,22 @@ KEEP_ALIVE_S = 75
 def create_app(env: Mapping[str, str] | None = None, *, facade: MemoryFacade | None = None) -> FastAPI:
     """The ASGI app over ``facade`` (default: the one ``env`` describes; ``os.environ`` by default).
 
-    Never raises on bad configuration: each bad value is a config error in the status. A facade
-    built here is closed, and the shadow worker stopped, when the app shuts down."""
+    Never raises on bad configuration (each bad value is a config error in the status) but one: a
+    ``MEMWORK_API_TOKEN`` that is set but unusable raises :class:`~memwork.errors.ConfigError` (its
+    value never shown), since the only other choices are a service without auth or one nobody can
+    use. A facade built here is closed, and the shadow worker stopped, when the app shuts down."""
     env = dict(os.environ if env is None else env)
     settings = service_settings_from_env(env)
+    refusal = token_config_error(settings.auth)
+    if refusal is not None:
+        raise refusal
     owned = facade is None
     active = facade_from_env(env) if facade is None else facade
     state = ServiceState(active, shadow_from_env(env, active), settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log_auth(settings.auth)
         yield
         state.shadow.close()
         if owned:
@@ -339,25 +377,36 @@ def create_app(env: Mapping[str, str] | None = None, *, facade: MemoryFacade | N
     app.state.memwork = state
     _install_error_handlers(app)
     _install_routes(app, state)
-    # added innermost first: CatchAll -> BearerAuth -> BodyLimit -> the app
+    # added innermost first: AccessLog -> CatchAll -> BearerAuth -> BodyLimit -> the app
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(BearerAuth, token=settings.token)
     app.add_middleware(CatchAll)
+    app.add_middleware(AccessLog, paths=route_paths(app))
     return app
+
+
+def route_paths(app: FastAPI) -> set[str]:
+    """The paths the app serves (the access log names only these; anything else is ``<other path>``)."""
+    return {path for route in app.routes if isinstance(path := getattr(route, "path", None), str)}
 
 
 def serve(host: str = "127.0.0.1", port: int = 8081, *, env: Mapping[str, str] | None = None) -> None:
     """Run :func:`create_app` under uvicorn until interrupted (``memwork serve``).
 
-    Access lines name method, path and status only (the service takes no query parameters, and
-    headers -- the token -- are never logged)."""
+    Access lines (:class:`~memwork.service.guards.AccessLog`, uvicorn's own is off) name method, path
+    and status only: never a query string, a header (the token) or a path the service does not serve.
+    An unusable ``MEMWORK_API_TOKEN`` raises :class:`~memwork.errors.ConfigError` before anything
+    listens."""
     import uvicorn
 
+    app = create_app(env)
     uvicorn.run(
-        create_app(env),
+        app,
         host=host,
         port=port,
         log_level="info",
+        log_config=service_log_config(),
+        access_log=False,
         server_header=False,
         timeout_keep_alive=KEEP_ALIVE_S,
     )

@@ -1,10 +1,19 @@
-"""Pure ASGI guards in front of the service: a last-resort error catcher, bearer auth, a body cap.
+"""Pure ASGI guards in front of the service: an access log, a last-resort error catcher, bearer auth,
+a body cap -- and the reading of the bearer token they check.
 
 They are plain ASGI callables rather than ``BaseHTTPMiddleware`` so they see the raw ``receive``
 stream: the body cap counts bytes as they arrive (a ``Content-Length`` over the cap is refused before
 any byte is read; a chunked body is refused as soon as the count passes the cap) and never buffers
 more than the cap. Auth runs before the body is read, so an unauthenticated caller cannot make the
 service read anything. Every refusal is the service's JSON error shape ``{"error", "field"}``.
+
+The token (``MEMWORK_API_TOKEN``, :func:`token_setting`): unset means no auth (every route open; the
+status and the startup log say so). Set, it must be usable in ``Authorization: Bearer <token>``:
+surrounding ASCII whitespace (a secret file's trailing newline) is trimmed, and what is left must be one or
+more visible ASCII characters (``!`` to ``~``, RFC 9110 field-value characters without spaces). An
+empty or whitespace-only value, or one holding a space, tab, control or non-ASCII character inside,
+can never be sent as such a header: it is a config error and the service refuses to start (a guard that
+cannot work is never served), never a service without auth.
 """
 
 from __future__ import annotations
@@ -12,12 +21,16 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+import re
+from collections.abc import Awaitable, Callable, Collection, Mapping, MutableMapping
+from dataclasses import dataclass
 from typing import Any
 
-from memwork.redaction import describe_error
+from memwork.errors import ConfigError
+from memwork.loggable import loggable_error
 
 log = logging.getLogger("memwork.service")
+access_log = logging.getLogger("memwork.service.access")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -26,6 +39,78 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 PUBLIC_PATHS = frozenset({"/healthz"})  #: the only routes that never need the token
+TOKEN_VAR = "MEMWORK_API_TOKEN"
+_TOKEN_RE = re.compile(r"[!-~]+")
+ASCII_WHITESPACE = " \t\r\n\f\v"  #: what is trimmed around a token (a no-break space is not)
+UNKNOWN_PATH = "<other path>"  #: how the access log names a path that is not one of the service's routes
+
+
+@dataclass(frozen=True)
+class TokenSetting:
+    """The bearer token the environment sets: ``token`` (None: none), or ``problem`` when unusable.
+
+    ``shape`` describes an unusable value without showing it (``<only whitespace>``)."""
+
+    token: str | None = None
+    problem: str | None = None
+    shape: str | None = None
+
+    @property
+    def auth(self) -> str:
+        """``required``, ``off`` (unset) or ``misconfigured`` (set but unusable: no service starts)."""
+        if self.problem is not None:
+            return "misconfigured"
+        return "off" if self.token is None else "required"
+
+
+def _shape(raw: str) -> str:
+    """What is wrong with a token value, in words that show none of its characters."""
+    trimmed = raw.strip(ASCII_WHITESPACE)
+    if not raw:
+        return "<empty>"
+    if not trimmed:
+        return "<only whitespace>"
+    if any(not ch.isascii() for ch in trimmed):
+        return "<holds a non-ASCII character>"
+    return "<holds whitespace or a control character inside>"
+
+
+def token_setting(env: Mapping[str, str]) -> TokenSetting:
+    """``MEMWORK_API_TOKEN`` as the service reads it (rules in the module docstring); never raises."""
+    raw = env.get(TOKEN_VAR)
+    if raw is None:
+        return TokenSetting()
+    token = raw.strip(ASCII_WHITESPACE)
+    if _TOKEN_RE.fullmatch(token):
+        return TokenSetting(token)
+    problem = (
+        "is set but unusable as 'Authorization: Bearer <token>' (visible ASCII characters, no spaces): "
+        f"set a usable token, or unset {TOKEN_VAR} to serve without auth"
+    )
+    return TokenSetting(None, problem, _shape(raw))
+
+
+AUTH_WORDS = {
+    "required": f"required ({TOKEN_VAR}: Authorization: Bearer on every route but /healthz)",
+    "off": f"off ({TOKEN_VAR} is unset: memwork serve answers anyone who can connect)",
+    "misconfigured": f"misconfigured ({TOKEN_VAR} is set but unusable: memwork serve will not start)",
+}
+
+
+def auth_status(env: Mapping[str, str]) -> dict[str, Any]:
+    """What ``memwork status`` shows of the service's auth: ``{auth, authRequired, configErrors}``."""
+    setting = token_setting(env)
+    errors = [] if setting.problem is None else [
+        {"field": TOKEN_VAR, "value": setting.shape, "problem": setting.problem}
+    ]  # fmt: skip
+    return {"auth": setting.auth, "authRequired": setting.token is not None, "configErrors": errors}
+
+
+def token_config_error(setting: TokenSetting) -> ConfigError | None:
+    """The error that stops the service for an unusable token (its value never shown), or None."""
+    if setting.problem is None:
+        return None
+    return ConfigError(TOKEN_VAR, setting.shape, setting.problem)
 
 
 async def send_error(
@@ -63,7 +148,7 @@ class CatchAll:
         try:
             await self.app(scope, receive, tracking_send)
         except Exception as exc:
-            log.error("%s %s failed: %s", scope.get("method"), scope.get("path"), describe_error(exc))
+            log.error("%s %s failed: %s", scope.get("method"), scope.get("path"), loggable_error(exc).line())
             if not started:
                 await send_error(send, 500, f"internal error ({type(exc).__name__})", None)
 
@@ -155,3 +240,57 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class AccessLog:
+    """One line per request: method, path and status -- nothing else.
+
+    Never the query string (a client may put a token or a user's id there), never a header, never the
+    client's address; a path that is not one of the service's routes is logged as ``<other path>``
+    (a client may put a token there too, or control characters to forge log lines). Replaces
+    uvicorn's access log, which prints the path with its query string."""
+
+    def __init__(self, app: ASGIApp, paths: Collection[str]) -> None:
+        self.app = app
+        self.paths = frozenset(paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500  # what the client gets if the app fails before answering (CatchAll answers 500)
+
+        async def recording_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            path = scope.get("path")
+            shown = path if path in self.paths else UNKNOWN_PATH
+            access_log.info("%s %s %d", str(scope.get("method", "-"))[:16], shown, status)
+
+
+def log_auth(setting: TokenSetting) -> None:
+    """One startup line saying whether the service asks for the token (a warning when it does not)."""
+    if setting.auth == "required":
+        log.info("auth: %s required on every route but /healthz", TOKEN_VAR)
+    else:
+        log.warning("auth is OFF: %s is unset, so every route is open to anyone who can connect", TOKEN_VAR)
+
+
+def service_log_config() -> dict[str, Any]:
+    """uvicorn's logging configuration plus memwork's loggers (INFO, on stderr, uvicorn's format).
+
+    memwork's own lines -- the access log, the auth line, degraded calls -- are then printed like
+    uvicorn's; without this, Python prints only warnings and those without a level."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["memwork"] = {"handlers": ["default"], "level": "INFO", "propagate": False}
+    return config

@@ -18,11 +18,14 @@ reads them with :func:`read_comparisons`)::
     requestId     the id the service returned in the X-Request-Id header
     user          sha256 of the user id, first 16 hex digits (never the id itself)
     k             the request's limit
-    primary, shadow   each {backend, latencyMs, ok, error, ids, count, crossUser}:
+    primary, shadow   each {backend, latencyMs, ok, error, errorCode, ids, count, crossUser}:
                   backend    the backend that answered (primary: the facade's source)
                   latencyMs  wall time of the call in ms (primary: as the service measured it)
                   ok         false when the call failed, timed out or was unavailable
-                  error      the redacted reason, or null
+                  error      the loggable reason (:func:`memwork.loggable.loggable_error`: no value
+                             of the request, no response body, no query string, <= 200
+                             characters), or null
+                  errorCode  its code (http_400, timeout, connection_refused, ...), or null
                   ids        memory ids returned, semanticMemories then memories, first k, no repeats
                   count      items returned (semanticMemories + memories)
                   crossUser  items whose userId names another user (critical; items without a
@@ -32,6 +35,9 @@ reads them with :func:`read_comparisons`)::
     top1Agree     the first ids are equal; null if both empty (false if only one is)
     fewerThanK    {primary, shadow}: that side returned fewer than k ids
     dimensionMismatch  null, or {side, dimensions} when an error says the embedding dimension differs
+
+Nothing of the request reaches the log but ``user`` (a digest) and ``k``: no user id, query,
+session id or message text, in any form, even when a backend's error echoes the request.
 """
 
 from __future__ import annotations
@@ -56,7 +62,8 @@ from memwork.backends.base import backend_name, operation_of, supports_of
 from memwork.facade.facade import MemoryFacade
 from memwork.facade.policy import ConfigIssue
 from memwork.facade.safety import call_with_timeout
-from memwork.redaction import describe_error, redact_text, redact_url
+from memwork.loggable import RequestValues, loggable_error, request_values
+from memwork.redaction import redact_url
 from memwork.workspace import workspace_dir
 
 log = logging.getLogger("memwork.service.shadow")
@@ -235,21 +242,24 @@ def dimension_mismatch(primary_error: str | None, shadow_error: str | None) -> d
 
 @dataclass(frozen=True)
 class SideResult:
-    """One side of a comparison as the log records it."""
+    """One side of a comparison as the log records it (``error``: the exception, or the reason text)."""
 
     backend: str | None
     latency_ms: float
     ok: bool
-    error: str | None
+    error: BaseException | str | None
     result: Mapping[str, Any] | None
 
-    def record(self, user_id: str, k: int) -> dict[str, Any]:
+    def record(self, user_id: str, k: int, sensitive: RequestValues | None = None) -> dict[str, Any]:
+        """The log's side object; ``sensitive``: the request's values, kept out of ``error``."""
         items = result_items(self.result)
+        problem = None if self.error is None else loggable_error(self.error, sensitive)
         return {
             "backend": self.backend,
             "latencyMs": round(self.latency_ms, 3),
             "ok": self.ok,
-            "error": None if self.error is None else redact_text(self.error),
+            "error": None if problem is None else problem.reason,
+            "errorCode": None if problem is None else problem.code,
             "ids": item_ids(items, k),
             "count": len(items),
             "crossUser": cross_user_count(items, user_id),
@@ -260,9 +270,18 @@ def user_digest(user_id: str) -> str:
     return hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:16]
 
 
-def compare(request_id: str, user_id: str, k: int, primary: SideResult, shadow: SideResult) -> dict[str, Any]:
-    """One comparison-log record (schema in the module docstring)."""
-    left, right = primary.record(user_id, k), shadow.record(user_id, k)
+def compare(
+    request_id: str,
+    user_id: str,
+    k: int,
+    primary: SideResult,
+    shadow: SideResult,
+    sensitive: RequestValues | None = None,
+) -> dict[str, Any]:
+    """One comparison-log record (schema in the module docstring); ``sensitive``: the request's values
+    (the user id is always among them)."""
+    values = sensitive if sensitive is not None else request_values({"userId": user_id})
+    left, right = primary.record(user_id, k, values), shadow.record(user_id, k, values)
     a, b = left["ids"], right["ids"]
     return {
         "ts": datetime.now(UTC).isoformat(),
@@ -427,7 +446,8 @@ class ShadowReader:
                 self._compare(job)
             except Exception as exc:  # the worker must outlive any one bad comparison
                 self._count("logErrors")
-                log.warning("shadow comparison not recorded: %s", describe_error(exc))
+                problem = loggable_error(exc, job.request if job is not None else None)
+                log.warning("shadow comparison not recorded: %s", problem.line())
             finally:
                 self._queue.task_done()
 
@@ -437,7 +457,7 @@ class ShadowReader:
         backend = self.facade.registry.find(name)
         started = time.perf_counter()
         result: Mapping[str, Any] | None = None
-        error: str | None = None
+        error: BaseException | str | None = None
         if backend is None:
             error = f"{name} is not a registered backend"
         else:
@@ -455,7 +475,7 @@ class ShadowReader:
                         raise TypeError(f"{name} resolve returned {type(value).__name__}, not an object")
                     result = value
                 except Exception as exc:
-                    error = describe_error(exc)
+                    error = exc
         latency = (time.perf_counter() - started) * 1000
         return SideResult(name, latency, error is None, error, result)
 
@@ -465,7 +485,8 @@ class ShadowReader:
             self._count("errors")
         user_id = str(job.request.get("userId"))
         k = int(job.request.get("limit") or 1)
-        self.log.append(compare(job.request_id, user_id, k, job.primary, shadow))
+        sensitive = request_values(job.request)
+        self.log.append(compare(job.request_id, user_id, k, job.primary, shadow, sensitive))
         self._count("recorded")
 
     def drain(self, timeout_s: float = 5.0) -> bool:
