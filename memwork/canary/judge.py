@@ -62,11 +62,9 @@ from typing import Any
 import numpy as np
 
 from memwork.canary import stats
-from memwork.canary.comparisons import Comparison, ComparisonLog, Side, log_files, read_comparison_log
+from memwork.canary.comparisons import Comparison, ComparisonLog, Side, read_comparison_log
 from memwork.errors import UsageError
 from memwork.redaction import redact_url
-
-__all__ = ["log_files", "read_comparison_log"]
 
 PASS, MARGINAL, FAIL, NODATA = "PASS", "MARGINAL", "FAIL", "NODATA"
 GO, NO_GO, INCONCLUSIVE = "GO", "NO-GO", "INCONCLUSIVE"
