@@ -366,6 +366,16 @@ def test_repeating_every_line_never_changes_the_verdict(lines):
 
 
 @FAST
+@given(logs(), DAMAGE)
+def test_repeating_a_damaged_log_never_turns_it_into_go(lines, damage):
+    # repeated damaged lines cannot be told from distinct damaged records: they count again, so the
+    # share can only grow -- the verdict stays or becomes INCONCLUSIVE, never GO
+    before = verdict_of(lines + damage)
+    after = verdict_of([line for line in lines + damage for _ in range(2)])
+    assert after in (before, INCONCLUSIVE) and (before == GO or after != GO)
+
+
+@FAST
 @given(logs(), DAMAGE, st.randoms(use_true_random=False))
 def test_adding_damaged_lines_never_turns_a_verdict_into_go(lines, damage, rnd):
     before = verdict_of(lines)
