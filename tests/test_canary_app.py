@@ -206,3 +206,44 @@ def test_a_broken_round_trip_lists_each_failure_and_a_look_alike_user_is_another
     posts = [r for r in fake.requests if r.method == "POST"]
     assert [r.path.rsplit("/", 1)[1] for r in posts].count("remember-recent") == 1
     assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in fake.requests)
+
+
+def test_a_failed_purge_names_the_backend_and_its_error(legacy_url):
+    """F-17: ``/forget`` answers ``ok: false`` with ``purged: {backend: {"error": ...}}`` when a backend
+    cannot purge (here Mem0 unreachable); the step says which backend failed and why, never ``None``."""
+    from fakes.server import refused_url
+
+    from memwork.service.app import create_app, running
+
+    mem0 = {
+        "MEMORY_MEM0_ENABLED": "1",
+        "MEMORY_MEM0_API_KEY": "m0-key-3c1d",
+        "MEMORY_MEM0_BASE_URL": refused_url(),
+    }
+    with running(create_app(service_env(legacy_url, **mem0))) as base_url:
+        report = run_app_canary(base_url, token=TOKEN)
+        out = CliRunner().invoke(main, ["canary", "app", "--base-url", base_url, "--token", TOKEN])
+    forget = next(s for s in report.steps if s.name == "forget")
+    assert not forget.ok
+    assert forget.detail.startswith("purge failed on mem0: ") and "ConnectError" in forget.detail
+    assert "None" not in forget.detail
+    assert out.exit_code == 1 and "FAIL forget: purge failed on mem0: " in out.output
+    assert "m0-key-3c1d" not in out.output
+    assert canary_rows(legacy_url) == 0  # legacy purged its part all the same
+
+
+def test_forget_details_for_every_answer_shape():
+    from memwork.canary.app import forget_detail
+
+    assert forget_detail({"ok": True, "purged": {"legacy-conversation-memory": {"messages": 2}}}) == (
+        "canary user removed (legacy-conversation-memory)"
+    )
+    failed = {"ok": False, "purged": {"mem0": {"error": {"code": "timeout", "reason": "no answer in 2 s"}}}}
+    assert forget_detail(failed) == "purge failed on mem0: timeout: no answer in 2 s"
+    assert (
+        forget_detail({"ok": True, "skipped": True, "reason": "memory disabled"})
+        == "skipped: memory disabled"
+    )
+    assert forget_detail({"ok": False}) == "forget answered ok=False"
+    assert forget_detail({"ok": "true"}) == "forget answered ok='true'"  # a string is not true
+    assert forget_detail([]) == "answer is not a JSON object: list"

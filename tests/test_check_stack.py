@@ -106,3 +106,21 @@ def test_pgvector_stack_end_to_end(pg_url, mysql_url):
     assert rows["smoke pgvector"] == "ok" and rows["app canary"] == rows["facade health"] == "ok"
     app = json.loads(out.output)["details"]["app"]
     assert {s["name"]: s["ok"] for s in app["steps"]}["targetHealthy"] is True
+
+
+def test_a_failed_purge_is_named_in_the_app_canary_row(legacy_env):
+    """F-17 through ``check stack``: the app canary row names the backend whose purge failed."""
+    from fakes.server import refused_url
+
+    from memwork.service.app import create_app, running
+
+    mem0 = {
+        "MEMORY_MEM0_ENABLED": "1",
+        "MEMORY_MEM0_API_KEY": "m0-key-77",
+        "MEMORY_MEM0_BASE_URL": refused_url(),
+    }
+    with running(create_app({**legacy_env, **mem0, "MEMWORK_API_TOKEN": TOKEN})) as base_url:
+        out = invoke(legacy_env, "--base-url", base_url, "--json")
+    row = next(r for r in json.loads(out.stdout)["rows"] if r["check"] == "app canary")
+    assert row["status"] == "failed" and "forget: purge failed on mem0: " in row["detail"], row
+    assert "forget: None" not in out.output

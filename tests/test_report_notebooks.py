@@ -386,7 +386,8 @@ def test_canary_judge_from_a_running_service_with_shadow_reads(tmp_path, migrati
 
 def test_the_judge_invariant_cell_fails_on_an_inconsistent_summary():
     cell = _assert_cell("canary_signoff")
-    thresholds = {"band": 0.25, "confidence": 0.95, "min_samples": 20, "max_error_rate": 0.01}
+    thresholds = {"band": 0.25, "confidence": 0.95, "min_samples": 20, "max_error_rate": 0.01,
+                  "max_damaged_share": 0.01}  # fmt: skip
     metric = {"metric": "latencyMs", "classification": "PASS", "required": True, "estimate": 0.4,
               "ci_low": -0.1, "ci_high": 0.9, "n_baseline": 50, "n_target": 50}  # fmt: skip
     signoff = {"verdict": "GO", "thresholds": thresholds, "comparison_log_sha256": "b" * 64}
@@ -407,6 +408,7 @@ def test_the_judge_invariant_cell_fails_on_an_inconsistent_summary():
         {**good, "metrics": [{**metric, "estimate": 2.0}]},  # the estimate outside its own interval
         {**good, "metrics": [{**metric, "n_target": 51}]},  # more answers than the log holds
         undecided,  # INCONCLUSIVE with nothing undecided
+        {**good, "pairs": [{"shadow": "pgvector"}, {"shadow": "qdrant"}]},  # a GO over two pooled pairs
         {
             **good,
             "signoff": {**signoff, "thresholds": {**thresholds, "band": 0.5}},

@@ -261,7 +261,8 @@ def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, w
         )
     )
     walk.run(
-        parse_runbook(RUNBOOKS / "pgvector_rollout.md"), hooks={"traffic": _traffic(_newest_active(rows))}
+        parse_runbook(RUNBOOKS / "pgvector_rollout.md"),
+        hooks={"traffic": _traffic(_newest_active(rows), rounds=4)},  # 80 at 100 %: a GO needs 72
     )
 
     ops = walk.cwd
@@ -276,7 +277,7 @@ def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, w
     assert ten["verdict"] == "INCONCLUSIVE"
     judged = json.loads((ops / "judge-100pct.json").read_text())
     assert judged["verdict"] == "GO", judged["reasons"]
-    assert judged["records"] >= 20 * 3 - 1
+    assert judged["records"] >= 20 * 4 - 1
     signoff = json.dumps(judged["signoff"])
     assert "runbook-walk@example.com" in signoff and Path(walk.var("VERIFY")).name in signoff
     signoff_dir = Path(walk.var("SIGNOFF"))

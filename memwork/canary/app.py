@@ -72,6 +72,29 @@ class AppCanaryReport:
         }
 
 
+def check_base_url(base_url: str, field: str = "base_url") -> str:
+    """The service URL, or :class:`~memwork.errors.UsageError` when it is not one: an http(s) URL with
+    a host and, if given, a port from 1 to 65535 (a malformed URL is bad input, not an unreachable
+    service)."""
+    from urllib.parse import urlsplit
+
+    from memwork.errors import UsageError
+
+    shown = redact_url(base_url) or base_url
+    try:
+        parts = urlsplit(base_url)
+        port = parts.port
+    except ValueError as exc:
+        raise UsageError(field, shown, f"not a URL ({exc})") from exc
+    if parts.scheme not in ("http", "https"):
+        raise UsageError(field, shown, "must be an http:// or https:// URL")
+    if not parts.hostname or any(c.isspace() for c in base_url):
+        raise UsageError(field, shown, "not a URL: no host name")
+    if port is not None and not 1 <= port <= 65535:
+        raise UsageError(field, shown, "the port must be from 1 to 65535")
+    return base_url
+
+
 def client(base_url: str, token: str = "") -> Any:
     """A JSON client for the service (bearer token when given; the token scrubbed from errors)."""
     from memwork.http import HttpSettings, JsonHttpClient
@@ -228,8 +251,39 @@ def forget(report: AppCanaryReport, http: Any) -> None:
     except Exception as exc:
         report.add("forget", False, describe_error(exc))
         return
-    ok = isinstance(answer, dict) and answer.get("ok") is not False
-    report.add("forget", ok, "canary user removed" if ok else str((answer or {}).get("reason")))
+    ok = isinstance(answer, dict) and answer.get("ok") is True
+    report.add("forget", ok, forget_detail(answer))
+
+
+def forget_detail(answer: Any) -> str:
+    """What ``/forget`` said: each backend's purge failure (its ``purged`` map holds ``{"error": ...}``
+    for a backend that failed), the reason of a skipped or refused forget, or what was removed."""
+    if not isinstance(answer, dict):
+        return f"answer is not a JSON object: {type(answer).__name__}"
+    purged = answer.get("purged")
+    backends = purged if isinstance(purged, dict) else {}
+    failed = [
+        f"{name}: {_error_text(done['error'])}"
+        for name, done in backends.items()
+        if isinstance(done, dict) and "error" in done
+    ]
+    if failed:
+        return "purge failed on " + "; ".join(failed)
+    if answer.get("ok") is not True:
+        reason = answer.get("reason") or answer.get("error") or answer.get("detail")
+        return f"forget answered ok={answer.get('ok')!r}" + (f": {_error_text(reason)}" if reason else "")
+    if answer.get("skipped"):
+        return f"skipped: {_error_text(answer.get('reason'))}"
+    names = ", ".join(str(n) for n in backends) or "no backend offers purge"
+    return f"canary user removed ({names})"
+
+
+def _error_text(error: Any) -> str:
+    """An error as the service wrote it -- text, or an object with a code and a reason -- in one line."""
+    if isinstance(error, dict):
+        parts = [str(error[k]) for k in ("code", "reason", "message") if error.get(k)]
+        return ": ".join(parts) if parts else str(error)
+    return str(error)
 
 
 def run_app_canary(
@@ -244,10 +298,7 @@ def run_app_canary(
 ) -> AppCanaryReport:
     """Status expectations, then the round trip, then cleanup; every step recorded, none skipped
     because an earlier one failed (only an unreadable status skips the rest: nothing can be judged)."""
-    from memwork.errors import UsageError
-
-    if not base_url.startswith(("http://", "https://")):
-        raise UsageError("base_url", redact_url(base_url), "must be an http:// or https:// URL")
+    check_base_url(base_url)
     token = (env if env is not None else os.environ).get(TOKEN_ENV, "") if token is None else token
     report = AppCanaryReport(
         base_url=redact_url(base_url) or base_url, userId=f"{CANARY_USER_PREFIX}{uuid.uuid4()}"

@@ -166,12 +166,9 @@ def run_stack(
     expect_selected_backend: str | None = None,
 ) -> StackReport:
     """Contracts, facade health, app canary, smokes: every gate, a row each."""
-    from memwork.errors import UsageError
+    from memwork.canary.app import check_base_url
 
-    if not base_url.startswith(("http://", "https://")):
-        from memwork.redaction import redact_url
-
-        raise UsageError("base_url", redact_url(base_url), "must be an http:// or https:// URL")
+    check_base_url(base_url)
     report = StackReport()
     _guarded(report, "contracts", lambda: contracts_gate(report, env))
     _guarded(

@@ -101,6 +101,19 @@ def app(
     show_default=True,
     help="Shadow error budget (fraction of shadow calls).",
 )
+@click.option(
+    "--max-damaged-share",
+    type=float,
+    default=0.01,
+    show_default=True,
+    help="Share of damaged lines (and requestIds reused with other content) allowed; past it INCONCLUSIVE.",
+)
+@click.option(
+    "--primary-backend", default="", help="Judge only comparisons with this primary (a log of several pairs)."
+)
+@click.option(
+    "--shadow-backend", default="", help="Judge only comparisons with this shadow (a log of several pairs)."
+)
 @click.option("--approver", default="", help="Who signs off.")
 @click.option(
     "--health-summary", default="", help="summary.json (or run folder) of the health report relied on."
@@ -119,6 +132,9 @@ def judge(
     confidence: float,
     min_samples: int,
     max_error_rate: float,
+    max_damaged_share: float,
+    primary_backend: str,
+    shadow_backend: str,
     approver: str,
     health_summary: str,
     verification_summary: str,
@@ -126,8 +142,12 @@ def judge(
 ) -> None:
     """Judge shadow reads: GO (exit 0), NO-GO (exit 1) or INCONCLUSIVE (exit 3: a person decides).
 
-    Mann-Whitney U per metric in its bad direction with a +/-band practical-significance band;
-    cross-user memories, dimension mismatches and shadow errors over budget fail on their own.
+    Mann-Whitney U per metric in its bad direction with a +/-band practical-significance band, and
+    only when the sample could detect a shift of the band (else NODATA); the latency tail (p95, p99)
+    by exact order-statistic bounds; cross-user memories, dimension mismatches and shadow errors over
+    budget fail on their own. Each line is read strictly: a repeated requestId counts once, damaged
+    lines past --max-damaged-share make it INCONCLUSIVE, and each primary/shadow backend pair is
+    judged on its own (a log of several pairs is never GO unless one is selected).
 
     \b
     Example:
@@ -143,6 +163,9 @@ def judge(
         confidence=confidence,
         min_samples=min_samples,
         max_error_rate=max_error_rate,
+        max_damaged_share=max_damaged_share,
+        primary_backend=primary_backend,
+        shadow_backend=shadow_backend,
         approver=approver,
         health_summary=health_summary,
         verification_summary=verification_summary,
@@ -151,14 +174,18 @@ def judge(
         emit_json(result.to_dict())
     else:
         for row in result.metric_rows():
+            pair = f"[{row['pair']}] " if "pair" in row else ""
             click.echo(
-                f"{row['class']:<8} {row['metric']:<18} n={row['n (baseline/target)']:<10} "
+                f"{row['class']:<8} {pair}{row['metric']:<18} n={row['n (baseline/target)']:<10} "
                 f"estimate={'-' if row['estimate'] is None else row['estimate']} "
                 f"CI={row['CI'] or '-'}  {row['detail']}"
             )
+        log_read = result.log
+        pairs = ", ".join(p.label for p in result.pairs if p.label) or "no backend pair"
         click.echo(
-            f"verdict {result.verdict} ({result.records} comparisons, log sha256 "
-            f"{result.signoff['comparison_log_sha256'][:12]})"
+            f"verdict {result.verdict} ({result.records} comparisons of {pairs}; "
+            f"{log_read['duplicates']} repeats counted once, {log_read['damaged']} damaged lines; "
+            f"log sha256 {result.signoff['comparison_log_sha256'][:12]})"
         )
         for reason in result.reasons:
             click.echo(f"  - {reason}")

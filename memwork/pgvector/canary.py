@@ -501,6 +501,9 @@ def run_from_parameters(
     confidence: float = 0.95,
     min_samples: int = 20,
     max_error_rate: float = 0.01,
+    max_damaged_share: float = 0.01,
+    primary_backend: str = "",
+    shadow_backend: str = "",
 ) -> CanaryResult | Judgement:
     """The canary_signoff notebook's one call: its parameters as declared, checked by
     :meth:`CanaryOptions.check` (:class:`UsageError` before anything is built or measured), then
@@ -508,7 +511,8 @@ def run_from_parameters(
 
     With a ``comparison_log`` or a ``base_url`` it is the shadow-read judge instead
     (:func:`memwork.canary.judge.run_from_parameters`: ``band``, ``confidence``, ``min_samples``,
-    ``max_error_rate``, ``token``, the approver and the two input summaries); giving those together
+    ``max_error_rate``, ``max_damaged_share``, ``primary_backend`` / ``shadow_backend``, ``token``,
+    the approver and the two input summaries); giving those together
     with the in-process canary's URLs is a usage error (which canary was meant?).
 
     Defaults: with neither URL a small sample migration is built (and a hash query module of its
@@ -531,6 +535,9 @@ def run_from_parameters(
             confidence=confidence,
             min_samples=min_samples,
             max_error_rate=max_error_rate,
+            max_damaged_share=max_damaged_share,
+            primary_backend=primary_backend,
+            shadow_backend=shadow_backend,
             approver=approver,
             health_summary=health_summary,
             verification_summary=verification_summary,

@@ -76,12 +76,20 @@ def gate_on_verdict(summary: dict[str, Any], fail_on_verdict: bool = True) -> No
         raise VerdictError(verdict, [str(r) for r in summary.get("reasons") or []])
 
 
-def load_summary(path: Path | str) -> dict[str, Any]:
-    """A summary.json (or a run folder holding one) as a dict."""
+def load_summary(path: Path | str, *, name: str = "summary") -> dict[str, Any]:
+    """A summary.json (or a run folder holding one) as a dict. A file that is not UTF-8 JSON text
+    holding an object is a :class:`UsageError` naming ``name`` and the file."""
     path = Path(path)
     if path.is_dir():
         path = path / SUMMARY_FILE
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UsageError(name, str(path), f"not a summary.json: not UTF-8 text (byte {exc.start})") from exc
+    except ValueError as exc:
+        raise UsageError(name, str(path), f"not a summary.json: not JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise UsageError(name, str(path), "not a summary.json: nested too deeply") from exc
     if not isinstance(data, dict):
-        raise UsageError("summary", str(path), f"holds a JSON {type(data).__name__}, not an object")
+        raise UsageError(name, str(path), f"holds a JSON {type(data).__name__}, not an object")
     return data
