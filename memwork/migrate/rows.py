@@ -4,8 +4,9 @@ Kept: the id (``source_memory_id``), ``user_id`` exactly as given, ``session_id`
 ``source_session_id``, ``message_id`` -> ``source_message_id``, type, the source's metadata plus
 ``_memworkSource`` (the source key, so verification can select one source's rows) and
 ``_memworkAgentId``; timestamps as naive-UTC text (a missing one: the run's start time).
-Not written: a second row for one id in one page (the last wins), an id another source already
-wrote into the table, a vector of the wrong shape.
+Not written: a second row for one id in one page (the last wins), a vector of the wrong shape. An id
+another source already wrote into the table is not written either, but that is the writer's check, in
+the upsert itself (:mod:`memwork.pgvector.backfill.ownership`), not a read made before it.
 """
 
 from __future__ import annotations
@@ -13,19 +14,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from memwork.identifiers import quote_identifier
 from memwork.migrate.source import SourceRecord
+from memwork.pgvector.backfill.ownership import SOURCE_MARKER as SOURCE_MARKER
 from memwork.pgvector.backfill.quarantine import Reject
-from memwork.redaction import redact_text
 
-if TYPE_CHECKING:
-    import psycopg
-
-SOURCE_MARKER = "_memworkSource"
 AGENT_MARKER = "_memworkAgentId"
 
 
@@ -85,29 +81,6 @@ def last_of_each_id(
     key in one ``INSERT ... ON CONFLICT`` is an error, not an update."""
     last = {row["id"]: k for k, (row, _) in enumerate(pairs)}
     return [pair for k, pair in enumerate(pairs) if last[pair[0]["id"]] == k]
-
-
-def owned_elsewhere(
-    pg: psycopg.Connection[Any], table: str, source_key: str, rows: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], list[Reject]]:
-    """Rows whose id the table already holds from another source: quarantined, never overwritten."""
-    if not rows:
-        return rows, []
-    found = pg.execute(
-        f"SELECT source_memory_id, metadata->>%s FROM {quote_identifier(table)} "
-        "WHERE source_memory_id = ANY(%s) AND metadata->>%s IS DISTINCT FROM %s",
-        (SOURCE_MARKER, [row["id"] for row in rows], SOURCE_MARKER, source_key),
-    ).fetchall()
-    pg.commit()
-    if not found:
-        return rows, []
-    owner = {str(r[0]): r[1] or "the MySQL backfill or another writer" for r in found}
-    rejects = [
-        Reject.of(row, f"id already in {table} from {redact_text(owner[row['id']])}; not overwritten")
-        for row in rows
-        if row["id"] in owner
-    ]
-    return [row for row in rows if row["id"] not in owner], rejects
 
 
 def kept_vectors(

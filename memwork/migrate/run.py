@@ -26,7 +26,9 @@ written), a single odd row (other dimension, no vector, NaN) is quarantined. ``r
 embedder.
 
 A source id already in the table from *another* source (or from the MySQL backfill) is quarantined,
-never overwritten: two sources share one table only if their ids do not collide.
+never overwritten: the writer checks the owner in the upsert itself
+(:mod:`memwork.pgvector.backfill.ownership`), so a run racing another source's cannot take its rows.
+The report counts them in ``owned_elsewhere`` (the CLI then exits 3).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from memwork.errors import UsageError
 from memwork.identifiers import check_identifier
 from memwork.migrate.checkpoint import (
     ImportCheckpoint,
-    import_checkpoint_table_sql,
+    ensure_import_checkpoint_table,
     read_import_checkpoint,
     store_import_checkpoint,
 )
@@ -54,12 +56,12 @@ from memwork.migrate.rows import (
     kept_vectors,
     last_of_each_id,
     model_of,
-    owned_elsewhere,
     record_row,
     unscoped,
 )
 from memwork.migrate.source import Source, SourceRecord, iter_pages, open_source
 from memwork.pgvector.backfill.options import MAX_BATCH_SIZE
+from memwork.pgvector.backfill.ownership import check_source_key, owned_elsewhere_count
 from memwork.pgvector.backfill.quarantine import (
     MAX_LISTED_REJECTS,
     REJECTS_TABLE,
@@ -189,6 +191,7 @@ class ImportReport:
     rows_read: int = 0
     rows_written: int = 0
     rows_quarantined: int = 0
+    owned_elsewhere: int = 0  # of rows_quarantined: ids another source owns in the table (not overwritten)
     duplicates: int = 0
     pages: int = 0
     users: dict[str, int] = field(default_factory=dict)
@@ -219,6 +222,7 @@ def run_import(options: ImportOptions, progress: Progress | None = None) -> Impo
     options.validate()
     source = resolve_source(options.source, options.env)
     try:
+        check_source_key(stored_key(source))
         if options.apply:
             return _apply(options, source, progress)
         return _dry_run(options, source, progress)
@@ -337,7 +341,7 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
     started = time.perf_counter()
     with pg_connect(url, autocommit=True) as pg, import_lock(pg, options.table, stored_key(source)):
         found = read_import_checkpoint(pg, options.table, stored_key(source))
-        base = found if options.resume and found is not None else None
+        base = found.for_resume() if options.resume and found is not None else None
         report.resumed = base is not None
         start = base.resume_cursor if base else None
         report.start_cursor = start
@@ -360,13 +364,11 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
                 target = _decide(pg, options, source, records, embedder, report)
                 has_rejects = count_rejects(pg, options.table) > 0
             _count_page(report, records, options.sample_size)
-            checkpoint = replace(
-                checkpoint,
+            checkpoint = checkpoint.after_page(
+                read_cursor=read_cursor,
                 next_cursor=read_cursor if cut else page.next_cursor,
-                last_cursor=read_cursor,
                 finished=page.next_cursor is None and not cut,
-                rows_read=checkpoint.rows_read + len(records),
-                pages=checkpoint.pages + 1,
+                rows_read=len(records),
                 run_id=report.run_id,
             )
             if target is None:  # nothing to write yet (empty pages): only the bookkeeping moves
@@ -379,7 +381,7 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
                     pg, options, source, records, target, checkpoint, now, has_rejects
                 )
                 has_rejects = has_rejects or bool(rejects)
-                checkpoint = replace(checkpoint, rows_written=checkpoint.rows_written + written)
+                checkpoint = checkpoint.with_written(written)
                 _note_written(report, written, rejects)
             if progress is not None:
                 progress.advance(len(records))
@@ -460,14 +462,14 @@ def _prepare(pg: psycopg.Connection[Any], table: str, dimensions: int, *, create
         with pg.transaction():
             for statement in schema_sql(table, dimensions, create_extension=True):
                 pg.execute(statement)
-    pg.execute(import_checkpoint_table_sql())
+    ensure_import_checkpoint_table(pg)
     register_vector(pg)
     register_packed_vectors(pg)
     prepare_session(pg)
 
 
 def _store_checkpoint_only(pg: psycopg.Connection[Any], checkpoint: ImportCheckpoint) -> None:
-    pg.execute(import_checkpoint_table_sql())
+    ensure_import_checkpoint_table(pg)
     with pg.transaction(), pg.cursor() as cur:
         store_import_checkpoint(cur, checkpoint)
 
@@ -490,8 +492,6 @@ def _write_page(
     good, rejects = unscoped(rows)
     good, more = precheck(good)
     rejects += more
-    good, more = owned_elsewhere(pg, options.table, key, good)
-    rejects += more
     by_id = {row["id"]: record for row, record in pairs}
     if target.vectors == "keep":
         good, vectors, odd = kept_vectors(good, by_id, target.dimensions, source.name, options.table)
@@ -502,7 +502,7 @@ def _write_page(
     batch = Batch(rows, good, vectors, rejects, None)
 
     def save(cur: psycopg.Cursor[Any], rows_total: int) -> None:
-        store_import_checkpoint(cur, replace(checkpoint, rows_written=rows_total))
+        store_import_checkpoint(cur, checkpoint.with_written(rows_total - checkpoint.rows_written))
 
     return write_batch(
         pg,
@@ -512,6 +512,7 @@ def _write_page(
         target.dimensions,
         checkpoint.rows_written,
         checkpoint.run_id or "",
+        owner=key,
         clear_rejects=has_rejects,
         save_checkpoint=save,
     )
@@ -520,6 +521,7 @@ def _write_page(
 def _note_written(report: ImportReport, written: int, rejects: list[Reject]) -> None:
     report.rows_written += written
     report.rows_quarantined += len(rejects)
+    report.owned_elsewhere += owned_elsewhere_count(rejects)
     room = MAX_LISTED_REJECTS - len(report.quarantined)
     report.quarantined.extend(reject.to_json() for reject in rejects[: max(room, 0)])
 
