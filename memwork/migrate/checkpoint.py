@@ -8,14 +8,14 @@ Keyed by the source's ``key`` too, so two sources can be imported into one table
 
 The running totals count each page once: the last page's own counts are kept beside them, and a
 resume that reads that page again (a finished import, or one cut by ``--limit`` inside the page)
-starts from the totals without it (:meth:`ImportCheckpoint.for_resume`), so ``rowsWritten`` stays the
+starts from the totals without it (:meth:`ImportCheckpoint.starting`), so ``rowsWritten`` stays the
 number of rows the import wrote, however often it is resumed.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from memwork.db import pg_value
@@ -100,6 +100,8 @@ class ImportCheckpoint:
     run_id: str | None = None
     last_page_rows_read: int | None = None
     last_page_rows_written: int | None = None
+    #: (rows read, rows written) the page a resume reads again had: it never counts fewer (not stored)
+    reread_floor: tuple[int, int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def resume_cursor(self) -> str | None:
@@ -112,18 +114,27 @@ class ImportCheckpoint:
         that page (its next cursor is then the page's own)."""
         return self.finished or self.next_cursor == self.last_cursor
 
-    def for_resume(self) -> ImportCheckpoint:
-        """The checkpoint a resume continues from: when it reads the last page again, the totals
-        without that page (the page is counted again as it is read now, so never twice)."""
-        if not self.rereads_last_page or self.last_page_rows_read is None:
-            return replace(self)
+    @classmethod
+    def starting(
+        cls, table: str, source_key: str, source_name: str, resumed: ImportCheckpoint | None = None
+    ) -> ImportCheckpoint:
+        """The checkpoint a run starts from: empty, or the totals of the one it resumes. When the
+        resume reads the last page again, that page is taken out of the totals and counted as it is
+        read now -- but never as fewer rows than before (a smaller ``--limit`` re-reads only part of
+        it, and the rows written from the rest are still in the table)."""
+        fresh = cls(table, source_key, source_name)
+        if resumed is None:
+            return fresh
+        r = resumed
+        if not r.rereads_last_page or r.last_page_rows_read is None:
+            return replace(fresh, rows_read=r.rows_read, rows_written=r.rows_written, pages=r.pages)
+        last_written = r.last_page_rows_written or 0
         return replace(
-            self,
-            rows_read=self.rows_read - self.last_page_rows_read,
-            rows_written=self.rows_written - (self.last_page_rows_written or 0),
-            pages=max(self.pages - 1, 0),
-            last_page_rows_read=0,
-            last_page_rows_written=0,
+            fresh,
+            rows_read=r.rows_read - r.last_page_rows_read,
+            rows_written=r.rows_written - last_written,
+            pages=max(r.pages - 1, 0),
+            reread_floor=(r.last_page_rows_read, last_written),
         )
 
     def after_page(
@@ -135,22 +146,31 @@ class ImportCheckpoint:
         rows_read: int,
         run_id: str | None,
     ) -> ImportCheckpoint:
-        """One more page read from ``read_cursor`` (nothing written yet: :meth:`with_written`)."""
+        """One more page read from ``read_cursor`` (its rows written: :meth:`with_written`)."""
+        floor_read, floor_written = self.reread_floor or (0, 0)
+        counted = max(rows_read, floor_read)
         return replace(
             self,
             next_cursor=next_cursor,
             last_cursor=read_cursor,
             finished=finished,
-            rows_read=self.rows_read + rows_read,
+            rows_read=self.rows_read + counted,
+            rows_written=self.rows_written + floor_written,
             pages=self.pages + 1,
             run_id=run_id,
-            last_page_rows_read=rows_read,
-            last_page_rows_written=0,
+            last_page_rows_read=counted,
+            last_page_rows_written=floor_written,
+            reread_floor=None,
         )
 
     def with_written(self, rows: int) -> ImportCheckpoint:
-        """The page just read wrote ``rows`` rows."""
-        return replace(self, rows_written=self.rows_written + rows, last_page_rows_written=rows)
+        """The page just read wrote ``rows`` rows (a page read again: only what it adds)."""
+        before = self.last_page_rows_written or 0
+        return replace(
+            self,
+            rows_written=self.rows_written + max(rows - before, 0),
+            last_page_rows_written=max(rows, before),
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -341,18 +341,11 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
     started = time.perf_counter()
     with pg_connect(url, autocommit=True) as pg, import_lock(pg, options.table, stored_key(source)):
         found = read_import_checkpoint(pg, options.table, stored_key(source))
-        base = found.for_resume() if options.resume and found is not None else None
+        base = found if options.resume and found is not None else None
         report.resumed = base is not None
         start = base.resume_cursor if base else None
         report.start_cursor = start
-        checkpoint = ImportCheckpoint(
-            options.table,
-            stored_key(source),
-            source.name,
-            rows_read=base.rows_read if base else 0,
-            rows_written=base.rows_written if base else 0,
-            pages=base.pages if base else 0,
-        )
+        checkpoint = ImportCheckpoint.starting(options.table, stored_key(source), source.name, base)
         if progress is not None:
             progress.start("import", options.limit)
         target: _Target | None = None
