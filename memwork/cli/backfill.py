@@ -49,6 +49,10 @@ def backfill_command(
 ) -> None:
     """Copy active h5_user_memory_items into pgvector (dry run by default: reads MySQL only).
 
+    Writes and prunes only the backfill's own rows: an id another source (an import) holds in the
+    table is quarantined, never overwritten or deleted, and the run exits 3 (its own rows are done;
+    a person decides about the others).
+
     \b
     Example:
         MEMORY_BACKFILL_MYSQL_URL=mysql://... memwork backfill --limit 100
@@ -86,6 +90,10 @@ def backfill_command(
         emit_json(report.to_dict())
     else:
         _print_backfill(report.to_dict())
+    if report.owned_elsewhere:
+        from memwork.pgvector.backfill.ownership import OWNED_ELSEWHERE_EXIT
+
+        raise click.exceptions.Exit(OWNED_ELSEWHERE_EXIT)
 
 
 def _load_backfill_embedder(spec: str | None, module: str | None) -> Embedder | None:
@@ -113,6 +121,11 @@ def _print_backfill(data: dict[str, Any]) -> None:
             f"quarantined: {data['rowsQuarantined']} row(s) in this run, {data['rejectsTotal']} in "
             f"{data['rejectsTable']} for {data['table']} "
             "(not written; the backfill_verification report lists them)"
+        )
+    if data["ownedElsewhere"]:
+        click.echo(
+            f"owned elsewhere: {data['ownedElsewhere']} id(s) another source holds in {data['table']} "
+            "were quarantined, not overwritten or deleted (exit 3)"
         )
     for reject in data.get("quarantined", []):
         click.echo(f"  rejected {reject['id']}: {reject['reason']}")

@@ -93,7 +93,8 @@ def import_command(
 
     The source reads its backend's own variables (MEMORY_QDRANT_URL, ...) from the environment;
     --set overrides them. Applying is checkpointed per page and idempotent; --resume continues a
-    killed run.
+    killed run. An id another source (or the MySQL backfill) holds in the table is quarantined,
+    never overwritten, and the run exits 3 (its own rows are done; a person decides about the others).
 
     \b
     Example:
@@ -122,6 +123,10 @@ def import_command(
         emit_json(report.to_dict())
     else:
         _print_import(report.to_dict())
+    if report.owned_elsewhere:
+        from memwork.pgvector.backfill.ownership import OWNED_ELSEWHERE_EXIT
+
+        raise click.exceptions.Exit(OWNED_ELSEWHERE_EXIT)
 
 
 def _print_import(data: dict[str, Any]) -> None:
@@ -139,6 +144,11 @@ def _print_import(data: dict[str, Any]) -> None:
     if data["checkpoint"]:
         click.echo(f"checkpoint: {data['checkpoint']}")
     click.echo(f"elapsed: {data['elapsedSeconds']} s  ({data['rowsPerSecond']} rows/s)  run: {data['runId']}")
+    if data["ownedElsewhere"]:
+        click.echo(
+            f"owned elsewhere: {data['ownedElsewhere']} id(s) another source holds in {data['table']} "
+            "were quarantined, not overwritten (exit 3)"
+        )
     for reject in data["quarantined"]:
         click.echo(f"  rejected {reject['id']}: {reject['reason']}")
     for note in data["notes"]:

@@ -7,8 +7,9 @@ Kept: the id (``source_memory_id``), ``user_id`` exactly as given, ``session_id`
 Not written (quarantined with a reason naming the field): a record any field of which cannot be
 converted -- a timestamp that leaves the datetime range in UTC, metadata that is not a mapping, nested
 deeper than :data:`MAX_METADATA_DEPTH` or not JSON, a container where text belongs -- a second row for
-one id in one page (the last wins), an id another source already wrote into the table, a vector of
-the wrong shape.
+one id in one page (the last wins), a vector of the wrong shape. An id another source already wrote
+into the table is not written either, but that is the writer's check, in the upsert itself
+(:mod:`memwork.pgvector.backfill.ownership`), not a read made before it.
 """
 
 from __future__ import annotations
@@ -16,19 +17,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
-from memwork.identifiers import quote_identifier
 from memwork.migrate.source import SourceRecord
+from memwork.pgvector.backfill.ownership import SOURCE_MARKER as SOURCE_MARKER
 from memwork.pgvector.backfill.quarantine import Reject, precheck
-from memwork.redaction import first_line, redact_text
+from memwork.redaction import first_line
 
-if TYPE_CHECKING:
-    import psycopg
-
-SOURCE_MARKER = "_memworkSource"
 AGENT_MARKER = "_memworkAgentId"
 
 
@@ -255,29 +252,6 @@ def last_of_each_id(
 
 def _id_of(item: dict[str, Any] | Reject) -> str:
     return item.id if isinstance(item, Reject) else item["id"]
-
-
-def owned_elsewhere(
-    pg: psycopg.Connection[Any], table: str, source_key: str, rows: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], list[Reject]]:
-    """Rows whose id the table already holds from another source: quarantined, never overwritten."""
-    if not rows:
-        return rows, []
-    found = pg.execute(
-        f"SELECT source_memory_id, metadata->>%s FROM {quote_identifier(table)} "
-        "WHERE source_memory_id = ANY(%s) AND metadata->>%s IS DISTINCT FROM %s",
-        (SOURCE_MARKER, [row["id"] for row in rows], SOURCE_MARKER, source_key),
-    ).fetchall()
-    pg.commit()
-    if not found:
-        return rows, []
-    owner = {str(r[0]): r[1] or "the MySQL backfill or another writer" for r in found}
-    rejects = [
-        Reject.of(row, f"id already in {table} from {redact_text(owner[row['id']])}; not overwritten")
-        for row in rows
-        if row["id"] in owner
-    ]
-    return [row for row in rows if row["id"] not in owner], rejects
 
 
 def kept_vectors(

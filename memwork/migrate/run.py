@@ -26,7 +26,9 @@ written), a single odd row (other dimension, no vector, NaN) is quarantined. ``r
 embedder.
 
 A source id already in the table from *another* source (or from the MySQL backfill) is quarantined,
-never overwritten: two sources share one table only if their ids do not collide.
+never overwritten: the writer checks the owner in the upsert itself
+(:mod:`memwork.pgvector.backfill.ownership`), so a run racing another source's cannot take its rows.
+The report counts them in ``owned_elsewhere`` (the CLI then exits 3).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from memwork.errors import UsageError
 from memwork.identifiers import check_identifier
 from memwork.migrate.checkpoint import (
     ImportCheckpoint,
-    import_checkpoint_table_sql,
+    ensure_import_checkpoint_table,
     read_import_checkpoint,
     store_import_checkpoint,
 )
@@ -54,11 +56,11 @@ from memwork.migrate.rows import (
     convert_page,
     kept_vectors,
     model_of,
-    owned_elsewhere,
     vector_length,
 )
 from memwork.migrate.source import Source, SourceRecord, iter_pages, open_source
 from memwork.pgvector.backfill.options import MAX_BATCH_SIZE
+from memwork.pgvector.backfill.ownership import check_source_key, owned_elsewhere_count
 from memwork.pgvector.backfill.quarantine import (
     MAX_LISTED_REJECTS,
     REJECTS_TABLE,
@@ -188,6 +190,7 @@ class ImportReport:
     rows_read: int = 0
     rows_written: int = 0
     rows_quarantined: int = 0
+    owned_elsewhere: int = 0  # of rows_quarantined: ids another source owns in the table (not overwritten)
     duplicates: int = 0
     pages: int = 0
     users: dict[str, int] = field(default_factory=dict)
@@ -218,6 +221,7 @@ def run_import(options: ImportOptions, progress: Progress | None = None) -> Impo
     options.validate()
     source = resolve_source(options.source, options.env)
     try:
+        check_source_key(stored_key(source))
         if options.apply:
             return _apply(options, source, progress)
         return _dry_run(options, source, progress)
@@ -398,14 +402,7 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
         report.resumed = base is not None
         start = base.resume_cursor if base else None
         report.start_cursor = start
-        checkpoint = ImportCheckpoint(
-            options.table,
-            stored_key(source),
-            source.name,
-            rows_read=base.rows_read if base else 0,
-            rows_written=base.rows_written if base else 0,
-            pages=base.pages if base else 0,
-        )
+        checkpoint = ImportCheckpoint.starting(options.table, stored_key(source), source.name, base)
         if progress is not None:
             progress.start("import", options.limit)
         target: _Target | None = None
@@ -417,13 +414,11 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
                 target = _decide(pg, options, source, records, embedder, report)
                 has_rejects = count_rejects(pg, options.table) > 0
             _count_page(report, records, options.sample_size)
-            checkpoint = replace(
-                checkpoint,
+            checkpoint = checkpoint.after_page(
+                read_cursor=read_cursor,
                 next_cursor=read_cursor if cut else page.next_cursor,
-                last_cursor=read_cursor,
                 finished=page.next_cursor is None and not cut,
-                rows_read=checkpoint.rows_read + len(records),
-                pages=checkpoint.pages + 1,
+                rows_read=len(records),
                 run_id=report.run_id,
             )
             if target is None:  # nothing to write yet (empty pages): only the bookkeeping moves
@@ -436,7 +431,7 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
                     pg, options, source, records, target, checkpoint, now, has_rejects
                 )
                 has_rejects = has_rejects or bool(rejects)
-                checkpoint = replace(checkpoint, rows_written=checkpoint.rows_written + written)
+                checkpoint = checkpoint.with_written(written)
                 _note_written(report, written, rejects)
             if progress is not None:
                 progress.advance(len(records))
@@ -522,14 +517,14 @@ def _prepare(pg: psycopg.Connection[Any], table: str, dimensions: int, *, create
         with pg.transaction():
             for statement in schema_sql(table, dimensions, create_extension=True):
                 pg.execute(statement)
-    pg.execute(import_checkpoint_table_sql())
+    ensure_import_checkpoint_table(pg)
     register_vector(pg)
     register_packed_vectors(pg)
     prepare_session(pg)
 
 
 def _store_checkpoint_only(pg: psycopg.Connection[Any], checkpoint: ImportCheckpoint) -> None:
-    pg.execute(import_checkpoint_table_sql())
+    ensure_import_checkpoint_table(pg)
     with pg.transaction(), pg.cursor() as cur:
         store_import_checkpoint(cur, checkpoint)
 
@@ -549,8 +544,7 @@ def _write_page(
     key = stored_key(source)
     pairs, rejects = convert_page(records, key, now)
     rows = [row for row, _ in pairs]
-    good, more = owned_elsewhere(pg, options.table, key, rows)
-    rejects += more
+    good = rows  # ownership is the writer's check, inside its upsert
     by_id = {row["id"]: record for row, record in pairs}
     if target.vectors == "keep":
         good, vectors, odd = kept_vectors(good, by_id, target.dimensions, source.name, options.table)
@@ -561,7 +555,7 @@ def _write_page(
     batch = Batch(rows, good, vectors, rejects, None)
 
     def save(cur: psycopg.Cursor[Any], rows_total: int) -> None:
-        store_import_checkpoint(cur, replace(checkpoint, rows_written=rows_total))
+        store_import_checkpoint(cur, checkpoint.with_written(rows_total - checkpoint.rows_written))
 
     return write_batch(
         pg,
@@ -571,6 +565,7 @@ def _write_page(
         target.dimensions,
         checkpoint.rows_written,
         checkpoint.run_id or "",
+        owner=key,
         clear_rejects=has_rejects,
         save_checkpoint=save,
     )
@@ -579,6 +574,7 @@ def _write_page(
 def _note_written(report: ImportReport, written: int, rejects: list[Reject]) -> None:
     report.rows_written += written
     report.rows_quarantined += len(rejects)
+    report.owned_elsewhere += owned_elsewhere_count(rejects)
     room = MAX_LISTED_REJECTS - len(report.quarantined)
     report.quarantined.extend(reject.to_json() for reject in rejects[: max(room, 0)])
 

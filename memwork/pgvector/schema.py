@@ -52,6 +52,16 @@ def check_dimensions(dimensions: object) -> int:
     return dimension("dimensions", dimensions)
 
 
+#: transaction-level advisory lock around memwork's ``CREATE ... IF NOT EXISTS``: two runs starting at
+#: once would otherwise race in the catalog (``duplicate key value violates ... pg_type_typname_nsp_index``)
+DDL_LOCK_KEY = 0x6D656D776F726B  # "memwork"
+
+
+def lock_ddl(conn: psycopg.Connection[Any]) -> None:
+    """Serialise memwork's schema statements with other runs' until this transaction ends."""
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK_KEY,))
+
+
 def checkpoint_table_sql() -> str:
     """The backfill's checkpoint table: one row per destination table, written with each batch."""
     return (
@@ -131,6 +141,7 @@ def ensure_schema(
 
     statements = schema_sql(table, dimensions, create_extension, create_vector_index)
     with pg_connect(url) as conn:
+        lock_ddl(conn)
         existing = table_dimensions(conn, table)
         if existing is not None and existing != dimensions:
             raise UsageError("dimensions", dimensions, f"table {table} already has vector({existing})")

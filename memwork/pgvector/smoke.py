@@ -4,6 +4,9 @@ Inserts three ``memory-v2-smoke-<run>-*`` rows with deterministic vectors for a 
 real adapter (:class:`~memwork.backends.pgvector.PgvectorBackend`) for that user's nearest memories,
 checks the order, and deletes exactly its own rows unless ``keep``. Never reads ``DATABASE_URL``; with
 no URL it runs against the embedded PostgreSQL.
+
+Its rows are owned by :data:`~memwork.pgvector.backfill.ownership.SMOKE_OWNER` like any source's: an
+id already held by another source is neither overwritten nor deleted (the insert check fails).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import numpy as np
 
 from memwork.backends.pgvector import PgvectorBackend
 from memwork.errors import UsageError
-from memwork.identifiers import check_identifier, quote_identifier
+from memwork.identifiers import check_identifier
+from memwork.pgvector.backfill.ownership import SMOKE_OWNER, delete_owned, stamped_metadata_sql, upsert_sql
 from memwork.pgvector.schema import DEFAULT_TABLE, SMOKE_PREFIX, ensure_schema, table_dimensions
 
 if TYPE_CHECKING:
@@ -110,8 +114,8 @@ def run_smoke(
             return report
         register_vector(conn)
         try:
-            _insert(conn, table, user_id, ids, vectors)
-            report.checks.append({"check": "insert", "ok": True, "rows": len(ids)})
+            inserted = _insert(conn, table, user_id, ids, vectors)
+            report.checks.append({"check": "insert", "ok": inserted == len(ids), "rows": inserted})
             _resolve_check(url, table, user_id, query, report)
         finally:
             if not keep:
@@ -122,17 +126,20 @@ def run_smoke(
 
 def _insert(
     conn: psycopg.Connection[Any], table: str, user_id: str, ids: list[str], vectors: list[np.ndarray]
-) -> None:
+) -> int:
+    """Insert (or refresh its own) smoke rows; returns how many -- fewer when another source owns an id."""
+    metadata, params = stamped_metadata_sql("'{\"smoke\": true}'::jsonb", SMOKE_OWNER)
+    columns = ("user_id", "content", "embedding", "embedding_model", "type", "source_memory_id", "metadata")
+    select_sql = f"SELECT %s, %s, %s::vector, %s, 'fact', %s, {metadata}"
+    written = 0
     # the far row is inserted first so an unordered read would come back in the wrong order
     with conn.transaction():
         for source_id, vector in reversed(list(zip(ids, vectors, strict=True))):
-            conn.execute(
-                f"INSERT INTO {quote_identifier(table)} "
-                "(user_id, content, embedding, embedding_model, type, source_memory_id, metadata) "
-                "VALUES (%s, %s, %s, %s, 'fact', %s, '{\"smoke\": true}'::jsonb) "
-                "ON CONFLICT (source_memory_id) DO UPDATE SET embedding = EXCLUDED.embedding",
-                (user_id, f"smoke memory {source_id}", vector, SMOKE_MODEL, source_id),
-            )
+            written += conn.execute(
+                upsert_sql(table, columns, select_sql),
+                (user_id, f"smoke memory {source_id}", vector, SMOKE_MODEL, source_id, *params),
+            ).rowcount
+    return written
 
 
 def _resolve_check(url: str, table: str, user_id: str, query: np.ndarray, report: SmokeReport) -> None:
@@ -152,6 +159,7 @@ def _resolve_check(url: str, table: str, user_id: str, query: np.ndarray, report
 
 
 def _cleanup(conn: psycopg.Connection[Any], table: str, ids: list[str]) -> int:
-    with conn.transaction():
-        cur = conn.execute(f"DELETE FROM {quote_identifier(table)} WHERE source_memory_id = ANY(%s)", (ids,))
-    return cur.rowcount
+    """Delete the smoke's own rows among ``ids`` (another source's row with such an id stays)."""
+    with conn.transaction(), conn.cursor() as cur:
+        deleted, _kept = delete_owned(cur, table, SMOKE_OWNER, ids)
+    return len(deleted)

@@ -2,7 +2,9 @@
 
 ``options`` (what to do, the cursor, the report) -> ``reader`` (keyset pages from MySQL) -> ``quarantine``
 (pre-check and embed, poison rows set aside) -> ``writer`` (COPY + upsert + ``checkpoint`` in one transaction)
--> ``reconcile`` (inactive and orphan rows). The parts never call back up into ``run``.
+-> ``reconcile`` (inactive and orphan rows). The parts never call back up into ``run``. ``ownership`` is the
+rule every writer of a destination table applies (the import and the smoke check too): a row belongs to the
+source that wrote it, and no other source overwrites or deletes it.
 """
 
 from memwork.pgvector.backfill.checkpoint import checkpoint_path, load_checkpoint, read_json_checkpoint

@@ -189,6 +189,7 @@ class BackfillReport:
     quarantined: list[dict[str, str]] = field(default_factory=list)  # the first few {id, reason}
     rejects_table: str | None = None
     rejects_total: int | None = None  # rejects recorded for the table, this run's and earlier ones
+    owned_elsewhere: int = 0  # of rows_quarantined: ids another source owns (not overwritten or deleted)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -63,6 +63,7 @@ def rejects_table_sql() -> str:
         "  run_id TEXT NOT NULL,\n"
         "  first_seen TIMESTAMPTZ NOT NULL DEFAULT NOW(),\n"
         "  last_seen TIMESTAMPTZ NOT NULL DEFAULT NOW(),\n"
+        "  source_key TEXT,\n"
         "  PRIMARY KEY (target_table, source_memory_id)\n"
         ")"
     )
@@ -271,24 +272,39 @@ def blames_rows(exc: BaseException) -> bool:
     return state[:2] in _ROW_ERROR_CLASSES
 
 
-def store_rejects(cur: psycopg.Cursor[Any], table: str, rejects: Sequence[Reject], run_id: str) -> None:
-    """Record (or refresh) ``rejects`` for ``table`` in the batch's transaction."""
+def store_rejects(
+    cur: psycopg.Cursor[Any],
+    table: str,
+    rejects: Sequence[Reject],
+    run_id: str,
+    *,
+    source_key: str | None = None,
+) -> None:
+    """Record (or refresh) ``rejects`` for ``table`` in the batch's transaction, as ``source_key``'s
+    (the source that could not write them; the column exists once a writer prepared its session)."""
     cur.executemany(
         f"INSERT INTO {quote_identifier(REJECTS_TABLE)} AS r "
-        "(target_table, source_memory_id, source_updated_at, reason, run_id) VALUES (%s, %s, %s, %s, %s) "
+        "(target_table, source_memory_id, source_updated_at, reason, run_id, source_key) "
+        "VALUES (%s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (target_table, source_memory_id) DO UPDATE SET "
         "source_updated_at = EXCLUDED.source_updated_at, reason = EXCLUDED.reason, "
-        "run_id = EXCLUDED.run_id, last_seen = NOW()",
-        [(table, r.id, r.updated_at, r.reason, run_id) for r in rejects],
+        "run_id = EXCLUDED.run_id, source_key = EXCLUDED.source_key, last_seen = NOW()",
+        [(table, r.id, r.updated_at, r.reason, run_id, source_key) for r in rejects],
     )
 
 
-def clear_written_rejects(cur: psycopg.Cursor[Any], table: str, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Rows written now are no longer quarantined (fixed at the source and read again)."""
+def clear_written_rejects(
+    cur: psycopg.Cursor[Any], table: str, rows: Sequence[Mapping[str, Any]], *, source_key: str | None = None
+) -> None:
+    """Rows ``source_key`` wrote now are no longer its rejects (fixed at the source and read again).
+
+    Another source's reject of the same id stays: that source still could not write it (the row is
+    this one's). A reject recorded before rejects had a source is cleared by any writer, as before."""
     cur.execute(
         f"DELETE FROM {quote_identifier(REJECTS_TABLE)} "
-        "WHERE target_table = %s AND source_memory_id = ANY(%s)",
-        (table, [printable(row["id"]) for row in rows]),
+        "WHERE target_table = %s AND source_memory_id = ANY(%s) "
+        "AND (source_key IS NULL OR source_key IS NOT DISTINCT FROM %s)",
+        (table, [printable(row["id"]) for row in rows], source_key),
     )
 
 

@@ -14,6 +14,10 @@ and the reason in ``memwork_backfill_rejects`` (like pgloader's reject file, but
 verification) -- and the run continues past it: the checkpoint advances, so ``--resume`` does not
 retry it forever. Fixed at the source (which moves its ``updated_at`` past the checkpoint), the row
 is read again, written, and its reject is cleared.
+
+Ownership: the backfill writes and prunes only its own rows (:mod:`.ownership`: rows without an
+``_memworkSource`` marker). An id an import already wrote into the table is quarantined, named with
+its owner and counted in ``owned_elsewhere`` -- never overwritten or deleted.
 """
 
 from __future__ import annotations
@@ -30,7 +34,13 @@ from memwork.pgvector.backfill.checkpoint import (
     read_rows_written,
 )
 from memwork.pgvector.backfill.options import BackfillOptions, BackfillReport, cursor_of
-from memwork.pgvector.backfill.quarantine import REJECTS_TABLE, RowEmbedder, count_rejects, precheck
+from memwork.pgvector.backfill.quarantine import (
+    MAX_LISTED_REJECTS,
+    REJECTS_TABLE,
+    RowEmbedder,
+    count_rejects,
+    precheck,
+)
 from memwork.pgvector.backfill.reader import (
     count_after,
     iter_batches,
@@ -126,13 +136,26 @@ def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillRepor
                     good, vectors, failed = row_embedder.embed(good)
                     report.rows_read += len(rows)
                     writer.submit(Batch(rows, good, vectors, rejects + failed, cursor_of(rows[-1])))
-            report.inactive = inactive_report(my, pg, options.table, options.prune_inactive)
+            report.inactive = inactive_report(my, pg, options.table, options.prune_inactive, report.run_id)
+            if options.prune_inactive:
+                _note_prune_quarantine(report)
         report.models_in_table = models_in_table(pg, options.table)
         report.rejects_total = count_rejects(pg, options.table)
     report.elapsed_seconds = round(time.perf_counter() - started, 3)
     if report.elapsed_seconds > 0:
         report.rows_per_second = round(report.rows_written / report.elapsed_seconds, 1)
     return report
+
+
+def _note_prune_quarantine(report: BackfillReport) -> None:
+    """The rows a prune left because another source owns them (each quarantined) count as this
+    run's quarantine."""
+    assert report.inactive is not None
+    left = int(report.inactive["ownedElsewhere"])
+    report.owned_elsewhere += left
+    report.rows_quarantined += left
+    room = MAX_LISTED_REJECTS - len(report.quarantined)
+    report.quarantined.extend(report.inactive["quarantined"][: max(room, 0)])
 
 
 def _new_run_id() -> str:

@@ -1,6 +1,11 @@
 """The PostgreSQL side: binary COPY into a staging table, one ``INSERT ... ON CONFLICT`` per batch, committed
 with its rejects and checkpoint in one transaction, on a writer thread that overlaps the next batch's
-embedding."""
+embedding.
+
+Every write goes through :func:`write_batch` with its ``owner`` (the source key; the backfill's is
+:data:`~memwork.pgvector.backfill.ownership.BACKFILL_OWNER`): a row another source owns is never
+overwritten -- the upsert itself checks the owner (:mod:`memwork.pgvector.backfill.ownership`) and the
+record is quarantined, naming the owner."""
 
 from __future__ import annotations
 
@@ -19,17 +24,27 @@ from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
 from memwork.pgvector.backfill.checkpoint import save_json_checkpoint, store_checkpoint
 from memwork.pgvector.backfill.options import BackfillReport, Cursor, cursor_of
+from memwork.pgvector.backfill.ownership import (
+    BACKFILL_OWNER,
+    OwnedElsewhere,
+    owned_elsewhere_count,
+    owners_of,
+    stamped_metadata_sql,
+    upsert_sql,
+)
 from memwork.pgvector.backfill.quarantine import (
     MAX_LISTED_REJECTS,
+    REJECTS_TABLE,
     Reject,
     blames_rows,
     clear_written_rejects,
     count_rejects,
+    printable,
     reject_reason,
     rejects_table_sql,
     store_rejects,
 )
-from memwork.pgvector.schema import checkpoint_table_sql, table_dimensions
+from memwork.pgvector.schema import checkpoint_table_sql, lock_ddl, table_dimensions
 from memwork.progress import Progress
 
 if TYPE_CHECKING:
@@ -51,6 +66,9 @@ _DEST_COLUMNS = (
     "created_at",
     "updated_at",
 )
+
+
+_SELECTED = {stamp: f"({stamp}::timestamp AT TIME ZONE 'UTC')" for stamp in ("created_at", "updated_at")}
 
 
 _COPY_TYPES = ["text", "text", "text", "vector", "text", "text", "text", "text", "text", "text", "text"]
@@ -122,6 +140,7 @@ class BatchWriter:
                     self.report.dimensions or 0,
                     self.rows_total,
                     self.report.run_id or "",
+                    owner=BACKFILL_OWNER,
                     clear_rejects=self.has_rejects,
                 )
                 self.rows_total += written
@@ -137,6 +156,7 @@ class BatchWriter:
         report.last_checkpoint = batch.cursor.to_json() if batch.cursor is not None else None
         report.rows_written += written
         report.rows_quarantined += len(rejects)
+        report.owned_elsewhere += owned_elsewhere_count(rejects)
         room = MAX_LISTED_REJECTS - len(report.quarantined)
         report.quarantined.extend(reject.to_json() for reject in rejects[: max(room, 0)])
         report.batches += 1
@@ -159,8 +179,11 @@ def check_destination(pg: psycopg.Connection[Any], table: str, dimensions: int, 
 
 def prepare_session(pg: psycopg.Connection[Any]) -> None:
     """Checkpoint and rejects tables (bookkeeping, created if missing) and this session's staging table."""
-    pg.execute(checkpoint_table_sql())
-    pg.execute(rejects_table_sql())
+    with pg.transaction():
+        lock_ddl(pg)
+        pg.execute(checkpoint_table_sql())
+        pg.execute(rejects_table_sql())
+        _add_rejects_source_column(pg)
     pg.execute(
         f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} ("
         "source_memory_id TEXT, user_id TEXT, content TEXT, embedding vector, embedding_model TEXT, "
@@ -168,6 +191,20 @@ def prepare_session(pg: psycopg.Connection[Any]) -> None:
         "created_at TEXT, updated_at TEXT) ON COMMIT DELETE ROWS"
     )
     pg.commit()
+
+
+def _add_rejects_source_column(pg: psycopg.Connection[Any]) -> None:
+    """Rejects tables made before rejects had their source: add ``source_key`` (NULL for old rows).
+
+    Looked up first: ``ALTER TABLE`` takes an exclusive lock even when the column exists."""
+    if pg_value(
+        pg,
+        "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+        "AND attname = 'source_key' AND NOT attisdropped",
+        (REJECTS_TABLE,),
+    ):
+        return
+    pg.execute(f"ALTER TABLE {quote_identifier(REJECTS_TABLE)} ADD COLUMN IF NOT EXISTS source_key TEXT")
 
 
 @dataclass
@@ -221,32 +258,41 @@ def write_batch(
     rows_before: int,
     run_id: str,
     *,
+    owner: str,
     clear_rejects: bool = False,
     save_checkpoint: Callable[[psycopg.Cursor[Any], int], None] | None = None,
 ) -> tuple[int, list[Reject]]:
-    """Upsert the batch and commit it with its rejects and checkpoint; returns (rows written, rejects).
+    """Upsert the batch as ``owner``'s rows and commit it with its rejects and checkpoint; returns
+    (rows written, rejects).
 
-    The batch is tried whole first (inside a savepoint); an error that blames the values is retried
-    row by row, each row in its own savepoint, so one poison row costs only itself. The checkpoint is
-    the backfill's keyset cursor, or ``save_checkpoint(cur, rows_total)`` (the import run's own
-    checkpoint table) -- either way in the batch's transaction. A row's own ``embedding_model`` key,
-    when present, overrides ``model_id`` (vectors kept from a source carry their model)."""
+    A row another source owns is not overwritten: the upsert checks the owner in the same statement
+    and the row becomes an :class:`~memwork.pgvector.backfill.ownership.OwnedElsewhere` reject. The
+    batch is tried whole first (inside a savepoint); an error that blames the values is retried row by
+    row, each row in its own savepoint, so one poison row costs only itself. The checkpoint is the
+    backfill's keyset cursor, or ``save_checkpoint(cur, rows_total)`` (the import run's own checkpoint
+    table) -- either way in the batch's transaction. A row's own ``embedding_model`` key, when present,
+    overrides ``model_id`` (vectors kept from a source carry their model)."""
     rejects = list(batch.rejects)
     with pg.transaction(), pg.cursor() as cur:
-        written = batch.rows
-        if written:
+        written: list[dict[str, Any]] = []
+        if batch.rows:
+            failed: list[Reject] = []
             try:
                 with pg.transaction():
-                    _upsert(cur, table, batch.rows, batch.vectors, model_id)
+                    done = _upsert(cur, table, batch.rows, batch.vectors, model_id, owner)
             except Exception as exc:
                 if not blames_rows(exc):
                     raise
-                written, failed = _upsert_one_by_one(pg, cur, table, batch, model_id)
-                rejects.extend(failed)
+                done, failed = _upsert_one_by_one(pg, cur, table, batch, model_id, owner)
+            failed_ids = {reject.id for reject in failed}
+            written = [row for row in batch.rows if row["id"] in done]
+            left = [row for row in batch.rows if row["id"] not in done]
+            rejects += failed
+            rejects += _owned_elsewhere(cur, table, [r for r in left if printable(r["id"]) not in failed_ids])
         if clear_rejects and written:
-            clear_written_rejects(cur, table, written)
+            clear_written_rejects(cur, table, written, source_key=owner)
         if rejects:
-            store_rejects(cur, table, rejects, run_id)
+            store_rejects(cur, table, rejects, run_id, source_key=owner)
         if save_checkpoint is not None:
             save_checkpoint(cur, rows_before + len(written))
         else:
@@ -256,23 +302,49 @@ def write_batch(
     return len(written), rejects
 
 
+def _owned_elsewhere(
+    cur: psycopg.Cursor[Any], table: str, taken: list[dict[str, Any]]
+) -> list[OwnedElsewhere]:
+    """The rows the upsert left alone, each named with the source that owns it (locked since the
+    upsert, so the owner read here is the one that stands at commit)."""
+    if not taken:
+        return []
+    owner = owners_of(cur, table, [row["id"] for row in taken])
+    return [OwnedElsewhere.taken(row, table, owner.get(row["id"], "an unknown writer")) for row in taken]
+
+
 def _upsert_one_by_one(
-    pg: psycopg.Connection[Any], cur: psycopg.Cursor[Any], table: str, batch: Batch, model_id: str
-) -> tuple[list[dict[str, Any]], list[Reject]]:
-    written: list[dict[str, Any]] = []
+    pg: psycopg.Connection[Any],
+    cur: psycopg.Cursor[Any],
+    table: str,
+    batch: Batch,
+    model_id: str,
+    owner: str,
+) -> tuple[set[str], list[Reject]]:
+    done: set[str] = set()
     rejects: list[Reject] = []
-    for k, row in enumerate(batch.rows):
+    for k in _in_table_order(cur, batch.rows):
+        row = batch.rows[k]
         try:
             with pg.transaction():
-                _upsert(cur, table, [row], batch.vectors[k : k + 1], model_id)
+                got = _upsert(cur, table, [row], batch.vectors[k : k + 1], model_id, owner)
                 cur.execute(f"DELETE FROM {STAGE_TABLE}")  # the next row's INSERT must not see it
         except Exception as exc:
             if not blames_rows(exc):
                 raise
             rejects.append(Reject.of(row, f"postgresql: {reject_reason(exc)}"))
             continue
-        written.append(row)
-    return written, rejects
+        done |= got
+    return done, rejects
+
+
+def _in_table_order(cur: psycopg.Cursor[Any], rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Positions of ``rows`` in the table's id order (its collation, as the upsert's ORDER BY sorts)."""
+    cur.execute(
+        "SELECT k - 1 FROM unnest(%s::text[]) WITH ORDINALITY AS r(id, k) ORDER BY id, k",
+        ([printable(row["id"]) for row in rows],),
+    )
+    return [int(r[0]) for r in cur.fetchall()]
 
 
 def _upsert(
@@ -281,14 +353,11 @@ def _upsert(
     rows: Sequence[Mapping[str, Any]],
     vectors: np.ndarray,
     model_id: str,
-) -> None:
-    """COPY ``rows`` into the staging table, then one ``INSERT ... ON CONFLICT`` into ``table``."""
-    target = quote_identifier(table)
+    owner: str,
+) -> set[str]:
+    """COPY ``rows`` into the staging table, then one ``INSERT ... ON CONFLICT`` into ``table`` that
+    touches only ``owner``'s rows; returns the ids written."""
     columns = ", ".join(_DEST_COLUMNS)
-    merged = columns.replace("metadata", "coalesce(metadata::jsonb, '{}'::jsonb)")
-    for stamp in ("created_at", "updated_at"):
-        merged = merged.replace(stamp, f"({stamp}::timestamp AT TIME ZONE 'UTC')")
-    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in _DEST_COLUMNS if c != "source_memory_id")
     with cur.copy(f"COPY {STAGE_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
         copy.set_types(_COPY_TYPES)
         for row, vector in zip(rows, _pack_vectors(vectors), strict=True):
@@ -307,7 +376,14 @@ def _upsert(
                     row["updated_at"],
                 )
             )
-    cur.execute(
-        f"INSERT INTO {target} ({columns}) SELECT {merged} FROM {STAGE_TABLE} "
-        f"ON CONFLICT (source_memory_id) DO UPDATE SET {updates}"
+    metadata, params = stamped_metadata_sql("parsed.m", owner)
+    values = [_SELECTED.get(c, c) for c in _DEST_COLUMNS]
+    values[_DEST_COLUMNS.index("metadata")] = metadata
+    # in id order: every writer locks the rows it meets in one order, so two never deadlock
+    select_sql = (
+        f"SELECT {', '.join(values)} FROM {STAGE_TABLE} "
+        "CROSS JOIN LATERAL (SELECT coalesce(metadata::jsonb, '{}'::jsonb) AS m) AS parsed "
+        "ORDER BY source_memory_id"
     )
+    cur.execute(upsert_sql(table, _DEST_COLUMNS, select_sql), params)
+    return {str(r[0]) for r in cur.fetchall()}
