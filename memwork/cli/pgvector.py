@@ -95,11 +95,11 @@ def url_command(name: str, stop: bool, as_json: bool) -> None:
     from memwork import embedded_pg
 
     if stop:
-        embedded_pg.release()
+        was_running = embedded_pg.release()
         if as_json:
-            emit_json({"stopped": True})
+            emit_json({"stopped": True, "was_running": was_running})
         else:
-            click.echo("stopped", err=True)
+            click.echo("stopped" if was_running else "not running (nothing to stop)", err=True)
         return
     # kept running past this process and every later pg://embedded user (see memwork.embedded_pg)
     embedded_pg.keep_running()
