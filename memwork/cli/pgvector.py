@@ -6,6 +6,7 @@ import click
 
 from memwork.cli.options import F, apply_option, emit_json, json_option
 from memwork.errors import UsageError
+from memwork.identifiers import check_identifier
 from memwork.pgvector.schema import DEFAULT_DIMENSIONS, DEFAULT_TABLE
 
 PG_URL_ENV = "MEMORY_PGVECTOR_DATABASE_URL"
@@ -101,6 +102,7 @@ def url_command(name: str, stop: bool, as_json: bool) -> None:
         else:
             click.echo("stopped" if was_running else "not running (nothing to stop)", err=True)
         return
+    check_identifier(name, field="database")  # bad input: refused before a server starts
     # kept running past this process and every later pg://embedded user (see memwork.embedded_pg)
     embedded_pg.keep_running()
     url = embedded_pg.server_url(name)
