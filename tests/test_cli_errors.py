@@ -231,3 +231,11 @@ def test_reading_commands_leave_no_workspace(tmp_path, monkeypatch, args):
     (code, _stdout, stderr), left = _memwork_in_empty_folder(tmp_path, args, monkeypatch)
     assert code == 0, stderr
     assert left == []
+
+
+def test_the_first_write_creates_the_workspace(tmp_path, monkeypatch):
+    """Lazily, not never: the default legacy store's SQLite file is made in a new workspace folder
+    (SQLite creates a file, not its folder) by the first command that writes there."""
+    (code, _stdout, stderr), left = _memwork_in_empty_folder(tmp_path, ["check", "health"], monkeypatch)
+    assert code == 0, stderr
+    assert "home/legacy.db" in left
