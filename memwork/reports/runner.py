@@ -282,7 +282,9 @@ def run_report(
     raises :class:`ReportExecutionError` *after* every artifact has been written; it carries the
     cell (index, execution count, exception name and value), the run folder and ``.run``. A cell
     that refuses the input (a :class:`UsageError`) raises :class:`ReportInputRefused` instead, with
-    the run folder (and a reports folder this run created) removed: bad input writes nothing.
+    the run folder (and a reports folder this run created) removed: bad input writes nothing, and
+    there is no run to return, so it is raised with ``raise_on_error`` false too (that flag returns
+    the run of a started run whose cell failed).
     """
     notebook = find_notebook(name)
     report_name = notebook.stem
