@@ -69,7 +69,7 @@ SHELL_NAMES = frozenset(
     {"PWD", "OLDPWD", "HOME", "PATH", "USER", "LOGNAME", "SHELL", "TMPDIR", "RANDOM", "SECONDS", "UID"}
 )
 _SCRIPT = r"""
-trap '__walk_rc=$?; env -0 > "$__WALK_ENV_OUT"; pwd > "$__WALK_CWD_OUT"; exit $__walk_rc' EXIT
+trap '__WALK_RC=$?; env -0 > "$__WALK_ENV_OUT"; pwd > "$__WALK_CWD_OUT"; exit $__WALK_RC' EXIT
 set -a -u -o pipefail
 eval "$__WALK_COMMAND"
 """
