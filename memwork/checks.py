@@ -1,4 +1,5 @@
-"""Small value checks written once: booleans from text, numbers from 0 to 1, vector dimensions.
+"""Small value checks written once: booleans from text, numbers from 0 to 1, vector dimensions, the
+address a server listens on.
 
 Each check turns user-supplied text into a value or raises :class:`~memwork.errors.UsageError` naming
 the field, so environment variables, notebook parameters and CLI options agree on what is valid.
@@ -6,10 +7,14 @@ the field, so environment variables, notebook parameters and CLI options agree o
 
 from __future__ import annotations
 
+import errno
+import ipaddress
 import math
 import numbers
+import re
+import socket
 
-from memwork.errors import UsageError
+from memwork.errors import MemworkError, UsageError
 
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 FALSE_WORDS = frozenset({"0", "false", "no", "off"})
@@ -66,3 +71,61 @@ def both_or_neither(first: str, first_value: str, second: str, second_value: str
     if bool(first_value) != bool(second_value):
         given, missing = (first, second) if first_value else (second, first)
         raise UsageError(missing, "", f"give both {first} and {second}, or neither ({given} is set)")
+
+
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+LISTEN_HINT = "must be an IP address of this machine (127.0.0.1, 0.0.0.0, ::) or a host name it resolves"
+
+
+def listen_address(host: str, port: int) -> tuple[str, int]:
+    """An address a server can listen on, checked before anything starts: ``host`` is an IP address
+    or a well-formed host name that resolves (a dotted quad out of range such as ``999.1.1.1`` is
+    refused without a DNS lookup), and binding ``(host, port)`` works now.
+
+    UsageError (exit 2) naming ``host`` for a malformed, unresolvable or foreign address; ``port``
+    out of 0..65535 likewise; a :class:`~memwork.errors.MemworkError` (exit 1) when the address is
+    fine but cannot be taken now (the port is in use, or needs privileges): not bad input."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise UsageError("port", port, "must be an integer from 0 to 65535")
+    text = host.strip() if isinstance(host, str) else ""
+    if not text or not (_is_ip_address(text) or _is_host_name(text)):
+        raise UsageError("host", host, LISTEN_HINT)
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            text, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (OSError, UnicodeError):
+        raise UsageError("host", host, f"{LISTEN_HINT}; it does not resolve") from None
+    _probe_bind(host, port, family, kind, proto, address)
+    return text, port
+
+
+def _is_ip_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_host_name(text: str) -> bool:
+    """RFC 1123 labels; the last one not all digits (that is an IPv4 address, or a broken one)."""
+    labels = text.rstrip(".").split(".")
+    return (
+        len(text) <= 253
+        and all(_HOST_LABEL.fullmatch(label) for label in labels)
+        and not labels[-1].isdigit()
+    )
+
+
+def _probe_bind(host: str, port: int, family: int, kind: int, proto: int, address: tuple) -> None:
+    """Bind and release at once (no listen, so no TIME_WAIT): the error a server would hit, now."""
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise UsageError("host", host, "not an address of this machine") from None
+            reason = "in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+            raise MemworkError(f"cannot listen on {host} port {port}: {reason}") from None

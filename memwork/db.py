@@ -120,11 +120,25 @@ def get_engine(url: str | DatabaseURL) -> Engine:
             kwargs: dict = {"future": True, "pool_pre_ping": True}
             if key.startswith("mysql"):
                 kwargs["connect_args"] = {"charset": "utf8mb4", "connect_timeout": 5}
+            if key.startswith("sqlite"):
+                _prepare_sqlite_file(key)
             engine = create_engine(key, **kwargs)
             if key.startswith("sqlite"):
                 event.listen(engine, "connect", _sqlite_pragmas)
             _engines[key] = engine
         return engine
+
+
+def _prepare_sqlite_file(sqlalchemy_url: str) -> None:
+    """A SQLite file in the workspace (the default legacy store): the workspace is created now, when
+    the file is about to be opened, not when its URL was merely computed."""
+    from sqlalchemy.engine import make_url
+
+    from memwork.workspace import prepare_workspace_file
+
+    database = make_url(sqlalchemy_url).database
+    if database and database != ":memory:" and not database.startswith("file:"):
+        prepare_workspace_file(database)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

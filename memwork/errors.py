@@ -276,6 +276,19 @@ class ReportExecutionError(MemworkError):
         return f"cell {self.exec_count}" if self.exec_count else f"cell #{self.cell_index}"
 
 
+class ReportInputRefused(UsageError):
+    """A report's own checks refused its input (a cell raised a :class:`UsageError` subclass named
+    ``ename``): bad input, exit 2, and the run folder was removed -- a refused run writes nothing.
+    Artifacts are for a run that started, whose input was accepted (:class:`ReportExecutionError`)."""
+
+    def __init__(self, report: str, ename: str, evalue: str) -> None:
+        self.report = report
+        self.ename = ename
+        self.evalue = evalue
+        self.field, self.value, self.problem = "report", report, evalue
+        MemworkError.__init__(self, f"report {report}: {ename}: {evalue} (nothing written)")
+
+
 def is_usage_error_name(ename: str) -> bool:
     """Whether ``ename`` (an exception's class name, as a notebook kernel reports it) is
     :class:`UsageError` or one of its subclasses -- bad input, exit 2. Every such class is defined

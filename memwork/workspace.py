@@ -1,6 +1,10 @@
 """The memwork workspace: one folder holding embedded databases, checkpoints and journals.
 
 Defaults to ``./.memwork`` (override with ``MEMWORK_HOME``), so ``make demo`` needs no configuration.
+
+The folder is created lazily, by whatever first writes into it (``path.mkdir(parents=True)`` next to
+the write), never by asking where it is: a command refused for bad input, or one that only reads,
+leaves no empty workspace behind.
 """
 
 from __future__ import annotations
@@ -12,12 +16,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def workspace_dir(create: bool = True) -> Path:
-    """The workspace folder: ``$MEMWORK_HOME`` or ``./.memwork``."""
+def workspace_dir(create: bool = False) -> Path:
+    """The workspace folder: ``$MEMWORK_HOME`` or ``./.memwork``; created only with ``create``
+    (a writer creates the subfolder it writes, which creates this one)."""
     path = Path(os.environ.get("MEMWORK_HOME") or ".memwork").expanduser().resolve()
     if create:
         path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def prepare_workspace_file(path: str | Path) -> None:
+    """Create the folder of ``path``, a file about to be opened for writing, when it lies inside the
+    workspace (the workspace's SQLite files: SQLite creates a file, never its folder). A path outside
+    the workspace is the user's: a missing folder there stays an error, not a typo made real."""
+    target = Path(path).expanduser().resolve()
+    if target.parent.is_relative_to(workspace_dir()):
+        target.parent.mkdir(parents=True, exist_ok=True)
 
 
 @contextmanager
@@ -27,12 +41,12 @@ def using_workspace(path: str | Path | None) -> Iterator[Path]:
     Scoped, not a lasting ``os.environ`` write: the embedded server, and report kernels (which inherit
     the environment), find the same folder, and the caller's process is left as it was."""
     if path is None:
-        yield workspace_dir()
+        yield workspace_dir(create=True)
         return
     saved = os.environ.get("MEMWORK_HOME")
     os.environ["MEMWORK_HOME"] = str(Path(path).expanduser().resolve())
     try:
-        yield workspace_dir()
+        yield workspace_dir(create=True)
     finally:
         if saved is None:
             os.environ.pop("MEMWORK_HOME", None)

@@ -17,8 +17,14 @@ convention (also written down in ``runbooks/README.md``):
 - ``# expect: exit N`` as a trailing comment of a command: its expected exit status (default 0).
   ``# expect: exit N, output TEXT`` also requires TEXT in its stdout or stderr.
 - One shell session: every variable a command assigns (plain ``X=1`` too) and a ``cd`` carry over to
-  the next command and the next block, like a terminal. ``set -u -o pipefail``: a variable neither
-  assigned by the runbook nor provided by the walk fails the command naming it.
+  the next command and the next block, like a terminal. ``set -u -o pipefail``: a variable the
+  runbook uses before it sets it fails the command naming it.
+- Only what the runbook sets: a walk runs the runbook as its reader would, so the test may provide
+  only the variables the runbook's skipped "production values" blocks assign (their stand-ins: its
+  own servers and ports); any other variable the test sets is refused (:class:`RunbookError`), and a
+  variable the runbook uses is never inherited from the machine's environment. Before anything runs,
+  every ``$NAME`` the walked commands use must be assigned earlier in the runbook (a command, a
+  ``for NAME in``, a ``jq --arg NAME``, or a production-values block): a gap is named with its line.
 - A service started in the background (``memwork serve ... > serve.log 2>&1 & SERVE_PID=$!``) keeps
   running across commands; whatever a walk started and is still running is stopped when it ends.
 
@@ -52,8 +58,18 @@ _EXIT = re.compile(r"^exit\s+(?P<code>\d+)$")
 _OUTPUT = re.compile(r"^output\s+(?P<text>.+)$")
 _HEADING = re.compile(r"^(#{1,6})\s+(?P<title>.+?)\s*$")
 _DROPPED_VARS = {"_", "SHLVL", "PWD", "OLDPWD"}
+_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+_ASSIGNMENTS = (
+    re.compile(r"(?:^|[\s;&|(])(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)="),  # X=1, export X=1 Y=2
+    re.compile(r"\bfor\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\b"),
+    re.compile(r"--arg(?:json)?\s+([A-Za-z_][A-Za-z0-9_]*)\s"),  # jq's own $NAME
+)
+#: what the shell itself (or any login) provides: a reader has these without a runbook setting them
+SHELL_NAMES = frozenset(
+    {"PWD", "OLDPWD", "HOME", "PATH", "USER", "LOGNAME", "SHELL", "TMPDIR", "RANDOM", "SECONDS", "UID"}
+)
 _SCRIPT = r"""
-trap '__walk_rc=$?; env -0 > "$__WALK_ENV_OUT"; pwd > "$__WALK_CWD_OUT"; exit $__walk_rc' EXIT
+trap '__WALK_RC=$?; env -0 > "$__WALK_ENV_OUT"; pwd > "$__WALK_CWD_OUT"; exit $__WALK_RC' EXIT
 set -a -u -o pipefail
 eval "$__WALK_COMMAND"
 """
@@ -109,6 +125,23 @@ class Runbook:
     @property
     def commands(self) -> list[Command]:
         return [s for s in self.steps if isinstance(s, Command)]
+
+    @property
+    def production_names(self) -> set[str]:
+        """Variables the skipped production-values blocks assign: the only ones a walk may provide."""
+        return {name for block in self.skipped for name in assigned_names(block.text)}
+
+    def unset_variables(self) -> list[tuple[str, int]]:
+        """``(NAME, line)`` of every variable a walked command uses before the runbook sets it (in an
+        earlier command, the same one, or a production-values block)."""
+        assigned = self.production_names | SHELL_NAMES
+        gaps: dict[str, int] = {}
+        for command in self.commands:
+            assigned |= assigned_names(command.text)
+            for name in _REFERENCE.findall(command.text):
+                if name not in assigned:
+                    gaps.setdefault(name, command.line)
+        return sorted(gaps.items(), key=lambda item: item[1])
 
     @property
     def hooks(self) -> list[str]:
@@ -175,6 +208,13 @@ def parse_runbook(path: Path | str) -> Runbook:
             i = end
         i += 1
     return runbook
+
+
+def assigned_names(text: str) -> set[str]:
+    """Variable names a shell text assigns (``X=``, ``export X= Y=``, ``for X in``, ``jq --arg X``);
+    comment lines are not read."""
+    code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    return {name for pattern in _ASSIGNMENTS for name in pattern.findall(code)}
 
 
 def _commands(body: list[str], first_line: int, section: str, path: Path) -> Iterator[Command]:
@@ -245,6 +285,7 @@ class Walk:
         bin_dir = bin_dir or Path(sys.executable).parent  # the venv's `memwork`
         self.env = dict(env)
         self.env["PATH"] = f"{bin_dir}{os.pathsep}{self.env.get('PATH', os.defpath)}"
+        self.terminal = dict(self.env)  # the reader's own terminal, before the test provides anything
         self.timeout_s = timeout_s
         self.results: list[Result] = []
         self.hooks_called: list[str] = []
@@ -261,7 +302,10 @@ class Walk:
     def run(self, runbook: Runbook, hooks: Mapping[str, HookFn] | None = None) -> list[Result]:
         """Walk every step of ``runbook``; the first command that breaks its expectation raises.
 
-        Every hook the runbook names must be given, and every hook given must be named by it."""
+        Every hook the runbook names must be given, and every hook given must be named by it. Before
+        anything runs: every variable the runbook uses is set by the runbook, and the test provided
+        only what the runbook's production-values blocks set (see the module docstring)."""
+        self._only_what_the_runbook_sets(runbook)
         hooks = dict(hooks or {})
         named = set(runbook.hooks)
         if missing := named - set(hooks):
@@ -280,6 +324,21 @@ class Walk:
             else:
                 done.append(self.execute(step, runbook.path))
         return done
+
+    def _only_what_the_runbook_sets(self, runbook: Runbook) -> None:
+        if gaps := runbook.unset_variables():
+            named = ", ".join(f"${name} (line {line})" for name, line in gaps)
+            raise RunbookError(f"{runbook.path}: uses {named}, which the runbook never sets")
+        provided = {name for name, value in self.env.items() if self.terminal.get(name) != value}
+        if crutches := sorted(provided - runbook.production_names):
+            raise RunbookError(
+                f"{runbook.path}: the walk provides {crutches}, which the runbook never sets: its reader "
+                "would not have them (set them in the runbook, e.g. its production-values block)"
+            )
+        used = {name for c in runbook.commands for name in _REFERENCE.findall(c.text)}
+        for name in used - runbook.production_names - SHELL_NAMES:
+            if name in self.env and self.terminal.get(name) == self.env[name]:
+                del self.env[name]  # the machine's value, not the runbook's: set -u must see the gap
 
     def execute(self, command: Command, source: Path | str = "<walk>") -> Result:
         """Run one command in the session; raise :class:`RunbookError` unless it did as expected."""

@@ -114,3 +114,128 @@ def test_a_closed_pipe_ends_quietly():
         "sys.exit(0 if p.wait() == 0 and 'Error' not in err else 1)\n"
     )
     assert subprocess.run([sys.executable, "-c", script], timeout=60).returncode == 0
+
+
+# ---- bad input writes nothing (F-16): exit 2, one line, no workspace, no reports folder -------------
+#: each is refused as bad input; ``DIR`` becomes an existing folder of the test's own
+BAD_INPUTS = [
+    ["serve", "--host", "999.1.1.1", "--port", "0"],  # a dotted quad out of range: no DNS lookup
+    ["serve", "--host", "bad host", "--port", "0"],
+    ["serve", "--host", "192.0.2.1", "--port", "0"],  # TEST-NET-1: an address of no machine here
+    ["smoke", "external", "--backend", "nonexistent"],
+    ["check", "config", "--backend", "nonexistent"],
+    ["pgvector", "url", "--name", "bad;name"],  # refused before a server starts
+    ["import", "--from", "nonexistent"],
+    ["backfill", "--table", "bad;x"],
+    ["canary", "judge", "--log", "missing.jsonl"],
+    ["defrag", "analyze", "--store", "absent"],
+    ["store", "info", "--store", "absent"],
+    ["report", "run", "nonexistent"],
+    ["report", "run", "canary_signoff", "-p", "min_samples", "abc"],  # the runner's type check
+]
+#: refused by the notebook's own library checks, in a kernel: the run folder is removed again
+REFUSED_BY_A_REPORT = [
+    ["report", "run", "canary_signoff", "-p", "comparison_log", "missing.jsonl"],
+    ["report", "run", "canary_signoff", "-p", "comparison_log", "DIR"],
+    ["report", "run", "health_report", "-p", "age_days", "0"],
+]
+#: commands that only read or report: they leave no workspace behind either
+READERS = [
+    ["status", "--json"],
+    ["defrag", "journal"],
+    ["check", "config", "--backend", "legacy"],
+    ["pgvector", "url", "--stop"],
+    ["report", "list"],
+]
+
+
+def _person_env(folder):
+    """The environment of a person in an empty ``folder``: none of the test session's MEMORY_* /
+    MEMWORK_* settings, a fresh MEMWORK_HOME inside the folder, and a folder ``DIR`` to point at."""
+    import os
+
+    (folder / "DIR").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "MEMWORK_"))}
+    env["MEMWORK_HOME"] = str(folder / "home")
+    return env
+
+
+def _left_behind(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.name != "DIR")
+
+
+def _memwork_in_empty_folder(folder, args, monkeypatch):
+    """``memwork ARGS`` in process, as a person would run it in an empty folder; the result (exit
+    code, stdout, stderr) and what it left there."""
+    import os
+
+    env = _person_env(folder)
+    for key in list(os.environ):
+        if key not in env:
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("MEMWORK_HOME", env["MEMWORK_HOME"])
+    monkeypatch.chdir(folder)
+    real = [str(folder / "DIR") if a == "DIR" else a for a in args]
+    result = CliRunner().invoke(main, real)
+    return (result.exit_code, result.stdout, result.stderr), _left_behind(folder)
+
+
+def _memwork_process_in_empty_folder(folder, args):
+    """The same in a real process (a report's kernel, exit hooks)."""
+    import subprocess
+    import sys
+
+    env = _person_env(folder)
+    real = [str(folder / "DIR") if a == "DIR" else a for a in args]
+    done = subprocess.run(
+        [sys.executable, "-m", "memwork", *real],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    return (done.returncode, done.stdout, done.stderr), _left_behind(folder)
+
+
+def _assert_refused(done, left):
+    code, stdout, stderr = done
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2, stderr
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and stdout == "", stderr
+    assert "Traceback" not in stderr
+    assert left == []  # no workspace (MEMWORK_HOME), no reports/ folder, nothing
+
+
+@pytest.mark.parametrize("args", BAD_INPUTS, ids=" ".join)
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, monkeypatch, args):
+    _assert_refused(*_memwork_in_empty_folder(tmp_path, args, monkeypatch))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", REFUSED_BY_A_REPORT, ids=" ".join)
+def test_input_a_report_refuses_leaves_no_run_folder(tmp_path, args):
+    """Artifacts are for a run that started; input the notebook's checks refuse is not one."""
+    done, left = _memwork_process_in_empty_folder(tmp_path, args)
+    _assert_refused(done, left)
+    assert "(nothing written)" in done[2]
+
+
+def test_serve_refuses_a_bad_host_in_a_real_process_before_uvicorn_logs_a_line(tmp_path):
+    done, left = _memwork_process_in_empty_folder(tmp_path, ["serve", "--host", "999.1.1.1", "--port", "0"])
+    _assert_refused(done, left)
+
+
+@pytest.mark.parametrize("args", READERS, ids=" ".join)
+def test_reading_commands_leave_no_workspace(tmp_path, monkeypatch, args):
+    (code, _stdout, stderr), left = _memwork_in_empty_folder(tmp_path, args, monkeypatch)
+    assert code == 0, stderr
+    assert left == []
+
+
+def test_the_first_write_creates_the_workspace(tmp_path, monkeypatch):
+    """Lazily, not never: the default legacy store's SQLite file is made in a new workspace folder
+    (SQLite creates a file, not its folder) by the first command that writes there."""
+    (code, _stdout, stderr), left = _memwork_in_empty_folder(tmp_path, ["check", "health"], monkeypatch)
+    assert code == 0, stderr
+    assert "home/legacy.db" in left

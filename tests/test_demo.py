@@ -27,6 +27,7 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
         "canary_signoff": "GO",
     }, [r["reasons"] for r in first.runs]
     _assert_shadow_canary_judged(first.runs[-1], shadow)
+    _assert_readme_examples_find_the_demo_output(tmp_path / "ws")
     assert first.exit_code == 0 and first.data["users"] == 20 and first.data["sessions"] == 40
     assert first.data["backfilled"] == first.data["active_items"]
     assert (first.data["embedding_model"], first.data["dimensions"]) == ("all-MiniLM-L6-v2", 384)
@@ -43,6 +44,25 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     assert second["data"]["active_items"] == first.data["active_items"]
     index = (tmp_path / "reports" / "index.html").read_text()
     assert index.count("canary_signoff</a>") == 4  # two demo runs, each: in-process and shadow-read canary
+
+
+def _assert_readme_examples_find_the_demo_output(workspace):
+    """Every README example that reads the workspace (``.memwork/...``) finds what the demo wrote, and
+    runs: e.g. README's ``canary judge --log`` example once named a log the demo never writes."""
+    from readme_examples import WORKSPACE_PREFIX, demo_paths, readme_commands
+
+    examples = [e for e in readme_commands() if e.is_memwork and demo_paths(e)]
+    assert examples
+    for example in examples:
+        argv = [
+            str(workspace / w[len(WORKSPACE_PREFIX) :]) if w in demo_paths(example) else w
+            for w in example.argv
+        ]
+        for word in demo_paths(example):
+            assert (workspace / word[len(WORKSPACE_PREFIX) :]).exists(), f"README.md:{example.line}: {word}"
+        done = CliRunner().invoke(main, argv[1:])
+        # a judge's verdict is 0, 1 or 3; 2 (bad input, e.g. no such log) is the README's fault
+        assert done.exit_code in (0, 1, 3), f"README.md:{example.line}: {example.text}\n{done.output}"
 
 
 def _assert_shadow_canary_judged(run, verdict):

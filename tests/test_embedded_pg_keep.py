@@ -73,3 +73,47 @@ def test_without_pgvector_url_the_last_user_stops_the_server(pgdata):
     (data_dir / ".handle_pids.json").write_text("[4194301]")  # no such process
     _run(env, "-c", OTHER_COMMAND)
     assert not _works(url)
+
+
+def _lines(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+
+
+def test_stop_is_one_clean_line_and_a_second_stop_too(pgdata, tmp_path):
+    """`pgvector url --stop` stops the server once -- no second `pg_ctl stop` from an exit hook, no
+    pgserver failure lines -- and a repeated `--stop` neither starts a server nor complains."""
+    data_dir, env = pgdata
+    url = _run(env, "-m", "memwork", "pgvector", "url", "--name", "t1").stdout.strip()
+    assert _works(url)
+
+    first = _run(env, "-m", "memwork", "pgvector", "url", "--stop")
+    assert _lines(first) == ["stopped"] and first.stdout == ""
+    assert not _works(url) and not (data_dir / "postmaster.pid").exists()
+
+    second = _run(env, "-m", "memwork", "pgvector", "url", "--stop")
+    assert _lines(second) == ["not running (nothing to stop)"]
+    assert not (data_dir / "postmaster.pid").exists()  # it did not start one to stop it
+    as_json = _run(env, "-m", "memwork", "pgvector", "url", "--stop", "--json")
+    assert as_json.stderr == "" and '"was_running": false' in as_json.stdout
+
+    # a workspace that never ran a server: one line, and no workspace or data directory made for it
+    fresh = {k: v for k, v in env.items() if k != "MEMWORK_PGDATA"} | {
+        "MEMWORK_HOME": str(tmp_path / "never")
+    }
+    never = _run(fresh, "-m", "memwork", "pgvector", "url", "--stop")
+    assert _lines(never) == ["not running (nothing to stop)"]
+    assert not (tmp_path / "never").exists()
+
+
+def test_stop_in_the_process_that_started_the_server_leaves_nothing_for_exit(pgdata):
+    """A process that started the server and stopped it itself runs no stop again at exit."""
+    _data_dir, env = pgdata
+    script = (
+        "from memwork import embedded_pg\n"
+        "embedded_pg.start()\n"
+        "assert embedded_pg.stop() is True\n"
+        "assert embedded_pg.stop() is False\n"
+        "print('done')\n"
+    )
+    done = _run(env, "-c", script)
+    assert _lines(done) == ["done"]

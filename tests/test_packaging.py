@@ -202,7 +202,13 @@ print(json.dumps({"missing": missing, "memwork": memwork.__file__, "notebooks": 
     assert facts["missing"] == []
     assert facts["memwork"].startswith(str(site)) and facts["notebooks"].startswith(str(site))
 
-    # provenance names the project the command ran in: a git repository of its own
+    # provenance names memwork's own code -- the commit the wheel was built from, recorded at build
+    # time -- wherever it runs: from a folder outside any repository, and from a project repository
+    # of its own (whose commit is recorded apart, as the working folder's)
+    built = json.loads(
+        _run([str(python), "-c", PROVENANCE], cwd=outside, env=env).stdout
+    )  # fmt: skip
+    assert built["commit"] == _checkout_commit() and built["folder"] is None
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-C", str(outside)]
     _run([*git, "init", "-q"])
     (outside / "notes.txt").write_text("a project that uses memwork\n")
@@ -228,23 +234,82 @@ print(json.dumps({"missing": missing, "memwork": memwork.__file__, "notebooks": 
         _run([memwork, "report", "health_report", "-p", "store", store], cwd=outside, env=env)
     finally:  # the demo's embedded PostgreSQL lives in MEMWORK_HOME and outlives the commands
         subprocess.run([memwork, "pgvector", "url", "--stop"], cwd=outside, env=env, capture_output=True)
-    manifests = sorted((outside / "reports").glob("*-health_report*/manifest.json"))
+    manifests = [
+        json.loads(m.read_text()) for m in (outside / "reports").glob("*-health_report*/manifest.json")
+    ]
     assert len(manifests) == 2  # the demo's and ours
-    assert {json.loads(m.read_text())["git_commit"] for m in manifests} == {head}
+    assert {m["git_commit"] for m in manifests} == {_checkout_commit()}  # memwork's code, not the project's
+    assert {m["working_folder_commit"] for m in manifests} == {head}
+    assert {m["memwork_version"] for m in manifests} == {PYPROJECT["project"]["version"]}
+    signoffs = [
+        json.loads(p.read_text()) for p in (outside / "reports").glob("*-canary_signoff*/summary.json")
+    ]
+    assert signoffs and {s["signoff"]["git_commit"] for s in signoffs} == {_checkout_commit()}
 
 
-def test_git_commit_comes_from_the_working_directory(tmp_path, monkeypatch):
-    from memwork.reports.runner import git_commit
+def _checkout_commit() -> str:
+    """HEAD of this checkout, ``-dirty`` with changed tracked files (what a build records)."""
+    head = _run(["git", "-C", str(ROOT), "rev-parse", "HEAD"]).stdout.strip()
+    dirty = _run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"]).stdout.strip()
+    return head + ("-dirty" if dirty else "")
 
-    monkeypatch.chdir(tmp_path)
-    assert git_commit() == "unknown"  # not a repository: not memwork's own checkout either
+
+PROVENANCE = (
+    "import json; from memwork.provenance import memwork_commit, folder_commit; "
+    "print(json.dumps({'commit': memwork_commit(), 'folder': folder_commit()}))"
+)
+
+
+def test_memwork_commit_is_the_code_s_not_the_working_folder_s(tmp_path):
+    """The editable install (this venv) names the checkout's commit from any folder: outside every
+    repository, and inside another project's repository, whose commit is the folder's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    outside = json.loads(_run([sys.executable, "-c", PROVENANCE], cwd=tmp_path, env=env).stdout)
+    assert outside == {"commit": _checkout_commit(), "folder": None}
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
-    _run([*git, "init", "-q"])
+    _run([*git, "init", "-q"], cwd=tmp_path)
     (tmp_path / "a.txt").write_text("a\n")
-    _run([*git, "add", "a.txt"])
-    _run([*git, "commit", "-q", "-m", "a"])
-    head = _run(["git", "rev-parse", "HEAD"]).stdout.strip()
-    assert git_commit() == head
+    _run([*git, "add", "a.txt"], cwd=tmp_path)
+    _run([*git, "commit", "-q", "-m", "a"], cwd=tmp_path)
+    head = _run(["git", "rev-parse", "HEAD"], cwd=tmp_path).stdout.strip()
+    inside = json.loads(_run([sys.executable, "-c", PROVENANCE], cwd=tmp_path, env=env).stdout)
+    assert inside == {"commit": _checkout_commit(), "folder": head}
     (tmp_path / "a.txt").write_text("b\n")
-    assert git_commit() == f"{head}-dirty"
-    assert git_commit(ROOT) != head
+    dirty = json.loads(_run([sys.executable, "-c", PROVENANCE], cwd=tmp_path, env=env).stdout)
+    assert dirty["folder"] == f"{head}-dirty"
+
+
+def test_a_report_records_memwork_s_commit_when_run_outside_any_repository(tmp_path):
+    """The rollout's sign-off runs from an ops folder: its provenance still pins memwork's code."""
+    from memwork.reports import run_report
+
+    ops = tmp_path / "ops"
+    ops.mkdir()
+    run = run_report(str(ROOT / "tests" / "data" / "tiny_report.ipynb"), {}, ops / "reports", cwd=ops)
+    manifest = json.loads(run.manifest_path.read_text())
+    assert manifest["git_commit"] == _checkout_commit() != "unknown"
+    assert manifest["working_folder_commit"] is None
+    assert _checkout_commit() in run.html_path.read_text()
+
+
+@pytest.mark.slow
+def test_a_wheel_records_the_commit_it_was_built_from(tmp_path):
+    """setup.py's build step writes memwork/_build.py into the wheel (never into the checkout)."""
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ]
+    )
+    (wheel,) = tmp_path.glob("memwork-*.whl")
+    recorded = zipfile.ZipFile(wheel).read("memwork/_build.py").decode()
+    assert f"COMMIT = {_checkout_commit()!r}" in recorded
+    assert not (ROOT / "memwork" / "_build.py").exists()

@@ -14,7 +14,7 @@ import pytest
 
 from memwork.db import pg_connect
 from memwork.defrag.review import read_review_csv
-from memwork.errors import ReportExecutionError, UsageError
+from memwork.errors import ReportInputRefused, UsageError
 from memwork.pgvector import canary, verify
 from memwork.reports import list_reports, notebooks_dir, read_parameters, run_report
 from memwork.samples.migration import build_migration
@@ -69,7 +69,7 @@ def test_one_call_notebook_parameters_are_checked_by_the_library(tmp_path):
         verify.run_from_parameters(pgvector_url="pg://embedded")
     with pytest.raises(UsageError, match="range_size=0"):
         verify.run_from_parameters(range_size=0)
-    with pytest.raises(ReportExecutionError) as info:  # the same check, in the notebook: exit 2
+    with pytest.raises(ReportInputRefused) as info:  # the same check, in the notebook: exit 2
         run_report("backfill_verification", {"k": 0}, tmp_path)
     assert info.value.ename == "UsageError" and info.value.exit_code == 2 and "k=0" in info.value.evalue
 
@@ -144,7 +144,7 @@ def test_duplicate_review_writes_the_review_file(tmp_path, store):
 
 
 def test_duplicate_review_bad_threshold_is_a_one_line_validation_error(tmp_path, store):
-    with pytest.raises(ReportExecutionError) as info:
+    with pytest.raises(ReportInputRefused) as info:
         run_report("duplicate_review", {"store": store, "threshold": "1.5"}, tmp_path)
     assert "UsageError: threshold=1.5: must be a number from 0 to 1" in str(info.value)
     assert "\n" not in str(info.value) and info.value.exit_code == 2

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
-from memwork.errors import ReportExecutionError, UsageError
+from memwork.errors import ReportExecutionError, ReportInputRefused, UsageError
 from memwork.reports import build_index, collect_runs, read_parameters, run_report, verify_manifest
 from memwork.reports.html import external_references, strip_external
 from memwork.reports.kernel import ensure_kernelspec
@@ -78,26 +78,43 @@ def test_unknown_parameter_is_rejected_before_running(tmp_path):
         run_report(TINY, {"n": "many"}, tmp_path)
 
 
-def test_bad_value_fails_in_validation_cell_with_one_line_and_keeps_artifacts(tmp_path):
-    with pytest.raises(ReportExecutionError) as info:
-        run_report(TINY, {"n": -1}, tmp_path)
+def test_bad_value_refused_in_the_validation_cell_is_one_line_and_writes_nothing(tmp_path):
+    """Bad input is not a run: the notebook's own check refuses it, and the run folder (and the
+    reports folder this run created) is removed again -- exit 2, nothing written, no index."""
+    out = tmp_path / "new" / "reports"
+    with pytest.raises(ReportInputRefused) as info:
+        run_report(TINY, {"n": -1}, out)
     error = info.value
     message = str(error)
     assert "UsageError: n=-1: must be >= 0" in message and "\n" not in message
-    assert error.exit_code == 2  # the library's check refused a parameter: bad input
-    # the fields papermill's PapermillExecutionError has, set by the constructor
+    assert error.exit_code == 2 and isinstance(error, UsageError)
     assert (error.report, error.ename, error.evalue) == ("tiny_report", "UsageError", "n=-1: must be >= 0")
+    assert list(tmp_path.iterdir()) == []  # neither the run folder nor the folders made for it
+    # an existing reports folder stays, with its other runs, and its index is not rebuilt
+    kept = run_report(TINY, {}, tmp_path / "reports")
+    index = (tmp_path / "reports" / "index.html").read_bytes()
+    with pytest.raises(ReportInputRefused):
+        run_report(TINY, {"n": -1}, tmp_path / "reports")
+    assert [p.name for p in (tmp_path / "reports").iterdir() if p.is_dir()] == [kept.run_id]
+    assert (tmp_path / "reports" / "index.html").read_bytes() == index
+
+
+def test_a_failed_check_keeps_every_artifact(tmp_path):
+    """Artifacts are for a run that started: a failing cell (not bad input) leaves them all."""
+    with pytest.raises(ReportExecutionError) as info:
+        run_report(TINY, {"boom": "yes"}, tmp_path)
+    error = info.value
     assert error.exec_count and error.cell == f"cell {error.exec_count}"
     run = error.run
     assert run is not None and error.run_dir == run.run_dir and run.failure is not None
     cell = run.failure
     assert (cell.cell_index, cell.exec_count) == (error.cell_index, error.exec_count)
-    assert run.error == f"cell {error.exec_count}: UsageError: n=-1: must be >= 0"
+    assert run.error == f"cell {error.exec_count}: RuntimeError: boom requested second line"
     # papermill's numbering: cell_index counts the executed notebook's cells before papermill adds
     # its error banners to the saved copy; exec_count is the [n] a reader sees beside the cell
     saved = nbformat.read(str(run.notebook_path), as_version=4).cells
     executed = [c for c in saved if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]
-    assert "raise UsageError" in executed[error.cell_index].source
+    assert "raise RuntimeError" in executed[error.cell_index].source
     assert [c.source for c in saved if c.get("execution_count") == error.exec_count] == [
         executed[error.cell_index].source
     ]
@@ -138,11 +155,11 @@ def test_cli_exit_codes_and_json(tmp_path):
     bad = runner.invoke(main, ["report", TINY, "-p", "n", "-5", "--out", str(tmp_path), "--json"])
     assert bad.exit_code == 2
     assert "UsageError: n=-5: must be >= 0" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
-    assert json.loads(bad.stdout)["exit_code"] == 2 and json.loads(bad.stdout)["verdict"] == "ERROR"
+    assert bad.stdout == ""  # bad input: no run, so no run record either
     broken = runner.invoke(main, ["report", TINY, "-p", "boom", "true", "--out", str(tmp_path)])
     assert broken.exit_code == 1 and "RuntimeError: boom requested" in broken.stderr
     index = runner.invoke(main, ["report", "index", "--out", str(tmp_path), "--json"])
-    assert index.exit_code == 0 and len(json.loads(index.stdout)["runs"]) == 4
+    assert index.exit_code == 0 and len(json.loads(index.stdout)["runs"]) == 3  # not the refused one
     missing = runner.invoke(main, ["report", "no_such_report", "--out", str(tmp_path)])
     assert missing.exit_code == 2
 

@@ -1,9 +1,10 @@
 """The runbooks, walked: every ``bash`` block of every runbook in ``runbooks/`` runs end to end.
 
 One walk-through per runbook (:mod:`runbook_walk` reads the commands from the runbook file itself), in
-subprocesses with the venv's ``memwork``, on embedded servers and a temporary workspace. A test sets the
-variables a runbook's skipped "production values" block shows, plays the person at each
-``<!-- walk: hook NAME -->`` and afterwards checks what the runbook promised.
+subprocesses with the venv's ``memwork``, on embedded servers, from an empty folder (whose ``.memwork``
+is the workspace, as for any reader). A test sets only the variables a runbook's skipped "production
+values" block sets (the walk refuses any other), plays the person at each ``<!-- walk: hook NAME -->``
+and afterwards checks what the runbook promised.
 """
 
 from __future__ import annotations
@@ -34,16 +35,15 @@ def walk_test(test):
     return pytest.mark.slow(pytest.mark.services(test))
 
 
-def _base_env(tmp_path: Path) -> dict[str, str]:
-    """The test process's environment without any memory configuration of the machine's own."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "MEMWORK_STORE"))}
-    env["MEMWORK_HOME"] = str(tmp_path / "home")
-    return env
+def _base_env() -> dict[str, str]:
+    """A reader's terminal: the machine's environment without any memory or memwork configuration
+    (no MEMORY_*, no MEMWORK_* -- not even the test's workspace: the walk's folder holds it)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "MEMWORK_"))}
 
 
 @pytest.fixture
 def walk(tmp_path: Path) -> Iterator[Walk]:
-    with Walk(tmp_path / "ops", _base_env(tmp_path)) as session:
+    with Walk(tmp_path / "ops", _base_env()) as session:
         yield session
         print(session.summary())  # shown by pytest on failure: seconds and exit status per command
 
@@ -97,12 +97,12 @@ def test_walker_keeps_one_shell_session_and_checks_exit_codes(tmp_path: Path, wa
         "```\n"
         "<!-- walk: hook person -->\n"
         "```bash\n"
-        'echo "$FROM_HOOK"  # expect: output set-by-hook\n'
+        "cat from-hook.txt  # expect: output set-by-hook\n"
         "```\n"
     )
     runbook = parse_runbook(book)
     assert [s.reason for s in runbook.skipped] == ["example values"]
-    walk.run(runbook, hooks={"person": lambda w: w.env.__setitem__("FROM_HOOK", "set-by-hook")})
+    walk.run(runbook, hooks={"person": lambda w: (w.cwd / "from-hook.txt").write_text("set-by-hook")})
     assert walk.var("X") == "one" and walk.cwd.name == "sub"
     assert walk.output_of('echo "$X-$Y"').strip().endswith("/sub")
     assert "NEVER" not in walk.env
@@ -117,6 +117,49 @@ def test_walker_keeps_one_shell_session_and_checks_exit_codes(tmp_path: Path, wa
         walk.sh('echo "$UNSET_THING"')
     with pytest.raises(RunbookError, match="exit 1, the runbook expects 0"):
         walk.sh("false | true")  # pipefail: a failing stage fails the command
+
+
+def test_walk_runs_only_on_what_the_runbook_sets(tmp_path: Path):
+    """The walk is the reader: a variable the runbook uses but never sets is a gap -- named before
+    anything runs, refused when the test tries to provide it, and never filled in from the machine."""
+    book = tmp_path / "book.md"
+    book.write_text(
+        "<!-- walk: skip production values -->\n```bash\nexport PORT=8081\n```\n"
+        '```bash\necho "$PORT"\necho "$CANARY_PORT"\n```\n'
+    )
+    runbook = parse_runbook(book)
+    assert runbook.production_names == {"PORT"}
+    assert runbook.unset_variables() == [("CANARY_PORT", 7)]
+    with Walk(tmp_path / "a", _base_env()) as walk:
+        walk.env.update(PORT="1", CANARY_PORT="2")  # the old crutch: the harness filled the gap
+        with pytest.raises(RunbookError, match=r"\$CANARY_PORT \(line 7\), which the runbook never sets"):
+            walk.run(runbook)
+
+    book.write_text(
+        "<!-- walk: skip production values -->\n```bash\nexport PORT=8081\n```\n"
+        '```bash\necho "$PORT"\nCANARY_PORT=$((PORT + 1))\n```\n'
+    )
+    runbook = parse_runbook(book)
+    assert runbook.unset_variables() == []
+    with Walk(tmp_path / "b", _base_env()) as walk:
+        walk.env.update(PORT="1", APPROVER="someone")  # APPROVER: the runbook never sets it
+        with pytest.raises(RunbookError, match=r"provides \['APPROVER'\]"):
+            walk.run(runbook)
+
+    # a value the machine's environment happens to have is not the runbook's: set -u still sees the gap
+    book.write_text('```bash\nif true; then echo "$SCOPE_X"; fi; SCOPE_X=1\n```\n')
+    machine = {**_base_env(), "SCOPE_X": "from-the-machine"}
+    with (
+        Walk(tmp_path / "c", machine) as walk,
+        pytest.raises(RunbookError, match="SCOPE_X: unbound variable"),
+    ):
+        walk.run(parse_runbook(book))
+
+
+@pytest.mark.parametrize("name", sorted(WALKED))
+def test_every_variable_a_runbook_uses_is_set_by_the_runbook(name: str):
+    """The static half of the walk, without servers: e.g. step 7's ``$CANARY_PORT`` was never set."""
+    assert parse_runbook(RUNBOOKS / name).unset_variables() == []
 
 
 # ---- defrag maintenance -------------------------------------------------------------------------------
@@ -201,15 +244,10 @@ def _newest_active(rows: list[dict]) -> dict[str, str]:
     return {user: row["content"] for user, row in newest.items()}
 
 
-def _service_env(tmp_path: Path, **values: str) -> dict[str, str]:
-    port, canary_port = free_port(), free_port()
-    return {
-        "PORT": str(port),
-        "BASE_URL": f"http://127.0.0.1:{port}",
-        "CANARY_PORT": str(canary_port),
-        "APPROVER": "runbook-walk@example.com",
-        **values,
-    }
+def _ports(*names: str) -> dict[str, str]:
+    """Free ports for the services a runbook starts, and BASE_URL for the first."""
+    ports = {name: str(free_port()) for name in names}
+    return {**ports, "BASE_URL": f"http://127.0.0.1:{ports[names[0]]}"}
 
 
 def _traffic(queries: dict[str, str], rounds: int = 3) -> Callable[[Walk], None]:
@@ -249,16 +287,15 @@ def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, w
 
     rows = _legacy_rows(mysql_url)
     active = {r["id"] for r in rows if r["status"] == "active"}
-    walk.env.update(
-        _service_env(
-            tmp_path,
-            MEMORY_BACKFILL_MYSQL_URL=mysql_url,
-            MEMORY_LEGACY_DATABASE_URL=mysql_url,
-            MEMORY_PGVECTOR_DATABASE_URL=pg_url,
-            DIMS=str(DIMS),
-            EMBEDDER=f"hash:{DIMS}",
-            QUERY_MODULE=write_module(DIMS, tmp_path),
-        )
+    walk.env.update(  # exactly the names of the runbook's production-values block
+        _ports("PORT", "CANARY_PORT"),
+        APPROVER="runbook-walk@example.com",
+        MEMORY_BACKFILL_MYSQL_URL=mysql_url,
+        MEMORY_LEGACY_DATABASE_URL=mysql_url,
+        MEMORY_PGVECTOR_DATABASE_URL=pg_url,
+        DIMS=str(DIMS),
+        EMBEDDER=f"hash:{DIMS}",
+        QUERY_MODULE=write_module(DIMS, tmp_path),
     )
     walk.run(
         parse_runbook(RUNBOOKS / "pgvector_rollout.md"),
@@ -316,20 +353,19 @@ def test_rollback_runbook(mysql_url: str, pg_url: str, tmp_path: Path, walk: Wal
     from memwork.pgvector.local_hash import write_module
 
     active = _backfilled(mysql_url, pg_url)
-    walk.env.update(
-        _service_env(
-            tmp_path,
-            MEMORY_LEGACY_DATABASE_URL=mysql_url,
-            MEMORY_BACKFILL_MYSQL_URL=mysql_url,
-            MEMORY_PGVECTOR_DATABASE_URL=pg_url,
-            DIMS=str(DIMS),
-            # where the rollout left the service: flipped to pgvector, shadow off
-            MEMORY_ENABLED="1",
-            MEMORY_BACKEND="pgvector",
-            MEMORY_VECTOR_ENABLED="1",
-            MEMORY_PGVECTOR_EMBEDDING_MODULE=write_module(DIMS, tmp_path),
-        )
+    walk.env.update(  # the runbook's production-values block: the servers, the service's environment ...
+        _ports("PORT"),
+        MEMORY_LEGACY_DATABASE_URL=mysql_url,
+        MEMORY_BACKFILL_MYSQL_URL=mysql_url,
+        MEMORY_PGVECTOR_DATABASE_URL=pg_url,
+        DIMS=str(DIMS),
+        # where the rollout left the service: flipped to pgvector, shadow off
+        MEMORY_ENABLED="1",
+        MEMORY_BACKEND="pgvector",
+        MEMORY_VECTOR_ENABLED="1",
+        MEMORY_PGVECTOR_EMBEDDING_MODULE=write_module(DIMS, tmp_path),
     )
+    # ... and its process (SERVE_PID): the service the incident happens to
     walk.sh('memwork serve --port "$PORT" > serve.log 2>&1 & export SERVE_PID=$!')
     walk.sh("timeout 60 bash -c 'until curl -fs \"$BASE_URL/healthz\" > /dev/null; do sleep 0.2; done'")
 
@@ -360,7 +396,7 @@ def test_rollback_runbook(mysql_url: str, pg_url: str, tmp_path: Path, walk: Wal
 # ---- adding a backend -------------------------------------------------------------------------------
 @walk_test
 def test_new_backend_runbook(tmp_path: Path, walk: Walk):
-    walk.env.update(_service_env(tmp_path, MEMORY_LEGACY_DATABASE_URL=f"sqlite:///{tmp_path / 'legacy.db'}"))
+    walk.env.update(_ports("PORT"), MEMORY_LEGACY_DATABASE_URL=f"sqlite:///{tmp_path / 'legacy.db'}")
     users = {f"walk-user-{i:02d}": "what do you remember about me?" for i in range(25)}
 
     walk.run(parse_runbook(RUNBOOKS / "new_backend.md"), hooks={"traffic": _traffic(users, rounds=1)})

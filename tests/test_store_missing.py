@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
-from memwork.errors import MissingStore, ReportExecutionError
+from memwork.errors import MissingStore, ReportInputRefused
 from memwork.reports import run_report
 from memwork.stores import open_store
 
@@ -101,9 +101,9 @@ def test_import_dry_run_into_a_database_without_the_table(pg_url, tmp_path):
 @pytest.mark.parametrize("kind", ["filesystem", "sqlite"])
 def test_reports_refuse_a_missing_store(tmp_path, report, kind):
     spec, problem = _missing(tmp_path, kind)
-    with pytest.raises(ReportExecutionError) as info:
+    with pytest.raises(ReportInputRefused) as info:
         run_report(report, {"store": spec}, tmp_path / "out")
     assert info.value.exit_code == 2
     assert f"MissingStore: store={spec!r}: {problem}" in str(info.value) and "\n" not in str(info.value)
     assert list(tmp_path.glob("typo*")) == []
-    assert json.loads(info.value.run.summary_path.read_text())["verdict"] == "ERROR"
+    assert not (tmp_path / "out").exists()  # bad input: no run folder either

@@ -6,6 +6,7 @@ import click
 
 from memwork.cli.options import F, apply_option, emit_json, json_option
 from memwork.errors import UsageError
+from memwork.identifiers import check_identifier
 from memwork.pgvector.schema import DEFAULT_DIMENSIONS, DEFAULT_TABLE
 
 PG_URL_ENV = "MEMORY_PGVECTOR_DATABASE_URL"
@@ -95,12 +96,13 @@ def url_command(name: str, stop: bool, as_json: bool) -> None:
     from memwork import embedded_pg
 
     if stop:
-        embedded_pg.release()
+        was_running = embedded_pg.release()
         if as_json:
-            emit_json({"stopped": True})
+            emit_json({"stopped": True, "was_running": was_running})
         else:
-            click.echo("stopped", err=True)
+            click.echo("stopped" if was_running else "not running (nothing to stop)", err=True)
         return
+    check_identifier(name, field="database")  # bad input: refused before a server starts
     # kept running past this process and every later pg://embedded user (see memwork.embedded_pg)
     embedded_pg.keep_running()
     url = embedded_pg.server_url(name)

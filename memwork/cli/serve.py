@@ -23,8 +23,10 @@ def serve(host: str, port: int) -> None:
     Example:
         MEMORY_SHADOW_BACKEND=pgvector MEMORY_SHADOW_SAMPLE=0.1 memwork serve --port 8081
     """
+    from memwork.checks import listen_address
     from memwork.service.app import serve as run_service
 
+    host, port = listen_address(host, port)  # bad input: one line, exit 2, before anything starts
     run_service(host, port)
 
 

@@ -45,10 +45,11 @@ INDEX_VERSION = 1
 COMPLETED = "ok"
 
 
-def journal_dir() -> Path:
-    """Where run files live (created on demand)."""
+def journal_dir(create: bool = False) -> Path:
+    """Where run files live; created by the first write (``create``), never by a listing."""
     path = workspace_dir() / "journal"
-    path.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 
@@ -83,7 +84,7 @@ class Journal:
 
     def __init__(self, action: str, params: dict[str, Any], store: Store, scope: str | None, **extra: Any):
         self.run_id = new_run_id()
-        self.path = journal_dir() / f"{self.run_id}.jsonl"
+        self.path = journal_dir(create=True) / f"{self.run_id}.jsonl"
         self.count = 0
         self._fh = self.path.open("x", encoding="utf-8")
         self.header = {
@@ -276,7 +277,7 @@ def _load_index() -> dict[str, Any]:
 
 
 def _save_index(files: dict[str, Any]) -> None:
-    folder = journal_dir()
+    folder = journal_dir(create=True)
     fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -58,8 +58,11 @@ def provenance_block(meta: dict[str, Any]) -> str:
         ("started (UTC)", meta.get("started_at")),
         ("finished (UTC)", meta.get("finished_at")),
         ("duration", f"{meta.get('duration_s', 0):.2f} s"),
-        ("git commit", meta.get("git_commit")),
+        ("memwork", meta.get("memwork_version") or (meta.get("versions") or {}).get("memwork")),
+        ("git commit (memwork)", meta.get("git_commit")),
     ]
+    if meta.get("working_folder_commit"):
+        rows.append(("working folder commit", meta["working_folder_commit"]))
     if meta.get("error"):
         rows.append(("error", meta["error"]))
     reasons = [str(r) for r in meta.get("reasons") or []]

@@ -3,7 +3,8 @@
 A stock ``python3`` kernelspec says ``python -m ipykernel_launcher`` and so depends on PATH: from a
 venv run without activation it would start another Python without memwork. The runner writes its
 own spec (argv = ``sys.executable``) and puts it first on ``JUPYTER_PATH`` for the run, so nobody
-has to install a kernelspec by hand.
+has to install a kernelspec by hand. The spec lives in a temporary folder for the run: a report run
+writes nothing into the workspace that it does not need (a refused parameter leaves nothing at all).
 """
 
 from __future__ import annotations
@@ -11,18 +12,16 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from memwork.workspace import workspace_dir
-
 KERNEL_NAME = "python3"
 
 
-def ensure_kernelspec(root: Path | None = None) -> Path:
+def ensure_kernelspec(root: Path) -> Path:
     """Write ``<root>/kernels/python3/kernel.json`` for this interpreter; return ``root``."""
-    root = root or workspace_dir() / "jupyter"
     spec_dir = root / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True, exist_ok=True)
     spec = {
@@ -51,8 +50,17 @@ def ensure_kernelspec(root: Path | None = None) -> Path:
 
 @contextmanager
 def kernel_environment(extra_env: dict[str, str]) -> Iterator[None]:
-    """Our kernelspec first on JUPYTER_PATH plus ``extra_env`` for the kernel, restored afterwards."""
-    root = ensure_kernelspec()
+    """Our kernelspec (in a temporary folder) first on JUPYTER_PATH plus ``extra_env`` for the kernel,
+    restored afterwards."""
+    with (
+        tempfile.TemporaryDirectory(prefix="memwork-kernel-") as folder,
+        _environment(ensure_kernelspec(Path(folder)), extra_env),
+    ):
+        yield
+
+
+@contextmanager
+def _environment(root: Path, extra_env: dict[str, str]) -> Iterator[None]:
     saved = {key: os.environ.get(key) for key in ["JUPYTER_PATH", *extra_env]}
     old_path = saved["JUPYTER_PATH"]
     os.environ["JUPYTER_PATH"] = str(root) + (os.pathsep + old_path if old_path else "")

@@ -1,9 +1,13 @@
 """Run a report notebook with papermill and leave the record: notebook, HTML, summary.json, manifest.
 
-Artifacts are the record: they are written even when a cell fails (and the folder's index.html is
-rebuilt either way), and the exit code is derived from summary.json's verdict (1 for FAIL/NO-GO) or
-from the failure (:class:`~memwork.errors.ReportExecutionError`, with the cell's error in one line:
-2 when a parameter was refused, 1 for a failed check or a broken cell).
+Artifacts are the record of a run that started: they are written even when a cell fails (and the
+folder's index.html is rebuilt either way), and the exit code is derived from summary.json's verdict
+(1 for FAIL/NO-GO) or from the failure (:class:`~memwork.errors.ReportExecutionError`, the cell's
+error in one line: 1 for a failed check or a broken cell). Bad input is not a run: a parameter the
+runner refuses (unknown name, wrong type) stops before anything is written, and one the notebook's
+library checks refuse (a cell raising :class:`~memwork.errors.UsageError`: a missing log, a value out
+of range) removes the run folder again -- :class:`~memwork.errors.ReportInputRefused`, exit 2,
+nothing written, no index rebuilt.
 
 No password given in a parameter reaches an artifact: the notebook gets a redacted copy, the kernel
 the real values through :mod:`memwork.reports.secrets`, and everything written is scrubbed.
@@ -14,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,7 +30,8 @@ from typing import Any
 
 import nbformat
 
-from memwork.errors import ReportExecutionError, UsageError, is_usage_error_name
+from memwork.provenance import folder_commit, memwork_version
+from memwork.errors import ReportExecutionError, ReportInputRefused, UsageError, is_usage_error_name
 from memwork.reports.html import render_html
 from memwork.reports.kernel import KERNEL_NAME, kernel_environment
 from memwork.reports.params import bind_parameters, read_parameters
@@ -88,25 +93,16 @@ def find_notebook(name: str) -> Path:
     return path
 
 
-def git_commit(repo: Path | str | None = None) -> str:
-    """HEAD of the git repository holding ``repo`` (default: the working directory), ``-dirty`` when
-    it has changes, or ``unknown``.
+def git_commit() -> str:
+    """The git commit of memwork's own code (:func:`memwork.provenance.memwork_commit`): from the
+    checkout it runs from, else recorded in the installed package at build time, else ``unknown``.
 
-    The working directory, not memwork's own folder: provenance names the project a report ran in,
-    and an installed memwork lives in site-packages, outside any repository.
+    Never the working directory's: a sign-off run from an ops folder outside any checkout must still
+    pin the code that judged. The folder's own commit is recorded apart (``working_folder_commit``).
     """
-    repo = Path.cwd() if repo is None else Path(repo)
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True, text=True, timeout=5,
-        ).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (head + ("-dirty" if dirty else "")) if head else "unknown"
+    from memwork.provenance import memwork_commit
+
+    return memwork_commit()
 
 
 def package_versions() -> dict[str, str]:
@@ -284,7 +280,11 @@ def run_report(
     (``MEMWORK_REPORT_DIR``), never to the working directory. With ``index`` the reports folder's
     index.html is rebuilt, on success and on failure alike (``run.index_path``). A failing cell
     raises :class:`ReportExecutionError` *after* every artifact has been written; it carries the
-    cell (index, execution count, exception name and value), the run folder and ``.run``.
+    cell (index, execution count, exception name and value), the run folder and ``.run``. A cell
+    that refuses the input (a :class:`UsageError`) raises :class:`ReportInputRefused` instead, with
+    the run folder (and a reports folder this run created) removed: bad input writes nothing, and
+    there is no run to return, so it is raised with ``raise_on_error`` false too (that flag returns
+    the run of a started run whose cell failed).
     """
     notebook = find_notebook(name)
     report_name = notebook.stem
@@ -295,6 +295,7 @@ def run_report(
     if GATE_PARAMETER in declared and GATE_PARAMETER not in injected:
         injected[GATE_PARAMETER] = False  # the exit code comes from summary.json's verdict
     root = reports_dir(out_dir)
+    created = _missing_folders(root)
     start = datetime.now(UTC)
     run_id, run_dir = _new_run_dir(root, report_name, start)
     run = ReportRun(report_name, run_id, run_dir, shown, start.isoformat(timespec="seconds"))
@@ -311,6 +312,9 @@ def run_report(
         failure = _execute(notebook, run.notebook_path, injected, workdir, run.scrubber)
     run.duration_s = time.perf_counter() - clock
     run.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+    if failure and is_usage_error_name(failure.ename):
+        _discard_run(run_dir, created)
+        raise ReportInputRefused(report_name, failure.ename, failure.evalue)
     if failure:
         run.failure, run.error_name, run.error = failure, failure.ename, failure.text
     _finish_artifacts(run, notebook, show_code=show_code, workdir=workdir)
@@ -329,6 +333,27 @@ def run_report(
             run=run,
         )
     return run
+
+
+def _missing_folders(root: Path) -> list[Path]:
+    """``root`` and its ancestors that do not exist yet, innermost first (a run creates them)."""
+    missing = []
+    for folder in (root, *root.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    return missing
+
+
+def _discard_run(run_dir: Path, created: list[Path]) -> None:
+    """Remove a refused run's folder, and the folders this run created for it (each only while
+    empty: another run may be writing there meanwhile)."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for folder in created:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 def _finish_artifacts(run: ReportRun, source: Path, *, show_code: bool, workdir: Path) -> None:
@@ -350,7 +375,9 @@ def _finish_artifacts(run: ReportRun, source: Path, *, show_code: bool, workdir:
         **run.to_dict(),
         "reasons": run.summary.get("reasons") or [],
         "versions": package_versions(),
-        "git_commit": git_commit(workdir),
+        "memwork_version": memwork_version(),
+        "git_commit": git_commit(),
+        "working_folder_commit": folder_commit(workdir),
         "python_executable": sys.executable,
         "cell_timings": _cell_timings(nb),
     }
@@ -383,7 +410,9 @@ def write_manifest(run: ReportRun, meta: dict[str, Any]) -> dict[str, Any]:
         "started_at": run.started_at,
         "finished_at": run.finished_at,
         "duration_s": round(run.duration_s, 3),
+        "memwork_version": meta["memwork_version"],
         "git_commit": meta["git_commit"],
+        "working_folder_commit": meta["working_folder_commit"],
         "versions": meta["versions"],
         "artifacts": artifacts,
     }
