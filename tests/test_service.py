@@ -322,6 +322,8 @@ def test_a_raising_backend_is_a_200_degraded_payload_without_the_secret(
         assert service_status["operations"]["resolve"] == {
             "ok": 0,
             "degraded": 1,
+            "shed": 0,
+            "timedOut": 0,
             "last": service_status["operations"]["resolve"]["last"],
         }
         assert "boom" in service_status["operations"]["resolve"]["last"]["reason"]
