@@ -126,10 +126,11 @@ class CallScope:
     def check(self) -> float:
         """The statement budget in seconds, or :class:`CutOff` when none is left (nothing is sent)."""
         if self._state == ABANDONED:
-            raise CutOff(f"{self.label}: the caller gave up at the deadline; statement not sent")
+            raise CutOff(f"{self.label} timed out after {self.deadline.budget_ms} ms; statement not sent")
         budget = self.deadline.statement_budget()
         if budget <= 0:
-            raise CutOff(f"{self.label}: no time left before the {self.deadline.budget_ms} ms deadline")
+            ms = self.deadline.budget_ms
+            raise CutOff(f"{self.label} timed out: no time left of its {ms} ms; statement not sent")
         return budget
 
 

@@ -169,11 +169,17 @@ class MemoryFacade:
         return self.begin("compact", request, deadline).answer_when_due()
 
     def begin(
-        self, operation: str, request: Mapping[str, Any], deadline: Deadline | None = None
+        self,
+        operation: str,
+        request: Mapping[str, Any],
+        deadline: Deadline | None = None,
+        *,
+        overloaded: str | None = None,
     ) -> FacadeCall:
         """Start ``operation`` on a pool worker and return at once (the service awaits it on its
         event loop). ``deadline`` defaults to ``MEMORY_BACKEND_TIMEOUT_MS`` from now. Skipped, bad or
-        shed requests are answered here; fail-closed, their errors are raised here."""
+        shed requests are answered here -- ``overloaded`` (the caller's reason) sheds it without a
+        worker; fail-closed, their errors are raised here."""
         if deadline is None:
             deadline = Deadline.after(self.policy.timeout_s)
         if not self.policy.enabled:
@@ -186,6 +192,8 @@ class MemoryFacade:
         except UsageError as exc:
             return FacadeCall(self, operation, self._degrade(operation, None, exc, f"invalid input: {exc}"))
         try:
+            if overloaded is not None:
+                raise Shed(f"{operation} shed: {overloaded} (deadline {deadline.budget_ms} ms)")
             call = self.pool.submit(lambda: self._select_and_call(operation, clean), deadline, operation)
         except Shed as exc:
             return FacadeCall(self, operation, self._degrade(operation, None, exc, str(exc)))

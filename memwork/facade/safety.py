@@ -44,6 +44,9 @@ T = TypeVar("T")
 
 SHARED_WORKERS = 8  #: the process-wide pool for calls that bring none (status checks, shadow, CLI)
 QUEUE_PER_WORKER = 16  #: default ``queue_max`` per worker
+#: a call is not queued behind one that has already waited this share of its budget: under overload the
+#: queue stays short and the excess is shed at once, instead of every call waiting to its deadline
+QUEUE_WAIT_SHARE = 0.25
 RUN_TIME_WEIGHT = 0.1  #: weight of the newest run time in the moving average the shed estimate uses
 
 # how a call ended, as its caller sees it
@@ -66,6 +69,7 @@ class Call(Generic[T]):
         self.error: BaseException | None = None
         self.abandoned = False  #: the caller gave up while it ran
         self.run_s: float | None = None
+        self.queued_at = scope.deadline.clock()
         self._pool = pool
         self._lock = threading.Lock()
         self._event = threading.Event()
@@ -96,7 +100,7 @@ class Call(Generic[T]):
         with self._lock:
             if self.state != QUEUED:
                 return QUEUED
-            if self.scope.deadline.expired():
+            if self.scope.deadline.statement_budget() <= 0:  # no time left to do anything useful
                 self._shed_locked("its deadline passed while it waited for a worker")
                 callbacks = self._take_callbacks()
             else:
@@ -238,6 +242,10 @@ class WorkerPool:
         waiting = len(self._queue)
         if waiting >= self.queue_max:
             return f"{waiting} calls already wait for a worker"
+        if waiting:
+            waited = deadline.clock() - self._queue[0].queued_at
+            if waited > QUEUE_WAIT_SHARE * deadline.budget_s:
+                return f"the oldest of {waiting} queued calls has waited {waited * 1000:.0f} ms"
         expected = (waiting + 1) / usable * self._run_s
         if expected >= deadline.remaining():
             return f"about {expected * 1000:.0f} ms to wait for one of {usable} busy workers"
