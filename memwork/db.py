@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from sqlalchemy import Engine, create_engine, event
 
 from memwork.deadline import current_scope
-from memwork.errors import ServiceUnavailable, UsageError
+from memwork.errors import CutOff, ServiceUnavailable, UsageError
 from memwork.identifiers import check_identifier
 from memwork.redaction import first_line, redact_url, userinfo_has_at
 
@@ -130,6 +130,7 @@ def get_engine(url: str | DatabaseURL) -> Engine:
             if key.startswith("sqlite"):
                 event.listen(engine, "connect", _sqlite_pragmas)
             event.listen(engine, "before_cursor_execute", _bound_by_deadline, retval=True)
+            event.listen(engine, "handle_error", _deadline_error)
             _engines[key] = engine
         return engine
 
@@ -148,6 +149,33 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 #: statements MariaDB's ``SET STATEMENT ... FOR`` may prefix (DDL and session statements are left alone)
 _BOUNDABLE = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|WITH)\b", re.IGNORECASE)
 _BUSY_KEY = "memwork_busy_ms"
+
+
+#: server errors that mean "the statement's time was up": MariaDB max_statement_time, MySQL
+#: max_execution_time, PostgreSQL statement_timeout (SQLSTATE 57014)
+_TIMEOUT_ERRNOS = (1969, 3024)
+_TIMEOUT_SQLSTATE = "57014"
+
+
+def ran_out_of_time(error: BaseException | None, budget_left: float) -> bool:
+    """The database ended the statement because the call's time was up (not a real failure)."""
+    args: tuple[Any, ...] = tuple(getattr(error, "args", ()))
+    if args and args[0] in _TIMEOUT_ERRNOS:
+        return True
+    if getattr(error, "sqlstate", None) == _TIMEOUT_SQLSTATE:
+        return True
+    # SQLite: its busy timeout (the time left) ran out waiting for another writer
+    return "database is locked" in str(error) and budget_left <= 0.05
+
+
+def _deadline_error(context: Any) -> BaseException | None:
+    """A statement the server ended at the call's deadline is :class:`~memwork.errors.CutOff` (a
+    timeout whose transaction rolls back), not a database failure."""
+    scope = current_scope()
+    if scope is None or not ran_out_of_time(context.original_exception, scope.deadline.statement_budget()):
+        return None
+    scope.timed_out = True
+    return CutOff(f"{scope.label} timed out after {scope.deadline.budget_ms} ms (cancelled by the server)")
 
 
 def _bound_by_deadline(

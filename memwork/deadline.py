@@ -84,12 +84,22 @@ class CallScope:
         self.source: str | None = None  #: the backend serving the call, once the facade selected it
         self.guarded = False  #: the callee promised to ask :meth:`may_commit` before committing
         self.committed = False  #: the callee has committed something (its outcome is its own)
+        self.timed_out = False  #: the callee itself ran into the deadline (a statement the server ended)
+        self.entered = False  #: the backend has been called (before that, giving up stops everything)
         self._state = RUNNING
         self._lock = threading.Lock()
 
     @property
     def state(self) -> str:
         return self._state
+
+    def enter(self) -> bool:
+        """Called right before the backend itself: False (do not call it) once the caller gave up."""
+        with self._lock:
+            if self._state == ABANDONED:
+                return False
+            self.entered = True
+            return True
 
     def guard_commits(self) -> None:
         """Called by a write path that will ask :meth:`may_commit` before it commits."""

@@ -29,9 +29,10 @@ import numpy as np
 
 from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar, flag_var
 from memwork.checks import parse_bool
+from memwork.db import ran_out_of_time
 from memwork.deadline import current_scope
 from memwork.embed import QueryModuleEmbedder
-from memwork.errors import BackendError, UsageError
+from memwork.errors import BackendError, CutOff, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.pgvector.schema import DEFAULT_TABLE
 
@@ -191,6 +192,11 @@ class PgvectorBackend(BaseBackend):
         except Exception as exc:  # psycopg and pool errors become one backend error
             if isinstance(exc, UsageError | BackendError):
                 raise
+            if scope is not None and ran_out_of_time(exc, scope.deadline.statement_budget()):
+                scope.timed_out = True
+                raise CutOff(
+                    f"{scope.label} timed out after {scope.deadline.budget_ms} ms (cancelled by PostgreSQL)"
+                ) from exc
             raise BackendError(f"pgvector resolve failed: {type(exc).__name__}: {exc}") from exc
 
 

@@ -42,7 +42,7 @@ from memwork.deadline import Deadline, current_scope
 from memwork.errors import BackendError, BackendTimeout, CutOff, NotStored, Shed, UsageError
 from memwork.facade.policy import DEFAULT_BACKEND, Policy, policy_from_env
 from memwork.facade.registry import Registry
-from memwork.facade.safety import CUT_OFF, DONE, SHED, Call, WorkerPool, call_with_timeout
+from memwork.facade.safety import CUT_OFF, DONE, SHED, TIMED_OUT, Call, WorkerPool, call_with_timeout
 from memwork.redaction import describe_error, redact_text
 
 if TYPE_CHECKING:
@@ -210,6 +210,12 @@ class MemoryFacade:
         if scope is not None:
             scope.source = selection.name
             scope.label = f"{selection.name}.{operation}"
+            if getattr(selection.backend, "commit_gate", False):
+                scope.guard_commits()  # it asks the gate before committing: cut off means not stored
+            if not scope.enter():  # the caller gave up during selection: the backend is never called
+                ms = scope.deadline.budget_ms
+                error = CutOff(f"{scope.label} timed out after {ms} ms before the backend was called")
+                return self._degrade(operation, selection.name, error, str(error))
         return self._call(operation, selection.backend, clean)
 
     def _call(self, operation: str, backend: Backend, clean: dict[str, Any]) -> dict[str, Any]:
@@ -221,6 +227,9 @@ class MemoryFacade:
             if not isinstance(result, Mapping):
                 raise BackendError(f"{name} {operation} returned {type(result).__name__}, not an object")
         except BackendTimeout as exc:
+            scope = current_scope()
+            if scope is not None:
+                scope.timed_out = True
             return self._degrade(operation, name, exc, str(exc))
         except UsageError as exc:
             return self._degrade(operation, name, exc, f"invalid input: {exc}")
@@ -364,19 +373,21 @@ class FacadeCall:
         verdict = call.give_up() if not call.done() else call.state
         facade, operation, scope = self.facade, self.operation, call.scope
         if verdict == DONE:
+            if scope.timed_out:  # the job ended itself at the deadline (the server cancelled it)
+                verdict = CUT_OFF if isinstance(call.error, NotStored) or _failed(call.result) else TIMED_OUT
             if call.error is not None:
-                self.ended = DONE
+                self.ended = verdict
                 raise call.error  # fail-closed: the job's typed error
             payload: dict[str, Any] = call.result or {}
         elif verdict == SHED:
             shed = call.error if isinstance(call.error, Shed) else Shed(f"{scope.label} shed")
             payload = facade._degrade(operation, None, shed, str(shed))
         else:
-            ms = scope.deadline.budget_ms
+            what = f"{scope.label} timed out after {scope.deadline.budget_ms} ms"
             error: BackendTimeout = (
-                CutOff(f"{scope.label} timed out after {ms} ms; rolled back, nothing stored")
+                CutOff(f"{what}; nothing stored" if operation in CHANGING else what)
                 if verdict == CUT_OFF
-                else BackendTimeout(f"{scope.label} timed out after {ms} ms")
+                else BackendTimeout(what)
             )
             payload = facade._degrade(operation, scope.source, error, str(error))
         self.payload, self.ended = payload, verdict
@@ -390,6 +401,10 @@ class FacadeCall:
             callback(_final_of_payload(self.payload))
             return
         self.call.add_done_callback(lambda call: callback(_final_of_call(call)))
+
+
+def _failed(payload: Any) -> bool:
+    return isinstance(payload, Mapping) and payload.get("status") == FAILED
 
 
 def _final_of_payload(payload: Mapping[str, Any]) -> str:

@@ -159,7 +159,10 @@ class Call(Generic[T]):
                 self.abandoned = True
                 pool._abandoned += 1
                 pool.counters["timedOut"] += 1
-                guarded = self.scope.guarded and not self.scope.committed
+                scope = self.scope
+                if not scope.entered:  # the job checks before it calls the backend: it never will
+                    return CUT_OFF
+                guarded = scope.guarded and not scope.committed
                 return CUT_OFF if guarded and gate not in (COMMITTING, ABANDONED) else TIMED_OUT
         self._notify(callbacks)
         return SHED

@@ -249,6 +249,10 @@ class LegacyMemoryStore:
                         if scope is not None:
                             scope.commit_done()
                     return result
+            except CutOff as exc:  # the deadline: the server cancelled a statement, or the gate said no
+                if "nothing stored" in str(exc):
+                    raise
+                raise CutOff(f"{exc}; rolled back, nothing stored") from exc
             except (NotStored, UsageError, BackendError):
                 raise
             except Exception as exc:
@@ -256,9 +260,6 @@ class LegacyMemoryStore:
                 time_left = scope is None or scope.deadline.statement_budget() > 0
                 if _is_deadlock(exc) and attempt <= DEADLOCK_RETRIES and time_left:
                     continue
-                if scope is not None and _ran_out_of_time(exc, scope.deadline.statement_budget()):
-                    what = f"{scope.label} timed out after {scope.deadline.budget_ms} ms"
-                    raise CutOff(f"{what}; rolled back, nothing stored") from exc
                 raise NotStored(f"rolled back: {describe_error(exc)}") from exc
 
     @contextmanager
@@ -511,24 +512,6 @@ def _take(copies: deque[tuple[int, datetime]], stored: Mapping[Any, deque[tuple[
         if bucket and copy in bucket:
             bucket.remove(copy)
     return copy[0]
-
-
-#: server errors that mean "the statement's time was up": MariaDB max_statement_time, MySQL
-#: max_execution_time, PostgreSQL statement_timeout (SQLSTATE 57014)
-_TIMEOUT_ERRNOS = (1969, 3024)
-_TIMEOUT_SQLSTATE = "57014"
-
-
-def _ran_out_of_time(exc: BaseException, budget_left: float) -> bool:
-    """The database ended the statement because the call's time was up (not a real failure)."""
-    orig = exc.orig if isinstance(exc, DBAPIError) else None
-    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
-    if args and args[0] in _TIMEOUT_ERRNOS:
-        return True
-    if getattr(orig, "sqlstate", None) == _TIMEOUT_SQLSTATE:
-        return True
-    # SQLite: its busy timeout (the time left) ran out waiting for another writer
-    return "database is locked" in str(orig) and budget_left <= 0.05
 
 
 def _is_deadlock(exc: BaseException) -> bool:
