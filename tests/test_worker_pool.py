@@ -310,3 +310,20 @@ def test_a_client_time_is_kept_exact_in_utc() -> None:
         "messages": [{"role": "user", "content": "x", "createdAt": "2025-06-01T10:00:00.5+02:00"}],
     }
     assert validate("write", request)["messages"][0]["createdAt"] == "2025-06-01T08:00:00.500000+00:00"
+
+
+def test_an_idle_worker_keeps_nothing_of_its_last_call_alive() -> None:
+    """A persistent worker must not pin the last call's backend (a client, a file lock) after it ran."""
+    import gc
+    import weakref
+
+    class Client:
+        pass
+
+    pool = WorkerPool(1, name="keeps-nothing")
+    client = Client()
+    alive = weakref.ref(client)
+    assert call_with_timeout(lambda: id(client), 30.0, "uses the client", pool=pool) == id(client)
+    del client
+    assert wait_until(lambda: (gc.collect(), alive() is None)[1])
+    pool.close()

@@ -111,9 +111,11 @@ class Call(Generic[T]):
             return SHED
         clock = self.scope.deadline.clock
         started = clock()
+        fn, self.fn = self.fn, _ran  # the closure (and what it holds) is freed once the call is over
         try:
             with using_scope(self.scope):
-                value = self.fn()
+                value = fn()
+            del fn
         except BaseException as exc:
             self.run_s = clock() - started
             self._settle(None, exc)
@@ -179,6 +181,10 @@ class Call(Generic[T]):
         if self.error is not None:
             raise self.error
         return self.result  # type: ignore[return-value]  # DONE without an error: fn's value
+
+
+def _ran() -> Any:
+    raise RuntimeError("this call has already run")
 
 
 def _safely(callback: Callable[[Any], None], call: Call[Any]) -> None:
@@ -289,6 +295,7 @@ class WorkerPool:
                     sample = min(call.run_s, call.scope.deadline.budget_s)
                     self._run_s += RUN_TIME_WEIGHT * (sample - self._run_s)
                     self.counters["completed"] += 1
+            del call  # an idle worker keeps nothing alive (a backend, its client, a file lock)
 
     def stats(self) -> dict[str, Any]:
         """For status pages: size, threads, busy, abandoned, queued, and the counters so far."""
