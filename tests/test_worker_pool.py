@@ -321,9 +321,12 @@ def test_an_idle_worker_keeps_nothing_of_its_last_call_alive() -> None:
         pass
 
     pool = WorkerPool(1, name="keeps-nothing")
-    client = Client()
-    alive = weakref.ref(client)
-    assert call_with_timeout(lambda: id(client), 30.0, "uses the client", pool=pool) == id(client)
-    del client
+
+    def use_a_client() -> weakref.ref[Client]:
+        client = Client()
+        assert call_with_timeout(lambda: id(client), 30.0, "uses the client", pool=pool) == id(client)
+        return weakref.ref(client)
+
+    alive = use_a_client()
     assert wait_until(lambda: (gc.collect(), alive() is None)[1])
     pool.close()
