@@ -335,3 +335,45 @@ def test_an_idle_worker_keeps_nothing_of_its_last_call_alive() -> None:
         threading.Event().wait(0.1)
     assert alive() is None
     pool.close()
+
+
+class BlockingResolver(BaseBackend):
+    """Resolve holds its worker until RELEASE (a backend that hangs)."""
+
+    name = "blocking-resolver"
+    category = "semantic"
+
+    def resolve(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        RELEASE.wait(30)
+        return {"semanticMemories": []}
+
+
+def test_a_shed_resolve_is_answered_shed_counted_and_never_shadow_read(tmp_path: Any) -> None:
+    """One worker, held by a hung resolve: the next resolve cannot get a worker before its deadline."""
+    import httpx
+
+    from memwork.legacy.schema import init_schema
+    from memwork.service.app import create_app, running
+
+    legacy = f"sqlite:///{tmp_path / 'legacy.db'}"
+    init_schema(legacy, apply=True)
+    env = {
+        "MEMORY_LEGACY_DATABASE_URL": legacy,
+        "MEMORY_BACKEND": "blocking-resolver",
+        "MEMORY_BACKEND_TIMEOUT_MS": "300",
+        "MEMORY_SHADOW_BACKEND": "legacy",
+        "MEMORY_SHADOW_SAMPLE": "1",
+        "MEMORY_SHADOW_LOG": str(tmp_path / "shadow.jsonl"),
+    }
+    facade = facade_from_env(env, pool=WorkerPool(1, name="one-worker"))
+    facade.registry.register(BlockingResolver())
+    with running(create_app(env, facade=facade)) as url, httpx.Client(base_url=url, timeout=30) as client:
+        first = client.post("/user-memory/v1/resolve", json={"userId": "u1"}).json()  # holds the worker
+        second = client.post("/user-memory/v1/resolve", json={"userId": "u2"}).json()
+        status = client.get("/api/runtime/status").json()
+    RELEASE.set()
+    facade.close()
+    assert first["ok"] is False and "timed out" in first["reason"] and not first.get("shed")
+    assert second["ok"] is False and second["shed"] is True and second["memories"] == []
+    assert status["service"]["shed"] == 1 and status["service"]["operations"]["resolve"]["shed"] == 1
+    assert status["shadow"]["counters"]["sampled"] == 1  # only the request that ran

@@ -98,13 +98,13 @@ class MemoryFacade:
 
     # ---- selection -----------------------------------------------------------------------------
     def availability(self, backend: Backend) -> Availability:
-        """The backend's availability, checked on the pool; a raising or hanging check is unavailable."""
+        """The backend's availability; a raising or hanging check is unavailable. Checked on the shared
+        pool, not the requests' (status pages and shadow reads are never shed by the requests' load)."""
         try:
             return call_with_timeout(
                 lambda: self._availability_here(backend),
                 self.policy.timeout_s,
                 f"{backend_name(backend)}.availability",
-                pool=self.pool,
             )
         except Exception as exc:
             return Availability.no(f"availability check failed: {describe_error(exc)}")
