@@ -561,7 +561,8 @@ def recovery(samples: list[Sample], events: Events, target: str = "pgvector") ->
     up_at = events.restarted_at or float("inf")
     down_until = events.restart_called_at or up_at
     during = [s for s in samples if down_from <= s.at + s.ms / 1000 < down_until]  # answered while down
-    after = sorted((s for s in samples if s.at >= up_at), key=lambda s: s.at)  # sent after the restart
+    # sent after the restart, and not shed: a shed answer never reached a backend, so it says nothing of it
+    after = sorted((s for s in samples if s.at >= up_at and not s.shed), key=lambda s: s.at)
     first_ok = next((s.at for s in after if s.ok and s.source == target), None)
     stable_from = None
     for s in after:
