@@ -2,6 +2,9 @@
 value, SQLAlchemy engines are made for every store and backend from it, and the psycopg connection
 (and MySQL error wrapper) turns an unreachable server into one clear error.
 
+Statements run under a call's deadline (:mod:`memwork.deadline`, the facade's worker pool) are bounded
+on the server by :func:`_bound_by_deadline`, an engine event on every engine made here.
+
 Accepted URLs (:data:`SCHEMES`, the one scheme list): ``sqlite:///file.db``, ``mysql://`` /
 ``mariadb://`` (through PyMySQL), ``postgresql://`` (through psycopg 3) and ``pg://embedded[/NAME]``
 (the embedded server). Parsing is pure: only :func:`memwork.embedded_pg.ensure` -- which
@@ -11,16 +14,19 @@ embedded server.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from math import ceil
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from sqlalchemy import Engine, create_engine, event
 
-from memwork.errors import ServiceUnavailable, UsageError
+from memwork.deadline import current_scope
+from memwork.errors import CutOff, ServiceUnavailable, UsageError
 from memwork.identifiers import check_identifier
 from memwork.redaction import first_line, redact_url, userinfo_has_at
 
@@ -125,6 +131,8 @@ def get_engine(url: str | DatabaseURL) -> Engine:
             engine = create_engine(key, **kwargs)
             if key.startswith("sqlite"):
                 event.listen(engine, "connect", _sqlite_pragmas)
+            event.listen(engine, "before_cursor_execute", _bound_by_deadline, retval=True)
+            event.listen(engine, "handle_error", _deadline_error)
             _engines[key] = engine
         return engine
 
@@ -141,12 +149,79 @@ def _prepare_sqlite_file(sqlalchemy_url: str) -> None:
         prepare_workspace_file(database)
 
 
+SQLITE_BUSY_MS = 5000  #: how long SQLite waits for another writer's lock outside a bounded call
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA busy_timeout=5000")
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.close()
+
+
+#: statements MariaDB's ``SET STATEMENT ... FOR`` may prefix (DDL and session statements are left alone)
+_BOUNDABLE = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|WITH)\b", re.IGNORECASE)
+_BUSY_KEY = "memwork_busy_ms"
+
+
+#: server errors that mean "the statement's time was up": MariaDB max_statement_time, MySQL
+#: max_execution_time, PostgreSQL statement_timeout (SQLSTATE 57014)
+_TIMEOUT_ERRNOS = (1969, 3024)
+_TIMEOUT_SQLSTATE = "57014"
+
+
+def ran_out_of_time(error: BaseException | None, budget_left: float) -> bool:
+    """The database ended the statement because the call's time was up (not a real failure)."""
+    args: tuple[Any, ...] = tuple(getattr(error, "args", ()))
+    if args and args[0] in _TIMEOUT_ERRNOS:
+        return True
+    if getattr(error, "sqlstate", None) == _TIMEOUT_SQLSTATE:
+        return True
+    # SQLite: its busy timeout (the time left) ran out waiting for another writer
+    return "database is locked" in str(error) and budget_left <= 0.05
+
+
+def _deadline_error(context: Any) -> BaseException | None:
+    """A statement the server ended at the call's deadline is :class:`~memwork.errors.CutOff` (a
+    timeout whose transaction rolls back), not a database failure."""
+    scope = current_scope()
+    if scope is None or not ran_out_of_time(context.original_exception, scope.deadline.statement_budget()):
+        return None
+    scope.timed_out = True
+    return CutOff(f"{scope.label} timed out after {scope.deadline.budget_ms} ms (cancelled by the server)")
+
+
+def _bound_by_deadline(
+    conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
+) -> tuple[str, Any]:
+    """Bound each statement of a call running under a deadline by the time it has left, on the server.
+
+    Nothing is sent once the time is up or the caller gave up (:class:`~memwork.errors.CutOff`).
+    MariaDB: ``SET STATEMENT max_statement_time=<s> FOR <statement>`` (it also ends waits for table
+    and row locks); PostgreSQL: ``statement_timeout`` for the rest of the transaction; SQLite: the
+    busy timeout. MySQL (not MariaDB) has no statement timeout for writes below a second: there the
+    commit gate alone decides (a write cut off at the deadline waits for its lock, then rolls back).
+    Outside a bounded call this costs one context-variable read (SQLite: the usual busy timeout back).
+    """
+    scope = current_scope()
+    dialect = conn.dialect.name
+    if scope is None:
+        if dialect == "sqlite" and conn.info.get(_BUSY_KEY, SQLITE_BUSY_MS) != SQLITE_BUSY_MS:
+            cursor.connection.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
+            conn.info[_BUSY_KEY] = SQLITE_BUSY_MS
+        return statement, parameters
+    budget = max(scope.check(), 0.001)  # MariaDB reads 0 as "no limit"
+    if dialect == "mysql":
+        if getattr(conn.dialect, "is_mariadb", False) and _BOUNDABLE.match(statement):
+            statement = f"SET STATEMENT max_statement_time={budget:.3f} FOR {statement}"
+    elif dialect == "postgresql":
+        cursor.execute("SELECT set_config('statement_timeout', %s, true)", (f"{ceil(budget * 1000)}ms",))
+    elif dialect == "sqlite":
+        ms = ceil(budget * 1000)
+        cursor.connection.execute(f"PRAGMA busy_timeout={ms}")
+        conn.info[_BUSY_KEY] = ms
+    return statement, parameters
 
 
 def dispose_all() -> None:

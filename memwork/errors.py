@@ -102,7 +102,19 @@ class BackendError(MemworkError):
 
 
 class BackendTimeout(BackendError):
-    """A memory backend did not answer within its per-call timeout."""
+    """A memory backend did not answer within its per-call timeout (a write's outcome is unknown)."""
+
+
+class NotStored(BackendError):
+    """A write known not to have been applied: rolled back, refused before its commit, or never run."""
+
+
+class CutOff(BackendTimeout, NotStored):
+    """The call ran into its deadline and its write path was refused the commit: nothing stored."""
+
+
+class Shed(BackendTimeout, NotStored):
+    """No worker could start the call before its deadline (overload): it never ran."""
 
 
 class MissingStore(UsageError):

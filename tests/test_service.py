@@ -298,7 +298,7 @@ def test_body_cap_refuses_declared_and_chunked_bodies_before_anything_is_written
         )
         assert chunked.status_code == 413 and chunked.json()["field"] == "body"
         small = client.post("/user-memory/v1/remember-recent", json=WRITE)
-        assert small.status_code == 200 and small.json()["ok"]
+        assert small.status_code == 200 and small.json()["ok"], small.json()
         client.post("/user-memory/v1/sync", json={"userId": "u1"})
         memories = client.post("/user-memory/v1/resolve", json={"userId": "u1"}).json()["memories"]
         assert memories and not any("Bob" in m["content"] for m in memories)
@@ -322,6 +322,8 @@ def test_a_raising_backend_is_a_200_degraded_payload_without_the_secret(
         assert service_status["operations"]["resolve"] == {
             "ok": 0,
             "degraded": 1,
+            "shed": 0,
+            "timedOut": 0,
             "last": service_status["operations"]["resolve"]["last"],
         }
         assert "boom" in service_status["operations"]["resolve"]["last"]["reason"]

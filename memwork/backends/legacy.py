@@ -58,6 +58,9 @@ class LegacyConversationMemoryBackend(BaseBackend):
     """resolve = active memories; write = saveAndAnalyze; compact = analyzeUser."""
 
     declaration: ClassVar[Declaration | None] = DECLARATION
+    #: its writes ask the commit gate of :mod:`memwork.deadline` before committing, so a write cut off at
+    #: its deadline is known not to be stored (the facade answers ``failed``, never ``pending``)
+    commit_gate: ClassVar[bool] = True
 
     def __init__(self, store: LegacyMemoryStore, *, problem: str | None = None) -> None:
         self.store = store

@@ -12,20 +12,27 @@ fast while a user has thousands of rows); ``hnsw`` uses the HNSW index with pgve
 iterative scan (``hnsw.iterative_scan = relaxed_order``) and re-sorts; ``auto`` (default) runs the
 exact search capped at ``MEMORY_PGVECTOR_EXACT_MAX + 1`` rows (default 5000) in one statement that
 also counts them, and only for a user above the cap falls back to hnsw.
+
+Under a call's deadline (:mod:`memwork.deadline`) the wait for a pooled connection is bounded by the
+time left, and the search by ``statement_timeout`` (set for its transaction only), so a search the
+caller gave up on is cancelled by the server instead of holding a connection and a worker.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from math import ceil
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar, flag_var
 from memwork.checks import parse_bool
+from memwork.db import ran_out_of_time
+from memwork.deadline import current_scope
 from memwork.embed import QueryModuleEmbedder
-from memwork.errors import BackendError, UsageError
+from memwork.errors import BackendError, CutOff, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.pgvector.schema import DEFAULT_TABLE
 
@@ -168,8 +175,13 @@ class PgvectorBackend(BaseBackend):
 
     def _search(self, user_id: str, vector: np.ndarray, limit: int) -> list[tuple]:
         table = quote_identifier(self.table)
+        scope = current_scope()
+        wait = self.timeout if scope is None else min(self.timeout, scope.check())
         try:
-            with self._get_pool().connection(timeout=self.timeout) as conn, conn.transaction():
+            with self._get_pool().connection(timeout=wait) as conn, conn.transaction():
+                if scope is not None:  # the server cancels the search when the caller's time is up
+                    budget_ms = ceil(scope.check() * 1000)
+                    conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{budget_ms}ms",))
                 if self.search == "hnsw":
                     return _hnsw_search(conn, table, user_id, vector, limit, self.ef_search)
                 cap = None if self.search == "exact" else self.exact_max
@@ -180,6 +192,11 @@ class PgvectorBackend(BaseBackend):
         except Exception as exc:  # psycopg and pool errors become one backend error
             if isinstance(exc, UsageError | BackendError):
                 raise
+            if scope is not None and ran_out_of_time(exc, scope.deadline.statement_budget()):
+                scope.timed_out = True
+                raise CutOff(
+                    f"{scope.label} timed out after {scope.deadline.budget_ms} ms (cancelled by PostgreSQL)"
+                ) from exc
             raise BackendError(f"pgvector resolve failed: {type(exc).__name__}: {exc}") from exc
 
 

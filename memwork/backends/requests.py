@@ -12,6 +12,7 @@ whitespace is refused rather than silently trimmed into another user's id.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from memwork.errors import UsageError
@@ -24,6 +25,8 @@ MAX_SESSION_ID_CHARS = 128
 MAX_QUERY_CHARS = 16_000
 MAX_MESSAGE_CHARS = 16_000  #: one message's content, in characters
 MAX_MESSAGES = 100  #: messages per write
+MAX_TIME_CHARS = 40  #: a message's ``createdAt`` (ISO 8601)
+MIN_CLIENT_YEAR, MAX_CLIENT_YEAR = 1970, 9998  #: what every store's timestamp column holds, with room
 
 
 PREVIEW_CHARS = 40  #: how much of a long bad value an error shows around the bad character
@@ -96,7 +99,31 @@ def _message(index: int, message: Any) -> dict[str, str]:
     if len(content) > MAX_MESSAGE_CHARS:
         size = f"<{len(content)} characters>"
         raise UsageError(f"{where}.content", size, f"longer than {MAX_MESSAGE_CHARS} characters")
-    return {"role": role, "content": check_storable(f"{where}.content", content)}
+    clean = {"role": role, "content": check_storable(f"{where}.content", content)}
+    if message.get("createdAt") is not None:
+        clean["createdAt"] = client_time(f"{where}.createdAt", message["createdAt"])
+    return clean
+
+
+def client_time(field: str, value: Any) -> str:
+    """A message's ``createdAt`` from the client: ISO 8601 with an offset -> UTC ISO text (microseconds).
+
+    It is part of the message's identity (a retried write is recognised by it), so it is kept exact."""
+    if not isinstance(value, str) or len(value) > MAX_TIME_CHARS:
+        raise UsageError(field, value, "must be ISO 8601 text with an offset, e.g. 2025-06-01T10:00:00Z")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(field, value, "not an ISO 8601 time, e.g. 2025-06-01T10:00:00Z") from None
+    if parsed.tzinfo is None:
+        raise UsageError(field, value, "needs an offset (Z or +hh:mm): a time without one is ambiguous")
+    try:
+        utc = parsed.astimezone(UTC)
+    except OverflowError:
+        utc = None
+    if utc is None or not MIN_CLIENT_YEAR <= utc.year <= MAX_CLIENT_YEAR:
+        raise UsageError(field, value, f"must be between {MIN_CLIENT_YEAR} and {MAX_CLIENT_YEAR}")
+    return utc.isoformat(timespec="microseconds")
 
 
 def _messages(request: Mapping[str, Any]) -> list[dict[str, str]]:

@@ -2,17 +2,28 @@
 
 Selection is operation-aware: ``resolve`` uses ``MEMORY_BACKEND`` when that backend is available and
 supports resolve, else legacy; ``write`` and ``compact`` use ``MEMORY_BACKEND`` when it is available
-and supports the operation, else the first available backend that does (legacy is first). Every
-backend call runs in a worker thread with a deadline (``MEMORY_BACKEND_TIMEOUT_MS``). With fail-open
-(the default) bad input, errors and timeouts give the degraded payload (``ok: false`` and a
+and supports the operation, else the first available backend that does (legacy is first). With
+fail-open (the default) bad input, errors and timeouts give the degraded payload (``ok: false`` and a
 ``reason``) and a log line; with ``MEMORY_FAIL_OPEN=0`` they raise typed errors.
+
+Deadlines: each operation -- selection (availability checks) and the backend call together -- is one
+job on the facade's fixed :class:`~memwork.facade.safety.WorkerPool`, under a deadline of
+``MEMORY_BACKEND_TIMEOUT_MS`` (the service passes one that runs from the request's arrival). A job
+that cannot get a worker before its deadline is shed (``shed: true``), and a job still running at
+the deadline is answered degraded at once; no thread is started per call.
+
+Writes (and compactions) say what happened in ``status``: ``stored`` (committed), ``failed``
+(nothing stored: bad input, shed, rolled back, or cut off at the deadline by the commit gate of
+:mod:`memwork.deadline`), or ``pending`` (``ok: false``; not known at the deadline -- it may still
+land). A retried legacy write never duplicates its messages (see :mod:`memwork.legacy.store`), so
+retrying after ``failed`` or ``pending`` is safe.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +38,11 @@ from memwork.backends.base import (
     supports_of,
 )
 from memwork.backends.requests import validate
-from memwork.errors import BackendError, BackendTimeout, UsageError
+from memwork.deadline import Deadline, current_scope
+from memwork.errors import BackendError, BackendTimeout, CutOff, NotStored, Shed, UsageError
 from memwork.facade.policy import DEFAULT_BACKEND, Policy, policy_from_env
 from memwork.facade.registry import Registry
-from memwork.facade.safety import call_with_timeout
+from memwork.facade.safety import CUT_OFF, DONE, SHED, TIMED_OUT, Call, WorkerPool, call_with_timeout
 from memwork.loggable import loggable_error
 from memwork.redaction import describe_error, redact_text
 
@@ -41,7 +53,13 @@ log = logging.getLogger("memwork.facade")
 
 LEGACY = DEFAULT_BACKEND  #: resolve falls back to the default backend (legacy), found by its alias
 RESOLVE_KEYS = ("profile", "semanticMemories", "behaviorSummary", "activeGoals", "memories", "policy")
-_ENVELOPE = ("ok", "enabled", "skipped", "source", "reason")
+_ENVELOPE = ("ok", "enabled", "skipped", "source", "reason", "status", "shed")
+DEFAULT_WORKERS = 16  #: threads of a facade's own pool (the service sizes its own: MEMWORK_SERVICE_THREADS)
+#: operations whose answer carries ``status`` (stored / failed / pending): they change stored data
+CHANGING = frozenset({"write", "compact"})
+# a write's status in its answer, and the final outcomes the service counts
+STORED, FAILED, PENDING = "stored", "failed", "pending"
+FINAL_STORED, FINAL_NOT_STORED, FINAL_UNKNOWN = "stored", "notStored", "unknown"
 
 
 def empty_resolve() -> dict[str, Any]:
@@ -72,100 +90,156 @@ class Selection:
 class MemoryFacade:
     """The unified memory API. Construct with :func:`facade_from_env` or from a policy and registry."""
 
-    def __init__(self, policy: Policy, registry: Registry) -> None:
+    def __init__(self, policy: Policy, registry: Registry, *, pool: WorkerPool | None = None) -> None:
         self.policy = policy
         self.registry = registry
+        self._owns_pool = pool is None
+        #: every backend call runs here; the service hands in a pool of MEMWORK_SERVICE_THREADS
+        self.pool = pool if pool is not None else WorkerPool(DEFAULT_WORKERS, name="memwork-facade")
 
     # ---- selection -----------------------------------------------------------------------------
     def availability(self, backend: Backend) -> Availability:
-        """The backend's availability; a raising or hanging check counts as unavailable."""
+        """The backend's availability; a raising or hanging check is unavailable. Checked on the shared
+        pool, not the requests' (status pages and shadow reads are never shed by the requests' load)."""
         try:
-            avail = call_with_timeout(
-                lambda: availability_of(backend),
+            return call_with_timeout(
+                lambda: self._availability_here(backend),
                 self.policy.timeout_s,
                 f"{backend_name(backend)}.availability",
             )
         except Exception as exc:
             return Availability.no(f"availability check failed: {describe_error(exc)}")
+
+    @staticmethod
+    def _availability_here(backend: Backend) -> Availability:
+        """The check on this thread (a pool worker: the job's deadline bounds it), reason redacted."""
+        try:
+            avail = availability_of(backend)
+        except Exception as exc:
+            return Availability.no(f"availability check failed: {describe_error(exc)}")
         reason = redact_text(avail.reason) if isinstance(avail.reason, str) else avail.reason
         return Availability(avail.available, reason)
 
-    def _usable(self, backend: Backend, operation: str) -> str | None:
+    def _usable(self, backend: Backend, operation: str, here: bool) -> str | None:
         """None when ``backend`` can serve ``operation``, else why not."""
         if not supports_of(backend)[operation]:
             return f"does not support {operation}"
-        avail = self.availability(backend)
+        avail = self._availability_here(backend) if here else self.availability(backend)
         return None if avail.available else f"unavailable ({avail.reason or 'no reason given'})"
 
-    def select(self, operation: str) -> Selection:
-        """Operation-aware selection; never an unavailable backend."""
+    def select(self, operation: str, *, here: bool = False) -> Selection:
+        """Operation-aware selection; never an unavailable backend.
+
+        ``here``: check availability on this thread -- for a job already running on a pool worker,
+        which must not queue nested jobs behind itself."""
         wanted = self.policy.backend
         preferred = self.registry.find(wanted)
         if preferred is None:
             note = f"MEMORY_BACKEND={wanted!r} is not a registered backend"
         else:
-            problem = self._usable(preferred, operation)
+            problem = self._usable(preferred, operation, here)
             if problem is None:
                 return Selection(operation, preferred)
             note = f"MEMORY_BACKEND={wanted!r} {problem}"
-        fallback = self._fallback(operation)
+        fallback = self._fallback(operation, here)
         target = "legacy" if operation == "resolve" else f"the first available {operation} backend"
         suffix = f"; using {backend_name(fallback)}" if fallback else f"; no {target} is available"
         return Selection(operation, fallback, note + suffix)
 
-    def _fallback(self, operation: str) -> Backend | None:
+    def _fallback(self, operation: str, here: bool) -> Backend | None:
         if operation == "resolve":
             legacy = self.registry.find(LEGACY)
-            return legacy if legacy is not None and self._usable(legacy, operation) is None else None
+            usable = legacy is not None and self._usable(legacy, operation, here) is None
+            return legacy if usable else None
         for backend in self.registry.backends():
-            if self._usable(backend, operation) is None:
+            if self._usable(backend, operation, here) is None:
                 return backend
         return None
 
     # ---- operations ----------------------------------------------------------------------------
-    def resolve(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def resolve(self, request: Mapping[str, Any], *, deadline: Deadline | None = None) -> dict[str, Any]:
         """Memory for the current request: ``{ok, enabled, skipped, source, profile, ...}``."""
-        return self._run("resolve", request)
+        return self.begin("resolve", request, deadline).answer_when_due()
 
-    def write(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        """Record memory evidence (legacy: saveAndAnalyze)."""
-        return self._run("write", request)
+    def write(self, request: Mapping[str, Any], *, deadline: Deadline | None = None) -> dict[str, Any]:
+        """Record memory evidence (legacy: saveAndAnalyze); ``status`` says whether it is stored."""
+        return self.begin("write", request, deadline).answer_when_due()
 
-    def compact(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def compact(self, request: Mapping[str, Any], *, deadline: Deadline | None = None) -> dict[str, Any]:
         """Analyze / compact pending memory (legacy: analyzeUser)."""
-        return self._run("compact", request)
+        return self.begin("compact", request, deadline).answer_when_due()
 
-    def _run(self, operation: str, request: Mapping[str, Any]) -> dict[str, Any]:
+    def begin(
+        self,
+        operation: str,
+        request: Mapping[str, Any],
+        deadline: Deadline | None = None,
+        *,
+        overloaded: str | None = None,
+    ) -> FacadeCall:
+        """Start ``operation`` on a pool worker and return at once (the service awaits it on its
+        event loop). ``deadline`` defaults to ``MEMORY_BACKEND_TIMEOUT_MS`` from now. Skipped, bad or
+        shed requests are answered here -- ``overloaded`` (the caller's reason) sheds it without a
+        worker; fail-closed, their errors are raised here."""
+        if deadline is None:
+            deadline = Deadline.after(self.policy.timeout_s)
         if not self.policy.enabled:
-            return self._skipped(operation, "memory disabled (MEMORY_ENABLED=0)")
+            return FacadeCall(self, operation, self._skipped(operation, "memory disabled (MEMORY_ENABLED=0)"))
         if operation == "write" and not self.policy.event_log_enabled:
-            return self._skipped(operation, "event log disabled (MEMORY_EVENT_LOG_ENABLED=0)")
+            reason = "event log disabled (MEMORY_EVENT_LOG_ENABLED=0)"
+            return FacadeCall(self, operation, self._skipped(operation, reason))
         try:
             clean = validate(operation, request)
         except UsageError as exc:
-            return self._degrade(operation, None, exc, f"invalid input: {exc}", request=request)
-        selection = self.select(operation)
+            return FacadeCall(
+                self, operation, self._degrade(operation, None, exc, f"invalid input: {exc}", request=request)
+            )
+        try:
+            if overloaded is not None:
+                raise Shed(f"{operation} shed: {overloaded} (deadline {deadline.budget_ms} ms)")
+            call = self.pool.submit(lambda: self._select_and_call(operation, clean), deadline, operation)
+        except Shed as exc:
+            return FacadeCall(self, operation, self._degrade(operation, None, exc, str(exc), request=clean))
+        return FacadeCall(self, operation, call)
+
+    def _select_and_call(self, operation: str, clean: dict[str, Any]) -> dict[str, Any]:
+        """The job on the worker: selection, then the backend call (its payload, ok or degraded)."""
+        selection = self.select(operation, here=True)
         if selection.backend is None:
             reason = selection.note or f"no available backend supports {operation}"
-            return self._degrade(operation, None, BackendError(reason), reason, request=clean)
+            error = NotStored(reason) if operation in CHANGING else BackendError(reason)
+            return self._degrade(operation, None, error, reason, request=clean)
+        scope = current_scope()
+        if scope is not None:
+            scope.source = selection.name
+            scope.label = f"{selection.name}.{operation}"
+            if getattr(selection.backend, "commit_gate", False):
+                scope.guard_commits()  # it asks the gate before committing: cut off means not stored
+            if not scope.enter():  # the caller gave up during selection: the backend is never called
+                ms = scope.deadline.budget_ms
+                error = CutOff(f"{scope.label} timed out after {ms} ms before the backend was called")
+                return self._degrade(operation, selection.name, error, str(error), request=clean)
         return self._call(operation, selection.backend, clean)
 
     def _call(self, operation: str, backend: Backend, clean: dict[str, Any]) -> dict[str, Any]:
+        """The backend call on this thread (a pool worker, bounded by the job's deadline)."""
         name = backend_name(backend)
         method = operation_of(backend, operation)
         try:
-            result = call_with_timeout(
-                lambda: method(dict(clean)), self.policy.timeout_s, f"{name}.{operation}"
-            )
+            result = method(dict(clean))
             if not isinstance(result, Mapping):
                 raise BackendError(f"{name} {operation} returned {type(result).__name__}, not an object")
         except BackendTimeout as exc:
+            scope = current_scope()
+            if scope is not None:
+                scope.timed_out = True
             return self._degrade(operation, name, exc, str(exc), request=clean)
         except UsageError as exc:
             return self._degrade(operation, name, exc, f"invalid input: {exc}", request=clean)
         except Exception as exc:
             reason = f"{name} {operation} failed: {describe_error(exc)}"
-            return self._degrade(operation, name, BackendError(reason), reason, cause=exc, request=clean)
+            error = NotStored(reason) if isinstance(exc, NotStored) else BackendError(reason)
+            return self._degrade(operation, name, error, reason, cause=exc, request=clean)
         return self._ok(operation, name, result)
 
     # ---- payloads ------------------------------------------------------------------------------
@@ -178,6 +252,7 @@ class MemoryFacade:
                 payload["profile"] = None
         else:
             payload.update({k: v for k, v in result.items() if k not in _ENVELOPE})
+            payload["status"] = STORED
         return payload
 
     def _skipped(self, operation: str, reason: str) -> dict[str, Any]:
@@ -212,6 +287,10 @@ class MemoryFacade:
         if operation == "resolve":
             payload.update(empty_resolve())
         payload["reason"] = reason
+        if operation in CHANGING:
+            payload["status"] = FAILED if isinstance(error, NotStored | UsageError) else PENDING
+        if isinstance(error, Shed):
+            payload["shed"] = True
         if isinstance(error, UsageError):
             payload["field"] = error.field
         return payload
@@ -259,6 +338,96 @@ class MemoryFacade:
 
     def close(self) -> None:
         self.registry.close()
+        if self._owns_pool:
+            self.pool.close()
+
+
+class FacadeCall:
+    """One facade operation: answered at once (skipped, bad input, shed) or running on a worker.
+
+    :meth:`answer` gives the payload -- the job's own when it is done, else the degraded payload of
+    how it ended at the deadline (shed, cut off, or timed out). :meth:`on_final` reports a write's
+    final outcome (stored / notStored / unknown) once it is known, which may be after the answer."""
+
+    def __init__(self, facade: MemoryFacade, operation: str, ready: dict[str, Any] | Call[Any]) -> None:
+        self.facade = facade
+        self.operation = operation
+        self.call: Call[Any] | None = ready if isinstance(ready, Call) else None
+        self.payload: dict[str, Any] | None = None if isinstance(ready, Call) else ready
+        #: how the answer came about: done, shed, cut-off or timed-out (None until answered)
+        self.ended: str | None = None
+        if self.payload is not None:
+            self.ended = SHED if self.payload.get("shed") else DONE
+
+    @property
+    def deadline(self) -> Deadline | None:
+        return None if self.call is None else self.call.scope.deadline
+
+    def done(self) -> bool:
+        return self.call is None or self.call.done()
+
+    def answer_when_due(self) -> dict[str, Any]:
+        """Block until the job is done or its deadline passed, then :meth:`answer`."""
+        if self.call is not None:
+            self.call.wait(max(0.0, self.call.scope.deadline.remaining()))
+        return self.answer()
+
+    def answer(self) -> dict[str, Any]:
+        """The payload now (never waits); fail-closed, the error instead."""
+        if self.payload is not None:
+            return self.payload
+        call = self.call
+        assert call is not None  # no payload yet: a job is running
+        verdict = call.give_up() if not call.done() else call.state
+        facade, operation, scope = self.facade, self.operation, call.scope
+        if verdict == DONE:
+            if scope.timed_out:  # the job ended itself at the deadline (the server cancelled it)
+                verdict = CUT_OFF if isinstance(call.error, NotStored) or _failed(call.result) else TIMED_OUT
+            if call.error is not None:
+                self.ended = verdict
+                raise call.error  # fail-closed: the job's typed error
+            payload: dict[str, Any] = call.result or {}
+        elif verdict == SHED:
+            shed = call.error if isinstance(call.error, Shed) else Shed(f"{scope.label} shed")
+            payload = facade._degrade(operation, None, shed, str(shed))
+        else:
+            what = f"{scope.label} timed out after {scope.deadline.budget_ms} ms"
+            error: BackendTimeout = (
+                CutOff(f"{what}; nothing stored" if operation in CHANGING else what)
+                if verdict == CUT_OFF
+                else BackendTimeout(what)
+            )
+            payload = facade._degrade(operation, scope.source, error, str(error))
+        self.payload, self.ended = payload, verdict
+        return payload
+
+    def on_final(self, callback: Callable[[str], None]) -> None:
+        """``callback(outcome)`` once the final outcome of this write or compaction is known:
+        ``stored``, ``notStored`` or ``unknown`` (a backend that could not tell)."""
+        if self.call is None:
+            assert self.payload is not None
+            callback(_final_of_payload(self.payload))
+            return
+        self.call.add_done_callback(lambda call: callback(_final_of_call(call)))
+
+
+def _failed(payload: Any) -> bool:
+    return isinstance(payload, Mapping) and payload.get("status") == FAILED
+
+
+def _final_of_payload(payload: Mapping[str, Any]) -> str:
+    if payload.get("ok") and not payload.get("skipped"):
+        return FINAL_STORED
+    if payload.get("ok") or payload.get("status") == FAILED:
+        return FINAL_NOT_STORED
+    return FINAL_UNKNOWN
+
+
+def _final_of_call(call: Call[Any]) -> str:
+    """How a finished (or shed) job ended for its data, whatever its caller was told."""
+    if call.error is not None:
+        return FINAL_NOT_STORED if isinstance(call.error, NotStored | UsageError) else FINAL_UNKNOWN
+    return _final_of_payload(call.result or {})
 
 
 #: The status payload's one-value fields, in the order ``memwork status`` prints them.
@@ -279,10 +448,12 @@ def facade_from_env(
     *,
     extractor: Extractor | None = None,
     registry: Registry | None = None,
+    pool: WorkerPool | None = None,
 ) -> MemoryFacade:
     """The facade the environment describes (``os.environ`` by default); never raises on bad config.
 
-    ``extractor`` plugs a callable into the legacy backend (see :mod:`memwork.legacy.extractor`).
+    ``extractor`` plugs a callable into the legacy backend (see :mod:`memwork.legacy.extractor`);
+    ``pool`` runs its backend calls (default: its own pool of :data:`DEFAULT_WORKERS` threads).
     """
     env = dict(os.environ if env is None else env)
     policy = policy_from_env(env)
@@ -293,4 +464,4 @@ def facade_from_env(
 
             overrides[LEGACY] = legacy_from_env(env, extractor=extractor)
         registry = Registry(env, overrides=overrides)
-    return MemoryFacade(policy, registry)
+    return MemoryFacade(policy, registry, pool=pool)

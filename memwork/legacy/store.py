@@ -11,6 +11,22 @@
 Pending messages are read ``FOR UPDATE SKIP LOCKED`` on MariaDB so two concurrent analyzers of one
 user never extract the same message twice.
 
+Writes are idempotent without a schema change (the tables are the production's, so memwork adds no
+column or key table to them). A message's identity is what the table already stores: user, session,
+role, the exact content, and -- when the client sends one -- its own ``createdAt``. A write stores
+only the messages of its request that the session does not hold yet (counted as a multiset, so a
+request of two "yes" stores a second one only when the session has fewer than two), under a lock on
+the session (a locking read on MariaDB, an advisory lock on PostgreSQL, the write lock on SQLite), so
+a retry -- or the same write sent twice at once -- never duplicates a message, and gets the same
+``messageIds`` back. Without ``createdAt`` the same text sent twice in one session counts as one
+message: harmless for memory evidence, and the price of a key the table can check without a new
+column.
+
+Every write transaction is applied whole or not at all and says which (:meth:`_transaction`):
+anything failing before the commit rolls back and raises :class:`~memwork.errors.NotStored`; under a
+deadline (:mod:`memwork.deadline`) the commit gate is asked first, so a write whose caller has
+already answered "not stored" rolls back instead of committing later.
+
 Every predicate on a user, session or item id goes through :func:`memwork.legacy.exact.exact_eq`, so
 ``TenantX`` and ``tenantx`` are two tenants even in a production table collated ``utf8mb4_general_ci``.
 """
@@ -19,23 +35,32 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, RowMapping, and_, delete, insert, select, update
+from sqlalchemy import Connection, Engine, RowMapping, and_, delete, func, insert, select, update
+from sqlalchemy.exc import DBAPIError
 
 from memwork.db import get_engine
-from memwork.errors import UsageError
+from memwork.deadline import current_scope
+from memwork.errors import BackendError, CutOff, NotStored, UsageError
 from memwork.legacy.exact import exact_eq
 from memwork.legacy.extractor import ExtractedItem, Extractor, extract_rules
 from memwork.legacy.schema import ITEM_TYPES, memory_items, messages, metadata
+from memwork.redaction import describe_error
 from memwork.similarity import find_duplicate_pairs, jaccard, tokenize
 
 DUPLICATE_THRESHOLD = 0.8  #: Jaccard at or above which two items say the same thing
 MAX_PENDING_PER_RUN = 1000
 PROFILE_LIMIT = 200
+DEADLOCK_RETRIES = 2  #: a transaction MariaDB chose as a deadlock victim is run again (time allowing)
+MYSQL_DEADLOCK = 1213
+
+R = TypeVar("R")
 
 _clock_lock = threading.Lock()
 _last_now = datetime.min
@@ -177,21 +202,147 @@ class LegacyMemoryStore:
     def save_and_analyze(
         self, user_id: str, session_id: str, new_messages: Sequence[Mapping[str, str]]
     ) -> dict[str, Any]:
-        """Save the messages, then analyze the user's pending messages, in one transaction."""
-        with self.engine.begin() as conn:
-            ids = [self._save_message(conn, user_id, session_id, m) for m in new_messages]
-            report = self._analyze(conn, user_id)
-        return {"saved": len(ids), "messageIds": [str(i) for i in ids], **report.to_dict()}
+        """Save the messages the session does not hold yet, then analyze the user's pending messages,
+        in one transaction. ``messageIds`` names each message of the request (new or already stored);
+        ``saved`` counts the new ones and ``duplicates`` the ones already stored."""
+
+        def work(conn: Connection) -> tuple[list[int], int, Report]:
+            ids, saved = self._save_new_messages(conn, user_id, session_id, new_messages)
+            return ids, saved, self._analyze(conn, user_id)
+
+        ids, saved, report = self._transaction(work)
+        return {
+            "saved": saved,
+            "duplicates": len(ids) - saved,
+            "messageIds": [str(i) for i in ids],
+            **report.to_dict(),
+        }
+
+    def _transaction(self, work: Callable[[Connection], R]) -> R:
+        """``work(conn)`` in one transaction, applied whole or not at all, and which one is known.
+
+        Anything failing before the commit rolls back: :class:`NotStored` (bad extractor output stays
+        a :class:`UsageError`). Under a call's deadline the commit gate is asked first; refused (the
+        caller gave up, or the time is up) it rolls back: :class:`CutOff`. A failing COMMIT itself
+        leaves the outcome unknown: :class:`BackendError`. A deadlock victim is run again."""
+        scope = current_scope()
+        if scope is not None:
+            scope.guard_commits()
+        attempt = 0
+        while True:
+            try:
+                with self._connection() as conn:
+                    transaction = conn.begin()
+                    try:
+                        result = work(conn)
+                    except BaseException:
+                        transaction.rollback()
+                        raise
+                    if scope is not None and not scope.may_commit():
+                        transaction.rollback()
+                        raise CutOff(f"{scope.label}: the deadline passed before the commit; rolled back")
+                    try:
+                        transaction.commit()
+                    except Exception as exc:
+                        raise BackendError(f"commit failed, outcome unknown: {describe_error(exc)}") from exc
+                    finally:
+                        if scope is not None:
+                            scope.commit_done()
+                    return result
+            except CutOff as exc:  # the deadline: the server cancelled a statement, or the gate said no
+                if "nothing stored" in str(exc):
+                    raise
+                raise CutOff(f"{exc}; rolled back, nothing stored") from exc
+            except (NotStored, UsageError, BackendError):
+                raise
+            except Exception as exc:
+                attempt += 1
+                time_left = scope is None or scope.deadline.statement_budget() > 0
+                if _is_deadlock(exc) and attempt <= DEADLOCK_RETRIES and time_left:
+                    continue
+                raise NotStored(f"rolled back: {describe_error(exc)}") from exc
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection]:
+        """A connection; failing to get one means nothing was written (:class:`NotStored`)."""
+        try:
+            conn = self.engine.connect()
+        except Exception as exc:
+            raise NotStored(f"no connection: {describe_error(exc)}") from exc
+        with conn:
+            yield conn
+
+    def _save_new_messages(
+        self, conn: Connection, user_id: str, session_id: str, new_messages: Sequence[Mapping[str, str]]
+    ) -> tuple[list[int], int]:
+        """Insert the messages the session does not hold yet; ``(id of each message, how many new)``."""
+        if not new_messages:
+            return [], 0
+        self._lock_session(conn, user_id, session_id)
+        stored = self._stored_copies(conn, user_id, session_id, new_messages)
+        ids: list[int] = []
+        saved = 0
+        for message in new_messages:
+            at = client_time(message)  # with the client's time, only a copy of that time is this message
+            copies = stored[(message["role"], message["content"], at)]
+            if copies:
+                ids.append(_take(copies, stored))
+                continue
+            ids.append(self._save_message(conn, user_id, session_id, message, at))
+            saved += 1
+        return ids, saved
+
+    def _lock_session(self, conn: Connection, user_id: str, session_id: str) -> None:
+        """Serialise writes to one session: an advisory lock on PostgreSQL, the database's write lock
+        on SQLite (a no-op UPDATE takes it); MariaDB's locking read of the session does it there."""
+        dialect = conn.dialect.name
+        if dialect == "postgresql":
+            key = f"memwork-session\x1f{user_id}\x1f{session_id}"
+            conn.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+        elif dialect == "sqlite":
+            conn.execute(update(messages).where(messages.c.id == -1).values(analyzed_at=None))
+
+    def _stored_copies(
+        self, conn: Connection, user_id: str, session_id: str, new_messages: Sequence[Mapping[str, str]]
+    ) -> dict[tuple[str, str, datetime | None], deque[tuple[int, datetime]]]:
+        """The session's stored messages with the same content, by ``(role, content, created_at)`` and
+        by ``(role, content, None)``, oldest first (read with row locks on MariaDB)."""
+        contents = sorted({m["content"] for m in new_messages})
+        query = (
+            select(messages.c.id, messages.c.role, messages.c.content, messages.c.created_at)
+            .where(
+                and_(
+                    exact_eq(messages.c.session_id, session_id),
+                    exact_eq(messages.c.user_id, user_id),
+                    messages.c.content.in_(contents),
+                )
+            )
+            .order_by(messages.c.id)
+            .with_for_update()
+        )
+        found: dict[tuple[str, str, datetime | None], deque[tuple[int, datetime]]] = defaultdict(deque)
+        for row_id, role, content, created in conn.execute(query):
+            if content not in contents:  # the column's collation matched; the text must match exactly
+                continue
+            copy = (int(row_id), created)
+            found[(role, content, created)].append(copy)
+            found[(role, content, None)].append(copy)
+        return found
 
     def _save_message(
-        self, conn: Connection, user_id: str, session_id: str, message: Mapping[str, str]
+        self,
+        conn: Connection,
+        user_id: str,
+        session_id: str,
+        message: Mapping[str, str],
+        created_at: datetime | None = None,
     ) -> int:
         row = {
             "user_id": user_id,
             "session_id": session_id,
             "role": message["role"],
             "content": message["content"],
-            "created_at": now(),
+            "created_at": created_at or now(),
             "analyzed_at": None,
         }
         key = conn.execute(insert(messages).values(**row)).inserted_primary_key
@@ -273,10 +424,14 @@ class LegacyMemoryStore:
 
     def analyze_user(self, user_id: str, session_id: str | None = None) -> dict[str, Any]:
         """analyzeUser: analyze pending messages, archive superseded items, merge duplicates."""
-        with self.engine.begin() as conn:
+
+        def work(conn: Connection) -> Report:
             report = self._analyze(conn, user_id)
             self._archive_superseded(conn, user_id, report)
             self._merge_duplicates(conn, user_id, report)
+            return report
+
+        report = self._transaction(work)
         return {"sessionId": session_id, **report.to_dict()}
 
     def _archive(self, conn: Connection, row: Mapping[str, Any], **note: Any) -> None:
@@ -331,12 +486,39 @@ class LegacyMemoryStore:
 
     def purge_user(self, user_id: str) -> dict[str, int]:
         """Delete every message and item of ``user_id`` (health-check cleanup)."""
-        with self.engine.begin() as conn:
+
+        def work(conn: Connection) -> dict[str, int]:
             items = conn.execute(
                 delete(memory_items).where(exact_eq(memory_items.c.user_id, user_id))
             ).rowcount
             msgs = conn.execute(delete(messages).where(exact_eq(messages.c.user_id, user_id))).rowcount
-        return {"messages": msgs, "items": items}
+            return {"messages": msgs, "items": items}
+
+        return self._transaction(work)
+
+
+def client_time(message: Mapping[str, Any]) -> datetime | None:
+    """The client's ``createdAt`` of a message (validated ISO 8601 with an offset) as naive UTC."""
+    value = message.get("createdAt")
+    if not isinstance(value, str):
+        return None
+    return datetime.fromisoformat(value).astimezone(UTC).replace(tzinfo=None)
+
+
+def _take(copies: deque[tuple[int, datetime]], stored: Mapping[Any, deque[tuple[int, datetime]]]) -> int:
+    """The oldest stored copy, used up: removed from both of its keys in ``stored``."""
+    copy = copies[0]
+    for bucket in stored.values():
+        if bucket and copy in bucket:
+            bucket.remove(copy)
+    return copy[0]
+
+
+def _is_deadlock(exc: BaseException) -> bool:
+    """MariaDB/MySQL chose this transaction as a deadlock victim (it was rolled back whole)."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else None
+    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
+    return bool(args) and args[0] == MYSQL_DEADLOCK
 
 
 def build_profile(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:

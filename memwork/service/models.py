@@ -19,6 +19,7 @@ from memwork.backends.requests import (
     MAX_MESSAGES,
     MAX_QUERY_CHARS,
     MAX_SESSION_ID_CHARS,
+    MAX_TIME_CHARS,
     MAX_USER_ID_CHARS,
 )
 
@@ -52,6 +53,12 @@ class Message(BaseModel):
 
     role: Role
     content: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    createdAt: str | None = Field(
+        None,
+        max_length=MAX_TIME_CHARS,
+        description="when the client sent it (ISO 8601 with an offset); with it, the same text sent "
+        "twice is two messages, and a retried write is still recognised",
+    )
 
 
 class RememberRequest(_Request):
