@@ -4,7 +4,8 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from memwork.backends.base import BaseBackend, declaration_of, supports_of
+from memwork.backends.base import declaration_of, supports_of
+from memwork.contracts import BaseBackend
 from memwork.errors import DuplicateBackend, UnknownBackend
 from memwork.facade.registry import BUILTIN_ENTRY_POINTS, GROUP, Registry
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from fakes.server import refused_url
 
-from memwork.backends.base import BaseBackend
+from memwork.contracts import BaseBackend
 from memwork.facade.facade import facade_from_env
 from memwork.facade.registry import GROUP, Registry
 from memwork.legacy.schema import init_schema

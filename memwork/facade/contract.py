@@ -14,15 +14,8 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
-from memwork.backends.base import (
-    CATEGORIES,
-    FLAG_RE,
-    NAME_RE,
-    availability_of,
-    backend_name,
-    declaration_of,
-    supports_of,
-)
+from memwork.backends.base import availability_of, backend_name, declaration_of, supports_of
+from memwork.contracts import CATEGORIES, FLAG_RE, NAME_RE
 from memwork.facade.registry import Registry
 
 __all__ = ["NAME_RE", "ContractReport", "Violation", "check_all", "check_registry", "validate_backend"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from memwork.backends.base import CATEGORIES, NAME_RE, OPERATIONS, Backend
+from memwork.contracts import CATEGORIES, NAME_RE, OPERATIONS, Backend
 from memwork.errors import UsageError
 
 
@@ -54,7 +54,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memwork.backends.base import Availability, BaseBackend, Declaration, flag_var
+from memwork.contracts import Availability, BaseBackend, Declaration, flag_var
 from memwork.checks import parse_bool
 from memwork.errors import BackendError, UsageError
 

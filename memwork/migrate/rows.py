@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from memwork.migrate.source import SourceRecord
+from memwork.contracts import SourceRecord
 from memwork.pgvector.backfill.ownership import SOURCE_MARKER as SOURCE_MARKER
 from memwork.pgvector.backfill.quarantine import Reject, precheck
 from memwork.redaction import first_line

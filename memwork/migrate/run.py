@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from memwork.contracts import Source, SourceRecord
 from memwork.embed import Embedder, load_embedder, load_module
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier
@@ -58,7 +59,7 @@ from memwork.migrate.rows import (
     model_of,
     vector_length,
 )
-from memwork.migrate.source import Source, SourceRecord, iter_pages, open_source
+from memwork.migrate.source import iter_pages, open_source
 from memwork.pgvector.backfill.options import MAX_BATCH_SIZE
 from memwork.pgvector.backfill.ownership import check_source_key, owned_elsewhere_count
 from memwork.pgvector.backfill.quarantine import (

@@ -16,14 +16,24 @@ committed page as its checkpoint, so ``--resume`` continues where a killed run s
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import Iterator, Mapping
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Protocol, runtime_checkable
 
+from memwork.contracts import Page, Source, SourceFactory, SourceRecord, require
 from memwork.errors import BackendError, UsageError
 from memwork.redaction import redact_text
+
+__all__ = [  # the contract's names, re-exported for source modules that import them from here
+    "Page",
+    "Source",
+    "SourceFactory",
+    "SourceRecord",
+    "iter_pages",
+    "open_source",
+    "require",
+    "shown_cursor",
+    "source_names",
+]
 
 SOURCE_GROUP = "memwork.sources"
 
@@ -36,63 +46,6 @@ BUILTIN_SOURCES: tuple[EntryPoint, ...] = (
     EntryPoint("langgraph", "memwork.backends.langgraph:source_from_env", SOURCE_GROUP),
     EntryPoint("redis-streams", "memwork.backends.redis_streams:source_from_env", SOURCE_GROUP),
 )
-
-
-@dataclass(frozen=True)
-class SourceRecord:
-    """One memory as a source holds it; ``vector``/``model`` only when the source stores embeddings.
-
-    Timestamps are timezone-aware (UTC) or None; ``metadata`` is the source's own, JSON-shaped.
-    ``problem``: set by a source that could read a record but not interpret it (one line naming the
-    field, e.g. ``position: '²' is not a whole number``); the import quarantines it with that reason
-    and goes on -- a source never raises for one odd record.
-    """
-
-    id: str
-    user_id: str
-    content: str
-    type: str = "fact"
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    created_at: datetime | None = None
-    updated_at: datetime | None = None
-    session_id: str | None = None
-    message_id: str | None = None
-    agent_id: str | None = None
-    vector: Sequence[float] | None = None
-    model: str | None = None
-    problem: str | None = None
-
-
-@dataclass(frozen=True)
-class Page:
-    """One page of a listing and the cursor of the next one (None: this was the last page)."""
-
-    records: list[SourceRecord]
-    next_cursor: str | None
-
-
-@runtime_checkable
-class Source(Protocol):
-    """What the import run needs of a source."""
-
-    #: the registry name (``qdrant``, ``redis-streams``, ...)
-    name: str
-
-    @property
-    def key(self) -> str:
-        """Stable identity of *what* is read, without secrets: ``qdrant:http://host:6333/memind_memory``.
-
-        It keys the import's checkpoint and is recorded on every imported row."""
-        ...
-
-    def read_page(self, cursor: str | None, size: int) -> Page:
-        """Up to ``size`` records after ``cursor`` (None: from the beginning)."""
-        ...
-
-    def close(self) -> None: ...
-
-
-SourceFactory = Callable[[Mapping[str, str]], Source]
 
 
 def source_entry_points() -> list[EntryPoint]:
@@ -178,11 +131,3 @@ def _loop_message(source: Source, read_from: str | None, following: str, pages: 
     return (
         f"{where}: {problem}; stopped at page {pages} of this run (not imported; the pages before are kept)"
     )
-
-
-def require(env: Mapping[str, str], name: str) -> str:
-    """A variable a source cannot do without: its stripped value, or a UsageError naming it."""
-    value = (env.get(name) or "").strip()
-    if not value:
-        raise UsageError(name, value, "is not set (the source reads the backend's own variables)")
-    return value
