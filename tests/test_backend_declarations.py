@@ -24,7 +24,7 @@ from memwork.checks import parse_bool
 from memwork.cli import main
 from memwork.contracts import Availability, BaseBackend, Declaration, EnvVar, flag_var
 from memwork.errors import UsageError
-from memwork.facade.registry import Registry
+from memwork.plugins import Registry
 
 FLAG = "MEMORY_ACME_RECALL_ENABLED"
 URL = "MEMORY_ACME_RECALL_URL"

@@ -7,7 +7,7 @@ from memwork.backends.base import availability_of
 from memwork.cli import main
 from memwork.contracts import Availability, BaseBackend, Declaration, EnvVar
 from memwork.facade.contract import check_all, check_registry, validate_backend
-from memwork.facade.registry import Registry
+from memwork.plugins import Registry
 
 
 class Good(BaseBackend):

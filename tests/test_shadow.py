@@ -19,7 +19,8 @@ import pytest
 
 from memwork.contracts import BaseBackend
 from memwork.facade.facade import facade_from_env
-from memwork.facade.registry import GROUP, Registry
+from memwork.plugins import BACKENDS as GROUP
+from memwork.plugins import Registry
 from memwork.service.app import create_app, running
 from memwork.service.shadow import (
     ComparisonLog,

@@ -134,7 +134,7 @@ def backend_reference() -> str:
     """One section per registered backend: capabilities, variables and payload mapping, from its
     :class:`~memwork.contracts.Declaration` (so README cannot drift from the code)."""
     from memwork.backends.base import declaration_of
-    from memwork.facade.registry import Registry
+    from memwork.plugins import Registry
 
     lines: list[str] = []
     for backend in Registry({}, plugins=[]).backends():

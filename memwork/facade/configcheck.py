@@ -15,7 +15,7 @@ from memwork.backends.base import availability_of, declaration_of
 from memwork.checks import parse_bool
 from memwork.contracts import EnvVar
 from memwork.errors import UsageError
-from memwork.facade.registry import Registry
+from memwork.plugins import Registry
 from memwork.redaction import REDACTED, is_secret_name, redact_text, redact_value
 
 

@@ -29,9 +29,9 @@ from memwork.backends.base import (
 from memwork.backends.requests import validate
 from memwork.errors import BackendError, BackendTimeout, UsageError
 from memwork.facade.policy import DEFAULT_BACKEND, Policy, policy_from_env
-from memwork.facade.registry import Registry
 from memwork.facade.safety import call_with_timeout
 from memwork.loggable import loggable_error
+from memwork.plugins import Registry
 from memwork.redaction import describe_error, redact_text
 
 if TYPE_CHECKING:

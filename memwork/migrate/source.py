@@ -3,7 +3,8 @@
 A source is built from the same variables as its backend (``MEMORY_QDRANT_URL``, ...; the feature
 flag is not needed to read) by a factory ``source_from_env(env) -> Source`` in the backend's own
 module, registered like backends are: entry points of group ``memwork.sources`` (the built-ins are
-declared in code below, exactly as a plugin declares its own in ``pyproject.toml``).
+declared in code in :mod:`memwork.plugins`, exactly as a plugin declares its own in ``pyproject.toml``;
+a plugin that fails to load is reported there, like a backend plugin).
 
 Paging is by an opaque ``cursor`` the source itself returns (Qdrant's next point id, Letta's last
 passage id, a Redis stream id, a page number): :func:`iter_pages` follows it until the source says
@@ -16,14 +17,16 @@ committed page as its checkpoint, so ``--resume`` continues where a killed run s
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Mapping
-from importlib.metadata import EntryPoint, entry_points
+from collections.abc import Iterator
 
 from memwork.contracts import Page, Source, SourceFactory, SourceRecord, require
 from memwork.errors import BackendError, UsageError
+from memwork.plugins import SOURCES as SOURCE_GROUP
+from memwork.plugins import open_source, source_names
 from memwork.redaction import redact_text
 
 __all__ = [  # the contract's names, re-exported for source modules that import them from here
+    "SOURCE_GROUP",
     "Page",
     "Source",
     "SourceFactory",
@@ -34,44 +37,6 @@ __all__ = [  # the contract's names, re-exported for source modules that import 
     "shown_cursor",
     "source_names",
 ]
-
-SOURCE_GROUP = "memwork.sources"
-
-#: the sources memwork ships, registered exactly as a plugin's would be
-BUILTIN_SOURCES: tuple[EntryPoint, ...] = (
-    EntryPoint("qdrant", "memwork.backends.qdrant:source_from_env", SOURCE_GROUP),
-    EntryPoint("weaviate", "memwork.backends.weaviate:source_from_env", SOURCE_GROUP),
-    EntryPoint("mem0", "memwork.backends.mem0:source_from_env", SOURCE_GROUP),
-    EntryPoint("letta", "memwork.backends.letta:source_from_env", SOURCE_GROUP),
-    EntryPoint("langgraph", "memwork.backends.langgraph:source_from_env", SOURCE_GROUP),
-    EntryPoint("redis-streams", "memwork.backends.redis_streams:source_from_env", SOURCE_GROUP),
-)
-
-
-def source_entry_points() -> list[EntryPoint]:
-    """Built-in sources first, then installed plugins (a plugin cannot take a built-in's name)."""
-    found = {ep.name: ep for ep in BUILTIN_SOURCES}
-    try:
-        for ep in entry_points(group=SOURCE_GROUP):
-            found.setdefault(ep.name, ep)
-    except Exception:  # a broken distribution's metadata must not break the built-ins
-        pass
-    return list(found.values())
-
-
-def source_names() -> list[str]:
-    return [ep.name for ep in source_entry_points()]
-
-
-def open_source(name: str, env: Mapping[str, str]) -> Source:
-    """The source ``name`` configured from ``env``; a UsageError names a bad name or a missing variable."""
-    eps = {ep.name: ep for ep in source_entry_points()}
-    ep = eps.get(name)
-    if ep is None:
-        raise UsageError("from", name, f"unknown source; known: {', '.join(sorted(eps))}")
-    target = ep.load()
-    factory: SourceFactory = getattr(target, "source_from_env", target)
-    return factory(env)
 
 
 def iter_pages(source: Source, cursor: str | None, size: int) -> Iterator[tuple[Page, str | None]]:
