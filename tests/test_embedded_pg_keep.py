@@ -13,7 +13,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-OTHER_COMMAND = "from memwork import embedded_pg; print(embedded_pg.ensure('pg://embedded/other').text)"
+OTHER_COMMAND = (
+    "from memwork.db import embedded; print(embedded.ensure('pg://embedded/other', create=True).text)"
+)
 
 
 @pytest.fixture

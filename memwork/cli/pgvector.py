@@ -92,18 +92,18 @@ def url_command(name: str, stop: bool, as_json: bool) -> None:
         memwork pgvector url --name demo --json
         memwork pgvector url --stop
     """
-    from memwork import embedded_pg
+    from memwork.db import embedded
 
     if stop:
-        embedded_pg.release()
+        embedded.release()
         if as_json:
             emit_json({"stopped": True})
         else:
             click.echo("stopped", err=True)
         return
-    # kept running past this process and every later pg://embedded user (see memwork.embedded_pg)
-    embedded_pg.keep_running()
-    url = embedded_pg.server_url(name)
+    # kept running past this process and every later pg://embedded user (see memwork.db.embedded)
+    embedded.keep_running()
+    url = embedded.server_url(name)
     if as_json:
         emit_json({"url": url, "database": name, "embedded": f"pg://embedded/{name}"})
     else:
