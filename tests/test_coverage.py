@@ -26,7 +26,8 @@ from memwork.coverage import (
     out_of_range,
 )
 from memwork.defrag import analyze, find_duplicates, find_low_quality, find_related, run_action
-from memwork.defrag.review import duplicate_review, read_approved_pairs, read_review_csv
+from memwork.defrag.report import duplicate_review
+from memwork.defrag.review import read_approved_pairs, read_review_csv
 from memwork.defrag.scores import OUT_OF_RANGE_ISSUE, quality_issues
 from memwork.embed import HashEmbedder, MemoryModuleEmbedder, MiniLMEmbedder
 from memwork.entry import Entry
