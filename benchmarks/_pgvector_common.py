@@ -46,21 +46,21 @@ def scratch_pg(data_dir: str | None) -> Iterator[str]:
     """A fresh pgvector database on the embedded server (data dir: arg, $MEMWORK_PGDATA or a temp dir)."""
     import psycopg
 
-    from memwork import embedded_pg
+    from memwork.db import embedded
 
     chosen = data_dir or os.environ.get("MEMWORK_PGDATA")
     own = not chosen  # a server in a temp dir of our own is stopped and deleted when we exit
     if not chosen:
         chosen = str(Path(tempfile.mkdtemp(prefix="mwpgbench-", dir="/tmp")) / "pgdata")
     os.environ["MEMWORK_PGDATA"] = chosen
-    server = embedded_pg.start(chosen, cleanup_mode="delete" if own else None)
+    server = embedded.start(chosen, cleanup_mode="delete" if own else None)
     name = f"bench_{uuid.uuid4().hex[:8]}"
-    url = embedded_pg.server_url(name)
+    url = embedded.server_url(name)
     try:
         yield url
     finally:
         with psycopg.connect(server.get_uri(), autocommit=True) as conn:  # type: ignore[attr-defined]
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         if own:
-            embedded_pg.stop(chosen)
+            embedded.stop(chosen)
             shutil.rmtree(Path(chosen).parent, ignore_errors=True)

@@ -86,7 +86,7 @@ class Stack:
 
 
 def build_data(mysql_url: str, pgdata: Path, users: int, items: int, dims: int, workdir: Path) -> Stack:
-    from memwork import embedded_pg
+    from memwork.db import embedded
     from memwork.embed import HashEmbedder
     from memwork.pgvector.backfill import BackfillOptions, run_backfill
     from memwork.pgvector.local_hash import write_module
@@ -95,8 +95,8 @@ def build_data(mysql_url: str, pgdata: Path, users: int, items: int, dims: int, 
 
     rows = generate_legacy_items(users, items, seed=11)
     load_legacy_rows(mysql_url, ITEMS, rows)
-    embedded_pg.start(pgdata, cleanup_mode=None)
-    pg_url = embedded_pg.server_url("load", pgdata)
+    embedded.start(pgdata, cleanup_mode=None)
+    pg_url = embedded.server_url("load", pgdata)
     ensure_schema(pg_url, "memory_embeddings", dims)
     run_backfill(BackfillOptions.one_off(mysql_url, pg_url, HashEmbedder(dims), batch_size=2000))
     ensure_schema(pg_url, "memory_embeddings", dims, create_vector_index=True)
@@ -105,17 +105,17 @@ def build_data(mysql_url: str, pgdata: Path, users: int, items: int, dims: int, 
 
 
 def stop_pg(pgdata: Path) -> None:
-    from memwork import embedded_pg
+    from memwork.db import embedded
 
-    embedded_pg.stop(pgdata)
+    embedded.stop(pgdata)
 
 
 def start_pg(pgdata: Path) -> None:
     """Start the stopped server again: pgserver hands back its cached handle, whose ``start`` runs
     ``pg_ctl start`` when the postmaster is not running."""
-    from memwork import embedded_pg
+    from memwork.db import embedded
 
-    embedded_pg.start(pgdata, cleanup_mode=None).start()
+    embedded.start(pgdata, cleanup_mode=None).start()
 
 
 # ---- the service ----------------------------------------------------------------------------------------

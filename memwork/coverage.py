@@ -19,8 +19,9 @@ Where the answer lives (decided here, no schema change anywhere):
   :data:`MARK_KEY` = ``{"model": ..., "coverage": ...}`` and clears it otherwise; a vector dropped
   as stale loses the mark with it. Vectors written by other tools carry no mark and count as readable.
 * **pgvector tables**: *recomputed*. Each row names its ``embedding_model``, so
-  :func:`coverage_for_model` recomputes the score from the content with the model's own tokenizer when
-  needed (tokenising is ~100x cheaper than embedding); nothing there pairs vectors by cosine today.
+  :func:`memwork.embed.coverage_for_model` (the embedders know their models) recomputes the score
+  from the content with the model's own tokenizer when needed (tokenising is ~100x cheaper than
+  embedding); nothing there pairs vectors by cosine today.
 """
 
 from __future__ import annotations
@@ -127,18 +128,6 @@ def tokenizer_for_coverage(path: str) -> Tokenizer:
 def full_coverage(texts: Sequence[str]) -> np.ndarray:
     """Coverage 1.0 for every text: the answer of embedders that read anything (hash, modules by default)."""
     return np.ones(len(texts), dtype=np.float64)
-
-
-def coverage_for_model(model_id: str | None, texts: Sequence[str]) -> np.ndarray | None:
-    """Recompute coverage from the content for vectors recorded with ``model_id`` (a pgvector row's
-    ``embedding_model``); None when memwork does not know that model's tokenizer."""
-    from memwork.embed import MINILM_MODEL_ID, MINILM_TOKENIZER
-
-    if model_id == MINILM_MODEL_ID:
-        return wordpiece_coverage(tokenizer_for_coverage(str(MINILM_TOKENIZER)), texts)
-    if model_id and model_id.startswith("hash-"):
-        return full_coverage(texts)
-    return None
 
 
 def coverage_of(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:

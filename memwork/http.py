@@ -39,12 +39,19 @@ if TYPE_CHECKING:
     import httpx
 
 __all__ = [
+    "DEFAULT_TIMEOUT_MS",
+    "MAX_TIMEOUT_MS",
     "RETRY_STATUSES",
     "HttpError",
     "HttpSettings",
     "JsonHttpClient",
     "settings_from_env",
 ]
+
+#: ``MEMORY_BACKEND_TIMEOUT_MS``: the deadline of one backend call, by default and at most (the facade's
+#: policy reads the same variable with these bounds, so both always agree)
+DEFAULT_TIMEOUT_MS = 2000
+MAX_TIMEOUT_MS = 600_000
 
 #: statuses worth another attempt of an idempotent request (the server says: not now)
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
@@ -66,8 +73,6 @@ class HttpSettings:
 def settings_from_env(env: Mapping[str, str], **overrides: Any) -> HttpSettings:
     """Settings under the facade's deadline: 90 % of ``MEMORY_BACKEND_TIMEOUT_MS`` (default 2000 ms), so
     the adapter's own error, not the facade's timeout, reaches the caller."""
-    from memwork.facade.policy import DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS
-
     raw = (env.get("MEMORY_BACKEND_TIMEOUT_MS") or "").strip()
     try:
         ms = int(raw) if raw else DEFAULT_TIMEOUT_MS

@@ -70,14 +70,14 @@ def _isolated_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
 @pytest.fixture(scope="session")
 def pg_server():
     """One embedded PostgreSQL 18 + pgvector for the whole session (short path: Unix socket limits)."""
-    from memwork import embedded_pg
+    from memwork.db import embedded
 
     if NO_SERVICES:
         service_missing("embedded PostgreSQL", "not started")
     data_root = Path(tempfile.mkdtemp(prefix="mwpg-", dir="/tmp"))
     data_dir = data_root / "pgdata"
     try:
-        server = embedded_pg.start(data_dir, cleanup_mode=None)
+        server = embedded.start(data_dir, cleanup_mode=None)
     except Exception as exc:  # pragma: no cover - depends on the machine
         service_missing("embedded PostgreSQL", exc)
     old = os.environ.get("MEMWORK_PGDATA")
@@ -87,7 +87,7 @@ def pg_server():
         os.environ.pop("MEMWORK_PGDATA", None)
     else:
         os.environ["MEMWORK_PGDATA"] = old
-    embedded_pg.stop(data_dir)
+    embedded.stop(data_dir)
     shutil.rmtree(data_root, ignore_errors=True)
 
 
@@ -96,11 +96,10 @@ def pg_url(pg_server) -> str:
     """A fresh database (with the vector extension) on the embedded server; dropped afterwards."""
     import psycopg
 
-    from memwork import embedded_pg
-    from memwork.db import dispose_all
+    from memwork.db import dispose_all, embedded
 
     name = f"t_{uuid.uuid4().hex[:12]}"
-    url = embedded_pg.server_url(name)
+    url = embedded.server_url(name)
     yield url
     dispose_all()
     with psycopg.connect(pg_server.get_uri(), autocommit=True) as conn:

@@ -26,7 +26,7 @@ exit 1 naming the changed, missing and extra ids.
 
 :class:`FileSource` (``source_from_env``) is a test source a subprocess can load with
 ``--from module:tests/import_harness.py``: it pages through a JSON-lines file named by
-``MEMWORK_TEST_SOURCE_FILE`` (the fields of :class:`~memwork.migrate.source.SourceRecord`).
+``MEMWORK_TEST_SOURCE_FILE`` (the fields of :class:`~memwork.contracts.SourceRecord`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memwork.migrate.source import Page, SourceRecord
+from memwork.contracts import Page, SourceRecord
 
 HARNESS_FILE = Path(__file__).resolve()
 ROOT = HARNESS_FILE.parents[1]
@@ -131,7 +131,7 @@ class FileSource(ListSource):
 def source_from_env(env: Mapping[str, str]) -> FileSource:
     """``--from module:tests/import_harness.py``: ``MEMWORK_TEST_SOURCE_FILE`` (required) and
     ``MEMWORK_TEST_SOURCE_KEY`` (default ``file:<path>``)."""
-    from memwork.migrate.source import require
+    from memwork.contracts import require
 
     path = Path(require(env, "MEMWORK_TEST_SOURCE_FILE"))
     return FileSource(path, env.get("MEMWORK_TEST_SOURCE_KEY") or f"file:{path}")

@@ -17,13 +17,14 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar, declaration_of, flag_var
+from memwork.backends.base import declaration_of
 from memwork.backends.legacy import DECLARATION as LEGACY
 from memwork.backends.pgvector import DECLARATION as PGVECTOR
 from memwork.checks import parse_bool
 from memwork.cli import main
+from memwork.contracts import Availability, BaseBackend, Declaration, EnvVar, flag_var
 from memwork.errors import UsageError
-from memwork.facade.registry import Registry
+from memwork.plugins import Registry
 
 FLAG = "MEMORY_ACME_RECALL_ENABLED"
 URL = "MEMORY_ACME_RECALL_URL"

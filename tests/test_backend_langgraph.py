@@ -29,7 +29,8 @@ from memwork.backends.langgraph import (
 from memwork.cli import main
 from memwork.errors import BackendError, UsageError
 from memwork.facade.facade import facade_from_env
-from memwork.migrate.source import iter_pages, open_source
+from memwork.migrate.source import iter_pages
+from memwork.plugins import open_source
 
 API_KEY = "lg-key-Zq8!never-shown"
 DEADLINE_MS = 300  #: the slow-response and refused cases: the brief's 300 ms deadline

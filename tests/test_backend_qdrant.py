@@ -403,7 +403,7 @@ def test_read_only_on_disk_storage_files_unchanged_after_resolve_and_smoke(tmp_p
 
 
 def _facade_with(backend: QdrantBackend, **extra: str):
-    from memwork.facade.registry import Registry
+    from memwork.plugins import Registry
 
     env = {"MEMORY_ENABLED": "1", "MEMORY_BACKEND": "qdrant", **extra}
     registry = Registry(env, plugins=[], overrides={"qdrant": backend})

@@ -33,7 +33,8 @@ from memwork.backends.redis_streams import (
 from memwork.cli import main
 from memwork.errors import BackendError, UsageError
 from memwork.facade.facade import facade_from_env
-from memwork.migrate.source import iter_pages, open_source
+from memwork.migrate.source import iter_pages
+from memwork.plugins import open_source
 
 DEADLINE_MS = 300  #: the silent-server case: the deadline itself is under test
 ERROR_DEADLINE_MS = 1000  #: the other failures: their own reason must win, even on a loaded machine

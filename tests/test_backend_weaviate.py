@@ -33,8 +33,9 @@ from memwork.cli import main
 from memwork.embed import HashEmbedder
 from memwork.errors import BackendError, UsageError
 from memwork.facade.facade import facade_from_env
-from memwork.migrate.source import iter_pages, open_source
+from memwork.migrate.source import iter_pages
 from memwork.pgvector.local_hash import write_module
+from memwork.plugins import open_source
 
 API_KEY = "wv-key-Zq8!never-shown"
 DIM = 8

@@ -8,7 +8,7 @@ import pytest
 
 from memwork.backends.base import configuration_problems, declaration_of
 from memwork.facade.facade import facade_from_env
-from memwork.facade.registry import Registry
+from memwork.plugins import Registry
 
 BLANKS = ["", " ", "\n", "\t \r\n"]
 

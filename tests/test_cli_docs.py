@@ -21,6 +21,7 @@ LEAVES = [name for name, doc in COMMANDS.items() if not doc.is_group]
 #: the only commands without ``--json``, and why: they report nothing (a file's content, a running server)
 NO_JSON = {
     "memwork scaffold backend": "prints (or writes) the generated Python source of an adapter and its test",
+    "memwork scaffold source": "prints (or writes) the generated Python source of a source and its test",
     "memwork serve": "runs the HTTP service until stopped; its answers are the JSON API itself",
 }
 

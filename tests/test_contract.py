@@ -3,10 +3,11 @@
 import pytest
 from click.testing import CliRunner
 
-from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar, availability_of
+from memwork.backends.base import availability_of
 from memwork.cli import main
+from memwork.contracts import Availability, BaseBackend, Declaration, EnvVar
 from memwork.facade.contract import check_all, check_registry, validate_backend
-from memwork.facade.registry import Registry
+from memwork.plugins import Registry
 
 
 class Good(BaseBackend):

@@ -19,16 +19,16 @@ from memwork.cli import main
 from memwork.coverage import (
     MARK_KEY,
     MIN_COVERAGE,
-    coverage_for_model,
     coverage_of,
     embed_entries,
     mark,
     out_of_range,
 )
 from memwork.defrag import analyze, find_duplicates, find_low_quality, find_related, run_action
-from memwork.defrag.review import duplicate_review, read_approved_pairs, read_review_csv
+from memwork.defrag.report import duplicate_review
+from memwork.defrag.review import read_approved_pairs, read_review_csv
 from memwork.defrag.scores import OUT_OF_RANGE_ISSUE, quality_issues
-from memwork.embed import HashEmbedder, MemoryModuleEmbedder, MiniLMEmbedder
+from memwork.embed import HashEmbedder, MemoryModuleEmbedder, MiniLMEmbedder, coverage_for_model
 from memwork.entry import Entry
 from memwork.errors import UsageError
 from memwork.samples.entries import ZH_FACTS, ZH_REASONS, ZH_SUBJECTS, generate_entries

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from memwork import embedded_pg
-from memwork.db import SCHEMES, DatabaseURL, get_engine, is_database_url, parse_url, pg_connect
+from memwork.db import SCHEMES, DatabaseURL, embedded, get_engine, is_database_url, parse_url, pg_connect
 from memwork.errors import UsageError
 from memwork.stores import SQLStore, open_store
 
@@ -72,11 +71,11 @@ def test_parsing_never_starts_the_embedded_server(tmp_path: Path) -> None:
     configuration: no data directory appears and no server is registered."""
     pgdata = tmp_path / "pgdata"
     code = (
-        "from memwork import db, embedded_pg\n"
+        "from memwork import db\nfrom memwork.db import embedded\n"
         "from memwork.legacy.schema import schema_ddl\n"
         "db.parse_url('pg://embedded'); db.parse_url('pg://embedded/other')\n"
         "assert schema_ddl('pg://embedded/other')\n"
-        "assert not embedded_pg._servers\n"
+        "assert not embedded._servers\n"
     )
     env = {**os.environ, "MEMWORK_PGDATA": str(pgdata), "MEMWORK_HOME": str(tmp_path / "home")}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
@@ -84,11 +83,11 @@ def test_parsing_never_starts_the_embedded_server(tmp_path: Path) -> None:
 
 
 def test_ensure_resolves_the_embedded_url_once(pg_server) -> None:
-    url = embedded_pg.ensure("pg://embedded")
+    url = embedded.ensure("pg://embedded", create=True)
     assert url.embedded == "memwork" and url.dialect == "postgresql"
     assert url.libpq is not None and url.libpq.startswith("postgresql://")
-    assert embedded_pg.ensure(url) is url  # already resolved: nothing to do
-    assert embedded_pg.ensure("sqlite:///x.db") == parse_url("sqlite:///x.db")
+    assert embedded.ensure(url, create=True) is url  # already resolved: nothing to do
+    assert embedded.ensure("sqlite:///x.db", create=False) == parse_url("sqlite:///x.db")
 
 
 def test_open_store_and_the_db_module_share_one_scheme_list(tmp_path: Path) -> None:

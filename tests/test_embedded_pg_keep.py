@@ -13,7 +13,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-OTHER_COMMAND = "from memwork import embedded_pg; print(embedded_pg.ensure('pg://embedded/other').text)"
+OTHER_COMMAND = (
+    "from memwork.db import embedded; print(embedded.ensure('pg://embedded/other', create=True).text)"
+)
 
 
 @pytest.fixture
@@ -109,7 +111,7 @@ def test_stop_in_the_process_that_started_the_server_leaves_nothing_for_exit(pgd
     """A process that started the server and stopped it itself runs no stop again at exit."""
     _data_dir, env = pgdata
     script = (
-        "from memwork import embedded_pg\n"
+        "from memwork.db import embedded as embedded_pg\n"
         "embedded_pg.start()\n"
         "assert embedded_pg.stop() is True\n"
         "assert embedded_pg.stop() is False\n"

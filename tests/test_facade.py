@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from memwork.backends.base import BaseBackend
+from memwork.contracts import BaseBackend
 from memwork.errors import BackendError, BackendTimeout, UsageError
 from memwork.facade.facade import STATUS_SCALAR_KEYS, facade_from_env
 from memwork.legacy.schema import init_schema

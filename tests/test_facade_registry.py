@@ -4,9 +4,10 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from memwork.backends.base import BaseBackend, declaration_of, supports_of
+from memwork.backends.base import declaration_of, supports_of
+from memwork.contracts import BaseBackend
 from memwork.errors import DuplicateBackend, UnknownBackend
-from memwork.facade.registry import BUILTIN_ENTRY_POINTS, GROUP, Registry
+from memwork.plugins import BACKENDS, BUILTIN_BACKENDS, Registry
 
 #: every backend memwork ships after legacy, and what each implements (issue 10's capabilities)
 SHIPPED = {
@@ -45,11 +46,11 @@ def explode(env):
 
 
 def ep(name, target):
-    return EntryPoint(name, f"{__name__}:{target}", GROUP)
+    return EntryPoint(name, f"{__name__}:{target}", BACKENDS)
 
 
 def test_builtins_are_entry_points_legacy_first():
-    assert all(isinstance(e, EntryPoint) and e.group == GROUP for e in BUILTIN_ENTRY_POINTS)
+    assert all(isinstance(e, EntryPoint) and e.group == BACKENDS for e in BUILTIN_BACKENDS)
     registry = Registry({}, plugins=[])
     assert registry.names() == ["legacy-conversation-memory", *SLOT_NAMES]
     assert registry.find("legacy") is registry.find("legacy-conversation-memory")

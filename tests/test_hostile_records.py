@@ -24,6 +24,7 @@ from import_harness import ListSource
 from memwork.backends.redis_streams import entry_record
 from memwork.cli import main
 from memwork.cli.options import json_text
+from memwork.contracts import Page, SourceRecord
 from memwork.errors import BackendError
 from memwork.migrate.rows import (
     MAX_METADATA_DEPTH,
@@ -33,7 +34,7 @@ from memwork.migrate.rows import (
     kept_vectors,
 )
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.migrate.source import Page, SourceRecord, iter_pages
+from memwork.migrate.source import iter_pages
 from memwork.pgvector.backfill.quarantine import Reject, precheck
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -406,7 +407,7 @@ def test_json_output_is_valid_json_for_any_string_and_reads_back_the_same(value)
 SURROGATE_SOURCE = textwrap.dedent(
     """
     from datetime import UTC, datetime
-    from memwork.migrate.source import Page, SourceRecord
+    from memwork.contracts import Page, SourceRecord
 
     class Src:
         name = "surrogates"

@@ -234,7 +234,7 @@ def test_trailing_newline_is_neither_a_scope_nor_an_identifier():
             validate_scope(bad)
     with pytest.raises(UsageError, match="table="):
         check_identifier("agent_memories\n")
-    from memwork.backends.base import FLAG_RE, NAME_RE
+    from memwork.contracts import FLAG_RE, NAME_RE
 
     assert NAME_RE.match("qdrant\n") is None and FLAG_RE.match("MEMORY_X\n") is None
     assert validate_scope("alice") == "alice" and check_identifier("agent_memories") == "agent_memories"

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from import_harness import FILE_SOURCE, ListSource, import_args, memwork_cli, write_source_file
 
+from memwork.contracts import SourceRecord
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.migrate.source import SourceRecord
 from memwork.pgvector.schema import ensure_schema
 
 pytestmark = [pytest.mark.services]

@@ -21,9 +21,9 @@ from import_harness import (
     write_source_file,
 )
 
+from memwork.contracts import SourceRecord
 from memwork.errors import ImportRunning
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.migrate.source import SourceRecord
 from memwork.migrate.verify import ImportVerifyOptions, verify_import
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]

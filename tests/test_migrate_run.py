@@ -11,10 +11,10 @@ import psycopg
 import pytest
 from import_harness import ListSource
 
+from memwork.contracts import Page, SourceRecord
 from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.migrate.source import Page, SourceRecord
 from memwork.migrate.verify import ImportVerifyOptions, verify_import
 from memwork.pgvector.schema import ensure_schema
 

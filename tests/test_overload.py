@@ -296,10 +296,10 @@ def test_a_pgvector_search_blocked_by_a_lock_is_cancelled_by_postgresql_at_its_d
     backend = PgvectorBackend(pg_url)
     request = {"userId": "alice", "embedding": [1.0, 0.0, 0.0], "limit": 5}
     assert backend.resolve(request) == {"semanticMemories": []}  # the pool is open
-    from memwork import embedded_pg
+    from memwork.db import embedded as embedded_pg
 
     budget = 0.4
-    with psycopg.connect(embedded_pg.ensure(pg_url).libpq or "") as locker:
+    with psycopg.connect(embedded_pg.ensure(pg_url, create=False).libpq or "") as locker:
         locker.execute("LOCK TABLE memory_embeddings IN ACCESS EXCLUSIVE MODE")
         started = time.monotonic()
         with using_scope(CallScope(Deadline.after(budget), "resolve")), pytest.raises(CutOff) as caught:

@@ -29,12 +29,12 @@ from import_harness import (
 )
 from sqlalchemy import update
 
+from memwork.contracts import SourceRecord
 from memwork.db import get_engine
 from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.migrate.source import SourceRecord
 from memwork.pgvector.backfill import BackfillOptions, run_backfill
 from memwork.pgvector.backfill.ownership import BACKFILL_OWNER, OWNED_ELSEWHERE_EXIT
 from memwork.pgvector.schema import ensure_schema

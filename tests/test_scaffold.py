@@ -1,5 +1,6 @@
 """``memwork scaffold backend``: renders, refuses to overwrite, passes the gate and its own test."""
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from click.testing import CliRunner
 
 from memwork.cli import main
 from memwork.errors import UsageError
-from memwork.facade.scaffold import render_backend, write_scaffold
+from memwork.facade.scaffold import render_backend, render_source, write_scaffold
 
 ARGS = [
     "scaffold",
@@ -108,3 +109,65 @@ def test_cli_bad_argument_exit_2(tmp_path):
     result = CliRunner().invoke(main, [*ARGS[:3], "Bad", *ARGS[4:], "--capability", "write"])
     assert result.exit_code == 2 and "name=" in result.output
     assert not Path("bad_backend.py").exists()
+
+
+# ---- scaffold source --------------------------------------------------------------------------------
+def _pytest(test: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MEMWORK_HOME": str(home)}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(test.parent)]
+    return subprocess.run(
+        [*command, str(test)], capture_output=True, text=True, env=env, cwd=test.parent, timeout=120
+    )
+
+
+def test_written_source_passes_the_gate_and_its_test_and_is_never_overwritten(tmp_path):
+    runner = CliRunner()
+    written = runner.invoke(main, ["scaffold", "source", "--name", "zep", "--write", "--dir", str(tmp_path)])
+    assert written.exit_code == 0, written.output
+    module, test = tmp_path / "zep_source.py", tmp_path / "test_zep_source.py"
+    assert f"next: memwork check contracts --source {module}" in written.output
+    export = tmp_path / "export.jsonl"
+    export.write_text('{"id": "1", "userId": "u", "content": "hello", "createdAt": "2024-01-02T03:04:05Z"}\n')
+    gate = runner.invoke(
+        main,
+        ["check", "contracts", "--source", str(module), "--json"],
+        env={"MEMORY_ZEP_EXPORT": str(export)},
+    )
+    assert gate.exit_code == 0, gate.output
+    report = json.loads(gate.output)
+    assert str(module) in report["sources"] and str(module) not in report["unchecked"]  # built and read
+    unconfigured = runner.invoke(main, ["check", "contracts", "--source", str(module), "--json"])
+    assert unconfigured.exit_code == 0, unconfigured.output
+    assert json.loads(unconfigured.output)["unchecked"][str(module)].startswith("not configured: MEMORY_ZEP")
+    run = _pytest(test, tmp_path / "home")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "4 passed" in run.stdout
+    before = module.read_text()
+    again = runner.invoke(main, ["scaffold", "source", "--name", "zep", "--write", "--dir", str(tmp_path)])
+    assert again.exit_code == 2 and "refusing to overwrite" in again.output
+    assert module.read_text() == before
+
+
+def test_the_rendered_source_imports_through_the_pipeline(tmp_path):
+    """What the scaffold renders is a working source: a dry-run import reads every line of the export."""
+    write_scaffold(render_source("acme-notes"), tmp_path)
+    export = tmp_path / "export.jsonl"
+    lines = [{"id": f"n{k}", "userId": f"u{k % 2}", "content": f"note {k}"} for k in range(5)]
+    export.write_text("".join(json.dumps(line) + "\n" for line in lines) + "{broken\n")
+    module = tmp_path / "acme_notes_source.py"
+    result = CliRunner().invoke(
+        main,
+        ["import", "--from", f"module:{module}", "--page-size", "2", "--json"],
+        env={"MEMORY_ACME_NOTES_EXPORT": str(export)},
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert (report["rowsRead"], report["rowsQuarantined"]) == (6, 1)  # the line it cannot read
+    assert (report["users"]["u0"], report["users"]["u1"]) == (3, 2)
+
+
+@pytest.mark.parametrize("name", ["qdrant", "redis-streams", "legacy", "legacy-mysql", "pgvector", "Zep"])
+def test_source_names_memwork_ships_or_that_are_not_kebab_are_refused(name):
+    with pytest.raises(UsageError) as err:
+        render_source(name)
+    assert err.value.field == "name"

@@ -23,10 +23,10 @@ import httpx
 import pytest
 from fakes.server import refused_url
 
-from memwork.backends.base import BaseBackend
+from memwork.contracts import BaseBackend
 from memwork.facade.facade import facade_from_env
-from memwork.facade.registry import GROUP, Registry
 from memwork.legacy.schema import init_schema
+from memwork.plugins import BACKENDS, Registry
 from memwork.service import guards
 from memwork.service.app import create_app, running
 
@@ -85,9 +85,9 @@ def make_leaky(env: Mapping[str, str]) -> LeakyBackend:
 
 
 PLUGINS = [
-    EntryPoint("exploding", f"{__name__}:make_exploding", GROUP),
-    EntryPoint("hanging", f"{__name__}:make_hanging", GROUP),
-    EntryPoint("leaky", f"{__name__}:make_leaky", GROUP),
+    EntryPoint("exploding", f"{__name__}:make_exploding", BACKENDS),
+    EntryPoint("hanging", f"{__name__}:make_hanging", BACKENDS),
+    EntryPoint("leaky", f"{__name__}:make_leaky", BACKENDS),
 ]
 
 

@@ -17,9 +17,10 @@ from typing import Any
 import httpx
 import pytest
 
-from memwork.backends.base import BaseBackend
+from memwork.contracts import BaseBackend
 from memwork.facade.facade import facade_from_env
-from memwork.facade.registry import GROUP, Registry
+from memwork.plugins import BACKENDS as GROUP
+from memwork.plugins import Registry
 from memwork.service.app import create_app, running
 from memwork.service.shadow import (
     ComparisonLog,

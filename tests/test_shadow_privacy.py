@@ -25,10 +25,10 @@ import httpx
 import pytest
 from fakes.server import FakeService, Request, Response, serve
 
-from memwork.backends.base import BaseBackend
+from memwork.contracts import BaseBackend
 from memwork.facade.facade import facade_from_env
-from memwork.facade.registry import GROUP, Registry
 from memwork.legacy.schema import init_schema
+from memwork.plugins import BACKENDS, Registry
 from memwork.service.app import create_app, running
 from memwork.service.shadow import read_comparisons, user_digest
 
@@ -97,7 +97,7 @@ def make_refused_with_url(env: Mapping[str, str]) -> RefusedWithUrl:
     return RefusedWithUrl()
 
 
-PLUGINS = [EntryPoint(RefusedWithUrl.name, f"{__name__}:make_refused_with_url", GROUP)]
+PLUGINS = [EntryPoint(RefusedWithUrl.name, f"{__name__}:make_refused_with_url", BACKENDS)]
 
 
 @contextmanager

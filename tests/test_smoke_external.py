@@ -72,7 +72,7 @@ def test_an_unknown_backend_is_bad_input_naming_it() -> None:
 @pytest.mark.parametrize("operation", ["resolve", "write", "compact"])
 def test_every_unconfigured_external_backend_reports_not_configured(operation: str) -> None:
     from memwork.backends.base import supports_of
-    from memwork.facade.registry import Registry
+    from memwork.plugins import Registry
 
     registry = Registry({})
     for backend in registry.backends():

@@ -18,7 +18,8 @@ from qdrant_client import QdrantClient, models
 
 from memwork.backends.qdrant import QdrantSource, decode_cursor, encode_cursor, source_from_env
 from memwork.errors import BackendError, UsageError
-from memwork.migrate.source import iter_pages, open_source
+from memwork.migrate.source import iter_pages
+from memwork.plugins import open_source
 
 COLLECTION = "memind_memory"
 USERS = [f"user-{n:02d}" for n in range(10)] + ["TenantX", "tenantx", "tenantx "]

@@ -1,155 +1,54 @@
-"""The backend contract: the :class:`Backend` Protocol the facade relies on, and each backend's declaration.
+"""How memwork reads any backend: the helpers the facade, the registry and the gates use on a backend.
 
-A backend is any object with a stable lowercase kebab-case ``name``, ``availability()`` (an
-:class:`Availability`: ``available`` and, when False, a ``reason``), ``supports(operation)`` and any
-non-empty subset of ``resolve(request)``, ``write(request)``, ``compact(request)``. Each operation takes
-the JSON-shaped request (``userId``, ``sessionId``, ``query``, ``limit``, ``messages``, optional
-``embedding``) and returns a JSON-shaped ``dict``; ``resolve`` returns any of ``profile``,
-``semanticMemories``, ``behaviorSummary``, ``activeGoals``, ``memories`` and the facade fills in the rest.
-
-Everything else the rest of memwork needs to know about a backend -- its environment variables (which
-are required, which secret), its aliases (``legacy``), its capabilities, its feature flag and its
-database-URL variable -- is its :class:`Declaration`, kept in the backend's own module. ``check
-config``, ``status``, the contract gate and the canary read the declaration; none of them names a
-backend. Subclass :class:`BaseBackend` and set ``declaration`` to get all of it from one place.
+The contract itself -- the :class:`~memwork.contracts.Backend` protocol, :class:`Availability`,
+:class:`Declaration`, :class:`EnvVar` and :class:`BaseBackend` -- lives in :mod:`memwork.contracts`
+(re-exported here, where backend modules written before it import them from). This module reads a
+backend through that contract: its name, what it supports, its availability, its declaration
+(derived from plain attributes when it has none) and its configuration problems as unavailable
+reasons. ``check config``, ``status``, the contract gate and the canary use these; none of them
+names a backend.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from collections.abc import Mapping
 
-OPERATIONS = ("resolve", "write", "compact")
-CATEGORIES = ("semantic", "extraction", "lifecycle", "behavior", "policy")
-NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*\Z")  #: backend names: lowercase kebab-case
-FLAG_RE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*\Z")  #: environment variables: SCREAMING_SNAKE_CASE
+from memwork.contracts import (
+    CATEGORIES,
+    FLAG_RE,
+    NAME_RE,
+    OPERATIONS,
+    Availability,
+    Backend,
+    BaseBackend,
+    Declaration,
+    EnvVar,
+    Operation,
+    flag_var,
+)
 
-#: one backend operation: a JSON-shaped request in, a JSON-shaped object out
-Operation = Callable[[Mapping[str, Any]], dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class Availability:
-    """Whether a backend can serve calls now; an unavailable backend always says why."""
-
-    available: bool
-    reason: str | None = None
-
-    @classmethod
-    def ok(cls) -> Availability:
-        return cls(True, None)
-
-    @classmethod
-    def no(cls, reason: str) -> Availability:
-        return cls(False, reason)
-
-
-@dataclass(frozen=True)
-class EnvVar:
-    """One environment variable a backend reads (``check config`` lists it; secrets are never shown).
-
-    ``flag``: a feature switch that must be on (1/true/yes/on) before the backend counts as configured.
-    """
-
-    name: str
-    description: str = ""
-    required: bool = False
-    secret: bool = False
-    default: str | None = None
-    flag: bool = False
-
-
-def flag_var(name: str) -> EnvVar:
-    """The backend's feature flag: required, and must be 1."""
-    return EnvVar(name, "feature flag; must be 1", required=True, flag=True)
-
-
-@dataclass(frozen=True)
-class Declaration:
-    """What a backend tells the rest of memwork about itself, in its own module.
-
-    ``aliases``: other names ``MEMORY_BACKEND`` may use (the first is the documented selector);
-    ``capabilities``: the operations it implements;
-    ``database_url_var``: the variable holding its database URL, if it has one (the canary probes it
-    and unsets it to prove the fallback); ``mapping``: how its results fill the facade's payload,
-    ``(payload field or operation, where it comes from)`` pairs, listed in README.
-    """
-
-    name: str
-    category: str | None = None
-    role: str | None = None
-    capabilities: tuple[str, ...] = ()
-    variables: tuple[EnvVar, ...] = ()
-    aliases: tuple[str, ...] = ()
-    database_url_var: str | None = None
-    mapping: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def flag(self) -> str | None:
-        """The feature-flag variable, if the backend has one."""
-        return next((v.name for v in self.variables if v.flag), None)
-
-    @property
-    def selector(self) -> str:
-        """What to write in ``MEMORY_BACKEND=`` to select this backend."""
-        return self.aliases[0] if self.aliases else self.name
-
-    def variable(self, name: str) -> EnvVar | None:
-        return next((v for v in self.variables if v.name == name), None)
-
-
-@runtime_checkable
-class Backend(Protocol):
-    """What the facade calls on every backend; the operations themselves are optional (see ``supports``)."""
-
-    @property
-    def name(self) -> str: ...
-
-    def availability(self) -> Availability:
-        """Cheap and connection-free where possible; a dead server may fail per call instead."""
-        ...
-
-    def supports(self, operation: str) -> bool:
-        """True when ``operation`` (resolve | write | compact) is implemented."""
-        ...
-
-
-class BaseBackend:
-    """Convenience base: name, category, role, flag and aliases come from ``declaration``.
-
-    A subclass may instead set those as plain class attributes (a minimal third-party backend); then
-    :func:`declaration_of` derives its declaration from them.
-    """
-
-    declaration: ClassVar[Declaration | None] = None
-    name: ClassVar[str] = ""
-    category: ClassVar[str | None] = None
-    role: ClassVar[str | None] = None
-    flag: ClassVar[str | None] = None
-    aliases: ClassVar[tuple[str, ...]] = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        decl = cls.__dict__.get("declaration")
-        if isinstance(decl, Declaration):
-            for attr in ("name", "category", "role", "flag", "aliases"):
-                if attr not in cls.__dict__:
-                    setattr(cls, attr, getattr(decl, attr))
-
-    def availability(self) -> Availability:
-        return Availability.ok()
-
-    def supports(self, operation: str) -> bool:
-        """Implemented by the class (a callable attribute) and, when declared, among the capabilities."""
-        if operation not in OPERATIONS or not callable(getattr(type(self), operation, None)):
-            return False
-        decl = type(self).declaration
-        return decl is None or not decl.capabilities or operation in decl.capabilities
-
-    def close(self) -> None:
-        """Release pools or clients (optional)."""
+__all__ = [  # the contract's names, re-exported for backend modules that import them from here
+    "CATEGORIES",
+    "FLAG_RE",
+    "NAME_RE",
+    "OPERATIONS",
+    "Availability",
+    "Backend",
+    "BaseBackend",
+    "Declaration",
+    "EnvVar",
+    "Operation",
+    "availability_of",
+    "backend_name",
+    "blank_secret_code",
+    "configuration_problems",
+    "declaration_of",
+    "flag_var",
+    "missing_code",
+    "operation_of",
+    "reason_of",
+    "supports_of",
+]
 
 
 # ---- helpers the facade and the gates use on any backend ---------------------------------------

@@ -45,19 +45,20 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from memwork.backends.base import (
+from memwork.backends.base import configuration_problems, reason_of
+from memwork.backends.payload import aware_time, memory_item, only_user, session_id_of, user_id_of
+from memwork.contracts import (
     Availability,
     BaseBackend,
     Declaration,
     EnvVar,
-    configuration_problems,
+    Page,
+    SourceRecord,
     flag_var,
-    reason_of,
+    require,
 )
-from memwork.backends.payload import aware_time, memory_item, only_user, session_id_of, user_id_of
 from memwork.errors import BackendError, UsageError
 from memwork.http import JsonHttpClient, settings_from_env
-from memwork.migrate.source import Page, SourceRecord, require
 from memwork.redaction import redact_url
 
 log = logging.getLogger("memwork.backends")

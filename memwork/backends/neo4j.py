@@ -32,16 +32,9 @@ from itertools import pairwise
 from typing import Any
 from urllib.parse import quote
 
-from memwork.backends.base import (
-    Availability,
-    BaseBackend,
-    Declaration,
-    EnvVar,
-    configuration_problems,
-    flag_var,
-    reason_of,
-)
+from memwork.backends.base import configuration_problems, reason_of
 from memwork.backends.requests import validate
+from memwork.contracts import Availability, BaseBackend, Declaration, EnvVar, flag_var
 from memwork.errors import BackendError
 from memwork.http import JsonHttpClient, settings_from_env
 from memwork.redaction import redact_url, url_secrets

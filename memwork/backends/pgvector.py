@@ -159,10 +159,10 @@ class PgvectorBackend(BaseBackend):
             if self._pool is None:
                 from psycopg_pool import ConnectionPool
 
-                from memwork.embedded_pg import ensure
+                from memwork.db.embedded import ensure
 
                 self._pool = ConnectionPool(
-                    ensure(self.database_url or "").libpq or "",
+                    ensure(self.database_url or "", create=True).libpq or "",
                     min_size=1,
                     max_size=self.pool_max,
                     kwargs={"autocommit": True},

@@ -40,20 +40,21 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from memwork.backends.base import (
+from memwork.backends.base import configuration_problems, reason_of
+from memwork.backends.payload import memory_item, only_user, user_id_of
+from memwork.contracts import (
     Availability,
     BaseBackend,
     Declaration,
     EnvVar,
-    configuration_problems,
+    Page,
+    SourceRecord,
     flag_var,
-    reason_of,
+    require,
 )
-from memwork.backends.payload import memory_item, only_user, user_id_of
 from memwork.embed import QueryModuleEmbedder
 from memwork.errors import BackendError, UsageError
 from memwork.http import RETRY_STATUSES, HttpSettings, settings_from_env
-from memwork.migrate.source import Page, SourceRecord, require
 from memwork.redaction import REDACTED, describe_error, redact_text, redact_url
 
 if TYPE_CHECKING:

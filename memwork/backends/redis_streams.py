@@ -37,19 +37,20 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from memwork.backends.base import (
+from memwork.backends.base import configuration_problems, reason_of
+from memwork.backends.requests import validate
+from memwork.contracts import (
     Availability,
     BaseBackend,
     Declaration,
     EnvVar,
-    configuration_problems,
+    Page,
+    SourceRecord,
     flag_var,
-    reason_of,
+    require,
 )
-from memwork.backends.requests import validate
 from memwork.errors import BackendError, UsageError
 from memwork.http import settings_from_env
-from memwork.migrate.source import Page, SourceRecord, require
 from memwork.redaction import REDACTED, describe_error, redact_text, redact_url, url_secrets
 
 if TYPE_CHECKING:

@@ -124,7 +124,7 @@ def same_backend(expected: str, actual: object) -> bool:
         return False
     if expected == actual:
         return True
-    from memwork.facade.registry import Registry
+    from memwork.plugins import Registry
 
     registry = Registry({})
     try:

@@ -131,8 +131,8 @@ def smoke_gates(report: StackReport, env: Mapping[str, str]) -> None:
     """One smoke per non-legacy backend, each in its own row."""
     from memwork.backends.base import declaration_of, supports_of
     from memwork.facade.policy import DEFAULT_BACKEND
-    from memwork.facade.registry import Registry
     from memwork.facade.smoke_external import run_external_smoke
+    from memwork.plugins import Registry
 
     registry = Registry(dict(env))
     smokes: dict[str, Any] = {}

@@ -12,7 +12,7 @@ from memwork.errors import CheckFailed
 
 @click.group("check")
 def check() -> None:
-    """Gates for the Memory V2 facade: backend contracts, per-backend config, the synthetic self-check.
+    """Gates for the Memory V2 facade: backend and source contracts, per-backend config, the self-check.
 
     \b
     Examples:
@@ -37,9 +37,22 @@ def check() -> None:
     type=click.Path(dir_okay=False),
     help="Also validate an adapter module file (e.g. one written by scaffold). Repeatable.",
 )
+@click.option(
+    "--source",
+    "sources",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="Also validate a source module file (e.g. one written by scaffold source), built from the "
+    "environment. Repeatable.",
+)
 @json_option
-def contracts(include_pgvector_adapter: bool, adapters: tuple[str, ...], as_json: bool) -> None:
-    """Validate every registered backend against the contract; exit 1 listing each violation.
+def contracts(
+    include_pgvector_adapter: bool, adapters: tuple[str, ...], sources: tuple[str, ...], as_json: bool
+) -> None:
+    """Validate every registered backend and source against its contract; exit 1 listing each violation.
+
+    A plugin of either group that fails to load is a violation. A source is built from the environment
+    and reads one page of one record; one the environment does not configure is listed as unchecked.
 
     \b
     Example:
@@ -47,9 +60,12 @@ def contracts(include_pgvector_adapter: bool, adapters: tuple[str, ...], as_json
     """
     from memwork.facade.contract import check_all
 
-    report = check_all(os.environ, adapters=include_pgvector_adapter, files=adapters)
+    report = check_all(os.environ, adapters=include_pgvector_adapter, files=adapters, source_files=sources)
     lines = [f"FAIL {v}" for v in report.violations]
-    lines.append(f"{len(report.checked)} backends checked, {len(report.violations)} violations")
+    lines.append(
+        f"{len(report.checked)} backends and {len(report.sources)} sources checked "
+        f"({len(report.unchecked)} of them not configured or unreadable), {len(report.violations)} violations"
+    )
     failure = f"{len(report.violations)} contract violation(s)" if report.violations else None
     emit_verdict(report.to_dict(), as_json, lines, failure)
 
@@ -74,7 +90,7 @@ def config(backend: str, fmt: str, as_json: bool) -> None:
         memwork check config --backend letta --format shell
     """
     from memwork.facade.configcheck import check_config, shell_template
-    from memwork.facade.registry import Registry
+    from memwork.plugins import Registry
 
     if as_json and fmt == "shell":
         raise click.UsageError("--json and --format shell exclude each other")

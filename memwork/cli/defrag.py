@@ -78,6 +78,7 @@ def _make_action(action: Action) -> click.Command:
         **opts: Any,
     ) -> None:
         from memwork.defrag import run_action
+        from memwork.defrag.actions import stopped_run_dict
         from memwork.errors import RunStopped
 
         params = {k: v for k, v in opts.items() if v is not None}
@@ -95,7 +96,7 @@ def _make_action(action: Action) -> click.Command:
                 )
         except RunStopped as stopped:
             if as_json:  # what was applied and how to undo it, on stdout too; the error line on stderr
-                emit_json(stopped.to_dict())
+                emit_json(stopped_run_dict(stopped))
             raise
         if as_json:
             emit_json(result.to_dict())

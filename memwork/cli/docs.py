@@ -132,9 +132,9 @@ BACKENDS_END = "<!-- /backends -->"
 
 def backend_reference() -> str:
     """One section per registered backend: capabilities, variables and payload mapping, from its
-    :class:`~memwork.backends.base.Declaration` (so README cannot drift from the code)."""
+    :class:`~memwork.contracts.Declaration` (so README cannot drift from the code)."""
     from memwork.backends.base import declaration_of
-    from memwork.facade.registry import Registry
+    from memwork.plugins import Registry
 
     lines: list[str] = []
     for backend in Registry({}, plugins=[]).backends():

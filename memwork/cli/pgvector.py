@@ -93,19 +93,19 @@ def url_command(name: str, stop: bool, as_json: bool) -> None:
         memwork pgvector url --name demo --json
         memwork pgvector url --stop
     """
-    from memwork import embedded_pg
+    from memwork.db import embedded
 
     if stop:
-        was_running = embedded_pg.release()
+        was_running = embedded.release()
         if as_json:
             emit_json({"stopped": True, "was_running": was_running})
         else:
             click.echo("stopped" if was_running else "not running (nothing to stop)", err=True)
         return
     check_identifier(name, field="database")  # bad input: refused before a server starts
-    # kept running past this process and every later pg://embedded user (see memwork.embedded_pg)
-    embedded_pg.keep_running()
-    url = embedded_pg.server_url(name)
+    # kept running past this process and every later pg://embedded user (see memwork.db.embedded)
+    embedded.keep_running()
+    url = embedded.server_url(name)
     if as_json:
         emit_json({"url": url, "database": name, "embedded": f"pg://embedded/{name}"})
     else:

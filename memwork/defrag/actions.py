@@ -78,6 +78,45 @@ class ActionResult:
         return data
 
 
+def stopped_run(
+    conflict: PlanConflict, *, action: str, run_id: str, steps: list[dict[str, Any]]
+) -> RunStopped:
+    """The error of an applied run that stopped on ``conflict``: what was written, and the undo command."""
+    applied = sum(step["changes"] for step in steps)
+    if not applied:
+        detail = f"nothing was written (run {run_id}); run the action again"
+    else:
+        done = ", ".join(
+            f"{s['action']} {s['changes']}" + (f" of {s['planned']}" if s["status"] != "applied" else "")
+            for s in steps
+            if s["status"] != "not run"
+        )
+        detail = (
+            f"the run stopped after applying {applied} changes ({done}); they are journaled "
+            f"and `{undo_command(run_id)}` (same --store) reverts them"
+        )
+    return RunStopped(conflict, action=action, run_id=run_id, steps=steps, detail=detail)
+
+
+def undo_command(run_id: str) -> str:
+    return f"memwork defrag undo {run_id}"
+
+
+def stopped_run_dict(stopped: RunStopped) -> dict[str, Any]:
+    """The ``--json`` answer of a stopped run."""
+    return {
+        "action": stopped.action,
+        "applied": stopped.changes_applied > 0,
+        "complete": False,
+        "run_id": stopped.run_id,
+        "error": str(stopped),
+        "conflict": {"path": stopped.path, "scope": stopped.scope, "problem": stopped.problem},
+        "changes_applied": stopped.changes_applied,
+        "steps": stopped.steps,
+        "undo": undo_command(stopped.run_id) if stopped.changes_applied else None,
+    }
+
+
 def _stopped_step(action: str, conflict: PlanConflict) -> dict[str, Any]:
     return {
         "action": action,
@@ -192,7 +231,7 @@ def _run(
                 )
             except PlanConflict as exc:
                 steps = [_stopped_step(name, exc)]
-                raise RunStopped(exc, action=name, run_id=journal.run_id, steps=steps) from None
+                raise stopped_run(exc, action=name, run_id=journal.run_id, steps=steps) from None
         result.applied, result.run_id = True, journal.run_id
     else:
         result.changes = compute_changes(
@@ -285,7 +324,7 @@ def _run_steps(
                     )
                 except PlanConflict as exc:
                     report = _step_report(names, applied, step_changes, exc)
-                    raise RunStopped(exc, action=act.name, run_id=journal.run_id, steps=report) from None
+                    raise stopped_run(exc, action=act.name, run_id=journal.run_id, steps=report) from None
         step_changes = applied
         result.applied, result.run_id = True, journal.run_id
         after = health(load_entries(store, result.scope, progress))

@@ -1,6 +1,6 @@
 """Per-backend configuration check: which variables a backend still needs, and whether it is ready.
 
-The variables are the backend's own declaration (:class:`memwork.backends.base.Declaration`), so a
+The variables are the backend's own declaration (:class:`memwork.contracts.Declaration`), so a
 new backend is checked with no change here. Values of secrets (declared secret, or named like
 ``*_API_KEY``, ``*_PASSWORD``) are never printed; URLs lose their passwords.
 """
@@ -11,10 +11,11 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from memwork.backends.base import EnvVar, availability_of, declaration_of
+from memwork.backends.base import availability_of, declaration_of
 from memwork.checks import parse_bool
+from memwork.contracts import EnvVar
 from memwork.errors import UsageError
-from memwork.facade.registry import Registry
+from memwork.plugins import Registry
 from memwork.redaction import REDACTED, is_secret_name, redact_text, redact_value
 
 

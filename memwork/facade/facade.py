@@ -41,9 +41,9 @@ from memwork.backends.requests import validate
 from memwork.deadline import Deadline, current_scope
 from memwork.errors import BackendError, BackendTimeout, CutOff, NotStored, Shed, UsageError
 from memwork.facade.policy import DEFAULT_BACKEND, Policy, policy_from_env
-from memwork.facade.registry import Registry
 from memwork.facade.safety import CUT_OFF, DONE, SHED, TIMED_OUT, Call, WorkerPool, call_with_timeout
 from memwork.loggable import loggable_error
+from memwork.plugins import Registry
 from memwork.redaction import describe_error, redact_text
 
 if TYPE_CHECKING:

@@ -17,11 +17,10 @@ from memwork.backends.base import NAME_RE
 from memwork.backends.legacy import LEGACY_URL_VAR, legacy_url_from_env
 from memwork.checks import BOOL_HINT, parse_bool
 from memwork.errors import UsageError
+from memwork.http import DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS
 from memwork.redaction import redact_value
 
 DEFAULT_BACKEND = "legacy"
-DEFAULT_TIMEOUT_MS = 2000
-MAX_TIMEOUT_MS = 600_000
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,8 @@ from memwork.backends.base import (
 )
 from memwork.errors import UsageError
 from memwork.facade.policy import policy_from_env
-from memwork.facade.registry import Registry
 from memwork.facade.safety import call_with_timeout
+from memwork.plugins import Registry
 from memwork.redaction import describe_error, redact_text
 
 SMOKE_USER_PREFIX = "memory-v2-smoke-"

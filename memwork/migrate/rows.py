@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from memwork.migrate.source import SourceRecord
+from memwork.contracts import Row, SourceRecord
 from memwork.pgvector.backfill.ownership import SOURCE_MARKER as SOURCE_MARKER
 from memwork.pgvector.backfill.quarantine import Reject, precheck
 from memwork.redaction import first_line
@@ -51,7 +51,7 @@ class FieldProblem(ValueError):
         super().__init__(f"{field}: {problem}")
 
 
-def record_row(record: SourceRecord, source_key: str, now: datetime) -> dict[str, Any]:
+def record_row(record: SourceRecord, source_key: str, now: datetime) -> Row:
     """A source record as the writer's row (text columns; timestamps naive-UTC ISO text).
 
     Raises :class:`FieldProblem` naming the field for any value that cannot be converted; use
@@ -83,7 +83,7 @@ def record_row(record: SourceRecord, source_key: str, now: datetime) -> dict[str
     }
 
 
-def convert_record(record: object, source_key: str, now: datetime) -> dict[str, Any] | Reject:
+def convert_record(record: object, source_key: str, now: datetime) -> Row | Reject:
     """:func:`record_row`, total: the row, or the record's :class:`Reject` naming the field.
 
     Whatever a hostile source hands over (a timestamp at the end of the range, metadata nested
@@ -99,7 +99,7 @@ def convert_record(record: object, source_key: str, now: datetime) -> dict[str, 
 
 def convert_page(
     records: list[SourceRecord], source_key: str, now: datetime
-) -> tuple[list[tuple[dict[str, Any], SourceRecord]], list[Reject]]:
+) -> tuple[list[tuple[Row, SourceRecord]], list[Reject]]:
     """One page as (row, record) pairs worth writing, and the rejects: every record is converted
     (:func:`convert_record`), one row per id is kept (the last), and rows without an id or owner or
     with a value PostgreSQL text cannot hold are quarantined. The dry run and the apply both screen
@@ -222,10 +222,10 @@ def _readable(value: object, default: str) -> str:
         return default
 
 
-def unscoped(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Reject]]:
+def unscoped(rows: list[Row]) -> tuple[list[Row], list[Reject]]:
     """Rows without an id or a user id are quarantined: a memory without its owner would be
     nobody's (or, worse, land in a user called "None"), one without an id cannot be upserted."""
-    good: list[dict[str, Any]] = []
+    good: list[Row] = []
     rejects: list[Reject] = []
     for row in rows:
         if not row["id"].strip():
@@ -237,7 +237,7 @@ def unscoped(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Rej
     return good, rejects
 
 
-_Converted = TypeVar("_Converted", bound="dict[str, Any] | Reject")
+_Converted = TypeVar("_Converted", bound="Row | Reject")
 
 
 def last_of_each_id(
@@ -250,20 +250,20 @@ def last_of_each_id(
     return [pair for k, pair in enumerate(pairs) if last[_id_of(pair[0])] == k]
 
 
-def _id_of(item: dict[str, Any] | Reject) -> str:
+def _id_of(item: Row | Reject) -> str:
     return item.id if isinstance(item, Reject) else item["id"]
 
 
 def kept_vectors(
-    rows: list[dict[str, Any]],
+    rows: list[Row],
     by_id: Mapping[str, SourceRecord],
     dimensions: int,
     source_name: str,
     table: str,
-) -> tuple[list[dict[str, Any]], np.ndarray, list[Reject]]:
+) -> tuple[list[Row], np.ndarray, list[Reject]]:
     """The source's own vectors for ``rows``; a row without one, of another dimension or not finite
     is quarantined (the table takes only ``dimensions``)."""
-    kept: list[dict[str, Any]] = []
+    kept: list[Row] = []
     vectors: list[np.ndarray] = []
     rejects: list[Reject] = []
     for row in rows:

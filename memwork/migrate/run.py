@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from memwork.contracts import Source, SourceRecord
 from memwork.embed import Embedder, load_embedder, load_module
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier
@@ -58,7 +59,7 @@ from memwork.migrate.rows import (
     model_of,
     vector_length,
 )
-from memwork.migrate.source import Source, SourceRecord, iter_pages, open_source
+from memwork.migrate.source import iter_pages
 from memwork.pgvector.backfill.options import MAX_BATCH_SIZE
 from memwork.pgvector.backfill.ownership import check_source_key, owned_elsewhere_count
 from memwork.pgvector.backfill.quarantine import (
@@ -70,6 +71,7 @@ from memwork.pgvector.backfill.quarantine import (
     probe_embedder,
 )
 from memwork.pgvector.schema import DEFAULT_TABLE, schema_sql, table_dimensions
+from memwork.plugins import open_source
 from memwork.progress import Progress
 from memwork.redaction import redact_text, redact_url
 
@@ -157,7 +159,7 @@ def stored_key(source: Source) -> str:
 
 def resolve_source(spec: str | Source, env: Mapping[str, str]) -> Source:
     """A Source instance as it is; ``module:PATH`` loaded and its ``source_from_env(env)`` called;
-    else the registry's source of that name (:func:`memwork.migrate.source.open_source`)."""
+    else the registry's source of that name (:func:`memwork.plugins.open_source`)."""
     if not isinstance(spec, str):
         return spec
     name = spec.strip()

@@ -1,5 +1,5 @@
 """Import verification: is the destination a faithful copy of *one source*? (the backfill's checks,
-generalised from MySQL to any :class:`~memwork.migrate.source.Source`).
+generalised from MySQL to any :class:`~memwork.contracts.Source`).
 
 The source is read to the end again; the destination is restricted to the rows that source wrote
 (``metadata._memworkSource = source.key``), so other sources and the MySQL backfill sharing the table
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memwork.contracts import Source
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.migrate.checkpoint import read_import_checkpoint
@@ -36,7 +37,7 @@ from memwork.migrate.run import (
     resolve_source,
     stored_key,
 )
-from memwork.migrate.source import Source, iter_pages
+from memwork.migrate.source import iter_pages
 from memwork.pgvector.backfill.options import MAX_BATCH_SIZE
 from memwork.pgvector.backfill.quarantine import REJECTS_TABLE, read_rejects
 from memwork.pgvector.schema import DEFAULT_TABLE, table_dimensions

@@ -258,7 +258,7 @@ def run_canary(options: CanaryOptions, parameters: dict[str, Any] | None = None)
 def target_url(env: dict[str, str], backend: str) -> str:
     """The target backend's database URL in the canary environment (empty when it declares none)."""
     from memwork.backends.base import declaration_of
-    from memwork.facade.registry import Registry
+    from memwork.plugins import Registry
 
     registry = Registry(env)
     try:
@@ -271,7 +271,7 @@ def target_url(env: dict[str, str], backend: str) -> str:
 
 def registered_name(env: dict[str, str], name: str) -> str:
     """The name a backend reports for ``name`` or its alias (``legacy`` -> ``legacy-conversation-memory``)."""
-    from memwork.facade.registry import Registry
+    from memwork.plugins import Registry
 
     registry = Registry(env)
     try:

@@ -89,13 +89,13 @@ def run_smoke(
     from pgvector.psycopg import register_vector
 
     from memwork.db import pg_connect
-    from memwork.embedded_pg import ensure
+    from memwork.db.embedded import ensure
 
     check_identifier(table)
     run_id = uuid.uuid4().hex[:10]
     report = SmokeReport(ok=False, table=table, dimensions=dimensions, run_id=run_id, kept=keep)
     query, vectors = smoke_vectors(dimensions)
-    url = ensure(database_url or EMBEDDED_URL).text  # pg://embedded starts once, here
+    url = ensure(database_url or EMBEDDED_URL, create=True).text  # pg://embedded starts once, here
     if create_schema:
         ensure_schema(url, table, dimensions, create_extension=create_extension)
         report.checks.append({"check": "schema", "ok": True})

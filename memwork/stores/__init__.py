@@ -54,9 +54,7 @@ def open_store(spec: str, *, dimension: int = DEFAULT_DIMENSION, create: bool = 
     url = parse_url(spec)  # parsed once; nothing connects or starts yet
     if not create and url.dialect == "sqlite":
         create = _require_sqlite_file(url)  # an in-memory database is always new
-    if not create and url.embedded is not None:
-        _require_embedded_database(url)
-    try:
+    try:  # pg://embedded/NAME: SQLStore resolves it once, creating the database only with ``create``
         return SQLStore(url, dimension=dimension, create=create)
     except MissingStore as exc:
         raise MissingStore("store", url.redacted, exc.problem) from None
@@ -79,18 +77,3 @@ def _require_sqlite_file(url: DatabaseURL) -> bool:
             "store", url.redacted, "no such SQLite file (a reading command never creates a store)"
         )
     return False
-
-
-def _require_embedded_database(url: DatabaseURL) -> None:
-    """Refuse ``pg://embedded/NAME`` when the workspace's server has no database NAME (asking it
-    directly: :func:`memwork.embedded_pg.ensure` would create the database)."""
-    from memwork import embedded_pg
-    from memwork.db import pg_connect
-
-    admin_url = embedded_pg.start().get_uri()
-    with pg_connect(admin_url, autocommit=True) as conn:
-        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (url.embedded,)).fetchone()
-    if not found:
-        problem = f"no database {url.embedded!r} on the embedded PostgreSQL"
-        problem += " (a reading command never creates a store)"
-        raise MissingStore("store", url.text, problem)

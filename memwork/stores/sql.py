@@ -48,9 +48,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
-from memwork import embedded_pg
 from memwork.checks import dimension as check_dimension
-from memwork.db import DatabaseURL, get_engine, parse_url
+from memwork.db import DatabaseURL, embedded, get_engine, parse_url
 from memwork.entry import (
     DEFAULT_SCOPE,
     Entry,
@@ -152,7 +151,9 @@ def build_table(name: str, dialect: str, dimension: int) -> Table:
 class SQLStore(Store):
     """Entries as rows of one table; with ``create`` the table and its indexes are created on open
     (idempotent), without it a database that lacks the table is refused (a reading command never
-    creates a store)."""
+    creates a store) and opening only reads: one question for the table (and, on PostgreSQL, one for
+    its vector dimension) -- no DDL, no catalog walk over the indexes, and for ``pg://embedded/NAME``
+    no database or extension created."""
 
     def __init__(
         self,
@@ -163,7 +164,12 @@ class SQLStore(Store):
         create: bool = True,
     ) -> None:
         check_dimension("dimension", dimension)
-        self.database = embedded_pg.ensure(parse_url(url))  # pg://embedded starts here, and only here
+        try:  # pg://embedded starts here, and only here
+            self.database = embedded.ensure(parse_url(url), create=create)
+        except MissingStore as exc:
+            raise MissingStore(
+                "store", exc.value, f"{exc.problem} (a reading command never creates a store)"
+            ) from None
         self.url = self.database.text
         self.dialect = self.database.dialect
         self.kind = self.dialect
@@ -180,12 +186,13 @@ class SQLStore(Store):
     def _create(self, create: bool = True) -> None:
         try:
             with self.engine.begin() as conn:
-                if not create and not inspect(conn).has_table(self.table.name):
+                if create:
+                    self.table.metadata.create_all(conn, checkfirst=True)
+                    for index in self.table.indexes:  # e.g. an HNSW index dropped by an interrupted bulk load
+                        index.create(conn, checkfirst=True)
+                elif not inspect(conn).has_table(self.table.name):
                     problem = f"has no table {self.table.name}: no such store"
                     raise MissingStore("store", redact_url(self.url), problem)
-                self.table.metadata.create_all(conn, checkfirst=True)
-                for index in self.table.indexes:  # e.g. an HNSW index dropped by an interrupted bulk load
-                    index.create(conn, checkfirst=True)
         except (OperationalError, InterfaceError) as exc:
             # one line for the CLI: a file that cannot be opened is bad input, a server that does
             # not answer is an unavailable service (exit 1); passwords never shown

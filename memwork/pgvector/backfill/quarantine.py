@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from memwork.contracts import Row
 from memwork.db import pg_connect, pg_value
 from memwork.embed import Embedder, embed_memories
 from memwork.errors import UsageError
@@ -131,9 +132,12 @@ def _text_problem(row: Mapping[str, Any]) -> str | None:
     return None
 
 
-def precheck(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Reject]]:
+_Row = TypeVar("_Row", bound=Mapping[str, Any])
+
+
+def precheck(rows: list[_Row]) -> tuple[list[_Row], list[Reject]]:
     """The rows worth embedding, and the rejects whose values can never be written."""
-    good: list[dict[str, Any]] = []
+    good: list[_Row] = []
     rejects: list[Reject] = []
     for row in rows:
         problem = _value_problem(row)
@@ -154,7 +158,7 @@ def reject_reason(exc: BaseException) -> str:
 
 #: what every embedder is tried on before a run reads or writes anything (a memory row as the
 #: backfill and the import hand it over): an embedder that fails here fails for everything
-PROBE_ROW: dict[str, Any] = {
+PROBE_ROW: Row = {
     "id": "memwork-embedder-probe",
     "user_id": "memwork-probe",
     "content": "memwork embedder probe: the user prefers short answers.",
@@ -198,7 +202,7 @@ class RowEmbedder:
         if not np.isfinite(vectors).all():
             raise UsageError("embedder", model, "returns non-finite values for a probe text")
 
-    def embed(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], np.ndarray, list[Reject]]:
+    def embed(self, rows: list[Row]) -> tuple[list[Row], np.ndarray, list[Reject]]:
         if not rows:
             return [], np.zeros((0, self.dimensions), dtype=np.float32), []
         try:
@@ -219,9 +223,9 @@ class RowEmbedder:
         return kept, vectors[finite], rejects
 
     def _one_by_one(
-        self, rows: list[dict[str, Any]], batch_error: Exception
-    ) -> tuple[list[dict[str, Any]], np.ndarray, list[Reject]]:
-        kept: list[dict[str, Any]] = []
+        self, rows: list[Row], batch_error: Exception
+    ) -> tuple[list[Row], np.ndarray, list[Reject]]:
+        kept: list[Row] = []
         vectors: list[np.ndarray] = []
         rejects: list[Reject] = []
         for row in rows:

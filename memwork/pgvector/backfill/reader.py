@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import String, Text, and_, cast, func, or_, select, type_coerce
 
+from memwork.contracts import Row
 from memwork.errors import BackendError
 from memwork.legacy.schema import memory_items
 from memwork.pgvector.backfill.options import Cursor, cursor_of
@@ -58,7 +60,7 @@ def count_after(conn: Connection, cursor: Cursor | None) -> int:
     )
 
 
-def read_batch(conn: Connection, cursor: Cursor | None, size: int) -> list[dict[str, Any]]:
+def read_batch(conn: Connection, cursor: Cursor | None, size: int) -> list[Row]:
     """The next ``size`` active rows after ``cursor``, keyset order, never OFFSET.
 
     The Core statement runs on the DBAPI cursor (half the per-row cost of SQLAlchemy result rows),
@@ -74,7 +76,7 @@ def read_batch(conn: Connection, cursor: Cursor | None, size: int) -> list[dict[
         # SQLite and others: SQLAlchemy's result processing turns stored text back into datetimes/JSON.
         rows = [dict(row) for row in conn.execute(query).mappings()]
         conn.rollback()
-        return rows
+        return typing.cast("list[Row]", rows)
     compiled = query.compile(dialect=conn.dialect)
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None  # an open connection
@@ -86,12 +88,12 @@ def read_batch(conn: Connection, cursor: Cursor | None, size: int) -> list[dict[
     finally:
         cur.close()
         dbapi.rollback()
-    return rows
+    return typing.cast("list[Row]", rows)  # the columns of _SOURCE_COLUMNS, as text
 
 
 def iter_batches(
     conn: Connection, cursor: Cursor | None, planned: int, batch_size: int
-) -> Iterator[list[dict[str, Any]]]:
+) -> Iterator[list[Row]]:
     """Keyset pages of at most ``batch_size`` rows until ``planned`` rows were read or none are left."""
     done = 0
     while done < planned:

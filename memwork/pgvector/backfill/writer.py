@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memwork.contracts import Row
 from memwork.db import pg_value
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
@@ -214,8 +215,8 @@ class Batch:
     ``cursor`` is the backfill's keyset position; a caller with its own checkpoint (the import run,
     ``write_batch(save_checkpoint=...)``) leaves it None."""
 
-    read: list[dict[str, Any]]
-    rows: list[dict[str, Any]]
+    read: list[Row]
+    rows: list[Row]
     vectors: np.ndarray
     rejects: list[Reject]
     cursor: Cursor | None
@@ -274,7 +275,7 @@ def write_batch(
     overrides ``model_id`` (vectors kept from a source carry their model)."""
     rejects = list(batch.rejects)
     with pg.transaction(), pg.cursor() as cur:
-        written: list[dict[str, Any]] = []
+        written: list[Row] = []
         if batch.rows:
             failed: list[Reject] = []
             try:
@@ -302,9 +303,7 @@ def write_batch(
     return len(written), rejects
 
 
-def _owned_elsewhere(
-    cur: psycopg.Cursor[Any], table: str, taken: list[dict[str, Any]]
-) -> list[OwnedElsewhere]:
+def _owned_elsewhere(cur: psycopg.Cursor[Any], table: str, taken: list[Row]) -> list[OwnedElsewhere]:
     """The rows the upsert left alone, each named with the source that owns it (locked since the
     upsert, so the owner read here is the one that stands at commit)."""
     if not taken:

@@ -1,15 +1,14 @@
-"""Database URLs and connections, written once: a URL is parsed once into a :class:`DatabaseURL`
-value, SQLAlchemy engines are made for every store and backend from it, and the psycopg connection
-(and MySQL error wrapper) turns an unreachable server into one clear error.
+"""Connections, written once: SQLAlchemy engines for every store and backend, made from a parsed
+:class:`~memwork.db.url.DatabaseURL`, and the psycopg connection (and MySQL error wrapper) that turns an
+unreachable server into one clear error.
+
+Connecting needs a server: :func:`get_engine` and :func:`pg_connect` resolve ``pg://embedded[/NAME]``
+through :func:`memwork.db.embedded.ensure` (starting the server, creating database NAME and the
+``vector`` extension when missing -- a connection is for using the database). A reading store asks
+``ensure(url, create=False)`` itself before it connects.
 
 Statements run under a call's deadline (:mod:`memwork.deadline`, the facade's worker pool) are bounded
 on the server by :func:`_bound_by_deadline`, an engine event on every engine made here.
-
-Accepted URLs (:data:`SCHEMES`, the one scheme list): ``sqlite:///file.db``, ``mysql://`` /
-``mariadb://`` (through PyMySQL), ``postgresql://`` (through psycopg 3) and ``pg://embedded[/NAME]``
-(the embedded server). Parsing is pure: only :func:`memwork.embedded_pg.ensure` -- which
-:func:`get_engine` and :func:`pg_connect` call, since connecting needs a server -- starts the
-embedded server.
 """
 
 from __future__ import annotations
@@ -18,102 +17,27 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from math import ceil
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from sqlalchemy import Engine, create_engine, event
 
+from memwork.db import embedded
+from memwork.db.url import DatabaseURL, parse_url
 from memwork.deadline import current_scope
 from memwork.errors import CutOff, ServiceUnavailable, UsageError
-from memwork.identifiers import check_identifier
-from memwork.redaction import first_line, redact_url, userinfo_has_at
+from memwork.redaction import first_line, redact_url
 
 if TYPE_CHECKING:
     import psycopg
-
-#: scheme as typed (lower case) -> (dialect, the SQLAlchemy dialect+driver memwork uses)
-SCHEMES: dict[str, tuple[str, str]] = {
-    "sqlite": ("sqlite", "sqlite"),
-    "mysql": ("mysql", "mysql+pymysql"),
-    "mariadb": ("mysql", "mysql+pymysql"),
-    "mysql+pymysql": ("mysql", "mysql+pymysql"),
-    "mariadb+pymysql": ("mysql", "mysql+pymysql"),
-    "postgresql": ("postgresql", "postgresql+psycopg"),
-    "postgres": ("postgresql", "postgresql+psycopg"),
-    "postgresql+psycopg": ("postgresql", "postgresql+psycopg"),
-    "pg": ("postgresql", "postgresql+psycopg"),  # pg://embedded[/NAME] only
-}
-EMBEDDED_SCHEME = "pg"
-EMBEDDED_DATABASE = "memwork"  #: the database ``pg://embedded`` names
-_URL_HINT = "must be a URL like sqlite:///file.db or mysql://user@host/db"
 
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
 
 
-@dataclass(frozen=True)
-class DatabaseURL:
-    """A database URL parsed once: everything memwork derives from the text, computed up front.
-
-    ``sqlalchemy`` and ``libpq`` are None for ``pg://embedded[/NAME]`` until
-    :func:`memwork.embedded_pg.ensure` has started the server and resolved it (``libpq`` is None
-    for SQLite and MySQL too: psycopg cannot connect there).
-    """
-
-    # the three URL forms may hold a password: never in repr() (tracebacks, notebook output)
-    text: str = field(repr=False)  #: the URL as given (after ``embedded_pg.ensure``: the server's)
-    dialect: str  #: ``sqlite``, ``mysql`` or ``postgresql``
-    driver: str  #: SQLAlchemy dialect+driver, known without connecting (``postgresql+psycopg``)
-    sqlalchemy: str | None = field(repr=False)  #: the URL SQLAlchemy connects to
-    libpq: str | None = field(repr=False)  #: the ``postgresql://`` URL psycopg connects to
-    redacted: str  #: ``text`` with its password hidden, for messages
-    embedded: str | None = None  #: the database NAME of ``pg://embedded[/NAME]``, else None
-
-    def __str__(self) -> str:
-        return self.redacted
-
-
-def is_database_url(text: object) -> bool:
-    """True when ``text`` has a scheme memwork can open (not yet whether the rest is valid)."""
-    return isinstance(text, str) and text.split("://", 1)[0].strip().lower() in SCHEMES and "://" in text
-
-
-def parse_url(text: str | DatabaseURL) -> DatabaseURL:
-    """Parse a user-facing database URL into a :class:`DatabaseURL`; never connects, never starts a
-    server. UsageError for a text that is not a URL, an unknown scheme or a bad ``pg://`` name."""
-    if isinstance(text, DatabaseURL):
-        return text
-    if not isinstance(text, str) or "://" not in text:
-        raise UsageError("database_url", text, _URL_HINT)
-    text = text.strip()
-    scheme, rest = text.split("://", 1)
-    scheme = scheme.lower()
-    redacted = redact_url(text) or text
-    if scheme not in SCHEMES:
-        raise UsageError("database_url", redacted, f"unsupported scheme {scheme!r}")
-    dialect, driver = SCHEMES[scheme]
-    if userinfo_has_at(text):
-        raise UsageError("database_url", redacted, "the password holds an unencoded '@': write it as %40")
-    if scheme == EMBEDDED_SCHEME:
-        parts = urlsplit(text)
-        if parts.netloc != "embedded":
-            raise UsageError(
-                "store", redacted, "the embedded PostgreSQL is named pg://embedded or pg://embedded/NAME"
-            )
-        name = check_identifier(parts.path.strip("/") or EMBEDDED_DATABASE, field="database")
-        return DatabaseURL(text, dialect, driver, None, None, redacted, embedded=name)
-    sqlalchemy = text if dialect == "sqlite" else f"{driver}://{rest}"
-    libpq = f"postgresql://{rest}" if dialect == "postgresql" else None
-    return DatabaseURL(text, dialect, driver, sqlalchemy, libpq, redacted)
-
-
 def _ready(url: str | DatabaseURL) -> DatabaseURL:
     """The parsed URL with ``pg://embedded`` resolved (starting the server): a connection needs one."""
-    from memwork import embedded_pg
-
-    return embedded_pg.ensure(parse_url(url))
+    return embedded.ensure(url, create=True)
 
 
 def get_engine(url: str | DatabaseURL) -> Engine:

@@ -35,8 +35,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memwork.db import EMBEDDED_DATABASE, DatabaseURL, parse_url
-from memwork.errors import ServiceUnavailable
+from memwork.db.url import EMBEDDED_DATABASE, DatabaseURL, parse_url
+from memwork.errors import MissingStore, ServiceUnavailable
 from memwork.identifiers import check_identifier
 from memwork.workspace import workspace_dir
 
@@ -232,26 +232,36 @@ def stop(data_dir: Path | str | None = None) -> bool:
 def server_url(database: str = DEFAULT_DATABASE, data_dir: Path | str | None = None) -> str:
     """A ``postgresql://`` URL for ``database`` on the embedded server, creating the database and
     the ``vector`` extension in it when missing."""
+    return _resolve(database, data_dir, create=True)
+
+
+def ensure(url: str | DatabaseURL, *, create: bool) -> DatabaseURL:
+    """The one way ``pg://embedded[/NAME]`` becomes the server's ``postgresql://`` URL (``embedded``
+    keeps NAME): the server is started (or joined) and asked once, on one admin connection, whether
+    database NAME exists. With ``create`` a missing database is created and the ``vector`` extension
+    made sure of; without it a missing database is a :class:`MissingStore` and nothing is written --
+    reading never runs DDL. A URL already resolved, or of another kind, is only parsed."""
+    parsed = parse_url(url)
+    if parsed.embedded is None or parsed.sqlalchemy is not None:
+        return parsed
+    resolved = parse_url(_resolve(parsed.embedded, None, create=create))
+    return replace(resolved, embedded=parsed.embedded)
+
+
+def _resolve(database: str, data_dir: Path | str | None, *, create: bool) -> str:
     import psycopg
 
     check_identifier(database, field="database")
     server = start(data_dir)
-    admin_url = server.get_uri()
-    with psycopg.connect(admin_url, autocommit=True) as conn:
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
+        if not exists and not create:
+            where = f"pg://embedded/{database}"
+            raise MissingStore("database_url", where, f"no database {database!r} on the embedded PostgreSQL")
         if not exists:
             conn.execute(f'CREATE DATABASE "{database}"')
-    url = server.get_uri(database=database)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    url: str = server.get_uri(database=database)
+    if create:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     return url
-
-
-def ensure(url: str | DatabaseURL) -> DatabaseURL:
-    """The explicit step that starts the embedded server: ``pg://embedded[/NAME]`` parsed and resolved
-    to the server's ``postgresql://`` URL (database NAME and the ``vector`` extension created when
-    missing); ``embedded`` keeps NAME. Any other URL is only parsed."""
-    parsed = parse_url(url)
-    if parsed.embedded is None or parsed.sqlalchemy is not None:
-        return parsed
-    return replace(parse_url(server_url(parsed.embedded)), embedded=parsed.embedded)
