@@ -142,7 +142,7 @@ def test_check_contracts_sees_it_and_checks_it_is_dormant(installed):
 
 
 def test_the_canary_reads_its_database_url_variable(installed):
-    from memwork.pgvector.canary import registered_name, target_url
+    from memwork.rollout.gates import registered_name, target_url
 
     assert target_url(installed, "acme") == installed[URL]
     assert registered_name(installed, "acme") == "acme-recall"

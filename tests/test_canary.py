@@ -7,8 +7,10 @@ import json
 import pytest
 
 from memwork.errors import UsageError
-from memwork.pgvector.canary import CanaryOptions, canary_env, digest, percentiles, run_canary
+from memwork.percentiles import percentiles
 from memwork.pgvector.local_hash import write_module
+from memwork.rollout.gates import canary_env, run_gates
+from memwork.rollout.signoff import SignoffParameters, sha256_json, shown_parameters
 from memwork.samples.migration import build_migration
 
 
@@ -21,29 +23,28 @@ def env(pg_url, mysql_url):
 def test_go_with_every_gate_passing_and_a_signoff(env, tmp_path):
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"verdict": "PASS"}))
-    result = run_canary(
-        CanaryOptions(env, sample_size=8, verification_summary=str(summary), approver="ana"), {"p": 1}
-    )
+    options = SignoffParameters(sample_size=8, verification_summary=str(summary), approver="ana")
+    result = run_gates(env, options)
     assert result.verdict == "GO", result.reasons
     gates = {g.name: g.status for g in result.gates}
     assert gates["fallback"] == gates["selected backend"] == gates["backfill verification"] == "PASS"
     assert gates["health"] == "SKIP"
     assert result.latency_table()["target"]["count"] == 8 and result.errors == {"target": 0, "legacy": 0}
-    assert result.signoff["parameters_sha256"] == digest({"p": 1}) and result.signoff["approver"] == "ana"
+    assert result.signoff["parameters_sha256"] == sha256_json(shown_parameters(options.as_given()))
+    assert result.signoff["approver"] == "ana"
+    assert result.signoff["inputs"]["verification_summary"]["verdict"] == "PASS"
+    assert result.signoff["inputs"]["health_summary"] is None
     assert len(result.signoff["git_commit"]) >= 7
 
 
 def test_no_go_reasons(env, tmp_path):
     bad = tmp_path / "summary.json"
     bad.write_text(json.dumps({"verdict": "FAIL", "health": {"score": 10}}))
-    result = run_canary(
-        CanaryOptions(
-            {**env, "MEMORY_BACKEND": "legacy"},
-            sample_size=5,
-            verification_summary=str(bad),
-            health_summary=str(bad),
-            require_inputs=True,
-        )
+    result = run_gates(
+        {**env, "MEMORY_BACKEND": "legacy"},
+        SignoffParameters(
+            sample_size=5, verification_summary=str(bad), health_summary=str(bad), require_inputs=True
+        ),
     )
     assert result.verdict == "NO-GO"
     failed = {g.name for g in result.gates if g.status == "FAIL"}
@@ -58,39 +59,44 @@ def test_no_go_reasons(env, tmp_path):
 
 def test_target_unavailable_fails_selection_but_fallback_holds(env):
     broken = {**env, "MEMORY_VECTOR_ENABLED": "0"}
-    result = run_canary(CanaryOptions(broken, sample_size=5))
+    result = run_gates(broken, SignoffParameters(sample_size=5))
     gates = {g.name: g for g in result.gates}
     assert gates["selected backend"].status == "FAIL" and gates["fallback"].status == "PASS"
 
 
 def test_options_and_percentiles():
     with pytest.raises(UsageError, match="verification_summary"):
-        CanaryOptions({}, verification_summary="/no/such/file.json").check()
+        SignoffParameters(verification_summary="/no/such/file.json").check()
     assert percentiles([1, 2, 3, 4])["p50"] == 2.5 and percentiles([])["count"] == 0
 
 
 def test_unreachable_target_or_legacy_is_no_go_with_the_reason_and_nothing_timed(env, tmp_path):
-    from memwork.pgvector.canary import default_embedding_module, shown_parameters
+    from memwork.rollout.gates import default_embedding_module
 
     down = "postgresql://u:S3cretPW@127.0.0.1:5/x"
     assert default_embedding_module(down) == ""  # no cell error before the gates run
-    params = {"pgvector_url": down, "sample_size": 5}
-    result = run_canary(CanaryOptions({**env, "MEMORY_PGVECTOR_DATABASE_URL": down}, sample_size=5), params)
+    params = SignoffParameters(legacy_url=env["MEMORY_LEGACY_DATABASE_URL"], pgvector_url=down, sample_size=5)
+    result = run_gates({**env, "MEMORY_PGVECTOR_DATABASE_URL": down}, params)
     assert result.verdict == "NO-GO" and result.latency_ms == {}
     gates = {g.name: g for g in result.gates}
     assert gates["target reachable"].status == "FAIL" and "unreachable" in gates["target reachable"].detail
     assert "u:***@127.0.0.1:5/x" in result.reasons[0] and "S3cretPW" not in json.dumps(result.to_dict())
     assert gates["legacy reachable"].status == "PASS" and gates["latency and fallback"].status == "SKIP"
     # the sign-off fingerprints the parameters with the password hidden
-    assert result.signoff["parameters_sha256"] == digest(shown_parameters(params)) != digest(params)
+    given = params.as_given()
+    assert result.signoff["parameters_sha256"] == sha256_json(shown_parameters(given)) != sha256_json(given)
     legacy_down = {**env, "MEMORY_LEGACY_DATABASE_URL": "mysql://root@127.0.0.1:3306/no_such_db_x"}
-    result = run_canary(CanaryOptions(legacy_down, sample_size=5))
+    result = run_gates(legacy_down, SignoffParameters(sample_size=5))
     assert result.verdict == "NO-GO" and result.reasons[0].startswith("legacy reachable: ")
 
 
-def test_run_from_parameters_defaults_and_checks(tmp_path):
-    """The notebook's defaulting (sample migration, hash query module) and checks are the library's."""
-    from memwork.pgvector.canary import run_from_parameters
+def test_run_signoff_defaults_and_checks(tmp_path):
+    """The notebook's defaulting (the sample migration it passes, a hash query module) and checks are
+    the library's; the library never builds the sample itself."""
+    from memwork.rollout.run import run_signoff
+
+    def run_from_parameters(**given):
+        return run_signoff(SignoffParameters(**given), sample_migration=build_migration)
 
     result = run_from_parameters(sample_size=5, approver="ops")
     assert result.verdict == "GO", result.reasons
@@ -100,3 +106,5 @@ def test_run_from_parameters_defaults_and_checks(tmp_path):
                        ({"pgvector_url": "pg://embedded"}, "legacy_url")):  # fmt: skip
         with pytest.raises(UsageError, match=f"^{field}="):
             run_from_parameters(**bad)
+    with pytest.raises(UsageError, match=r"^legacy_url="):  # no URLs and no sample given: nothing built
+        run_signoff(SignoffParameters(sample_size=5))

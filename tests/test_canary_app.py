@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select
 
-from memwork.canary.app import CANARY_USER_PREFIX, run_app_canary
 from memwork.cli import main
 from memwork.db import get_engine
 from memwork.legacy.schema import init_schema, memory_items, messages
+from memwork.rollout.app_canary import CANARY_USER_PREFIX, run_app_canary
 
 TOKEN = "canary-test-token-4f9a1c"
 
@@ -233,7 +233,7 @@ def test_a_failed_purge_names_the_backend_and_its_error(legacy_url):
 
 
 def test_forget_details_for_every_answer_shape():
-    from memwork.canary.app import forget_detail
+    from memwork.rollout.app_canary import forget_detail
 
     assert forget_detail({"ok": True, "purged": {"legacy-conversation-memory": {"messages": 2}}}) == (
         "canary user removed (legacy-conversation-memory)"

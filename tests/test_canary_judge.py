@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from memwork.canary.judge import (
+from memwork.cli import main
+from memwork.errors import UsageError
+from memwork.rollout.judge import (
     FAIL,
     GO,
     INCONCLUSIVE,
@@ -19,12 +21,10 @@ from memwork.canary.judge import (
     NODATA,
     PASS,
     Thresholds,
-    judge_log,
-    run_from_parameters,
 )
-from memwork.canary.stats import hodges_lehmann
-from memwork.cli import main
-from memwork.errors import UsageError
+from memwork.rollout.run import judge_log, judge_shadow_reads
+from memwork.rollout.signoff import SignoffParameters
+from memwork.rollout.stats import hodges_lehmann
 
 
 def comparison(
@@ -328,7 +328,8 @@ def test_unreachable_base_url_is_a_no_go_reason_without_the_token(tmp_path):
     from fakes.server import refused_url
 
     log = log_of(tmp_path, latencies(100, 1), latencies(100, 2))
-    result = run_from_parameters(comparison_log=str(log), base_url=refused_url(), token="s3cret-token-value")
+    given = SignoffParameters(comparison_log=str(log), base_url=refused_url(), token="s3cret-token-value")
+    result = judge_shadow_reads(given)
     assert result.verdict == NO_GO
     assert any(r.startswith("service:") for r in result.reasons)
     assert "s3cret-token-value" not in json.dumps(result.to_dict())

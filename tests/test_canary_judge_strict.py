@@ -18,9 +18,11 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memwork.canary import stats
-from memwork.canary.comparisons import InvalidRecord, parse_line, read_comparison_log
-from memwork.canary.judge import (
+from memwork.cli import main
+from memwork.errors import UsageError
+from memwork.rollout import stats
+from memwork.rollout.comparisons import InvalidRecord, parse_line, read_comparison_log
+from memwork.rollout.judge import (
     FAIL,
     GO,
     INCONCLUSIVE,
@@ -28,11 +30,9 @@ from memwork.canary.judge import (
     NODATA,
     PASS,
     Thresholds,
-    judge_log,
     minimum_paired_answers,
 )
-from memwork.cli import main
-from memwork.errors import UsageError
+from memwork.rollout.run import judge_log
 from memwork.service.shadow import overlap_at_k, rbo, top1_agree
 
 PRIMARY = "legacy-conversation-memory"

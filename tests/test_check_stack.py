@@ -82,8 +82,8 @@ def test_unreachable_service_fails_only_the_app_canary(legacy_env):
 
 
 def test_pgvector_stack_end_to_end(pg_url, mysql_url):
-    from memwork.pgvector.canary import canary_env
     from memwork.pgvector.local_hash import write_module
+    from memwork.rollout.gates import canary_env
     from memwork.samples.migration import build_migration
     from memwork.service.app import create_app, running
 

@@ -20,19 +20,10 @@ ROOT = Path(__file__).resolve().parent.parent / "memwork"
 PACKAGE = "memwork"
 
 MIGRATION = "issue 16, One migration: the verification's notebook entry calls samples from the top layer"
-ROLLOUT = "issue 16, One rollout: pgvector/smoke.py and pgvector/canary.py move to rollout/"
 
 #: (importing module, imported module) -> the move that removes the arrow. Each is ``pgvector`` reaching
 #: above itself (``backends`` imports ``pgvector.schema``, so pgvector/ must import nothing above it).
 PENDING_MOVES: dict[tuple[str, str], str] = {
-    ("memwork.pgvector.smoke", "memwork.backends.pgvector"): ROLLOUT,
-    ("memwork.pgvector.canary", "memwork.backends.base"): ROLLOUT,
-    ("memwork.pgvector.canary", "memwork.backends.legacy"): ROLLOUT,
-    ("memwork.pgvector.canary", "memwork.canary.judge"): ROLLOUT,
-    ("memwork.pgvector.canary", "memwork.facade"): ROLLOUT,
-    ("memwork.pgvector.canary", "memwork.facade.policy"): ROLLOUT,
-    ("memwork.pgvector.canary", "memwork.plugins"): ROLLOUT,
-    ("memwork.pgvector.canary", "memwork.samples.migration"): ROLLOUT,
     ("memwork.pgvector.verify", "memwork.samples.migration"): MIGRATION,
 }
 
@@ -51,6 +42,7 @@ FOUNDATION = frozenset(
         "progress",
         "loggable",
         "deadline",
+        "percentiles",
     }
 )
 #: the layer above it (pgvector's schema sits there too, but the unit ``pgvector`` still holds features)
@@ -58,6 +50,8 @@ INFRASTRUCTURE = frozenset({"db", "http", "embed", "coverage", "similarity"})
 #: the layer above that: what the facade and the features build on (the unit ``pgvector`` may be
 #: imported from here for its schema)
 ADAPTERS = frozenset({"backends", "legacy", "stores", "plugins"})
+#: the top: the CLI and the package's own lazy API (the notebooks, outside memwork/, sit there too)
+TOP = frozenset({"cli", "memwork"})
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -227,6 +221,30 @@ def test_backends_stores_and_the_registry_import_no_feature():
         arrow: lines
         for arrow, lines in module_arrows().items()
         if unit_of(arrow[0]) in ADAPTERS and unit_of(arrow[1]) not in allowed
+    }
+    assert not wrong, "\n".join(f"{a} -> {b} (line {lines})" for (a, b), lines in sorted(wrong.items()))
+
+
+def test_the_rollout_sits_above_the_service_the_facade_the_migration_and_the_backends():
+    """Only the top layer and the samples (the demo's shadow canary) import rollout/; rollout imports
+    neither the CLI nor the samples (a notebook hands it the sample migration it gates)."""
+    wrong = {
+        arrow: lines
+        for arrow, lines in module_arrows().items()
+        if (unit_of(arrow[1]) == "rollout" and unit_of(arrow[0]) not in TOP | {"rollout", "samples"})
+        or (unit_of(arrow[0]) == "rollout" and unit_of(arrow[1]) in TOP | {"samples"})
+    }
+    assert not wrong, "\n".join(f"{a} -> {b} (line {lines})" for (a, b), lines in sorted(wrong.items()))
+
+
+def test_the_samples_are_called_only_from_the_top_layer():
+    """samples/ builds demo data from every feature; a feature calling it closes a cycle."""
+    wrong = {
+        arrow: lines
+        for arrow, lines in module_arrows().items()
+        if unit_of(arrow[1]) == "samples"
+        and unit_of(arrow[0]) not in TOP | {"samples"}
+        and arrow not in PENDING_MOVES
     }
     assert not wrong, "\n".join(f"{a} -> {b} (line {lines})" for (a, b), lines in sorted(wrong.items()))
 

@@ -303,7 +303,7 @@ def test_an_import_may_not_use_the_backfills_owner_name(pg_url):
 
 
 def test_the_smoke_check_neither_overwrites_nor_deletes_another_sources_row(pg_url, monkeypatch):
-    from memwork.pgvector import smoke
+    from memwork.rollout import smoke
 
     run_id = "feedc0ffee"
     monkeypatch.setattr(smoke, "uuid", SimpleNamespace(uuid4=lambda: uuid.UUID(run_id + "0" * 22)))

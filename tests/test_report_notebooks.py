@@ -15,10 +15,14 @@ import pytest
 from memwork.db import pg_connect
 from memwork.defrag.review import read_review_csv
 from memwork.errors import ReportInputRefused, UsageError
-from memwork.pgvector import canary, verify
+from memwork.pgvector import verify
 from memwork.reports import list_reports, notebooks_dir, read_parameters, run_report
+from memwork.rollout import gates
+from memwork.rollout.run import run_signoff
+from memwork.rollout.signoff import SignoffParameters
 from memwork.samples.migration import build_migration
 from memwork.samples.store import sample_store
+from memwork.workspace import sha256_file
 
 REPORTS = ["backfill_verification", "canary_signoff", "duplicate_review", "health_report"]
 
@@ -42,7 +46,7 @@ def test_notebooks_declare_typed_documented_parameters_and_have_no_outputs():
 
 @pytest.mark.parametrize(
     ("name", "function"),
-    [("canary_signoff", canary.run_from_parameters), ("backfill_verification", verify.run_from_parameters)],
+    [("canary_signoff", SignoffParameters), ("backfill_verification", verify.run_from_parameters)],
 )
 def test_one_call_notebooks_pass_their_parameters_to_the_library_unchanged(name, function):
     """parameters -> one library call -> display: the library's signature is the only other list of
@@ -55,16 +59,17 @@ def test_one_call_notebooks_pass_their_parameters_to_the_library_unchanged(name,
         c.source for c in nbformat.read(str(notebooks_dir() / f"{name}.ipynb"), as_version=4).cells
         if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])
     )  # fmt: skip
-    for logic in ("build_migration", "real_value(", "check_range", "Options(", "raise "):
+    # (a notebook may hand the library the samples' builder as its standalone default; it never calls it)
+    for logic in ("build_migration(", "real_value(", "check_range", "Options(", "raise "):
         assert logic not in code, (name, logic)
     assert code.count("call_with_parameters(") == 1  # the one call
 
 
 def test_one_call_notebook_parameters_are_checked_by_the_library(tmp_path):
     with pytest.raises(UsageError, match="give both legacy_url and pgvector_url"):
-        canary.run_from_parameters(legacy_url="sqlite:///x.db")
+        run_signoff(SignoffParameters(legacy_url="sqlite:///x.db"))
     with pytest.raises(UsageError, match="min_health_score=101"):
-        canary.run_from_parameters(min_health_score=101)
+        run_signoff(SignoffParameters(min_health_score=101))
     with pytest.raises(UsageError, match="give both source_url and pgvector_url"):
         verify.run_from_parameters(pgvector_url="pg://embedded")
     with pytest.raises(UsageError, match="range_size=0"):
@@ -207,12 +212,13 @@ def test_canary_go_then_no_go(tmp_path, migration):
     assert_readable(go)
     signoff = go.summary["signoff"]
     page = go.html_path.read_text()
-    for digest in (signoff["parameters_sha256"], *filter(None, signoff["inputs_sha256"].values())):
+    verification_signed = signoff["inputs"]["verification_summary"]
+    for digest in (signoff["parameters_sha256"], verification_signed["summary_sha256"]):
         assert digest in page  # whole digests in the sign-off block
-    assert (
-        signoff["approver"] == "ops@example.com"
-        and len(signoff["inputs_sha256"]["verification_summary"]) == 64
-    )
+    assert verification_signed["summary_sha256"] == sha256_file(verification.summary_path)
+    assert verification_signed["run_id"] == verification.summary["run"]["run_id"]  # named by its run
+    assert signoff["inputs"]["health_summary"] is None
+    assert signoff["approver"] == "ops@example.com"
     slow = run_report("canary_signoff", {**base, "max_p95_ms": 0.001, "require_inputs": "true"}, tmp_path)
     assert slow.verdict == "NO-GO" and slow.exit_code == 1
     failed = {g["gate"] for g in slow.summary["gates"] if g["status"] == "FAIL"}
@@ -243,14 +249,13 @@ def test_the_canary_invariant_cell_fails_on_an_inconsistent_summary(tmp_path):
         "signoff": {
             "verdict": "NO-GO",
             "parameters_sha256": "a" * 64,
-            "inputs_sha256": {
+            "inputs": {
                 "health_summary": None,
-                "verification_summary": canary.file_digest(str(summary_file)),
+                "verification_summary": {"summary_sha256": sha256_file(summary_file)},
             },
         },
     }
     namespace = {
-        "canary": canary,
         "sample_size": 5,
         "health_summary": "",
         "verification_summary": str(summary_file),
@@ -265,9 +270,16 @@ def test_the_canary_invariant_cell_fails_on_an_inconsistent_summary(tmp_path):
             **good,
             "signoff": {
                 **good["signoff"],
-                "inputs_sha256": {"health_summary": None, "verification_summary": "0" * 64},
+                "inputs": {"health_summary": None, "verification_summary": {"summary_sha256": "0" * 64}},
             },
-        },
+        },  # an input report signed with another digest
+        {
+            **good,
+            "signoff": {
+                **good["signoff"],
+                "inputs": {"health_summary": None, "verification_summary": None},
+            },
+        },  # an input report the verdict relied on, not signed
     ]
     for summary in broken:
         with pytest.raises(AssertionError):
@@ -339,20 +351,20 @@ def test_canary_judge_inconclusive_and_no_go_through_the_runner(tmp_path):
 
 def test_canary_judge_mode_refuses_the_in_process_urls(tmp_path):
     with pytest.raises(UsageError, match="comparison_log"):
-        canary.run_from_parameters(comparison_log=str(tmp_path / "x.jsonl"), legacy_url="sqlite:///x.db")
+        run_signoff(SignoffParameters(comparison_log=str(tmp_path / "x.jsonl"), legacy_url="sqlite:///x.db"))
 
 
 def test_canary_judge_from_a_running_service_with_shadow_reads(tmp_path, migration):
     """The demo's shape: legacy answers, pgvector is shadowed at 100 %, the sign-off judges the log the
     service reports, over its base URL (the token hidden in every artifact)."""
-    from memwork.canary.app import client
+    from memwork.rollout.app_canary import client
     from memwork.service.app import create_app, running
 
     token = "nb-service-token-5d1e"
     log = tmp_path / "shadow" / "comparisons.jsonl"
     env = {
-        **canary.canary_env(
-            migration.source_url, migration.dest_url, canary.default_embedding_module(migration.dest_url)
+        **gates.canary_env(
+            migration.source_url, migration.dest_url, gates.default_embedding_module(migration.dest_url)
         ),
         "MEMORY_BACKEND": "legacy",
         "MEMORY_SHADOW_BACKEND": "pgvector",
@@ -363,7 +375,7 @@ def test_canary_judge_from_a_running_service_with_shadow_reads(tmp_path, migrati
     app = create_app(env)
     with running(app) as base_url:
         http = client(base_url, token)
-        for request in canary.sample_requests(migration.source_url, 30, seed=1, limit=5):
+        for request in gates.sample_requests(migration.source_url, 30, seed=1, limit=5):
             http.post_json("/user-memory/v1/resolve", request)
         http.close()
         assert app.state.memwork.shadow.drain(10.0)
@@ -390,10 +402,17 @@ def test_the_judge_invariant_cell_fails_on_an_inconsistent_summary():
                   "max_damaged_share": 0.01}  # fmt: skip
     metric = {"metric": "latencyMs", "classification": "PASS", "required": True, "estimate": 0.4,
               "ci_low": -0.1, "ci_high": 0.9, "n_baseline": 50, "n_target": 50}  # fmt: skip
-    signoff = {"verdict": "GO", "thresholds": thresholds, "comparison_log_sha256": "b" * 64}
+    signoff = {
+        "verdict": "GO",
+        "thresholds": thresholds,
+        "comparison_log_sha256": "b" * 64,
+        "parameters_sha256": "a" * 64,
+        "inputs": {"health_summary": None, "verification_summary": None},
+    }
     good = {"verdict": "GO", "reasons": [], "records": 50, "exit_code": 0, "thresholds": thresholds,
             "metrics": [metric], "signoff": signoff}  # fmt: skip
-    exec(cell, {**thresholds, "summary": good})  # consistent: passes
+    namespace = {**thresholds, "health_summary": "", "verification_summary": ""}
+    exec(cell, {**namespace, "summary": good})  # consistent: passes
     failing = {**metric, "classification": "FAIL"}
     no_go = {**good, "verdict": "NO-GO", "exit_code": 1, "signoff": {**signoff, "verdict": "NO-GO"}}
     undecided = {
@@ -416,7 +435,7 @@ def test_the_judge_invariant_cell_fails_on_an_inconsistent_summary():
     ]
     for summary in broken:
         with pytest.raises(AssertionError):
-            exec(cell, {**thresholds, "summary": summary})
+            exec(cell, {**namespace, "summary": summary})
 
 
 def test_the_health_invariant_cell_fails_on_an_inconsistent_summary():

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
-from memwork.facade.smoke_external import SMOKE_USER_PREFIX, run_external_smoke
+from memwork.rollout.smoke import SMOKE_USER_PREFIX, run_external_smoke
 
 
 def _cli(env: dict[str, str], *args: str):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from memwork.cli import main
 from memwork.errors import UsageError
 from memwork.pgvector.schema import ensure_schema
-from memwork.pgvector.smoke import run_smoke, smoke_vectors
+from memwork.rollout.smoke import run_smoke, smoke_vectors
 
 
 def _count(url: str, table: str = "memory_embeddings") -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from memwork.cli.options import emit_json, emit_verdict, json_option
@@ -58,7 +60,7 @@ def app(
         memwork canary app --base-url http://127.0.0.1:8081 --require-enabled \\
             --require-target-healthy --expect-backend pgvector --expect-selected-backend pgvector
     """
-    from memwork.canary.app import run_app_canary
+    from memwork.rollout.app_canary import run_app_canary
 
     report = run_app_canary(
         base_url,
@@ -81,7 +83,7 @@ def app(
     default="",
     help="Comparison log (JSON lines). Default: <workspace>/shadow/comparisons.jsonl.",
 )
-@click.option("--base-url", default=None, help="The service whose status the sign-off records.")
+@click.option("--base-url", default="", help="The service whose status the sign-off records.")
 @token_option
 @click.option(
     "--band",
@@ -124,22 +126,7 @@ def app(
     help="summary.json (or run folder) of the backfill verification relied on.",
 )
 @json_option
-def judge(
-    log: str,
-    base_url: str | None,
-    token: str,
-    band: float,
-    confidence: float,
-    min_samples: int,
-    max_error_rate: float,
-    max_damaged_share: float,
-    primary_backend: str,
-    shadow_backend: str,
-    approver: str,
-    health_summary: str,
-    verification_summary: str,
-    as_json: bool,
-) -> None:
+def judge(log: str, as_json: bool, **options: Any) -> None:
     """Judge shadow reads: GO (exit 0), NO-GO (exit 1) or INCONCLUSIVE (exit 3: a person decides).
 
     Mann-Whitney U per metric in its bad direction with a +/-band practical-significance band, and
@@ -153,27 +140,16 @@ def judge(
     Example:
         memwork canary judge --log comparisons.jsonl --band 0.25 --confidence 0.95 --approver ops --json
     """
-    from memwork.canary.judge import run_from_parameters
+    from memwork.reports.signoff_view import metric_rows
+    from memwork.rollout.run import judge_shadow_reads
+    from memwork.rollout.signoff import SignoffParameters
 
-    result = run_from_parameters(
-        comparison_log=log,
-        base_url=base_url or "",
-        token=token,
-        band=band,
-        confidence=confidence,
-        min_samples=min_samples,
-        max_error_rate=max_error_rate,
-        max_damaged_share=max_damaged_share,
-        primary_backend=primary_backend,
-        shadow_backend=shadow_backend,
-        approver=approver,
-        health_summary=health_summary,
-        verification_summary=verification_summary,
-    )
+    # every other option is named as the sign-off parameter it sets
+    result = judge_shadow_reads(SignoffParameters(comparison_log=log, **options))
     if as_json:
         emit_json(result.to_dict())
     else:
-        for row in result.metric_rows():
+        for row in metric_rows(result):
             pair = f"[{row['pair']}] " if "pair" in row else ""
             click.echo(
                 f"{row['class']:<8} {pair}{row['metric']:<18} n={row['n (baseline/target)']:<10} "

@@ -122,7 +122,7 @@ def health(
         memwork check health --require-enabled --expect-backend legacy
     """
     from memwork.facade.facade import facade_from_env
-    from memwork.facade.selfcheck import run_selfcheck
+    from memwork.rollout.selfcheck import run_selfcheck
 
     report = run_selfcheck(
         facade_from_env(),
@@ -167,7 +167,7 @@ def stack(
         memwork check stack --base-url http://127.0.0.1:18081 --expect-backend pgvector \\
             --expect-selected-backend pgvector
     """
-    from memwork.canary.stack import run_stack
+    from memwork.rollout.stack import run_stack
 
     report = run_stack(
         base_url,

@@ -45,7 +45,7 @@ def smoke_pgvector_command(
     Example:
         memwork smoke pgvector --create-schema --create-extension --table memory_embeddings --dimensions 3
     """
-    from memwork.pgvector.smoke import run_smoke
+    from memwork.rollout.smoke import run_smoke
 
     report = run_smoke(
         database_url,
@@ -84,7 +84,7 @@ def smoke_external_command(backend: str, operation: str, as_json: bool) -> None:
     Example:
         MEMORY_MEM0_ENABLED=1 MEMORY_MEM0_API_KEY=... memwork smoke external --backend mem0 --operation write
     """
-    from memwork.facade.smoke_external import run_external_smoke
+    from memwork.rollout.smoke import run_external_smoke
 
     report = run_external_smoke(backend, operation)
     line = f"{report.backend} {report.operation}: {report.status}"

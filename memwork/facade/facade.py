@@ -21,6 +21,7 @@ retrying after ``failed`` or ``pending`` is safe.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -465,3 +466,23 @@ def facade_from_env(
             overrides[LEGACY] = legacy_from_env(env, extractor=extractor)
         registry = Registry(env, overrides=overrides)
     return MemoryFacade(policy, registry, pool=pool)
+
+
+def purge_user_everywhere(facade: MemoryFacade, user_id: str) -> dict[str, Any]:
+    """Remove ``user_id``'s data from every available backend offering ``purge_user``.
+
+    What each backend purged (its own counts), or ``{"error": ...}`` for one that failed; shared by
+    the rollout's self-check and the service's ``/user-memory/v1/forget`` (synthetic canary users
+    only)."""
+    done: dict[str, Any] = {}
+    for backend in facade.registry.backends():
+        purge: Callable[[str], Any] | None = getattr(backend, "purge_user", None)
+        if purge is None or not callable(purge) or not facade.availability(backend).available:
+            continue
+        try:
+            done[backend_name(backend)] = call_with_timeout(
+                functools.partial(purge, user_id), facade.policy.timeout_s, "purge_user"
+            )
+        except Exception as exc:
+            done[backend_name(backend)] = {"error": describe_error(exc)}
+    return done

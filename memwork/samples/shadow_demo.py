@@ -60,8 +60,8 @@ def run_shadow_canary(
     """Serve the demo data, send ``requests`` resolves of real users, judge the shadow log; the run.
 
     Returns the :func:`memwork.reports.run_report` result of ``canary_signoff`` (judge mode)."""
-    from memwork.pgvector.canary import sample_requests
     from memwork.reports import run_report
+    from memwork.rollout.gates import sample_requests
     from memwork.service.app import create_app, running
 
     log_path = folder / "shadow" / "comparisons.jsonl"

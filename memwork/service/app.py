@@ -46,10 +46,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from memwork.backends.requests import validate
 from memwork.deadline import Deadline
 from memwork.errors import BackendError, UsageError
-from memwork.facade.facade import MemoryFacade, facade_from_env
+from memwork.facade.facade import MemoryFacade, facade_from_env, purge_user_everywhere
 from memwork.facade.policy import ConfigIssue
 from memwork.facade.safety import WorkerPool
-from memwork.facade.selfcheck import purge_user_everywhere
 from memwork.loggable import loggable_error
 from memwork.redaction import redact_text
 from memwork.service.execution import (

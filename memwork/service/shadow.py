@@ -99,6 +99,8 @@ class ShadowSettings:
 
 
 def default_log_path() -> Path:
+    """Where ``memwork serve`` writes its comparisons unless ``MEMORY_SHADOW_LOG`` says otherwise:
+    ``<workspace>/shadow/comparisons.jsonl`` -- and so where the judge reads them by default."""
     return workspace_dir(create=False) / "shadow" / "comparisons.jsonl"
 
 

@@ -1,10 +1,10 @@
 """``memwork check stack``: every gate of a deployment in one run, one summary table.
 
 In order: the backend contracts (:func:`memwork.facade.contract.check_all`), the facade's self-check
-(:func:`memwork.facade.selfcheck.run_selfcheck`, through the facade this environment configures), the
-app canary against the running service (:func:`memwork.canary.app.run_app_canary`), then a smoke of
+(:func:`memwork.rollout.selfcheck.run_selfcheck`, through the facade this environment configures), the
+app canary against the running service (:func:`memwork.rollout.app_canary.run_app_canary`), then a smoke of
 every non-legacy backend straight to the backend
-(:func:`memwork.facade.smoke_external.run_external_smoke`; one call, resolve when the backend offers
+(:func:`memwork.rollout.smoke.run_external_smoke`; one call, resolve when the backend offers
 it). A backend that is not configured is reported ``not_configured`` -- dormant is the default, not a
 failure. Every gate runs even after one failed; any ``failed`` row fails the stack.
 """
@@ -15,7 +15,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from memwork.backends.base import declaration_of, supports_of
+from memwork.facade.contract import check_all
+from memwork.facade.facade import facade_from_env
+from memwork.facade.policy import DEFAULT_BACKEND
+from memwork.plugins import Registry
 from memwork.redaction import describe_error
+from memwork.rollout.app_canary import check_base_url, run_app_canary
+from memwork.rollout.selfcheck import run_selfcheck
+from memwork.rollout.smoke import run_external_smoke
 
 OK, FAILED, NOT_CONFIGURED = "ok", "failed", "not_configured"
 #: the operation the smoke calls, in order of preference (resolve reads; the others write)
@@ -65,8 +73,6 @@ def _guarded(report: StackReport, check: str, gate: Callable[[], None]) -> None:
 
 
 def contracts_gate(report: StackReport, env: Mapping[str, str]) -> None:
-    from memwork.facade.contract import check_all
-
     result = check_all(env, adapters=True)
     report.details["contracts"] = result.to_dict()
     detail = f"{len(result.checked)} backends checked, {len(result.violations)} violations"
@@ -82,9 +88,6 @@ def health_gate(
     expect_backend: str | None,
     expect_selected_backend: str | None,
 ) -> None:
-    from memwork.facade.facade import facade_from_env
-    from memwork.facade.selfcheck import run_selfcheck
-
     facade = facade_from_env(dict(env))
     try:
         result = run_selfcheck(
@@ -111,8 +114,6 @@ def app_gate(
     expect_backend: str | None,
     expect_selected_backend: str | None,
 ) -> None:
-    from memwork.canary.app import run_app_canary
-
     result = run_app_canary(
         base_url,
         token=token,
@@ -129,11 +130,6 @@ def app_gate(
 
 def smoke_gates(report: StackReport, env: Mapping[str, str]) -> None:
     """One smoke per non-legacy backend, each in its own row."""
-    from memwork.backends.base import declaration_of, supports_of
-    from memwork.facade.policy import DEFAULT_BACKEND
-    from memwork.facade.smoke_external import run_external_smoke
-    from memwork.plugins import Registry
-
     registry = Registry(dict(env))
     smokes: dict[str, Any] = {}
     try:
@@ -166,8 +162,6 @@ def run_stack(
     expect_selected_backend: str | None = None,
 ) -> StackReport:
     """Contracts, facade health, app canary, smokes: every gate, a row each."""
-    from memwork.canary.app import check_base_url
-
     check_base_url(base_url)
     report = StackReport()
     _guarded(report, "contracts", lambda: contracts_gate(report, env))

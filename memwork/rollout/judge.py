@@ -3,9 +3,9 @@ canary analysis (Kayenta) judges a deploy.
 
 Every line of the log (written by ``memwork serve`` with ``MEMORY_SHADOW_BACKEND``) compares one
 resolve answered by the *primary* (baseline) backend with the same resolve sent to the *shadow*
-(target) backend. The log is read strictly by :mod:`memwork.canary.comparisons` (damaged lines,
+(target) backend. The log is read strictly by :mod:`memwork.rollout.comparisons` (damaged lines,
 duplicates and conflicts are counted, never guessed at); the statistics are in
-:mod:`memwork.canary.stats`; this module classifies each metric and decides. Each metric has a
+:mod:`memwork.rollout.stats`; this module classifies each metric and decides. Each metric has a
 direction -- only a change in the bad direction can fail it:
 
 ==================  ===========  ==============================================================
@@ -46,25 +46,25 @@ own. A log holding several pairs is at best INCONCLUSIVE unless one pair is sele
 A metric with fewer than ``min_samples`` usable values is NODATA. Verdict: any FAIL -> NO-GO (exit
 1); else any required NODATA or MARGINAL -> INCONCLUSIVE (exit 3: neither GO nor NO-GO, a person
 decides); else GO (exit 0). Below :func:`minimum_paired_answers` paired answers a pair is never GO.
-Inputs the verdict relies on (the health and backfill-verification reports) are named in the
-sign-off by their run id and digest; a failing one is a NO-GO reason.
+
+Statistics only: this module reads no file and shows nothing. :func:`memwork.rollout.run.judge_log`
+reads the log and the input reports (a failing one is a NO-GO reason) and signs the verdict with
+:func:`memwork.rollout.signoff.signoff_block`; :mod:`memwork.reports.signoff_view` shows it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from memwork.canary import stats
-from memwork.canary.comparisons import Comparison, ComparisonLog, Side, read_comparison_log
 from memwork.errors import UsageError
-from memwork.redaction import redact_url
+from memwork.rollout import stats
+from memwork.rollout.comparisons import Comparison, ComparisonLog, Side
 
 PASS, MARGINAL, FAIL, NODATA = "PASS", "MARGINAL", "FAIL", "NODATA"
 GO, NO_GO, INCONCLUSIVE = "GO", "NO-GO", "INCONCLUSIVE"
@@ -208,18 +208,24 @@ def split_pairs(log: ComparisonLog) -> list[PairRecords]:
     return sorted(pairs.values(), key=lambda p: (-len(p.records), p.label))
 
 
-def _names(expected: str, actual: str | None) -> bool:
-    if not expected:
-        return True
-    from memwork.canary.app import same_backend
-
-    return same_backend(expected, actual)
+#: whether a selected backend name (or alias) names a backend of the log: exact by default; the
+#: rollout passes :func:`memwork.rollout.app_canary.same_backend`, which knows the aliases
+SameBackend = Callable[[str, str | None], bool]
 
 
-def select_pairs(pairs: list[PairRecords], primary_backend: str, shadow_backend: str) -> list[PairRecords]:
+def select_pairs(
+    pairs: list[PairRecords],
+    primary_backend: str,
+    shadow_backend: str,
+    same_backend: SameBackend = operator.eq,
+) -> list[PairRecords]:
     """The pairs matching the selection (every pair when nothing is selected); a selection matching no
     pair of a non-empty log is a usage error naming the pairs there are."""
-    chosen = [p for p in pairs if _names(primary_backend, p.primary) and _names(shadow_backend, p.shadow)]
+
+    def names(expected: str, actual: str | None) -> bool:
+        return not expected or same_backend(expected, actual)
+
+    chosen = [p for p in pairs if names(primary_backend, p.primary) and names(shadow_backend, p.shadow)]
     if chosen or not pairs or not (primary_backend or shadow_backend):
         return chosen or pairs
     name, value = (
@@ -545,6 +551,8 @@ class Judgement:
     log: dict[str, Any] = field(default_factory=dict)
     not_judged: list[dict[str, Any]] = field(default_factory=list)
     signoff: dict[str, Any] = field(default_factory=dict)
+    #: which way the verdict was reached (the in-process gates' result says ``gates``)
+    mode: ClassVar[str] = "judge"
 
     @property
     def exit_code(self) -> int:
@@ -565,45 +573,9 @@ class Judgement:
     def metric(self, name: str, pair: str | None = None) -> MetricResult:
         return next(m for m in self.metrics if m.metric == name and (pair is None or m.pair == pair))
 
-    def metric_rows(self) -> list[dict[str, Any]]:
-        from memwork.canary.present import metric_rows
-
-        return metric_rows(self)
-
-    # the canary_signoff notebook's display calls, named as on the in-process CanaryResult
-    def gate_frame(self) -> Any:
-        from memwork.canary.present import judgement_gate_frame
-
-        return judgement_gate_frame(self)
-
-    def latency_rows(self) -> list[dict[str, Any]]:
-        from memwork.canary.present import judgement_latency_rows
-
-        return judgement_latency_rows(self)
-
-    def latency_figure(self, limit_ms: float | None = None) -> Any:
-        from memwork.canary.present import latency_distributions_figure
-
-        return latency_distributions_figure(self)
-
-    def status_fields(self) -> dict[str, Any]:
-        from memwork.canary.present import judgement_status_fields
-
-        return judgement_status_fields(self)
-
-    def backends_frame(self) -> Any:
-        from memwork.canary.present import judgement_backends_frame
-
-        return judgement_backends_frame(self)
-
-    def signoff_fields(self) -> dict[str, Any]:
-        from memwork.canary.present import judgement_signoff_fields
-
-        return judgement_signoff_fields(self)
-
     def to_dict(self) -> dict[str, Any]:
         return {
-            "mode": "judge",
+            "mode": self.mode,
             "verdict": self.verdict,
             "reasons": self.reasons,
             "exit_code": self.exit_code,
@@ -626,10 +598,12 @@ def judge_comparisons(
     primary_backend: str = "",
     shadow_backend: str = "",
     failures: Iterable[str] = (),
+    same_backend: SameBackend = operator.eq,
 ) -> Judgement:
-    """The verdict on a log already read: the log's quality, then each selected pair on its own."""
+    """The verdict on a log already read: the log's quality, then each selected pair on its own.
+    ``failures``: NO-GO reasons found elsewhere (a failing input report, an unreadable service)."""
     every = split_pairs(log)
-    chosen = select_pairs(every, primary_backend, shadow_backend)
+    chosen = select_pairs(every, primary_backend, shadow_backend, same_backend)
     judged = judge_pairs(chosen, th)
     quality = judge_log_quality(log, th)
     metrics = [quality, *(m for p in judged for m in p.metrics)]
@@ -659,64 +633,13 @@ def judge_comparisons(
     )
 
 
-# ---- inputs and the sign-off -----------------------------------------------------------------
-
-
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def log_sha256(path: str | Path) -> str:
-    """SHA-256 of a comparison log as the judge reads it: the rotated part (if any), then the file."""
-    return read_comparison_log(path).sha256
-
-
-def _summary_file(value: str) -> Path:
-    path = Path(value)
-    return path / "summary.json" if path.is_dir() else path
-
-
-def report_input(name: str, value: str, passing: tuple[str, ...]) -> tuple[dict[str, Any], str | None]:
-    """A report the verdict relies on: its run id, verdict and digest, and a failure reason if its
-    verdict is not one of ``passing``."""
-    from memwork.reports.summary import load_summary
-
-    path = _summary_file(value)
-    if not path.is_file():
-        raise UsageError(name, value, "no such summary.json")
-    summary = load_summary(path, name=name)
-    found = summary.get("run")
-    run: dict[str, Any] = found if isinstance(found, dict) else {}
-    verdict = str(summary.get("verdict") or "UNKNOWN")
-    shown = {
-        "run_id": run.get("run_id") or "(no run id: not written by memwork report)",
-        "report": summary.get("report"),
-        "verdict": verdict,
-        "summary_sha256": file_sha256(path),
-    }
-    problem = None if verdict in passing else f"{name}: report {shown['run_id']} has verdict {verdict}"
-    return shown, problem
-
-
-def signoff_block(
-    judgement: Judgement, log_path: str, approver: str, inputs: dict[str, Any]
-) -> dict[str, Any]:
-    """Who signs, when, on which code, which log (its SHA-256), every backend pair, the thresholds,
-    the method and the metric table."""
-    from datetime import UTC, datetime
-
-    from memwork import __version__
-    from memwork.reports.runner import git_commit
-
-    th = judgement.thresholds
+def signoff_evidence(judgement: Judgement, log_path: str) -> dict[str, Any]:
+    """What the judge adds to the sign-off block: which log (its files and SHA-256), how it read, every
+    backend pair, the thresholds, the method and each metric's samples and class."""
     log = judgement.log
     several = len(judgement.pairs) > 1
+    th = judgement.thresholds
     return {
-        "verdict": judgement.verdict,
-        "approver": approver or "(unsigned)",
-        "time_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "memwork_version": __version__,
-        "git_commit": git_commit(),
         "comparison_log": log_path,
         "comparison_log_files": log.get("files", []),
         "comparison_log_sha256": log.get("sha256", ""),
@@ -741,121 +664,9 @@ def signoff_block(
             }
             for m in judgement.metrics
         },
-        "inputs": inputs,
     }
 
 
 def _key(metric: MetricResult, several: bool) -> str:
     """A metric's key in the sign-off: its name, with its pair when the log holds several pairs."""
     return f"{metric.metric} ({metric.pair})" if several and metric.pair else metric.metric
-
-
-def judge_log(
-    log: str | Path,
-    thresholds: Thresholds | None = None,
-    *,
-    approver: str = "",
-    health_summary: str = "",
-    verification_summary: str = "",
-    primary_backend: str = "",
-    shadow_backend: str = "",
-    service: dict[str, Any] | None = None,
-    failures: Iterable[str] = (),
-) -> Judgement:
-    """The whole judge over one comparison log: metrics, verdict, reasons and the sign-off.
-    ``failures``: NO-GO reasons found elsewhere (the service's status could not be read)."""
-    th = thresholds or Thresholds()
-    th.check()
-    inputs: dict[str, Any] = {}
-    failures = list(failures)
-    for name, value, passing in (
-        ("verification_summary", verification_summary, ("PASS",)),
-        ("health_summary", health_summary, ("PASS", "INFO")),
-    ):
-        if value:
-            inputs[name], problem = report_input(name, value, passing)
-            failures += [problem] if problem else []
-        else:
-            inputs[name] = None
-    contents = read_comparison_log(log)
-    judgement = judge_comparisons(
-        contents, th, primary_backend=primary_backend, shadow_backend=shadow_backend, failures=failures
-    )
-    judgement.signoff = signoff_block(judgement, str(log), approver, inputs)
-    if service is not None:
-        judgement.signoff["service"] = service
-    return judgement
-
-
-def default_log_path() -> Path:
-    """Where ``memwork serve`` writes its comparisons: ``<workspace>/shadow/comparisons.jsonl``."""
-    from memwork.workspace import workspace_dir
-
-    return workspace_dir(create=False) / "shadow" / "comparisons.jsonl"
-
-
-def run_from_parameters(
-    *,
-    comparison_log: str = "",
-    base_url: str = "",
-    token: str = "",
-    band: float = 0.25,
-    confidence: float = 0.95,
-    min_samples: int = 20,
-    max_error_rate: float = 0.01,
-    max_damaged_share: float = 0.01,
-    primary_backend: str = "",
-    shadow_backend: str = "",
-    approver: str = "",
-    health_summary: str = "",
-    verification_summary: str = "",
-) -> Judgement:
-    """The judge as ``memwork canary judge`` and the canary_signoff notebook call it.
-
-    With ``base_url`` the service's ``/api/runtime/status`` is read first and recorded in the
-    sign-off (which backend it serves, which it shadows, at what sample, the shadow counters), so the
-    verdict names the deployment it judged; an unreachable service is a NO-GO reason, a malformed URL
-    a usage error. The log is ``comparison_log``, else the one that service reports writing (same
-    machine), else the workspace's ``shadow/comparisons.jsonl``. ``primary_backend`` /
-    ``shadow_backend`` select the pair to sign off when the log compares several.
-    """
-    from memwork.canary.app import check_base_url
-
-    th = Thresholds(
-        float(band), float(confidence), int(min_samples), float(max_error_rate), float(max_damaged_share)
-    )
-    th.check()
-    if base_url:
-        check_base_url(base_url)
-    service, problem = service_status(base_url, token) if base_url else (None, None)
-    served_log = ((service or {}).get("shadow") or {}).get("log")
-    log = comparison_log or (served_log if isinstance(served_log, str) and served_log else "")
-    return judge_log(
-        log or str(default_log_path()),
-        th,
-        approver=approver,
-        health_summary=health_summary,
-        verification_summary=verification_summary,
-        primary_backend=primary_backend,
-        shadow_backend=shadow_backend,
-        service=service,
-        failures=[problem] if problem else [],
-    )
-
-
-def service_status(base_url: str, token: str = "") -> tuple[dict[str, Any], str | None]:
-    """What the sign-off records of the service (backends, shadow settings and counters), or why it
-    could not be read."""
-    from memwork.canary.app import fetch_status
-    from memwork.redaction import describe_error
-
-    shown = redact_url(base_url) or base_url
-    try:
-        status = fetch_status(base_url, token)
-    except Exception as exc:  # any failure is a reason, never a traceback
-        return {"base_url": shown, "error": describe_error(exc)}, f"service: {describe_error(exc)}"
-    found = status.get("memory")
-    memory: dict[str, Any] = found if isinstance(found, dict) else {}
-    shadow = status.get("shadow") if isinstance(status.get("shadow"), dict) else None
-    keys = ("enabled", "backend", "selectedBackend")
-    return {"base_url": shown, **{k: memory.get(k) for k in keys if k in memory}, "shadow": shadow}, None

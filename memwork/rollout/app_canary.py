@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from memwork.redaction import describe_error, redact_url
+from memwork.rollout.roundtrip import Step, answer_items, synthetic_request
 
 STATUS_PATH = "/api/runtime/status"
 RESOLVE_PATH = "/user-memory/v1/resolve"
@@ -27,19 +28,6 @@ CANARY_USER_PREFIX = "memory-v2-canary-"
 TOKEN_ENV = "MEMWORK_API_TOKEN"
 #: one call of the canary; generous against the facade's own 2 s deadline
 TIMEOUT_S = 10.0
-CANARY_MESSAGES = [
-    {"role": "user", "content": "My name is Canary Check. I like synthetic round trips through the service."},
-    {"role": "assistant", "content": "Noted."},
-]
-
-
-@dataclass(frozen=True)
-class Step:
-    """One expectation or operation and how it went."""
-
-    name: str
-    ok: bool
-    detail: str
 
 
 @dataclass
@@ -183,11 +171,6 @@ def status_expectations(
             report.add("targetHealthy", healthy, detail)
 
 
-def _items(answer: Mapping[str, Any]) -> list[dict[str, Any]]:
-    found = [*(answer.get("memories") or []), *(answer.get("semanticMemories") or [])]
-    return [i for i in found if isinstance(i, dict)]
-
-
 def _call(
     report: AppCanaryReport, http: Any, name: str, path: str, body: dict[str, Any]
 ) -> dict[str, Any] | None:
@@ -211,10 +194,9 @@ def round_trip(report: AppCanaryReport, http: Any, memory: Mapping[str, Any]) ->
     Whether the written memory must come back is decided as the self-check does: only when the
     backend that answered the resolve is the one selected for writes (a read-only pgvector does not
     hold what legacy just stored)."""
-    request = {"userId": report.userId, "sessionId": f"{report.userId}-session"}
-    _call(report, http, "write", WRITE_PATH, {**request, "messages": CANARY_MESSAGES})
-    _call(report, http, "compact", COMPACT_PATH, request)
-    query = {**request, "query": "canary check synthetic round trips", "limit": 5}
+    _call(report, http, "write", WRITE_PATH, synthetic_request(report.userId, "write"))
+    _call(report, http, "compact", COMPACT_PATH, synthetic_request(report.userId, "compact"))
+    query = synthetic_request(report.userId, "resolve")
     answer = _call(report, http, "resolve", RESOLVE_PATH, query) or {}
     answered = answer.get("ok") is True and not answer.get("skipped")
     if answer.get("ok") is True:
@@ -223,13 +205,13 @@ def round_trip(report: AppCanaryReport, http: Any, memory: Mapping[str, Any]) ->
     writer = str(selected.get("write") or "") if isinstance(selected, dict) else ""
     same_store = answered and same_backend(writer, answer.get("source"))
     if same_store:
-        found = bool(_items(answer))
+        found = bool(answer_items(answer))
         report.add("roundTrip", found, "written memory resolved" if found else "nothing resolved")
     forget(report, http)
     if same_store:
         again = _call(report, http, "resolve after forget", RESOLVE_PATH, query) or {}
         if again.get("ok") is True:
-            left = len(_items(again))
+            left = len(answer_items(again))
             report.add(
                 "forgotten", left == 0, "nothing left" if not left else f"{left} memories still resolved"
             )
@@ -238,7 +220,7 @@ def round_trip(report: AppCanaryReport, http: Any, memory: Mapping[str, Any]) ->
 def tenant_check(report: AppCanaryReport, answer: Mapping[str, Any]) -> None:
     """Every memory in the canary user's answer is the canary user's."""
     others = sorted(
-        {str(i.get("userId")) for i in _items(answer) if i.get("userId") not in (None, report.userId)}
+        {str(i.get("userId")) for i in answer_items(answer) if i.get("userId") not in (None, report.userId)}
     )
     detail = f"memories of other users returned: {', '.join(others)}" if others else "only the canary user's"
     report.add("tenant", not others, detail)
