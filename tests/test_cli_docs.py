@@ -171,7 +171,7 @@ def test_pgvector_url_json(pg_server):
         assert data["url"].startswith("postgresql://") and data["database"] == "jsoncheck"
         assert data["embedded"] == "pg://embedded/jsoncheck"
         stopped = memwork("--stop", "--json")
-        assert stopped.returncode == 0 and json.loads(stopped.stdout) == {"stopped": True}
+        assert stopped.returncode == 0 and json.loads(stopped.stdout) == {"stopped": True, "wasRunning": True}
     finally:
         memwork("--stop")
         shutil.rmtree(root, ignore_errors=True)

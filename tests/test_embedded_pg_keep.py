@@ -96,7 +96,7 @@ def test_stop_is_one_clean_line_and_a_second_stop_too(pgdata, tmp_path):
     assert _lines(second) == ["not running (nothing to stop)"]
     assert not (data_dir / "postmaster.pid").exists()  # it did not start one to stop it
     as_json = _run(env, "-m", "memwork", "pgvector", "url", "--stop", "--json")
-    assert as_json.stderr == "" and '"was_running": false' in as_json.stdout
+    assert as_json.stderr == "" and '"wasRunning": false' in as_json.stdout
 
     # a workspace that never ran a server: one line, and no workspace or data directory made for it
     fresh = {k: v for k, v in env.items() if k != "MEMWORK_PGDATA"} | {

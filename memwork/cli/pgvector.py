@@ -98,7 +98,7 @@ def url_command(name: str, stop: bool, as_json: bool) -> None:
     if stop:
         was_running = embedded.release()
         if as_json:
-            emit_json({"stopped": True, "was_running": was_running})
+            emit_json({"stopped": True, "wasRunning": was_running})
         else:
             click.echo("stopped" if was_running else "not running (nothing to stop)", err=True)
         return
