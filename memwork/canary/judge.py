@@ -819,7 +819,7 @@ def run_from_parameters(
     machine), else the workspace's ``shadow/comparisons.jsonl``. ``primary_backend`` /
     ``shadow_backend`` select the pair to sign off when the log compares several.
     """
-    from memwork.canary.app import check_base_url
+    from memwork.canary.app import bearer_token, check_base_url
 
     th = Thresholds(
         float(band), float(confidence), int(min_samples), float(max_error_rate), float(max_damaged_share)
@@ -827,6 +827,7 @@ def run_from_parameters(
     th.check()
     if base_url:
         check_base_url(base_url)
+        token = bearer_token(token)
     service, problem = service_status(base_url, token) if base_url else (None, None)
     served_log = ((service or {}).get("shadow") or {}).get("log")
     log = comparison_log or (served_log if isinstance(served_log, str) and served_log else "")

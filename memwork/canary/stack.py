@@ -166,9 +166,10 @@ def run_stack(
     expect_selected_backend: str | None = None,
 ) -> StackReport:
     """Contracts, facade health, app canary, smokes: every gate, a row each."""
-    from memwork.canary.app import check_base_url
+    from memwork.canary.app import TOKEN_ENV, bearer_token, check_base_url
 
     check_base_url(base_url)
+    bearer_token(env.get(TOKEN_ENV, "") if token is None else token)  # bad input before any gate runs
     report = StackReport()
     _guarded(report, "contracts", lambda: contracts_gate(report, env))
     _guarded(
