@@ -372,6 +372,33 @@ class BadVector(ValueError):
     judges on a probe text."""
 
 
+NON_FINITE = "non-finite values (NaN, infinity, or beyond float32's range)"
+
+
+def direction_problem(vector: Any) -> str | None:
+    """Why a finite ``vector`` has no cosine direction where pgvector compares it, or None.
+
+    pgvector sums squares in float32, so a vector whose squared length is 0 there (all zeros, ``-0.0``,
+    denormals such as ``1e-45``) or past float32's range (components of ``1e20``) has a NaN cosine
+    distance to everything: stored, it breaks every search that reaches it."""
+    flat = np.asarray(vector, dtype=np.float32).reshape(-1)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        squared = np.sum(np.square(flat), dtype=np.float32)
+    if not np.isfinite(squared):
+        return "no cosine direction: its length overflows float32"
+    if squared == 0:
+        return "no cosine direction: its length is 0 in float32 (zeros, -0.0 or denormals)"
+    return None
+
+
+def vector_problem(vector: Any) -> str | None:
+    """Why a vector cannot be stored for cosine search (non-finite values, no direction), or None."""
+    flat = np.asarray(vector, dtype=np.float32).reshape(-1)
+    if not np.isfinite(flat).all():
+        return NON_FINITE
+    return direction_problem(flat)
+
+
 def checked_vector(value: Any, dimension: int | None = None) -> np.ndarray:
     """``value`` as a flat float32 vector, or :class:`BadVector` saying what is wrong with it."""
     try:

@@ -12,6 +12,9 @@ status, the service's answers -- it goes through :func:`loggable_error`, once, w
 
   - no response body: everything after ``HTTP <status>:`` is dropped (an HTTP error's body is never
     kept, whatever it holds);
+  - no server-written text: everything after :data:`SERVER_SAID` is dropped -- the message a backend
+    sends inside a successful answer (a GraphQL ``errors`` array, Neo4j's ``errors``), which may echo
+    the request transformed past recognition (cut short, upper-cased, slugged, base64-encoded);
   - no query string: URLs keep scheme, host and path (userinfo password hidden), and a bare
     ``/path?a=b`` loses its ``?a=b``;
   - no request value: every value of the request (:func:`request_values`: user id, session id, query,
@@ -40,6 +43,7 @@ from memwork.redaction import redact_url
 
 __all__ = [
     "MAX_REASON_CHARS",
+    "SERVER_SAID",
     "LoggableError",
     "RequestValues",
     "code_of",
@@ -49,6 +53,9 @@ __all__ = [
 ]
 
 MAX_REASON_CHARS = 200
+#: adapters put a server's own message after this marker; it is kept in the exception (for a person at
+#: a terminal) and dropped from every loggable reason
+SERVER_SAID = "server said:"
 #: the first this-many characters of a message are looked at (a reason is short; values are searched in it)
 _SCAN_CHARS = 4000
 #: request fields whose text is free prose (each word is a value too); every other text field is an id
@@ -63,6 +70,7 @@ MARKER_NAMES = frozenset(
 MIN_WORD_CHARS = 3
 
 _HTTP_BODY_RE = re.compile(r"(\bHTTP \d{3})\b\s*:.*", re.S)
+_SERVER_TEXT_RE = re.compile(r"[\s:;,]*" + re.escape(SERVER_SAID) + ".*", re.S | re.I)
 _URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 _BARE_QUERY_RE = re.compile(r"\?[\w.~%+\-\[\]]*=[^\s'\"<>`]*")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
@@ -233,6 +241,7 @@ def _cleaned(text: str, sensitive: RequestValues) -> str:
     """The first non-empty line without body, query strings, request values or control characters."""
     line = next((ln for ln in str(text).strip().splitlines() if ln.strip()), "")[:_SCAN_CHARS]
     line = _HTTP_BODY_RE.sub(r"\1", line)
+    line = _SERVER_TEXT_RE.sub("", line)
     line = _without_queries(line)
     return " ".join(without_request_values(line, sensitive).split())
 

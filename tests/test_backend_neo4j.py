@@ -311,7 +311,10 @@ def test_errors_in_a_200_are_a_failed_write(facade_env, fake, caplog):
     fake.statement_error = ("Neo.ClientError.Schema.ConstraintValidationFailed", "Node already exists\nmore")
     payload, _ = _degraded_write(facade_env, caplog)
     assert payload["ok"] is False
-    assert "Neo.ClientError.Schema.ConstraintValidationFailed: Node already exists" in payload["reason"]
+    assert (
+        "Neo.ClientError.Schema.ConstraintValidationFailed: server said: Node already exists"
+        in payload["reason"]
+    )
     assert "more" not in payload["reason"] and "rolled back" in payload["reason"]
 
 

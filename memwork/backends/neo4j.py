@@ -37,6 +37,7 @@ from memwork.backends.requests import validate
 from memwork.contracts import Availability, BaseBackend, Declaration, EnvVar, flag_var
 from memwork.errors import BackendError
 from memwork.http import JsonHttpClient, settings_from_env
+from memwork.loggable import SERVER_SAID
 from memwork.redaction import redact_url, url_secrets
 
 FLAG_VAR = "MEMORY_NEO4J_ENABLED"
@@ -251,9 +252,9 @@ class Neo4jBackend(BaseBackend):
         first = errors[0] if isinstance(errors[0], Mapping) else {}
         code = str(first.get("code") or "unknown error")
         message = str(first.get("message") or "").strip().splitlines()
-        text = f"{code}: {message[0]}" if message else code
-        if len(errors) > 1:
-            text += f" (+{len(errors) - 1} more)"
+        text = code + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")
+        if message:
+            text += f": {SERVER_SAID} {message[0]}"
         return self._http().scrub(text)[:MAX_ERROR_CHARS]
 
 

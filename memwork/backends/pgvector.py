@@ -20,6 +20,7 @@ caller gave up on is cancelled by the server instead of holding a connection and
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Mapping
 from math import ceil
@@ -260,13 +261,15 @@ def _memory(row: tuple) -> dict[str, Any]:
         created,
         updated,
     ) = row[:11]
-    distance = float(row[11])
+    distance: float | None = float(row[11])
+    if distance is not None and not math.isfinite(distance):  # a stored vector without direction
+        distance = None
     return {
         "id": source_id or str(row_id),
         "userId": user_id,
         "content": content,
         "type": type_,
-        "score": 1.0 - distance,
+        "score": None if distance is None else 1.0 - distance,
         "distance": distance,
         "sourceMemoryId": source_id,
         "sourceSessionId": session_id,

@@ -47,6 +47,7 @@ from memwork.contracts import (
 )
 from memwork.errors import BackendError, UsageError
 from memwork.http import JsonHttpClient, settings_from_env
+from memwork.loggable import SERVER_SAID
 from memwork.redaction import redact_url
 
 if TYPE_CHECKING:
@@ -261,7 +262,7 @@ def graphql_hits(answer: object, collection: str) -> list[Mapping[str, Any]]:
         first = errors[0] if isinstance(errors, list) and errors else errors
         message = first.get("message") if isinstance(first, Mapping) else first
         count = len(errors) if isinstance(errors, list) else 1
-        raise BackendError(f"weaviate graphql error ({count}): {str(message)[:200]}")
+        raise BackendError(f"weaviate graphql error ({count}): {SERVER_SAID} {str(message)[:200]}")
     data = answer.get("data")
     get = data.get("Get") if isinstance(data, Mapping) else None
     hits = get.get(collection) if isinstance(get, Mapping) else None

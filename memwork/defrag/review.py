@@ -83,6 +83,17 @@ def read_approved_pairs(
     first bad one is a usage error naming its row number (the header is row 1) and field. Rows of other
     scopes than ``scope`` (when given) are ignored.
     """
+    try:
+        return _read_approved_pairs(path, entries, scope)
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            "approved", str(path), f"not UTF-8 text (byte {exc.start}): not a review CSV"
+        ) from None
+    except csv.Error as exc:
+        raise UsageError("approved", str(path), f"not a review CSV ({exc})") from None
+
+
+def _read_approved_pairs(path: str | Path, entries: Iterable[Entry], scope: str | None) -> ReviewedPairs:
     live = {e.key for e in entries if not e.is_stub}
     stubs = {e.key for e in entries if e.is_stub}
     approved = ReviewedPairs()

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from memwork.contracts import Row, SourceRecord
+from memwork.embed import vector_problem
 from memwork.pgvector.backfill.ownership import SOURCE_MARKER as SOURCE_MARKER
 from memwork.pgvector.backfill.quarantine import Reject, precheck
 from memwork.redaction import first_line
@@ -293,8 +294,9 @@ def _vector_problem(value: Any, dimensions: int, table: str) -> tuple[str | None
         return f"not a flat list of numbers (shape {vector.shape})", None
     if vector.shape[0] != dimensions:
         return f"{vector.shape[0]} dimensions, {table}.embedding is vector({dimensions})", None
-    if not np.isfinite(vector).all():
-        return "non-finite values (NaN, infinity, or beyond float32's range)", None
+    problem = vector_problem(vector)
+    if problem is not None:
+        return problem, None
     return None, vector
 
 

@@ -39,29 +39,70 @@ __all__ = [  # the contract's names, re-exported for source modules that import 
 ]
 
 
+#: a listing that keeps answering empty pages with a next cursor this many times in a row never ends
+MAX_EMPTY_PAGES = 1000
+
+
 def iter_pages(source: Source, cursor: str | None, size: int) -> Iterator[tuple[Page, str | None]]:
     """Every page from ``cursor`` to the end, each with the cursor it was read from.
 
-    Raises BackendError, before the offending page is handed on, when the source's next cursor is one
-    this run has already read from -- the same cursor (A -> A) or an earlier one (A -> B -> A, or a
-    step backwards): followed, it would loop forever. Pages handed on before stay committed, and the
-    checkpoint never stores the looping cursor.
+    Raises BackendError, before the offending page is handed on, when the listing does not advance:
+
+    * the source's next cursor is one this run has already read from -- the same cursor (A -> A) or an
+      earlier one (A -> B -> A, or a step backwards);
+    * a page holds exactly the records of an earlier page of this run while the listing goes on -- a
+      cursor that is always new over pages that are not (a server that ignores the offset it is sent,
+      a cursor growing a character a page);
+    * :data:`MAX_EMPTY_PAGES` empty pages in a row, each with a next cursor.
+
+    Followed, any of these would loop forever. Pages handed on before stay committed, and the
+    checkpoint never stores the looping cursor. A record repeated on a later page with other content
+    (a listing that moved) is not a loop: the later copy wins, as ever.
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise UsageError("page_size", size, "must be a positive integer")
     seen = {_cursor_key(cursor)}
-    pages = 0
+    contents: dict[bytes, int] = {}  # fingerprint of a page's records -> the page that first held them
+    pages = empty = 0
     while True:
         page = source.read_page(cursor, size)
         pages += 1
         following = page.next_cursor
         if following is not None and _cursor_key(following) in seen:
             raise BackendError(_loop_message(source, cursor, following, pages))
+        if following is not None:
+            empty = 0 if page.records else empty + 1
+            if empty >= MAX_EMPTY_PAGES:
+                raise BackendError(_stalled_message(source, f"{empty} empty pages in a row", cursor, pages))
+            first = contents.setdefault(_page_key(page), pages) if page.records else pages
+            if first != pages:
+                problem = f"a page with the same records as page {first} of this run, under a new cursor"
+                raise BackendError(_stalled_message(source, problem, cursor, pages))
         yield page, cursor
         if following is None:
             return
         seen.add(_cursor_key(following))
         cursor = following
+
+
+def _page_key(page: Page) -> bytes:
+    """A fixed-size fingerprint of a page's records (id, owner, content, times; not the vectors)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for record in page.records:
+        try:
+            fields = (record.id, record.user_id, record.content, record.created_at, record.updated_at)
+            digest.update(repr(fields).encode("utf-8", "surrogatepass") + b"\x1e")
+        except Exception:  # a record that cannot even be shown: fingerprint it by its position
+            digest.update(b"\x00%d" % id(record))
+    return digest.digest()
+
+
+def _stalled_message(source: Source, problem: str, read_from: str | None, pages: int) -> str:
+    where = f"{source.name} ({redact_text(str(source.key))})"
+    return (
+        f"{where}: the listing does not advance: {problem} (read from cursor {shown_cursor(read_from)}); "
+        f"stopped at page {pages} of this run (not imported; the pages before are kept)"
+    )
 
 
 #: cursors longer than this are shown cut (an opaque token may be kilobytes long)

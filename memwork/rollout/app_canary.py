@@ -83,13 +83,34 @@ def check_base_url(base_url: str, field: str = "base_url") -> str:
     return base_url
 
 
+def bearer_token(raw: str | None) -> str:
+    """The token a client sends, read by the service's own rules
+    (:func:`memwork.service.guards.token_setting`): surrounding ASCII whitespace -- a secret file's
+    trailing newline or CR -- is trimmed, so a value the service accepts works here too; a value it
+    refuses (inner whitespace, control or non-ASCII characters) is a usage error naming the variable,
+    never showing the value: sent, it would fail with the token printed in the HTTP library's error.
+    Empty (or None) means no token."""
+    if not raw:
+        return ""
+    from memwork.errors import UsageError
+    from memwork.service.guards import token_setting
+
+    setting = token_setting({TOKEN_ENV: raw})
+    if setting.problem is not None or setting.token is None:
+        raise UsageError(TOKEN_ENV, setting.shape, setting.problem or "is not a usable bearer token")
+    return setting.token
+
+
 def client(base_url: str, token: str = "") -> Any:
     """A JSON client for the service (bearer token when given; the token scrubbed from errors)."""
     from memwork.http import HttpSettings, JsonHttpClient
 
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    usable = bearer_token(token)
+    headers = {"Authorization": f"Bearer {usable}"} if usable else {}
     settings = HttpSettings(timeout_s=TIMEOUT_S, connect_timeout_s=min(2.0, TIMEOUT_S), retries=1)
-    return JsonHttpClient("memwork service", base_url, headers=headers, settings=settings, secrets=[token])
+    return JsonHttpClient(
+        "memwork service", base_url, headers=headers, settings=settings, secrets=[token, usable]
+    )
 
 
 def fetch_status(base_url: str, token: str = "") -> dict[str, Any]:
@@ -282,6 +303,7 @@ def run_app_canary(
     because an earlier one failed (only an unreadable status skips the rest: nothing can be judged)."""
     check_base_url(base_url)
     token = (env if env is not None else os.environ).get(TOKEN_ENV, "") if token is None else token
+    token = bearer_token(token)
     report = AppCanaryReport(
         base_url=redact_url(base_url) or base_url, userId=f"{CANARY_USER_PREFIX}{uuid.uuid4()}"
     )

@@ -12,7 +12,9 @@ The canary judge (``memwork canary judge``, the ``canary_signoff`` report) reads
   ``error`` is free text (or an object) and is never interpreted.
 * the last line of the live file without its newline is a record **still being written**: neither a
   comparison nor damage (a log is judged while the service appends to it).
-* a record whose ``requestId`` was seen before is a **duplicate**, counted once: a repeat equal in
+* a record whose ``requestId`` was seen before -- compared by :func:`request_key`: letter case,
+  whitespace, invisible characters and Unicode forms make no new request -- is a **duplicate**,
+  counted once: a repeat equal in
   every field the judge reads (a concatenated or re-shipped log) adds no evidence; a repeat that
   differs (a caller reusing its ``X-Request-Id``, logs of two services merged) is a **conflict**:
   the first is kept, the later one counts as unusable, like a damaged line.
@@ -23,10 +25,13 @@ judged.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import json
 import math
+import re
+import unicodedata
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -288,6 +293,19 @@ def parse_line(raw: bytes) -> Comparison:
 
 # ---- the whole log -------------------------------------------------------------------------------
 
+_PLAIN_ID = re.compile(r"[!-~]+")  # visible ASCII: the service's own ids (the fast path)
+
+
+def request_key(request_id: str) -> str:
+    """What makes two requestIds the same request: their text with letter case, whitespace, invisible
+    (format) characters and Unicode compatibility forms taken out -- a log re-shipped through a tool
+    that changed how an id is spelled repeats the comparison, it adds no evidence."""
+    if _PLAIN_ID.fullmatch(request_id):
+        return request_id.lower()
+    text = unicodedata.normalize("NFKC", request_id)
+    kept = "".join(ch for ch in text if not ch.isspace() and unicodedata.category(ch) != "Cf")
+    return kept.casefold()
+
 
 def log_files(path: str | Path) -> list[Path]:
     """The files of a comparison log, oldest first: the rotated ``<path>.1`` (when present), then ``path``."""
@@ -301,7 +319,7 @@ class _Reader:
 
     def __init__(self, files: list[Path]) -> None:
         self.log = ComparisonLog([], [str(f) for f in files], "")
-        self.seen: dict[str, Comparison] = {}  # requestId -> its first comparison
+        self.seen: dict[str, Comparison] = {}  # request_key(requestId) -> its first comparison
         self.objects = 0  # lines that are JSON objects, valid comparisons or not
 
     def damage(self, file: Path, number: int, reason: str) -> None:
@@ -321,12 +339,13 @@ class _Reader:
             else:
                 self.damage(file, number, str(exc))
             return
-        first = self.seen.get(record.request_id)
+        key = request_key(record.request_id)
+        first = self.seen.get(key)
         if first is None:
-            self.seen[record.request_id] = record
+            self.seen[key] = record
             self.log.records.append(record)
-        elif first == record:  # every field the judge reads, the time to the microsecond included
-            self.log.duplicates += 1
+        elif first == dataclasses.replace(record, request_id=first.request_id):
+            self.log.duplicates += 1  # every field the judge reads, the time to the microsecond included
         else:
             self.log.conflicts.append(record)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memwork.redaction import describe_error, redact_url
-from memwork.rollout.app_canary import fetch_status, same_backend
+from memwork.rollout.app_canary import bearer_token, fetch_status, same_backend
 from memwork.rollout.comparisons import read_comparison_log
 from memwork.rollout.gates import GateResult, SampleMigration, canary_env_for, run_gates
 from memwork.rollout.judge import Judgement, Thresholds, judge_comparisons, signoff_evidence
@@ -59,6 +59,8 @@ def judge_shadow_reads(parameters: SignoffParameters) -> Judgement:
     """
     parameters.check_judge()
     base_url, token = parameters.base_url, parameters.token
+    if base_url:
+        token = bearer_token(token)  # read by the server's rules: an unusable token is bad input, never sent
     service, problem = service_status(base_url, token) if base_url else (None, None)
     served_log = ((service or {}).get("shadow") or {}).get("log")
     log = parameters.comparison_log or (served_log if isinstance(served_log, str) and served_log else "")

@@ -21,7 +21,7 @@ from memwork.facade.facade import facade_from_env
 from memwork.facade.policy import DEFAULT_BACKEND
 from memwork.plugins import Registry
 from memwork.redaction import describe_error
-from memwork.rollout.app_canary import check_base_url, run_app_canary
+from memwork.rollout.app_canary import TOKEN_ENV, bearer_token, check_base_url, run_app_canary
 from memwork.rollout.selfcheck import run_selfcheck
 from memwork.rollout.smoke import run_external_smoke
 
@@ -163,6 +163,7 @@ def run_stack(
 ) -> StackReport:
     """Contracts, facade health, app canary, smokes: every gate, a row each."""
     check_base_url(base_url)
+    bearer_token(env.get(TOKEN_ENV, "") if token is None else token)  # bad input before any gate runs
     report = StackReport()
     _guarded(report, "contracts", lambda: contracts_gate(report, env))
     _guarded(

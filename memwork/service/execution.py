@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import threading
 import time
 from collections.abc import Mapping
@@ -153,9 +154,22 @@ def json_answer(payload: Mapping[str, Any], headers: Mapping[str, str] | None = 
     (0.8 ms for a 10-memory resolve); only a payload ``json`` cannot serialise takes that path."""
     try:
         body = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    except ValueError:  # NaN or infinity (a score of a vector without direction): null, never a 500
+        return json_answer(finite_or_null(payload), headers)
     except TypeError:  # a plugin backend's datetime, set, model ...
-        return JSONResponse(jsonable_encoder(payload), headers=headers)
+        return JSONResponse(jsonable_encoder(finite_or_null(payload)), headers=headers)
     return _EncodedJSON(body, headers=headers)
+
+
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every NaN or infinite float made None (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(item) for item in value]
+    return value
 
 
 class Outcomes:

@@ -43,6 +43,9 @@ TOKEN_VAR = "MEMWORK_API_TOKEN"
 _TOKEN_RE = re.compile(r"[!-~]+")
 ASCII_WHITESPACE = " \t\r\n\f\v"  #: what is trimmed around a token (a no-break space is not)
 UNKNOWN_PATH = "<other path>"  #: how the access log names a path that is not one of the service's routes
+#: the methods the access log names; any other token a client sends there is ``<other method>``
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"})
+UNKNOWN_METHOD = "<other method>"
 
 
 @dataclass(frozen=True)
@@ -247,7 +250,8 @@ class AccessLog:
 
     Never the query string (a client may put a token or a user's id there), never a header, never the
     client's address; a path that is not one of the service's routes is logged as ``<other path>``
-    (a client may put a token there too, or control characters to forge log lines). Replaces
+    (a client may put a token there too, or control characters to forge log lines), and a method that
+    is not an HTTP method as ``<other method>`` (the same goes for the request line's first word). Replaces
     uvicorn's access log, which prints the path with its query string."""
 
     def __init__(self, app: ASGIApp, paths: Collection[str]) -> None:
@@ -271,7 +275,8 @@ class AccessLog:
         finally:
             path = scope.get("path")
             shown = path if path in self.paths else UNKNOWN_PATH
-            access_log.info("%s %s %d", str(scope.get("method", "-"))[:16], shown, status)
+            method = scope.get("method")
+            access_log.info("%s %s %d", method if method in HTTP_METHODS else UNKNOWN_METHOD, shown, status)
 
 
 def log_auth(setting: TokenSetting) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from memwork.contracts import Row
 from memwork.db import pg_connect, pg_value
-from memwork.embed import Embedder, embed_memories
+from memwork.embed import Embedder, embed_memories, vector_problem
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.pgvector.backfill.options import row_timestamp
@@ -199,8 +199,9 @@ class RowEmbedder:
             raise
         except Exception as exc:
             raise UsageError("embedder", model, f"fails on a probe text: {reject_reason(exc)}") from None
-        if not np.isfinite(vectors).all():
-            raise UsageError("embedder", model, "returns non-finite values for a probe text")
+        problem = next((p for p in map(vector_problem, vectors) if p), None)
+        if problem is not None:
+            raise UsageError("embedder", model, f"returns a vector with {problem} for a probe text")
 
     def embed(self, rows: list[Row]) -> tuple[list[Row], np.ndarray, list[Reject]]:
         if not rows:
@@ -209,18 +210,19 @@ class RowEmbedder:
             vectors = self._vectors(rows)
         except Exception as exc:  # one row or all of them: row by row tells which
             return self._one_by_one(rows, exc)
-        finite = np.isfinite(vectors).all(axis=1)
-        kept = [row for row, ok in zip(rows, finite, strict=True) if ok]
+        problems = [vector_problem(vector) for vector in vectors]
+        usable = np.asarray([p is None for p in problems], dtype=bool)
+        kept = [row for row, problem in zip(rows, problems, strict=True) if problem is None]
         if not kept and not self._still_works():
-            raise UsageError("embedder", self.embedder.model_id, "returned non-finite values")
+            raise UsageError("embedder", self.embedder.model_id, f"returned {problems[0]}")
         if kept:
             self.last_good = kept[-1]
         rejects = [
-            Reject.of(row, "embedder returned non-finite values (NaN, infinity, or beyond float32's range)")
-            for row, ok in zip(rows, finite, strict=True)
-            if not ok
+            Reject.of(row, f"embedder returned {problem}")
+            for row, problem in zip(rows, problems, strict=True)
+            if problem is not None
         ]
-        return kept, vectors[finite], rejects
+        return kept, vectors[usable], rejects
 
     def _one_by_one(
         self, rows: list[Row], batch_error: Exception
@@ -231,8 +233,9 @@ class RowEmbedder:
         for row in rows:
             try:
                 vector = self._vectors([row])
-                if not np.isfinite(vector).all():
-                    raise ValueError("non-finite values (NaN, infinity, or beyond float32's range)")
+                problem = vector_problem(vector[0])
+                if problem is not None:
+                    raise ValueError(problem)
             except Exception as exc:
                 if not self._still_works():
                     raise batch_error from None
@@ -247,7 +250,7 @@ class RowEmbedder:
     def _still_works(self) -> bool:
         """The probe: does the last row embedded well still embed (finite, right shape)?"""
         try:
-            return bool(np.isfinite(self._vectors([self.last_good])).all())
+            return vector_problem(self._vectors([self.last_good])[0]) is None
         except Exception:
             return False
 
