@@ -22,7 +22,11 @@ status, the service's answers -- it goes through :func:`loggable_error`, once, w
     in any letter case, Unicode-normalised, percent-encoded (``%40``, ``+`` for space), JSON- or
     Python-escaped, HTML-escaped. Each word (3+ characters) of the free-text fields (query, content,
     messages) is replaced as well, so a backend that echoes a single word of the query leaks nothing
-    either. Values of 1-2 characters are replaced only where they stand alone (not inside a word);
+    either, and so is a word that is a piece (4+ characters) of one of them (an echo cut short
+    mid-word). In scripts written without spaces (Chinese, Japanese, Korean, Thai, ...) a word
+    cannot be told from a fragment, so every run of such characters that shares a character with the
+    request is replaced. Values of 1-2 characters are replaced only where they stand alone (not inside
+    a word);
   - no control character.
 
 The hashed user id (:func:`memwork.service.shadow.user_digest`) is the only trace of a user a log keeps.
@@ -68,6 +72,15 @@ MARKER_NAMES = frozenset(
     {"userId", "sessionId", "query", "content", "messageId", "text", "memory", "summary"}
 )
 MIN_WORD_CHARS = 3
+#: a word cut short is recognised by its first or last this-many characters (3 would hide every "the")
+MIN_FRAGMENT_CHARS = 4
+#: characters of scripts written without spaces between words: CJK ideographs (and their extensions and
+#: compatibility forms), kana, Hangul, Thai, Lao, Khmer, Myanmar, Tibetan
+_UNSPACED_RE = re.compile(
+    "[\u0e00-\u0eff\u0f00-\u0fff\u1000-\u109f\u1780-\u17ff\u1100-\u11ff\u3040-\u30ff"
+    "\u3100-\u312f\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af"
+    "\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f]+"
+)
 
 _HTTP_BODY_RE = re.compile(r"(\bHTTP \d{3})\b\s*:.*", re.S)
 _SERVER_TEXT_RE = re.compile(r"[\s:;,]*" + re.escape(SERVER_SAID) + ".*", re.S | re.I)
@@ -112,9 +125,13 @@ class RequestValues:
 
     values: tuple[tuple[str, str], ...] = ()
     words: Mapping[str, str] = field(default_factory=dict)  # casefolded word -> its field
+    #: casefolded starts and ends (MIN_FRAGMENT_CHARS+) of the free-text words -> their field
+    fragments: Mapping[str, str] = field(default_factory=dict)
+    #: every character of the request's values written in a script without spaces
+    unspaced: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
-        return bool(self.values or self.words)
+        return bool(self.values or self.words or self.unspaced)
 
 
 def _leaves(value: Any, name: str) -> Iterator[tuple[str, str]]:
@@ -137,16 +154,37 @@ def request_values(request: Mapping[str, Any] | None) -> RequestValues:
     not user data and are kept."""
     pairs: dict[str, str] = {}
     words: dict[str, str] = {}
+    fragments: dict[str, str] = {}
+    unspaced: set[str] = set()
     for name, text in _leaves(request or {}, "request"):
         if not text:
             continue
         pairs.setdefault(text, name)
+        unspaced.update(*_UNSPACED_RE.findall(text))
         if name in FREE_TEXT_FIELDS:
             for word in _WORD_RE.findall(text):
                 if len(word) >= MIN_WORD_CHARS:
                     words.setdefault(word.casefold(), name)
+                    _add_fragments(fragments, word.casefold(), name)
     ordered = sorted(((name, text) for text, name in pairs.items()), key=lambda p: -len(p[1]))
-    return RequestValues(tuple(ordered), words)
+    return RequestValues(tuple(ordered), words, fragments, frozenset(unspaced))
+
+
+#: words up to this long give every piece of theirs; longer ones (a token, a hash) their starts and ends
+_ALL_PIECES_UP_TO = 40
+
+
+def _add_fragments(fragments: dict[str, str], word: str, name: str) -> None:
+    """Every piece of ``word`` at least :data:`MIN_FRAGMENT_CHARS` long (an echo cut short at either
+    end, or both); for a very long word, its starts and ends only."""
+    if len(word) <= _ALL_PIECES_UP_TO:
+        for start in range(len(word) - MIN_FRAGMENT_CHARS + 1):
+            for end in range(start + MIN_FRAGMENT_CHARS, len(word) + 1):
+                fragments.setdefault(word[start:end], name)
+        return
+    for size in range(MIN_FRAGMENT_CHARS, len(word)):
+        fragments.setdefault(word[:size], name)
+        fragments.setdefault(word[-size:], name)
 
 
 def _forms(value: str) -> set[str]:
@@ -192,11 +230,19 @@ def without_request_values(text: str, sensitive: RequestValues) -> str:
             if len(form) < MIN_WORD_CHARS:
                 pattern = rf"(?<!\w){pattern}(?!\w)"
             text = _outside_markers(text, re.compile(pattern, re.I), _constant(marker))
+    if sensitive.unspaced:
+        shared = sensitive.unspaced
+
+        def run(match: re.Match[str]) -> str:
+            return "\x00value\x00" if shared.intersection(match.group(0)) else match.group(0)
+
+        text = _outside_markers(text, _UNSPACED_RE, run)
     if sensitive.words:
-        words = sensitive.words
+        words, fragments = sensitive.words, sensitive.fragments
 
         def word(match: re.Match[str]) -> str:
-            found = words.get(match.group(0).casefold())
+            folded = match.group(0).casefold()
+            found = words.get(folded) or fragments.get(folded)
             return match.group(0) if found is None else f"\x00{found}\x00"
 
         text = _outside_markers(text, _WORD_RE, word)

@@ -159,3 +159,41 @@ def test_property_no_request_value_survives_any_echo(user: str, query: str, sess
     problem = loggable_error(message, request)
     assert leaked(problem.line(), request) == [], (message, problem)
     assert CODE_RE.match(problem.code) and len(problem.reason) <= MAX_REASON_CHARS
+
+
+# ---- echoes cut short (found by the second adversarial pass: an embedder's error quoted a truncated query)
+CUT_QUERY = "昨日の検査結果はどうでしたか 私のHIV testresults were positive"
+
+
+@pytest.mark.parametrize(
+    "echo",
+    [
+        "の検査結果はどうでした",  # a CJK run cut at both ends: no word boundary to find
+        "検査",  # two characters of it
+        "testresul",  # a Latin word cut short at its end
+        "tresults",  # ... at its start
+        "stresu",  # ... at both
+        "positiv",
+    ],
+)
+def test_an_echo_cut_short_leaves_no_piece_of_the_query(echo: str) -> None:
+    reason = loggable_error(f"ValueError: cannot embed {echo!r} (model refused)", {"query": CUT_QUERY}).reason
+    assert echo not in reason and "cannot embed" in reason and "model refused" in reason
+
+
+def test_unspaced_text_that_shares_no_character_with_the_request_stays() -> None:
+    reason = loggable_error("RuntimeError: 服务器错误", {"query": "where do I live"}).reason
+    assert "服务器错误" in reason
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    query=st.text(alphabet=st.characters(whitelist_categories=("Lo",)), min_size=2, max_size=30),
+    start=st.integers(min_value=0, max_value=29),
+    length=st.integers(min_value=1, max_value=30),
+)
+def test_property_no_piece_of_an_unspaced_query_survives(query: str, start: int, length: int) -> None:
+    piece = query[start : start + length]
+    reason = loggable_error(f"Error: saw {piece}", {"query": query}).reason
+    unspaced = re.findall(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]", piece)
+    assert not any(ch in reason for ch in unspaced)
