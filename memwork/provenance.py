@@ -9,9 +9,11 @@ working folder's, found in this order:
    follows every commit without a reinstall;
 2. ``memwork/_build.py``, written by the build (setup.py's ``build_py`` and ``sdist`` steps) from the
    checkout the wheel or sdist was made of;
-3. the installed distribution's ``direct_url.json`` (PEP 610): ``vcs_info.commit_id`` of a
+3. ``memwork/_archive.py``, whose placeholder git itself fills in when the tree is exported with
+   ``git archive`` (``export-subst``), for code that travelled as an archive rather than a clone;
+4. the installed distribution's ``direct_url.json`` (PEP 610): ``vcs_info.commit_id`` of a
    ``pip install git+https://...``;
-4. ``unknown``.
+5. ``unknown``.
 
 :func:`folder_commit` is the other fact a report records: the git commit of the folder it ran in
 (the project using memwork), or None outside a repository.
@@ -22,12 +24,14 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import re
 import subprocess
 from importlib.metadata import PackageNotFoundError, distribution, version
 from pathlib import Path
 
 UNKNOWN = "unknown"
 BUILD_MODULE = "memwork._build"  #: generated at build time; absent from a checkout
+ARCHIVE_MODULE = "memwork._archive"  #: filled in by ``git archive`` (export-subst); a placeholder elsewhere
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
@@ -42,7 +46,9 @@ def memwork_version() -> str:
 @functools.cache
 def memwork_commit() -> str:
     """The git commit of the running memwork's code (see the module docstring for where it comes from)."""
-    return _checkout_commit(_PACKAGE_DIR) or _built_commit() or _vcs_commit() or UNKNOWN
+    return (
+        _checkout_commit(_PACKAGE_DIR) or _built_commit() or _archived_commit() or _vcs_commit() or UNKNOWN
+    )
 
 
 def folder_commit(folder: Path | str | None = None) -> str | None:
@@ -85,6 +91,18 @@ def _built_commit() -> str | None:
         return None
     commit = getattr(module, "COMMIT", None)
     return commit if isinstance(commit, str) and commit else None
+
+
+def _archived_commit() -> str | None:
+    """The commit ``git archive`` wrote into :data:`ARCHIVE_MODULE` (None while it is the placeholder)."""
+    try:
+        module = importlib.import_module(ARCHIVE_MODULE)
+    except ImportError:
+        return None
+    commit = getattr(module, "COMMIT", None)
+    if not isinstance(commit, str) or not re.fullmatch(r"[0-9a-f]{40}", commit):
+        return None
+    return commit
 
 
 def _vcs_commit() -> str | None:
