@@ -46,9 +46,7 @@ def memwork_version() -> str:
 @functools.cache
 def memwork_commit() -> str:
     """The git commit of the running memwork's code (see the module docstring for where it comes from)."""
-    return (
-        _checkout_commit(_PACKAGE_DIR) or _built_commit() or _archived_commit() or _vcs_commit() or UNKNOWN
-    )
+    return _checkout_commit(_PACKAGE_DIR) or _built_commit() or _archived_commit() or _vcs_commit() or UNKNOWN
 
 
 def folder_commit(folder: Path | str | None = None) -> str | None:
