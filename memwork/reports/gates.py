@@ -92,7 +92,7 @@ def origin_of(name: str, given: Mapping[str, Any]) -> Origin:
 def tally(gates: Iterable[Gate | Mapping[str, Any]]) -> dict[str, int]:
     """How many gates are in each state (``{"pass": 9, "fail": 0, "nodata": 0, "off": 1, "on": 9}``);
     ``on`` counts every gate that is not off."""
-    counts = dict.fromkeys(STATES, 0)
+    counts: dict[str, int] = dict.fromkeys(STATES, 0)
     for gate in gates:
         state = gate.state if isinstance(gate, Gate) else str(gate.get("state"))
         if state in counts:
