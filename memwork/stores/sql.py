@@ -76,7 +76,9 @@ from memwork.stores.base import (
 )
 from memwork.stores.runlock import flock_run_lock, lock_key, lock_name, poll_until
 
-DEFAULT_TABLE = "agent_memories"
+#: the table of the defrag entry store (an SQL store); the pgvector destination's is
+#: :data:`memwork.pgvector.schema.DEFAULT_TABLE`
+ENTRIES_TABLE = "agent_memories"
 DEFAULT_DIMENSION = 384
 _BATCH = 500
 _STREAM = 2000
@@ -160,7 +162,7 @@ class SQLStore(Store):
         url: str | DatabaseURL,
         *,
         dimension: int = DEFAULT_DIMENSION,
-        table: str = DEFAULT_TABLE,
+        table: str = ENTRIES_TABLE,
         create: bool = True,
     ) -> None:
         check_dimension("dimension", dimension)
