@@ -1,4 +1,4 @@
-"""``store import --apply`` is all or nothing, on real stores of every kind (issue 8 point 4).
+"""``store load --apply`` is all or nothing, on real stores of every kind (issue 8 point 4).
 
 The line check refuses everything any store kind would refuse -- so the bad line sits past the first
 500-row batch of a 600-line file and the store must be unchanged afterwards -- and a value only the
@@ -101,8 +101,8 @@ def test_a_bad_line_past_the_first_batch_writes_nothing(store_spec, tmp_path, na
     before = _records(store_spec)
     source = _bad_file(tmp_path, bad)
     runner = CliRunner()
-    dry = runner.invoke(main, ["store", "import", "--store", store_spec, source])
-    applied = runner.invoke(main, ["store", "import", "--store", store_spec, source, "--apply"])
+    dry = runner.invoke(main, ["store", "load", "--store", store_spec, source])
+    applied = runner.invoke(main, ["store", "load", "--store", store_spec, source, "--apply"])
     for result in (dry, applied):
         assert result.exit_code == 2, result.output
         assert result.stderr.startswith(f"Error: line {BAD_LINE}: {message}"), result.stderr
@@ -114,7 +114,7 @@ def test_a_bad_line_past_the_first_batch_writes_nothing(store_spec, tmp_path, na
 def test_a_bad_file_creates_no_store(tmp_path, kind):
     spec = str(tmp_path / "new") if kind == "filesystem" else f"sqlite:///{tmp_path / 'new.db'}"
     source = _bad_file(tmp_path, BAD_VALUES["nul_content"][0])
-    result = CliRunner().invoke(main, ["store", "import", "--store", spec, source, "--apply"])
+    result = CliRunner().invoke(main, ["store", "load", "--store", spec, source, "--apply"])
     assert result.exit_code == 2 and result.stderr.startswith(f"Error: line {BAD_LINE}: content=")
     assert list(tmp_path.glob("new*")) == []
 
@@ -145,6 +145,7 @@ def test_a_row_the_database_refuses_commits_nothing(tmp_path, request, kind):
         store.write("keep.md", "already here")
     before = _records(spec)
     source = _bad_file(tmp_path, lambda r: r.update(content="forbidden"))
+    # `store import`, the command's former name, is still accepted (hidden)
     result = CliRunner().invoke(main, ["store", "import", "--store", spec, source, "--apply"])
     assert result.exit_code == 2, result.output
     assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.output

@@ -33,7 +33,7 @@ def open_store(spec: str, *, dimension: int = DEFAULT_DIMENSION, create: bool = 
     * ``pg://embedded`` or ``pg://embedded/NAME`` -> the embedded PostgreSQL, then :class:`SQLStore`
 
     A store that does not exist is an error (:class:`MissingStore`, exit 2), never an empty store:
-    only ``create=True`` (a writing command such as ``store import --apply``) makes the directory,
+    only ``create=True`` (a writing command such as ``store load --apply``) makes the directory,
     the SQLite file or the table (and the database NAME of ``pg://embedded/NAME``). A database on
     another server (``postgresql://``, ``mysql://``) must always exist already.
     """

@@ -1,10 +1,10 @@
 """A memory store in one SQL table, through SQLAlchemy Core: SQLite, PostgreSQL + pgvector, MySQL.
 
-The table is the defrag guide's ``agent_memories`` plus ``scope`` and ``hits``, unique on
+The table is ``agent_memories`` (path, title, content, metadata, embedding, timestamps) plus ``scope`` and ``hits``, unique on
 ``(scope, file_path)``. On PostgreSQL metadata is JSONB (GIN index, expression indexes on ``type``
 and ``stub``) and the embedding a ``vector(dimension)`` with an HNSW ``vector_cosine_ops`` index; on
 SQLite and MySQL metadata is JSON text and the embedding a little-endian float32 blob. Timestamps are
-stored as naive UTC (the guide's ``TIMESTAMP``). Paths compare by code point everywhere (``C`` /
+stored as naive UTC (a plain ``TIMESTAMP``). Paths compare by code point everywhere (``C`` /
 ``utf8mb4_bin`` collation), so every store lists entries in the same order.
 
 Modifying runs hold :meth:`SQLStore.run_lock`: flock files next to a SQLite file, a PostgreSQL
@@ -529,7 +529,7 @@ class SQLStore(Store):
             if conn.execute(stmt).rowcount == 0:
                 raise EntryNotFound(path, scope)
 
-    # ---- faster versions of the guide's methods ----------------------------------------------
+    # ---- faster versions of the defrag methods of Store ----------------------------------------
     def list(self, prefix: str | None = None, *, scope: str | None = None) -> list[EntryInfo]:
         """Like the base method, without loading content or embeddings."""
         c = self.table.c
