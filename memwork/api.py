@@ -310,7 +310,7 @@ def run_report(
 ) -> ReportRun:
     """Run report ``name`` (``health_report``, ``duplicate_review``, ...; ``memwork report list``) with
     its parameters as keywords -- ``memwork report run NAME -p KEY VALUE``. The run folder
-    (``.folder``) holds the executed notebook, the HTML, ``summary.json`` and a manifest."""
+    (``.run_dir``) holds the executed notebook, the HTML, ``summary.json`` and a manifest."""
     from memwork.reports.runner import run_report as run
 
     return run(name, params, out_dir, show_code=show_code)
