@@ -29,26 +29,25 @@ from memwork.stores import open_store
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def store_spec(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A generated store (alice, bob, ops) with hash vectors: fast, and duplicates by text."""
+def _build(spec: str) -> str:
+    """A generated store (alice, bob, ops) without vectors: fast, and duplicates by text."""
     from memwork.samples.entries import generate_entries
 
-    spec = f"sqlite:///{tmp_path_factory.mktemp('api') / 'store.db'}"
     entries = generate_entries(120, scopes=("alice", "bob", "ops"), seed=5, embedder=None)
     with open_store(spec, create=True) as store:
         store.put_many(entries)
     return spec
 
 
-@pytest.fixture
-def copy_spec(store_spec: str, tmp_path: Path) -> str:
-    """A copy of the store a test may change."""
-    import shutil
+@pytest.fixture(scope="module")
+def store_spec(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _build(f"sqlite:///{tmp_path_factory.mktemp('api') / 'store.db'}")
 
-    path = tmp_path / "copy.db"
-    shutil.copy(store_spec.removeprefix("sqlite:///"), path)
-    return f"sqlite:///{path}"
+
+@pytest.fixture
+def copy_spec(tmp_path: Path) -> str:
+    """The same store, for a test that changes it."""
+    return _build(f"sqlite:///{tmp_path / 'copy.db'}")
 
 
 # ---- the namespace ---------------------------------------------------------------------------------
@@ -73,17 +72,19 @@ def test_every_verb_is_served_from_memwork_itself():
 
 
 def test_one_calling_convention():
-    """What a verb works on is positional; every option is keyword-only and has a docstring."""
+    """What a verb works on is positional (the store, and the action of ``run_action``, the run of
+    ``undo``; for ``facade_from_env`` the environment); every option is keyword-only; every verb says
+    what it does."""
     for name in api.__all__:
         verb = getattr(api, name)
         if inspect.isclass(verb):
             continue
         assert (verb.__doc__ or "").strip(), f"{name} has no docstring"
-        for param in inspect.signature(verb).parameters.values():
-            if param.kind in (param.VAR_KEYWORD,):
-                continue
-            if param.default is not inspect.Parameter.empty:
-                assert param.kind is param.KEYWORD_ONLY or name == "sample_store", f"{name}({param.name})"
+        first, *rest = inspect.signature(verb).parameters.values()
+        assert first.kind is not first.KEYWORD_ONLY, name
+        for param in rest:
+            if param.kind is not param.VAR_KEYWORD and param.default is not inspect.Parameter.empty:
+                assert param.kind is param.KEYWORD_ONLY, f"{name}({param.name}) is an option: keyword-only"
 
 
 def _cli_options(*path: str) -> set[str]:
@@ -237,7 +238,7 @@ def test_user_memories_through_the_facade(tmp_path):
     load_legacy_rows(url, ITEMS, rows)
     env = {"MEMORY_LEGACY_DATABASE_URL": url}
     answer = memwork.user_memories("user-000001", env=env, limit=4)
-    assert answer["ok"] and answer["source"] == "legacy"
+    assert answer["ok"] and answer["source"] == "legacy-conversation-memory"
     mine = {r["id"] for r in rows if r["user_id"] == "user-000001"}
     assert answer["memories"] and len(answer["memories"]) <= 4
     assert {m["id"] for m in answer["memories"]} <= mine
