@@ -284,3 +284,15 @@ def test_import_then_verify_on_postgres(pg_url):
     verification = memwork.verify_import(ListSource(records), to=pg_url)
     assert verification.verdict == "PASS", verification.reasons
     assert verification.source_rows == verification.dest_rows == 25
+
+
+def test_the_design_notes_place_every_unit():
+    """docs/design.md's module map names every unit of memwork/, so a new one is placed when it lands."""
+    design = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    units = [
+        p.name + ("/" if p.is_dir() else "")
+        for p in (ROOT / "memwork").iterdir()
+        if not p.name.startswith(("_", ".")) and (p.suffix == ".py" or (p / "__init__.py").exists())
+    ]
+    missing = [unit for unit in units if f"`{unit}`" not in design]
+    assert not missing, f"docs/design.md does not place {missing}"
