@@ -56,7 +56,7 @@ __all__ = [
     "MemoryFacade",
     "duplicate_review",
     "duplicates",
-    "facade_from_env",
+    "facade_from_env",  # noqa: F822 - served by __getattr__ from the facade, like MemoryFacade
     "health_report",
     "import_source",
     "open_store",
@@ -124,9 +124,7 @@ def health_report(
     line, ``.frames()`` the tables; FAIL when the score is below ``min_score``."""
     from memwork.defrag.report import health_report as report
 
-    return report(
-        store, scope, age_days=age_days, min_score=min_score, previous_summary=previous_summary
-    )
+    return report(store, scope, age_days=age_days, min_score=min_score, previous_summary=previous_summary)
 
 
 def duplicates(

@@ -420,11 +420,11 @@ def find_duplicate_pairs(
 ) -> list[PairScore]:
     """Exactly every pair with ``max(jaccard, cosine) >= threshold``, sorted by (-similarity, i, j).
 
-    Equal to comparing every pair in a double loop, found as candidates then re-scored exactly: a prefix-filter
-    set-similarity join (AllPairs) for Jaccard and blocked float32 matrix products for cosine. Each
-    block of candidates is verified as it is found and the pairs kept spend ``budget`` (default: a
-    fresh :class:`PairBudget`), so a threshold that matches too many pairs (0 matches every pair)
-    is refused early, naming the count so far.
+    Equal to comparing every pair in a double loop, found as candidates then re-scored exactly: a
+    prefix-filter set-similarity join (AllPairs) for Jaccard and blocked float32 matrix products for
+    cosine. Each block of candidates is verified as it is found and the pairs kept spend ``budget``
+    (default: a fresh :class:`PairBudget`), so a threshold that matches too many pairs (0 matches
+    every pair) is refused early, naming the count so far.
 
     ``progress.advance(n)`` is called after blocks of rows of each join, within the stage the caller
     started; the calls sum to ``len(texts)``.

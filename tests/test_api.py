@@ -53,10 +53,8 @@ def copy_spec(tmp_path: Path) -> str:
 # ---- the namespace ---------------------------------------------------------------------------------
 def test_import_memwork_stays_light():
     """``import memwork`` loads neither the API nor pandas, SQLAlchemy or the facade."""
-    code = (
-        "import sys, memwork; "
-        "print(sorted(m for m in ('memwork.api', 'pandas', 'sqlalchemy', 'memwork.facade') if m in sys.modules))"
-    )
+    heavy = "('memwork.api', 'pandas', 'sqlalchemy', 'memwork.facade')"
+    code = f"import sys, memwork; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -220,7 +218,8 @@ def test_preview_merge_is_a_dry_run_then_apply_and_undo(copy_spec):
 
 def test_duplicate_review_writes_the_review_file(store_spec, tmp_path):
     review = memwork.duplicate_review(store_spec, scope="alice", review_file=str(tmp_path / "r.csv"))
-    assert (tmp_path / "r.csv").exists() and len(review.pairs) == len(memwork.duplicates(store_spec, scope="alice"))
+    assert (tmp_path / "r.csv").exists()
+    assert len(review.pairs) == len(memwork.duplicates(store_spec, scope="alice"))
 
 
 def test_run_report_refuses_an_unknown_parameter_before_any_kernel(tmp_path):

@@ -33,7 +33,8 @@ CONFIDENCE_LEVELS = ("high", "medium", "low")
 
 
 def present(value: Any) -> bool:
-    """Is a metadata value there? Truthiness minus its traps: None, False, "" and empty collections are absent."""
+    """Is a metadata value there? Truthiness minus its traps: None, False, "" and empty collections
+    are absent."""
     if value is None or value is False:
         return False
     if isinstance(value, str | list | tuple | dict | set | frozenset):
@@ -76,8 +77,8 @@ OUT_OF_RANGE_ISSUE = "embedded out of model range"
 
 
 def quality_issues(entry: Entry) -> list[str]:
-    """What lowers an entry's quality: no metadata, low confidence, no tags, no links, not embedded -- and a vector
-    out of its model's range (no use for semantic search, duplicates or links)."""
+    """What lowers an entry's quality: no metadata, low confidence, no tags, no links, not embedded --
+    and a vector out of its model's range (no use for semantic search, duplicates or links)."""
     meta = entry.metadata
     issues = []
     if not has_user_metadata(meta):

@@ -1,9 +1,10 @@
 """A memory store in one SQL table, through SQLAlchemy Core: SQLite, PostgreSQL + pgvector, MySQL.
 
-The table is ``agent_memories`` (path, title, content, metadata, embedding, timestamps) plus ``scope`` and ``hits``, unique on
-``(scope, file_path)``. On PostgreSQL metadata is JSONB (GIN index, expression indexes on ``type``
-and ``stub``) and the embedding a ``vector(dimension)`` with an HNSW ``vector_cosine_ops`` index; on
-SQLite and MySQL metadata is JSON text and the embedding a little-endian float32 blob. Timestamps are
+The table is ``agent_memories`` (path, title, content, metadata, embedding, timestamps) plus ``scope``
+and ``hits``, unique on ``(scope, file_path)``. On PostgreSQL metadata is JSONB (GIN index, expression
+indexes on ``type`` and ``stub``) and the embedding a ``vector(dimension)`` with an HNSW
+``vector_cosine_ops`` index; on SQLite and MySQL metadata is JSON text and the embedding a
+little-endian float32 blob. Timestamps are
 stored as naive UTC (a plain ``TIMESTAMP``). Paths compare by code point everywhere (``C`` /
 ``utf8mb4_bin`` collation), so every store lists entries in the same order.
 
