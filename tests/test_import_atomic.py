@@ -18,7 +18,7 @@ from memwork.entry import MAX_METADATA_DEPTH, Entry, check_metadata, validate_sc
 from memwork.errors import ImportLineError, UsageError
 from memwork.identifiers import check_identifier
 from memwork.stores import open_store
-from memwork.stores.transfer import import_jsonl
+from memwork.stores.transfer import load_jsonl
 
 LINES = 600
 BAD_LINE = 550  # past the first 500-row batch
@@ -194,7 +194,7 @@ def test_filesystem_import_checks_paths_against_the_store_first(tmp_path, existi
     store.write(existing, "old", embedding=[0.5, 0.5])
     lines = _lines(*({"path": f"ok/{i}.md"} for i in range(700)), {"path": incoming})
     with pytest.raises(ImportLineError) as info:
-        import_jsonl(store, lines, apply=True)
+        load_jsonl(store, lines, apply=True)
     assert info.value.line == 701 and problem in str(info.value)
     assert [e.path for e in store.all_entries()] == [existing]
 
@@ -203,17 +203,17 @@ def test_filesystem_dimension_is_the_first_one_seen(tmp_path):
     store = open_store(str(tmp_path / "fs"), create=True)
     two, three = [0.1, 0.2], [0.1, 0.2, 0.3]
     with pytest.raises(ImportLineError) as info:
-        import_jsonl(store, _lines({"path": "a.md", "embedding": two}, {"path": "b.md", "embedding": three}))
+        load_jsonl(store, _lines({"path": "a.md", "embedding": two}, {"path": "b.md", "embedding": three}))
     assert info.value.line == 2 and "must have 2 dimensions" in str(info.value)
-    import_jsonl(store, _lines({"path": "a.md", "embedding": two}), apply=True)
+    load_jsonl(store, _lines({"path": "a.md", "embedding": two}), apply=True)
     with pytest.raises(ImportLineError, match="must have 2 dimensions"):  # the store's own, now
-        import_jsonl(store, _lines({"path": "c.md", "embedding": three}))
+        load_jsonl(store, _lines({"path": "c.md", "embedding": three}))
 
 
 # ---- messages -----------------------------------------------------------------------------------------
 def test_json_error_column_is_on_the_line_itself():
     with pytest.raises(ImportLineError) as info:
-        import_jsonl(None, [_lines({"path": "a.md"})[0] + "\n", '{"path": "x", "content": \n'])
+        load_jsonl(None, [_lines({"path": "a.md"})[0] + "\n", '{"path": "x", "content": \n'])
     assert str(info.value) == (
         'line 2: json=\'{"path": "x", "content":\': not valid JSON (Expecting value at column 26)'
     )
@@ -225,7 +225,7 @@ def test_invalid_utf8_names_line_field_and_byte(tmp_path):
         b'{"path": "a.md", "content": "ok"}\n{"path": "b.md", "title": "caf\xe9", "content": "x"}\n'
     )
     with pytest.raises(ImportLineError) as info:
-        import_jsonl(None, source)
+        load_jsonl(None, source)
     assert str(info.value) == "line 2: title='<byte 0xe9 at byte 31 of the line>': not valid UTF-8"
 
 

@@ -20,7 +20,7 @@ from memwork.cli.options import (
 )
 from memwork.errors import MissingStore
 from memwork.stores import DEFAULT_DIMENSION, Store, open_store
-from memwork.stores.transfer import export_jsonl, import_jsonl, store_info
+from memwork.stores.transfer import export_jsonl, load_jsonl, store_info
 
 
 @click.group("store")
@@ -62,9 +62,7 @@ def load_command(store_spec: str, file: str, apply: bool, as_json: bool) -> None
     dimension = None if "://" not in store_spec.strip() else DEFAULT_DIMENSION
     with stage_progress(quiet=as_json) as bar:
         try:
-            report = import_jsonl(
-                store, source, apply=apply, progress=bar, dimension=dimension, create=create
-            )
+            report = load_jsonl(store, source, apply=apply, progress=bar, dimension=dimension, create=create)
         finally:
             if store is not None:
                 store.close()
