@@ -26,13 +26,16 @@ Where the answer lives (decided here, no schema change anywhere):
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from memwork.similarity import NO_SPACE_CHARS
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -54,6 +57,16 @@ MIN_COVERAGE = 0.5
 
 #: entry metadata key marking a vector out of its model's range (bookkeeping, not user metadata)
 MARK_KEY = "embedding_out_of_range"
+#: entry metadata key marking a vector inside its model's range whose text the model did not read in
+#: full (coverage below 1.0): two such texts may differ only in the part the model cannot read, so a
+#: cosine between them decides a pair only when the *differing* parts are readable (:func:`pair_readable`)
+PARTLY_READ_KEY = "embedding_partly_read"
+#: every coverage mark: they describe the vector, so they go with it (dropped, never merged)
+MARK_KEYS = (MARK_KEY, PARTLY_READ_KEY)
+
+
+#: what :func:`differing_parts` compares: a character of an unspaced script, a word, or a symbol
+_WORDS = re.compile(f"[{NO_SPACE_CHARS}]|[^\\W{NO_SPACE_CHARS}]+|[^\\w\\s]")
 
 
 def in_range(coverage: float) -> bool:
@@ -150,11 +163,13 @@ def coverage_of(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
 
 # ---- the mark on entries ------------------------------------------------------------------------
 def mark(entry: Entry, model_id: str, coverage: float) -> None:
-    """Record whether ``entry``'s new vector (made by ``model_id``) is out of that model's range."""
-    if in_range(coverage):
-        entry.metadata.pop(MARK_KEY, None)
-    else:
-        entry.metadata[MARK_KEY] = {"model": model_id, "coverage": round(float(coverage), 3)}
+    """Record whether ``entry``'s new vector (made by ``model_id``) is out of that model's range, or
+    inside it with part of the text unread."""
+    for key in MARK_KEYS:
+        entry.metadata.pop(key, None)
+    if coverage < 1.0:
+        key = PARTLY_READ_KEY if in_range(coverage) else MARK_KEY
+        entry.metadata[key] = {"model": model_id, "coverage": round(float(coverage), 3)}
 
 
 def embed_entries(embedder: Embedder, entries: Sequence[Entry]) -> None:
@@ -172,6 +187,59 @@ def embed_entries(embedder: Embedder, entries: Sequence[Entry]) -> None:
 def out_of_range(entry: Entry) -> bool:
     """True when ``entry`` has a vector marked out of its model's range."""
     return entry.embedding is not None and bool(entry.metadata.get(MARK_KEY))
+
+
+def drop_marks(entry: Entry) -> None:
+    """Forget the coverage marks of ``entry``'s vector (the vector was dropped)."""
+    for key in MARK_KEYS:
+        entry.metadata.pop(key, None)
+
+
+def _partly_read_model(entry: Entry) -> str | None:
+    value = entry.metadata.get(PARTLY_READ_KEY)
+    return str(value.get("model") or "") if isinstance(value, dict) else None
+
+
+def differing_parts(a: str, b: str) -> tuple[str, str]:
+    """The words of ``a`` and of ``b`` outside their longest common runs of words, each side joined by
+    spaces (difflib over ``\\w+`` words, single symbols, and single characters of scripts written
+    without spaces, where a "word" would be a whole sentence)."""
+    import difflib
+
+    words_a, words_b = _WORDS.findall(a), _WORDS.findall(b)
+    matcher = difflib.SequenceMatcher(None, words_a, words_b, autojunk=False)
+    parts_a: list[str] = []
+    parts_b: list[str] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag != "equal":
+            parts_a.extend(words_a[i1:i2])
+            parts_b.extend(words_b[j1:j2])
+    return " ".join(parts_a), " ".join(parts_b)
+
+
+def pair_readable(
+    a: Entry, b: Entry, score: Callable[[str | None, Sequence[str]], np.ndarray | None]
+) -> bool:
+    """True when a cosine between ``a`` and ``b`` may decide: the model read what tells them apart.
+
+    A long shared English sentence with a different Chinese name at the end reads 90% and sits inside
+    the model's range, yet the two vectors are the same sentence to the model (cosine ~1.0). So when
+    either vector is partly read, the parts where the texts differ are scored with that model's
+    tokenizer (``score``: :func:`memwork.embed.coverage_for_model`, which answers None for a model it
+    cannot score); each non-empty part must be in range. A model memwork cannot score is not trusted:
+    the pair is compared by text only.
+    """
+    models = {m for m in (_partly_read_model(a), _partly_read_model(b)) if m is not None}
+    if not models:
+        return True
+    parts = [p for p in differing_parts(a.content, b.content) if p.strip()]
+    if not parts:
+        return True
+    for model in models:
+        scores = score(model or None, parts)
+        if scores is None or not all(in_range(float(s)) for s in scores):
+            return False
+    return True
 
 
 def count_out_of_range(entries: Iterable[Entry]) -> int:

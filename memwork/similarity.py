@@ -16,6 +16,7 @@ import functools
 import itertools
 import os
 import re
+import unicodedata
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -29,24 +30,37 @@ from memwork.errors import ConfigError, UsageError
 from memwork.progress import Progress
 
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
-# Scripts written without spaces: kana, CJK ideographs (+ ext. A, compatibility, ext. B+), hangul.
-_NO_SPACE_CHARS = (
+#: Scripts written without spaces: kana, CJK ideographs (+ ext. A, compatibility, ext. B+), hangul.
+NO_SPACE_CHARS = (
     "\u3005\u3007\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
     "\uff66-\uff9f\u1100-\u11ff\u3130-\u318f\uac00-\ud7af\U00020000-\U0003134f"
 )
-_RUN_RE = re.compile(f"[{_NO_SPACE_CHARS}]+|[^{_NO_SPACE_CHARS}]+")
-_NO_SPACE_RE = re.compile(f"[{_NO_SPACE_CHARS}]")
+_RUN_RE = re.compile(f"[{NO_SPACE_CHARS}]+|[^{NO_SPACE_CHARS}]+")
+_NO_SPACE_RE = re.compile(f"[{NO_SPACE_CHARS}]")
+
+
+def _symbols(text: str) -> set[str]:
+    """Each non-ASCII symbol (emoji, currency, arrows: Unicode category S*) as a token of its own.
+
+    ``\\w+`` drops them, so "I love 🍕" and "I love 🍣" would be one word set (Jaccard 1.0) and a
+    duplicate; a symbol is a word of its own for the person who wrote it. Skin-tone modifiers count as
+    symbols too; joiners and variation selectors (not S*) are ignored."""
+    return {char for char in text if not char.isascii() and unicodedata.category(char)[0] == "S"}
 
 
 def tokenize(text: str) -> frozenset[str]:
-    """Lower-cased ``\\w+`` word set; runs of CJK/kana/hangul become character bigrams.
+    """Lower-cased ``\\w+`` word set; runs of CJK/kana/hangul become character bigrams; each non-ASCII
+    symbol (an emoji) is a token of its own.
 
     Without the bigrams a whole Chinese sentence would be one "word" and Jaccard would be 0 or 1.
+    ASCII text takes the plain word path (punctuation and ASCII symbols are not words).
     """
     words = _WORD_RE.findall(text.lower())
-    if text.isascii() or not _NO_SPACE_RE.search(text):  # fast path: plain words only
+    if text.isascii():  # fast path: plain words only
         return frozenset(words)
-    tokens: set[str] = set()
+    if not _NO_SPACE_RE.search(text):
+        return frozenset(words).union(_symbols(text))
+    tokens: set[str] = _symbols(text)
     for word in words:
         if not _NO_SPACE_RE.search(word):
             tokens.add(word)

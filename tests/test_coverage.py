@@ -19,7 +19,9 @@ from memwork.cli import main
 from memwork.coverage import (
     MARK_KEY,
     MIN_COVERAGE,
+    PARTLY_READ_KEY,
     coverage_of,
+    differing_parts,
     embed_entries,
     mark,
     out_of_range,
@@ -209,6 +211,45 @@ def test_embed_entries_marks_only_vectors_out_of_range(minilm):
     assert MARK_KEY not in entries[1].metadata
     mark(entries[0], "all-MiniLM-L6-v2", 0.9)  # a new vector inside the range clears the old mark
     assert not out_of_range(entries[0])
+
+
+#: one long English sentence the model reads in full, then a Chinese name it cannot read
+SHARED = "The user said in our last long conversation that their favourite restaurant for family dinners is "
+
+
+def test_a_shared_readable_prefix_does_not_let_the_cosine_merge_unreadable_differences(minilm):
+    # whole-text coverage ~0.9 (inside the range), cosine ~1.0: before, a duplicate by cosine alone
+    # 龍門 and 鳳凰 (dragon gate, phoenix): the model reads the first, not the second
+    a = Entry(path="a.md", scope="u", content=SHARED + "一家叫做龍門的店")
+    b = Entry(path="b.md", scope="u", content=SHARED + "一家叫做鳳凰的店")
+    embed_entries(minilm, [a, b])
+    assert not out_of_range(a) and a.metadata[PARTLY_READ_KEY]["coverage"] < 1.0
+    cos = float(np.dot(a.embedding, b.embedding))
+    assert cos >= 0.85, cos  # the model cannot see the difference
+    assert jaccard(a.content, b.content) < 0.85
+    assert find_duplicates([a, b], 0.85) == []
+    assert find_related([a, b], 0.6, 0.99) == []
+
+
+def test_a_readable_difference_keeps_the_cosine_of_partly_read_texts(minilm):
+    a = Entry(path="a.md", scope="u", content=SHARED + "北京烤鸭店, in Beijing near the river.")
+    b = Entry(path="b.md", scope="u", content=SHARED + "北京烤鸭店, the restaurant in Beijing by the river.")
+    embed_entries(minilm, [a, b])
+    assert PARTLY_READ_KEY in a.metadata
+    (pair,) = find_duplicates([a, b], 0.85)
+    assert pair.semantic_similarity is not None and not pair.out_of_range
+
+
+def test_a_fully_read_text_carries_no_coverage_mark(minilm):
+    entries = [Entry(path="en.md", content="The cat sits on the mat.")]
+    embed_entries(minilm, entries)
+    assert PARTLY_READ_KEY not in entries[0].metadata and MARK_KEY not in entries[0].metadata
+
+
+def test_differing_parts_are_what_is_left_outside_the_common_blocks():
+    assert differing_parts("I like tea a lot", "I like coffee a lot") == ("tea", "coffee")
+    assert differing_parts(SHARED + "一家叫做龍門的店", SHARED + "一家叫做鳳凰的店") == ("龍 門", "鳳 凰")
+    assert differing_parts("same", "same") == ("", "")
 
 
 def test_the_mark_survives_a_sqlite_store_and_is_not_user_metadata(minilm, tmp_path):

@@ -70,6 +70,21 @@ def test_tokenize_empty_and_symbols_only():
     assert tokenize("  -- !! ... ") == frozenset()
 
 
+def test_tokenize_emoji_are_tokens_so_different_emoji_are_different_memories():
+    # "\\w+" drops emoji: these two were one word set (Jaccard 1.0) and a duplicate pair
+    assert jaccard("I love 🍕", "I love 🍣") == 0.5
+    assert jaccard("I love 🍕", "i LOVE 🍕") == 1.0
+    assert tokenize("Pay 5€ or 5¥") == {"pay", "5", "or", "€", "¥"}
+    assert tokenize("我爱🍕") == {"我爱", "🍕"}
+    # a skin tone is a symbol of its own; a zero-width joiner is not a token
+    assert tokenize("👍🏽\u200d ok") == {"👍", "🏽", "ok"}
+
+
+@given(st.text(alphabet=st.sampled_from("abc 🍕🍣😀€"), max_size=30))
+def test_tokenize_keeps_every_non_ascii_symbol(text):
+    assert {c for c in text if not c.isascii()} <= tokenize(text)
+
+
 def test_tokenize_chinese_bigrams():
     assert tokenize("数据库迁移") == {"数据", "据库", "库迁", "迁移"}
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from functools import partial
 from typing import Any, Protocol
 
-from memwork.coverage import MARK_KEY, embed_entries
+from memwork.coverage import drop_marks, embed_entries
 from memwork.defrag import merge as m
 from memwork.defrag.plan import Operation, Plan
 from memwork.embed import Embedder
@@ -130,7 +130,7 @@ def _refresh_embeddings(ov: _Overlay, stale: dict[Key, None], embedder: Embedder
         for entry in entries:
             entry.embedding = None
             entry.metadata["embedding_stale"] = True
-            entry.metadata.pop(MARK_KEY, None)  # the mark belongs to the dropped vector
+            drop_marks(entry)  # the marks belong to the dropped vector
 
 
 def compute_changes(

@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from memwork import similarity
-from memwork.coverage import count_out_of_range, out_of_range
+from memwork.coverage import count_out_of_range, out_of_range, pair_readable
 from memwork.defrag.merge import links_to
 from memwork.defrag.scores import confidence_of, health, quality_issues, quality_score
+from memwork.embed import coverage_for_model
 from memwork.entry import Entry, utcnow
 from memwork.progress import Progress
 
@@ -189,19 +190,29 @@ def find_duplicates(
             progress=advance,
             budget=budget,
         )
-        pairs.extend(
-            Pair(
-                scope,
-                group[p.i].path,
-                group[p.j].path,
-                p.similarity,
-                p.text_similarity,
-                p.semantic_similarity,
-                matched_by=_matched_by(p.text_similarity, p.semantic_similarity, threshold),
-                out_of_range=out_of_range(group[p.i]) or out_of_range(group[p.j]),
+        for p in found:
+            a, b = group[p.i], group[p.j]
+            semantic, unread = p.semantic_similarity, out_of_range(a) or out_of_range(b)
+            if (
+                semantic is not None
+                and semantic > p.text_similarity
+                and not pair_readable(a, b, coverage_for_model)
+            ):
+                semantic, unread = None, True  # the cosine cannot see what tells them apart
+                if p.text_similarity < threshold:
+                    continue
+            pairs.append(
+                Pair(
+                    scope,
+                    a.path,
+                    b.path,
+                    max(p.text_similarity, semantic or 0.0),
+                    p.text_similarity,
+                    semantic,
+                    matched_by=_matched_by(p.text_similarity, semantic, threshold),
+                    out_of_range=unread,
+                )
             )
-            for p in found
-        )
     return _sorted(pairs)
 
 
@@ -249,6 +260,8 @@ def find_related(
         )
         for p in found:
             a, b = group[keep[p.i]], group[keep[p.j]]
+            if not pair_readable(a, b, coverage_for_model):
+                continue  # the cosine cannot see what tells them apart
             sem = p.semantic_similarity if p.semantic_similarity is not None else 0.0
             pairs.append(
                 Pair(scope, a.path, b.path, sem, p.text_similarity, sem, link_status(a, b), ("semantic",))

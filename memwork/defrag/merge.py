@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from memwork.coverage import MARK_KEY
+from memwork.coverage import MARK_KEYS
 from memwork.entry import Entry
 
 STRATEGIES = ("keep_newer", "keep_larger", "combine")
@@ -25,7 +25,7 @@ STUB_REASON = "merged"
 LINK_PREFIX = "memory://"
 #: never unioned from a merged-away entry: the survivor's own (the mark describes the survivor's vector)
 _BOOKKEEPING = (
-    "merged_from", "merged_values", "embedding_stale", MARK_KEY, "stub", "redirect_to", "reason",
+    "merged_from", "merged_values", "embedding_stale", *MARK_KEYS, "stub", "redirect_to", "reason",
 )  # fmt: skip
 
 

@@ -12,12 +12,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from memwork.coverage import MARK_KEY, out_of_range
+from memwork.coverage import MARK_KEYS, out_of_range
 from memwork.entry import Entry
 
 #: metadata keys the engine and stores use for bookkeeping; they are not "user metadata"
 INTERNAL_KEYS = frozenset(
-    {"stub", "redirect_to", "reason", "hits", "embedding_stale", MARK_KEY, "merged_from", "merged_values"}
+    {"stub", "redirect_to", "reason", "hits", "embedding_stale", *MARK_KEYS, "merged_from", "merged_values"}
 )
 
 #: (lowest score, name), best first: 80-100 excellent … 0-19 critical
