@@ -4,8 +4,8 @@ Every stored vector records the ``model_id`` of the embedder that made it, so a 
 mixed models can be detected. Built in here: ``hash`` (deterministic feature hashing, any dimension;
 for plumbing and tests only), ``minilm`` (all-MiniLM-L6-v2, 384 dims, offline, on onnxruntime: part
 of the default install; ``minilm:st`` runs the same model on sentence-transformers + torch, optional
-extra ``st``) and module embedders (the seed's ``embed_query(query, input)`` /
-``embed_memory(memory)`` modules).
+extra ``st``) and module embedders (a module exporting ``embed_query(query, input)`` /
+``embed_memory(memory)``, as the application's own embedding code does).
 
 Every embedder also says which texts it can represent (:meth:`Embedder.coverage`, see
 :mod:`memwork.coverage`): a vector of a text the model cannot read is never used for a cosine
@@ -338,7 +338,7 @@ def load_module(spec: str, *, field: str = "embedding_module") -> ModuleType:
 
 
 def _module_callable(module: ModuleType, name: str, spec: str, field: str) -> Callable[..., Any]:
-    """``module.<name>``, else ``module.default``: the seed's 'named export or default function'."""
+    """``module.<name>``, else ``module.default``: a named export, or a default function."""
     for attr in (name, "default"):
         fn = getattr(module, attr, None)
         if callable(fn):
@@ -355,7 +355,7 @@ def _module_model_id(module: ModuleType) -> str:
 
 
 def _await_if_needed(value: Any) -> Any:
-    """Module functions may be ``async`` (the seed's were); run them to completion here."""
+    """Module functions may be ``async`` (an application's often are); run them to completion here."""
     if inspect.isawaitable(value):
         return asyncio.run(_consume(value))
     return value

@@ -1,6 +1,7 @@
 """Text and embedding similarity, and exact all-pairs search for the defrag engine.
 
-The guide scores a pair by ``max(Jaccard(words), cosine(embeddings))``. This module keeps that
+A pair scores ``max(Jaccard(words), cosine(embeddings))``: the words catch a copy or a light edit, the
+vectors a paraphrase. This module keeps that
 definition exactly and only changes how the pairs are found (see :func:`find_duplicate_pairs`).
 
 Every search spends a :class:`PairBudget`: pairs are verified block by block as they are found, and
@@ -77,7 +78,7 @@ def _as_tokens(value: str | frozenset[str]) -> frozenset[str]:
 
 
 def jaccard(a: str | frozenset[str], b: str | frozenset[str]) -> float:
-    """Jaccard coefficient of two texts (or token sets); 0.0 when both are empty, as in the guide."""
+    """Jaccard coefficient of two texts (or token sets); 0.0 when both are empty."""
     set_a, set_b = _as_tokens(a), _as_tokens(b)
     union = len(set_a | set_b)
     if union == 0:
@@ -121,7 +122,7 @@ class PairScore:
 
     @property
     def similarity(self) -> float:
-        """The guide's hybrid: the higher of the scores that exist."""
+        """The hybrid score: the higher of the scores that exist."""
         if self.semantic_similarity is None:
             return self.text_similarity
         return max(self.text_similarity, self.semantic_similarity)
@@ -433,11 +434,11 @@ def find_duplicate_pairs(
 ) -> list[PairScore]:
     """Exactly every pair with ``max(jaccard, cosine) >= threshold``, sorted by (-similarity, i, j).
 
-    Equal to the guide's all-pairs loop, found as candidates then re-scored exactly: a prefix-filter
-    set-similarity join (AllPairs) for Jaccard and blocked float32 matrix products for cosine. Each
-    block of candidates is verified as it is found and the pairs kept spend ``budget`` (default: a
-    fresh :class:`PairBudget`), so a threshold that matches too many pairs (0 matches every pair)
-    is refused early, naming the count so far.
+    Equal to comparing every pair in a double loop, found as candidates then re-scored exactly: a
+    prefix-filter set-similarity join (AllPairs) for Jaccard and blocked float32 matrix products for
+    cosine. Each block of candidates is verified as it is found and the pairs kept spend ``budget``
+    (default: a fresh :class:`PairBudget`), so a threshold that matches too many pairs (0 matches
+    every pair) is refused early, naming the count so far.
 
     ``progress.advance(n)`` is called after blocks of rows of each join, within the stage the caller
     started; the calls sum to ``len(texts)``.

@@ -1,4 +1,4 @@
-"""``store import --apply`` is all or nothing, on real stores of every kind (issue 8 point 4).
+"""``store load --apply`` is all or nothing, on real stores of every kind (issue 8 point 4).
 
 The line check refuses everything any store kind would refuse -- so the bad line sits past the first
 500-row batch of a 600-line file and the store must be unchanged afterwards -- and a value only the
@@ -18,7 +18,7 @@ from memwork.entry import MAX_METADATA_DEPTH, Entry, check_metadata, validate_sc
 from memwork.errors import ImportLineError, UsageError
 from memwork.identifiers import check_identifier
 from memwork.stores import open_store
-from memwork.stores.transfer import import_jsonl
+from memwork.stores.transfer import load_jsonl
 
 LINES = 600
 BAD_LINE = 550  # past the first 500-row batch
@@ -101,8 +101,8 @@ def test_a_bad_line_past_the_first_batch_writes_nothing(store_spec, tmp_path, na
     before = _records(store_spec)
     source = _bad_file(tmp_path, bad)
     runner = CliRunner()
-    dry = runner.invoke(main, ["store", "import", "--store", store_spec, source])
-    applied = runner.invoke(main, ["store", "import", "--store", store_spec, source, "--apply"])
+    dry = runner.invoke(main, ["store", "load", "--store", store_spec, source])
+    applied = runner.invoke(main, ["store", "load", "--store", store_spec, source, "--apply"])
     for result in (dry, applied):
         assert result.exit_code == 2, result.output
         assert result.stderr.startswith(f"Error: line {BAD_LINE}: {message}"), result.stderr
@@ -114,7 +114,7 @@ def test_a_bad_line_past_the_first_batch_writes_nothing(store_spec, tmp_path, na
 def test_a_bad_file_creates_no_store(tmp_path, kind):
     spec = str(tmp_path / "new") if kind == "filesystem" else f"sqlite:///{tmp_path / 'new.db'}"
     source = _bad_file(tmp_path, BAD_VALUES["nul_content"][0])
-    result = CliRunner().invoke(main, ["store", "import", "--store", spec, source, "--apply"])
+    result = CliRunner().invoke(main, ["store", "load", "--store", spec, source, "--apply"])
     assert result.exit_code == 2 and result.stderr.startswith(f"Error: line {BAD_LINE}: content=")
     assert list(tmp_path.glob("new*")) == []
 
@@ -145,6 +145,7 @@ def test_a_row_the_database_refuses_commits_nothing(tmp_path, request, kind):
         store.write("keep.md", "already here")
     before = _records(spec)
     source = _bad_file(tmp_path, lambda r: r.update(content="forbidden"))
+    # `store import`, the command's former name, is still accepted (hidden)
     result = CliRunner().invoke(main, ["store", "import", "--store", spec, source, "--apply"])
     assert result.exit_code == 2, result.output
     assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.output
@@ -193,7 +194,7 @@ def test_filesystem_import_checks_paths_against_the_store_first(tmp_path, existi
     store.write(existing, "old", embedding=[0.5, 0.5])
     lines = _lines(*({"path": f"ok/{i}.md"} for i in range(700)), {"path": incoming})
     with pytest.raises(ImportLineError) as info:
-        import_jsonl(store, lines, apply=True)
+        load_jsonl(store, lines, apply=True)
     assert info.value.line == 701 and problem in str(info.value)
     assert [e.path for e in store.all_entries()] == [existing]
 
@@ -202,17 +203,17 @@ def test_filesystem_dimension_is_the_first_one_seen(tmp_path):
     store = open_store(str(tmp_path / "fs"), create=True)
     two, three = [0.1, 0.2], [0.1, 0.2, 0.3]
     with pytest.raises(ImportLineError) as info:
-        import_jsonl(store, _lines({"path": "a.md", "embedding": two}, {"path": "b.md", "embedding": three}))
+        load_jsonl(store, _lines({"path": "a.md", "embedding": two}, {"path": "b.md", "embedding": three}))
     assert info.value.line == 2 and "must have 2 dimensions" in str(info.value)
-    import_jsonl(store, _lines({"path": "a.md", "embedding": two}), apply=True)
+    load_jsonl(store, _lines({"path": "a.md", "embedding": two}), apply=True)
     with pytest.raises(ImportLineError, match="must have 2 dimensions"):  # the store's own, now
-        import_jsonl(store, _lines({"path": "c.md", "embedding": three}))
+        load_jsonl(store, _lines({"path": "c.md", "embedding": three}))
 
 
 # ---- messages -----------------------------------------------------------------------------------------
 def test_json_error_column_is_on_the_line_itself():
     with pytest.raises(ImportLineError) as info:
-        import_jsonl(None, [_lines({"path": "a.md"})[0] + "\n", '{"path": "x", "content": \n'])
+        load_jsonl(None, [_lines({"path": "a.md"})[0] + "\n", '{"path": "x", "content": \n'])
     assert str(info.value) == (
         'line 2: json=\'{"path": "x", "content":\': not valid JSON (Expecting value at column 26)'
     )
@@ -224,7 +225,7 @@ def test_invalid_utf8_names_line_field_and_byte(tmp_path):
         b'{"path": "a.md", "content": "ok"}\n{"path": "b.md", "title": "caf\xe9", "content": "x"}\n'
     )
     with pytest.raises(ImportLineError) as info:
-        import_jsonl(None, source)
+        load_jsonl(None, source)
     assert str(info.value) == "line 2: title='<byte 0xe9 at byte 31 of the line>': not valid UTF-8"
 
 

@@ -50,8 +50,9 @@ INFRASTRUCTURE = frozenset({"db", "http", "embed", "coverage", "similarity"})
 #: the layer above that: what the facade and the features build on (the unit ``pgvector`` may be
 #: imported from here for its schema)
 ADAPTERS = frozenset({"backends", "legacy", "stores", "plugins"})
-#: the top: the CLI and the package's own lazy API (the notebooks, outside memwork/, sit there too)
-TOP = frozenset({"cli", "memwork"})
+#: the top: the CLI, the Python API (``memwork.api``) and the package's ``__init__`` that serves it
+#: lazily (the notebooks, outside memwork/, sit there too)
+TOP = frozenset({"cli", "api", "memwork"})
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:

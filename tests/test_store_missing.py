@@ -1,7 +1,7 @@
 """A store that does not exist is an error, not an empty store (issue 8 point 10, D-14).
 
 Reading commands and reports refuse a missing directory, SQLite file or table (exit 2, one line
-naming the store) and create nothing; only a writing command (``store import --apply``) makes one.
+naming the store) and create nothing; only a writing command (``store load --apply``) makes one.
 """
 
 from __future__ import annotations

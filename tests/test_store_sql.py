@@ -10,7 +10,7 @@ from sqlalchemy import inspect
 
 from memwork.errors import ImportLineError, InvalidIdentifier, UsageError
 from memwork.stores import FilesystemStore, SQLStore, open_store
-from memwork.stores.transfer import import_jsonl
+from memwork.stores.transfer import load_jsonl
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -24,7 +24,7 @@ def test_wrong_dimension_rejected(sql_url):
     with pytest.raises(UsageError, match=r"embedding='<3 floats>': must have 8 dimensions"):
         store.write("bad.md", "x", embedding=[0.1, 0.2, 0.3])
     with pytest.raises(ImportLineError, match="line 1: embedding='<2 floats>': must have 8 dimensions"):
-        import_jsonl(store, ['{"path": "b.md", "content": "x", "embedding": [1, 2]}'], apply=True)
+        load_jsonl(store, ['{"path": "b.md", "content": "x", "embedding": [1, 2]}'], apply=True)
     assert [e.path for e in store.all_entries()] == ["ok.md"]
 
 

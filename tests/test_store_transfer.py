@@ -18,7 +18,7 @@ from memwork.stores.transfer import (
     RECORD_FIELDS,
     entry_line,
     export_jsonl,
-    import_jsonl,
+    load_jsonl,
 )
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
@@ -58,11 +58,11 @@ def test_round_trip_across_store_kinds(any_store, target, tmp_path, request):
     with open_store(spec, create=True) as other:
         for entry in other.all_entries():  # the named embedded database may be reused
             other.delete(entry.path, scope=entry.scope)
-        report = import_jsonl(other, first.splitlines(), apply=True)
+        report = load_jsonl(other, first.splitlines(), apply=True)
         assert (report.new, report.updated, report.unchanged) == (120, 0, 0)
         assert report.scopes["agent-2"]["new"] == 60
         assert _dump(other) == first
-        again = import_jsonl(other, first.splitlines())
+        again = load_jsonl(other, first.splitlines())
         assert (again.new, again.updated, again.unchanged) == (0, 0, 120)
 
 
@@ -77,10 +77,10 @@ def test_export_one_scope(any_store, tmp_path):
 def test_import_is_a_dry_run_by_default(any_store):
     any_store.write("a.md", "old")
     lines = [_line(path="a.md", content="new"), _line(path="b.md")]
-    report = import_jsonl(any_store, lines)
+    report = load_jsonl(any_store, lines)
     assert (report.applied, report.new, report.updated) == (False, 1, 1)
     assert [e.content for e in any_store.all_entries()] == ["old"]
-    import_jsonl(any_store, lines, apply=True)
+    load_jsonl(any_store, lines, apply=True)
     assert [e.content for e in any_store.all_entries()] == ["new", "x"]
 
 
@@ -104,7 +104,7 @@ def test_import_is_a_dry_run_by_default(any_store):
 def test_import_errors_write_nothing(any_store, bad, message):
     lines = [_line(path="first.md"), "", bad, _line(path="last.md")]
     with pytest.raises(ImportLineError) as info:
-        import_jsonl(any_store, lines, apply=True)
+        load_jsonl(any_store, lines, apply=True)
     assert str(info.value).startswith(message)
     assert info.value.line == 3
     assert any_store.all_entries() == []
@@ -112,7 +112,7 @@ def test_import_errors_write_nothing(any_store, bad, message):
 
 def test_import_wrong_dimension_is_fine_for_filesystem(tmp_path):
     store = open_store(str(tmp_path / "fs"), create=True)
-    report = import_jsonl(store, [_line(embedding=[0.1, 0.2])], apply=True)
+    report = load_jsonl(store, [_line(embedding=[0.1, 0.2])], apply=True)
     assert report.new == 1 and store.read_entry("a.md").embedding.shape == (2,)
 
 
@@ -120,17 +120,17 @@ def test_import_many_lines_uses_one_scan(tmp_path):
     store = open_store(f"sqlite:///{tmp_path / 'm.db'}", create=True)
     entries = generate_entries(2500, seed=1, now=NOW)
     lines = [entry_line(e) for e in entries]
-    assert import_jsonl(store, lines, apply=True).new == 2500
+    assert load_jsonl(store, lines, apply=True).new == 2500
     changed = json.loads(lines[7])
     changed["content"] += " more"
     lines[7] = json.dumps(changed)
-    report = import_jsonl(store, lines)
+    report = load_jsonl(store, lines)
     assert (report.new, report.updated, report.unchanged) == (0, 1, 2499)
 
 
 def test_import_missing_file(any_store, tmp_path):
     with pytest.raises(UsageError, match="file="):
-        import_jsonl(any_store, tmp_path / "nope.jsonl")
+        load_jsonl(any_store, tmp_path / "nope.jsonl")
 
 
 @pytest.mark.parametrize("count", [40, 2600])  # one get per line / one scan of the store
@@ -138,7 +138,7 @@ def test_import_export_progress_totals(progress_recorder, tmp_path, count):
     store = open_store(f"sqlite:///{tmp_path / 'p.db'}", create=True)
     lines = [entry_line(e) for e in generate_entries(count, seed=3, now=NOW)]
     rec = progress_recorder()
-    report = import_jsonl(store, lines, apply=True, progress=rec)
+    report = load_jsonl(store, lines, apply=True, progress=rec)
     assert report.new == count
     assert rec.stages == [
         ["checking lines", count, count],
@@ -146,7 +146,7 @@ def test_import_export_progress_totals(progress_recorder, tmp_path, count):
         ["writing", count, count],
     ]
     rec = progress_recorder()
-    assert import_jsonl(store, lines, progress=rec).unchanged == count  # dry run: no writing stage
+    assert load_jsonl(store, lines, progress=rec).unchanged == count  # dry run: no writing stage
     assert [s[0] for s in rec.stages] == ["checking lines", "comparing with the store"]
     assert all(total == done for _, total, done in rec.stages)
     rec = progress_recorder()

@@ -2,9 +2,10 @@
 
 Dormant unless ``MEMORY_MEM0_ENABLED=1`` and ``MEMORY_MEM0_API_KEY`` are set (``disabled (...)``,
 ``api_key_missing (...)``); an invalid base URL or path is its own reason. ``resolve`` is not
-implemented: ``MEMORY_BACKEND=mem0`` leaves resolve on legacy, as the seed says. No Mem0 SDK: the
-platform REST API through :class:`memwork.http.JsonHttpClient` (``Authorization: Token <key>``), built
-lazily, so ``from_env`` and ``availability()`` never touch the network.
+implemented: ``MEMORY_BACKEND=mem0`` leaves resolve on legacy (Mem0 extracts; it is not where the
+application reads). No Mem0 SDK: the platform REST API through :class:`memwork.http.JsonHttpClient`
+(``Authorization: Token <key>``), built lazily, so ``from_env`` and ``availability()`` never touch
+the network.
 
 Calls (https://docs.mem0.ai/api-reference, shapes written down in ``tests/fakes/mem0.py``):
 

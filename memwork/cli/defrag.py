@@ -45,7 +45,7 @@ class ActionGroup(click.Group):
 
 @click.group("defrag", cls=ActionGroup)
 def defrag() -> None:
-    """Analyse and optimise a memory store (the guide's MemoryDefrag actions).
+    """Analyse and optimise a memory store (duplicates, links, stubs, stale entries).
 
     Modifying actions are a dry run that prints the plan unless --apply; an applied run is journaled
     and can be undone.

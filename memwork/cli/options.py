@@ -178,7 +178,7 @@ class _StageBar:
 
 @contextmanager
 def stage_progress(*, quiet: bool, unit: str = "") -> Iterator[_StageBar | None]:
-    """The ``progress=`` object for every long library call (defrag, store import/export, backfill).
+    """The ``progress=`` object for every long library call (defrag, store load/export, backfill).
 
     Yields None (no reporting at all) under ``--json`` or when stderr is not a terminal. ``unit``
     labels the rate (``"rows"`` -> ``1,234 rows/s``); the bar is drawn on stderr, the stream whose

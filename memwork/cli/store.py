@@ -1,7 +1,11 @@
-"""CLI: ``memwork store import|export|info`` -- load any store from JSON lines, dump it, summarise it."""
+"""CLI: ``memwork store load|export|info`` -- load any store from JSON lines, dump it, summarise it.
+
+``store load`` was ``store import`` (still accepted, hidden): ``memwork import`` is the migration of a
+source into pgvector, an unrelated thing."""
 
 from __future__ import annotations
 
+import copy
 import sys
 
 import click
@@ -16,7 +20,7 @@ from memwork.cli.options import (
 )
 from memwork.errors import MissingStore
 from memwork.stores import DEFAULT_DIMENSION, Store, open_store
-from memwork.stores.transfer import export_jsonl, import_jsonl, store_info
+from memwork.stores.transfer import export_jsonl, load_jsonl, store_info
 
 
 @click.group("store")
@@ -29,12 +33,12 @@ def store_group() -> None:
     """
 
 
-@store_group.command("import")
+@store_group.command("load")
 @store_option()
 @click.argument("file", type=click.Path(dir_okay=False, allow_dash=True))
 @apply_option
 @json_option
-def import_command(store_spec: str, file: str, apply: bool, as_json: bool) -> None:
+def load_command(store_spec: str, file: str, apply: bool, as_json: bool) -> None:
     """Load FILE (JSON lines, as written by ``store export``) into the store.
 
     Every line is checked first -- against what every kind of store accepts -- and on any error
@@ -44,7 +48,7 @@ def import_command(store_spec: str, file: str, apply: bool, as_json: bool) -> No
 
     \b
     Example:
-        memwork store import --store sqlite:///memory.db dump.jsonl --apply
+        memwork store load --store sqlite:///memory.db dump.jsonl --apply
     """
     source = sys.stdin.buffer if file == "-" else file
     try:
@@ -58,9 +62,7 @@ def import_command(store_spec: str, file: str, apply: bool, as_json: bool) -> No
     dimension = None if "://" not in store_spec.strip() else DEFAULT_DIMENSION
     with stage_progress(quiet=as_json) as bar:
         try:
-            report = import_jsonl(
-                store, source, apply=apply, progress=bar, dimension=dimension, create=create
-            )
+            report = load_jsonl(store, source, apply=apply, progress=bar, dimension=dimension, create=create)
         finally:
             if store is not None:
                 store.close()
@@ -73,6 +75,16 @@ def import_command(store_spec: str, file: str, apply: bool, as_json: bool) -> No
         click.echo(
             f"  {scope}: {counts['new']} new, {counts['updated']} updated, {counts['unchanged']} unchanged"
         )
+
+
+def _hidden_alias(command: click.Command, name: str) -> click.Command:
+    """``command`` under its former ``name`` too, left out of ``--help`` and docs/cli.md."""
+    alias = copy.copy(command)
+    alias.name, alias.hidden = name, True
+    return alias
+
+
+store_group.add_command(_hidden_alias(load_command, "import"))
 
 
 @store_group.command("export")

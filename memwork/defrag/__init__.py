@@ -1,4 +1,4 @@
-"""The defrag engine: the guide's ten MemoryDefrag actions, made safe.
+"""The defrag engine: ten actions that find and fix duplicates, stale entries and weak metadata, safely.
 
 Each action is declared once in :mod:`memwork.defrag.table` (:data:`ACTIONS`); ``run_action`` and
 ``memwork defrag`` are generated from it.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memwork.defrag import findings
 from memwork.defrag.apply import Change, compute_changes, execute
@@ -31,6 +31,12 @@ from memwork.errors import PlanConflict, RunStopped, UsageError
 from memwork.progress import Progress, track
 from memwork.stores.base import DEFAULT_RUN_LOCK_TIMEOUT, Store
 from memwork.stores.memory import MemoryStore
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: what :meth:`ActionResult.frame` can show
+FRAMES = ("pairs", "entries", "skipped", "operations", "changes")
 
 
 @dataclass
@@ -76,6 +82,20 @@ class ActionResult:
             data["operations"] = self.plan.to_dict()
             data["changes"] = [c.to_dict() for c in self.changes]
         return data
+
+    def frame(self, name: str = "operations") -> pd.DataFrame:
+        """One list of the result as a pandas table, for a notebook: ``pairs``, ``entries``,
+        ``skipped``, ``operations`` (the plan, one row per operation) or ``changes`` (predicted by a
+        dry run, made by an applied one)."""
+        import pandas as pd
+
+        if name not in FRAMES:
+            raise UsageError("frame", name, f"must be one of {', '.join(FRAMES)}")
+        if name == "operations":
+            rows = self.plan.to_dict() if self.plan is not None else []
+        else:
+            rows = [item.to_dict() for item in getattr(self, name)]
+        return pd.DataFrame(rows)
 
 
 def stopped_run(

@@ -119,7 +119,7 @@ def merge_entries(survivor: Entry, source: Entry, strategy: str, now: datetime) 
 
 
 def make_stub(entry: Entry, target: str, now: datetime) -> Entry:
-    """The guide's redirect stub at ``entry``'s path (fresh hits and age, same creation date)."""
+    """A redirect stub at ``entry``'s path (fresh hits and age, same creation date)."""
     return Entry(
         path=entry.path,
         scope=entry.scope,

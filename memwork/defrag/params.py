@@ -95,7 +95,7 @@ def ordered(low: str, high: str) -> Callable[[dict[str, Any]], None]:
     return check
 
 
-# ---- the parameters the actions share (the guide's defaults) ------------------------------------------
+# ---- the parameters the actions share (their defaults) ------------------------------------------
 SIMILARITY_THRESHOLD = Param(0.85, unit, float, "Duplicate threshold, 0..1.")
 MIN_SIMILARITY = Param(0.60, unit, float, "Related: lowest cosine, 0..1.")
 MAX_SIMILARITY = Param(0.85, unit, float, "Related: cosine below this, 0..1.")

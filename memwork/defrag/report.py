@@ -21,6 +21,8 @@ from memwork.defrag.review import write_review_csv
 if TYPE_CHECKING:
     import pandas as pd
 
+    from memwork.stores.base import Store
+
 COVERAGE_KEYS = ("metadata_pct", "tags_pct", "links_pct", "embedding_pct", "high_confidence_pct")
 
 
@@ -161,22 +163,24 @@ class HealthReport:
 
 
 def health_report(
-    store: str,
+    store: str | Store,
     scope: str | None = None,
     *,
     age_days: int = 90,
     min_score: int = 0,
     previous_summary: str = "",
 ) -> HealthReport:
-    """Analyze, low-quality and archival listings, stubs and the optional trend, in one call."""
+    """Analyze, low-quality and archival listings, stubs and the optional trend, in one call.
+
+    ``store`` is a spec (opened and closed here) or an open :class:`~memwork.stores.base.Store`."""
     from memwork.defrag import analyze, find_archival_candidates, find_low_quality
     from memwork.entry import utcnow
-    from memwork.redaction import redact_url
     from memwork.reports.summary import load_summary
-    from memwork.stores import open_store
+    from memwork.stores import opened_store
 
-    with open_store(store) as opened:
+    with opened_store(store) as opened:
         entries = list(opened.all_entries(scope=scope))  # read once, analysed three ways
+        shown = _store_shown(store, opened)
     now = utcnow()
     analysis = analyze(entries)
     low = [e.to_dict() for e in find_low_quality(entries, now=now)]
@@ -187,12 +191,19 @@ def health_report(
         if e.is_stub
     ]
     report = HealthReport(
-        redact_url(store) or store, scope, analysis, low, [e.to_dict() for e in archival], stubs, min_score,
+        shown, scope, analysis, low, [e.to_dict() for e in archival], stubs, min_score,
         load_summary(previous_summary) if previous_summary else None,
     )  # fmt: skip
     if report.health["score"] < min_score:
         report.reasons.append(f"health: score {report.health['score']} below {min_score}")
     return report
+
+
+def _store_shown(spec: str | Store, opened: Store) -> str:
+    """How a report names its store: the spec with its password hidden, or the open store's description."""
+    from memwork.redaction import redact_url
+
+    return (redact_url(spec) or spec) if isinstance(spec, str) else opened.describe()
 
 
 # ---- the duplicate_review notebook: candidate pairs, their neighbourhood and the dry-run plan ----
@@ -271,7 +282,7 @@ class DuplicateReview:
 
 
 def duplicate_review(
-    store: str, scope: str | None = None, *, threshold: float = 0.85, strategy: str = "keep_newer",
+    store: str | Store, scope: str | None = None, *, threshold: float = 0.85, strategy: str = "keep_newer",
     review_file: str = "", floor: float = 0.5,
 ) -> DuplicateReview:  # fmt: skip
     """Pairs at or above ``threshold``, neighbours down to ``floor``, the dry-run merge plan and a
@@ -280,9 +291,9 @@ def duplicate_review(
     from memwork.defrag.actions import run_action
     from memwork.defrag.findings import find_duplicates
     from memwork.reports.display import output_dir
-    from memwork.stores import open_store
+    from memwork.stores import opened_store
 
-    with open_store(store) as opened:
+    with opened_store(store) as opened:
         plan = run_action(
             opened, "merge_duplicates", scope=scope, similarity_threshold=threshold, strategy=strategy
         )

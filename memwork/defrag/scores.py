@@ -1,8 +1,8 @@
-"""Quality score of one entry, health score of a set of entries, and the health bands (the guide's).
+"""Quality score of one entry, health score of a set of entries, and the health bands.
 
-Two fixes to the guide's Ruby: a missing ``tags``/``related`` key counts as empty instead of raising,
-and the coverage tiers are *either/or* (``if … elif``), so the health score really tops out at 100
-(the guide's two independent ``if``s would give 50 points for metadata coverage alone).
+A missing ``tags``/``related`` key counts as empty, and the coverage tiers are *either/or*
+(``if … elif``), so the health score tops out at 100 (two independent ``if``s would give 50 points
+for metadata coverage alone).
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ CONFIDENCE_LEVELS = ("high", "medium", "low")
 
 
 def present(value: Any) -> bool:
-    """The guide's truthiness minus its traps: None, False, "" and empty collections are absent."""
+    """Is a metadata value there? Truthiness minus its traps: None, False, "" and empty collections
+    are absent."""
     if value is None or value is False:
         return False
     if isinstance(value, str | list | tuple | dict | set | frozenset):
@@ -47,7 +48,7 @@ def confidence_of(metadata: Mapping[str, Any]) -> str | None:
     return str(value).strip().lower() if present(value) else None
 
 
-#: Points for each metadata field that is present (the guide's weights; high confidence adds 10).
+#: Points for each metadata field that is present (high confidence adds 10).
 QUALITY_WEIGHTS = (
     ("type", 20),
     ("confidence", 20),
@@ -59,7 +60,7 @@ QUALITY_WEIGHTS = (
 
 
 def quality_score(metadata: Mapping[str, Any]) -> int:
-    """The guide's metadata quality score, 0-100."""
+    """The metadata quality score of one entry, 0-100."""
     score = sum(points for key, points in QUALITY_WEIGHTS if present(metadata.get(key)))
     if confidence_of(metadata) == "high":
         score += 10
@@ -76,8 +77,8 @@ OUT_OF_RANGE_ISSUE = "embedded out of model range"
 
 
 def quality_issues(entry: Entry) -> list[str]:
-    """The guide's flags: no metadata, low confidence, no tags, no links, not embedded -- and a vector
-    out of its model's range (no use for semantic search, duplicates or links)."""
+    """What lowers an entry's quality: no metadata, low confidence, no tags, no links, not embedded --
+    and a vector out of its model's range (no use for semantic search, duplicates or links)."""
     meta = entry.metadata
     issues = []
     if not has_user_metadata(meta):
@@ -153,7 +154,7 @@ class Health:
 def health_points(
     metadata_pct: float, tags_pct: float, links_pct: float, embedding_pct: float, high_confidence_pct: float
 ) -> int:
-    """The guide's health score from coverage percentages (each tier either/or; max 100)."""
+    """The health score from coverage percentages (each tier either/or; max 100)."""
     score = 0
     score += 30 if metadata_pct > 80 else 20 if metadata_pct > 50 else 0
     score += 20 if tags_pct > 60 else 10 if tags_pct > 30 else 0

@@ -109,7 +109,7 @@ class Action:
         return out
 
 
-#: every action by name, in the guide's order
+#: every action by name: the read-only ones first, then the planners, then ``full``
 ACTIONS: dict[str, Action] = {}
 #: alias -> parameter name, over every registered action
 ALIASES: dict[str, str] = {}

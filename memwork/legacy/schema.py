@@ -1,7 +1,7 @@
 """The legacy conversation-memory tables (MySQL/MariaDB in production, SQLite embedded).
 
-The seed names ``h5_conversation_messages`` and ``h5_user_memory_items`` but not their columns; these
-are the columns such a product has. ``id`` of a memory item is a string (UUID-like) so it travels
+The application's two tables are ``h5_conversation_messages`` and ``h5_user_memory_items``; these are
+the columns memwork reads and writes. ``id`` of a memory item is a string (UUID-like) so it travels
 unchanged into ``memory_embeddings.source_memory_id`` (TEXT). Timestamps are UTC, microsecond
 precision (``DATETIME(6)`` on MySQL) so the ``(updated_at, id)`` keyset is total and stable.
 

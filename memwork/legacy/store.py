@@ -82,7 +82,7 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def item_payload(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A memory item row in the seed's JSON style (camelCase keys, ISO timestamps)."""
+    """A memory item row in the Memory V2 API's JSON style (camelCase keys, ISO timestamps)."""
     return {
         "id": row["id"],
         "content": row["content"],

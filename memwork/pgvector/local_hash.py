@@ -1,8 +1,8 @@
-"""Embedding module for local pgvector canaries: the seed's deterministic hash embedding.
+"""Embedding module for local pgvector canaries: a deterministic hash embedding.
 
 Point ``MEMORY_PGVECTOR_EMBEDDING_MODULE=memwork.pgvector.local_hash`` (runtime queries) or
 ``memwork backfill --embedding-module memwork.pgvector.local_hash`` at it; the dimension comes from
-``MEMORY_V2_LOCAL_EMBEDDING_DIMENSIONS`` (default 3, as in the seed's canary env). Plumbing only:
+``MEMORY_V2_LOCAL_EMBEDDING_DIMENSIONS`` (default 3, the size a local canary uses). Plumbing only:
 never for production retrieval quality.
 
 A canary whose table has another dimension gets a module file of its own from :func:`write_module`; that

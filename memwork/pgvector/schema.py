@@ -1,6 +1,7 @@
 """The ``memory_embeddings`` table: SQL generation (pure, for dry runs) and idempotent apply.
 
-The shape is the seed's, plus what a safe migration needs: a unique index on ``source_memory_id``
+The shape is one row per memory (id, user, content, type, timestamps, metadata, vector), plus what a
+safe migration needs: a unique index on ``source_memory_id``
 (the backfill's idempotency key), an index on ``user_id`` (every lookup is per user), the
 ``embedding_model`` that made each vector (so mixed models can be detected), an optional HNSW index,
 and the small ``memwork_backfill_checkpoints`` table the backfill commits its cursor into.

@@ -39,7 +39,8 @@ from memwork.rollout.signoff import (
     signoff_block,
 )
 
-#: resolve requests sampled from the legacy database: how many memories each asks for, and the seed
+#: resolve requests sampled from the legacy database: how many memories each asks for, and the
+#: random seed of the sample
 REQUEST_LIMIT = 10
 SAMPLE_SEED = 0
 

@@ -1,6 +1,6 @@
 """The runtime service (``memwork serve``): the facade over HTTP, with shadow reads.
 
-Routes (the seed's integration points, ``docs`` in the served ``/openapi.json``):
+Routes (where the application calls memory, ``docs`` in the served ``/openapi.json``):
 
 * ``GET  /healthz`` -- liveness only, never needs the token, touches no backend;
 * ``GET  /api/runtime/status`` -- ``{"memory": facade.status(), "service": ..., "shadow": ...}``;

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from memwork.db import DatabaseURL, is_database_url, parse_url
@@ -18,6 +20,7 @@ __all__ = [
     "SQLStore",
     "Store",
     "open_store",
+    "opened_store",
 ]
 
 
@@ -30,7 +33,7 @@ def open_store(spec: str, *, dimension: int = DEFAULT_DIMENSION, create: bool = 
     * ``pg://embedded`` or ``pg://embedded/NAME`` -> the embedded PostgreSQL, then :class:`SQLStore`
 
     A store that does not exist is an error (:class:`MissingStore`, exit 2), never an empty store:
-    only ``create=True`` (a writing command such as ``store import --apply``) makes the directory,
+    only ``create=True`` (a writing command such as ``store load --apply``) makes the directory,
     the SQLite file or the table (and the database NAME of ``pg://embedded/NAME``). A database on
     another server (``postgresql://``, ``mysql://``) must always exist already.
     """
@@ -58,6 +61,18 @@ def open_store(spec: str, *, dimension: int = DEFAULT_DIMENSION, create: bool = 
         return SQLStore(url, dimension=dimension, create=create)
     except MissingStore as exc:
         raise MissingStore("store", url.redacted, exc.problem) from None
+
+
+@contextmanager
+def opened_store(store: str | Store) -> Iterator[Store]:
+    """``store`` open for the block: a spec is opened here and closed after it; a :class:`Store` the
+    caller opened is used as it is and left open (its owner closes it), so every library call and the
+    notebooks can take either."""
+    if isinstance(store, Store):
+        yield store
+        return
+    with open_store(store) as opened:
+        yield opened
 
 
 def _require_sqlite_file(url: DatabaseURL) -> bool:

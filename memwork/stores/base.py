@@ -1,8 +1,8 @@
-"""The storage contract every memory store implements (the defrag guide's adapter contract).
+"""The storage contract every memory store implements (the defrag engine reads and writes only through it).
 
 A store keeps :class:`~memwork.entry.Entry` objects keyed by ``(scope, path)``. Subclasses implement
 five primitives -- :meth:`get`, :meth:`put`, :meth:`_delete`, :meth:`iter_entries`, :meth:`scopes` --
-plus :meth:`bump_hits`; the guide's methods (``list``, ``read_entry``, ``write``, ``delete``,
+plus :meth:`bump_hits`; the defrag methods (``list``, ``read_entry``, ``write``, ``delete``,
 ``total_size``, ``all_entries``) and the user-facing :meth:`read` are built on them here, once, so
 validation, stub following and hit counting behave the same in every store.
 
@@ -105,7 +105,7 @@ class CasWrite:
 
 @dataclass(frozen=True)
 class EntryInfo:
-    """What ``list`` returns per entry (the guide's ``{path, title, size, updated_at}``, plus scope)."""
+    """What ``list`` returns per entry (``{path, title, size, updated_at, scope}``)."""
 
     path: str
     title: str
@@ -207,7 +207,7 @@ class Store(ABC):
         """A human-readable, secret-free description of where the store lives."""
         return self.kind
 
-    # ---- the guide's contract ----------------------------------------------------------------
+    # ---- the defrag methods, built on the primitives ---------------------------------------
     def list(self, prefix: str | None = None, *, scope: str | None = None) -> list[EntryInfo]:
         """``{path, title, size, updated_at, scope}`` of every entry, stubs included."""
         return [

@@ -1,9 +1,9 @@
-"""A memory store in a plain directory, in the layout the defrag guide's tool uses.
+"""A memory store in a plain directory: one file per entry, readable and editable by hand.
 
 Each entry is three files: ``<path>`` (the content, UTF-8), ``<path>.yml`` (a sidecar with title,
 metadata, created_at, updated_at and hits) and ``<path>.emb`` (the embedding as raw little-endian
 float32; absent when the entry has none). Scope ``default`` lives directly under the root, so an
-existing guide directory opens as-is; other scopes live under ``<root>/.scopes/<scope>/``.
+existing directory of memory files opens as-is; other scopes live under ``<root>/.scopes/<scope>/``.
 
 Writes happen under a lock file in the root (two writers never interleave), and an entry's three
 files change together, so that neither a reader nor a kill -9 ever sees a stub sidecar over the

@@ -1,10 +1,11 @@
 """A memory store in one SQL table, through SQLAlchemy Core: SQLite, PostgreSQL + pgvector, MySQL.
 
-The table is the defrag guide's ``agent_memories`` plus ``scope`` and ``hits``, unique on
-``(scope, file_path)``. On PostgreSQL metadata is JSONB (GIN index, expression indexes on ``type``
-and ``stub``) and the embedding a ``vector(dimension)`` with an HNSW ``vector_cosine_ops`` index; on
-SQLite and MySQL metadata is JSON text and the embedding a little-endian float32 blob. Timestamps are
-stored as naive UTC (the guide's ``TIMESTAMP``). Paths compare by code point everywhere (``C`` /
+The table is ``agent_memories`` (path, title, content, metadata, embedding, timestamps) plus ``scope``
+and ``hits``, unique on ``(scope, file_path)``. On PostgreSQL metadata is JSONB (GIN index, expression
+indexes on ``type`` and ``stub``) and the embedding a ``vector(dimension)`` with an HNSW
+``vector_cosine_ops`` index; on SQLite and MySQL metadata is JSON text and the embedding a
+little-endian float32 blob. Timestamps are
+stored as naive UTC (a plain ``TIMESTAMP``). Paths compare by code point everywhere (``C`` /
 ``utf8mb4_bin`` collation), so every store lists entries in the same order.
 
 Modifying runs hold :meth:`SQLStore.run_lock`: flock files next to a SQLite file, a PostgreSQL
@@ -76,7 +77,9 @@ from memwork.stores.base import (
 )
 from memwork.stores.runlock import flock_run_lock, lock_key, lock_name, poll_until
 
-DEFAULT_TABLE = "agent_memories"
+#: the table of the defrag entry store (an SQL store); the pgvector destination's is
+#: :data:`memwork.pgvector.schema.DEFAULT_TABLE`
+ENTRIES_TABLE = "agent_memories"
 DEFAULT_DIMENSION = 384
 _BATCH = 500
 _STREAM = 2000
@@ -160,7 +163,7 @@ class SQLStore(Store):
         url: str | DatabaseURL,
         *,
         dimension: int = DEFAULT_DIMENSION,
-        table: str = DEFAULT_TABLE,
+        table: str = ENTRIES_TABLE,
         create: bool = True,
     ) -> None:
         check_dimension("dimension", dimension)
@@ -527,7 +530,7 @@ class SQLStore(Store):
             if conn.execute(stmt).rowcount == 0:
                 raise EntryNotFound(path, scope)
 
-    # ---- faster versions of the guide's methods ----------------------------------------------
+    # ---- faster versions of the defrag methods of Store ----------------------------------------
     def list(self, prefix: str | None = None, *, scope: str | None = None) -> list[EntryInfo]:
         """Like the base method, without loading content or embeddings."""
         c = self.table.c

@@ -1,13 +1,13 @@
 """Load any store from, and dump it to, JSON lines -- one :meth:`Entry.to_record` per line.
 
-Import checks every line before writing anything (an error names the line, the field and the value)
-and is a dry run unless ``apply=True``. The check refuses everything any store kind would refuse
-(NUL, lone surrogates, hits beyond 32 bits, NaN in metadata, float32 overflow, over-long file names,
-very deep metadata, paths that collide as file and directory), so an export from any store imports
-into any other, and a file that passes is written whole: SQL stores write it in one transaction, the
-filesystem store after the whole file (and its paths against the store) passed. It writes through
-``Store.put_many``, so timestamps and hits survive exactly: export -> import into another kind of
-store -> export gives the same bytes.
+Loading (``memwork store load``) checks every line before writing anything (an error names the line,
+the field and the value) and is a dry run unless ``apply=True``. The check refuses everything any
+store kind would refuse (NUL, lone surrogates, hits beyond 32 bits, NaN in metadata, float32
+overflow, over-long file names, very deep metadata, paths that collide as file and directory), so
+an export from any store loads into any other, and a file that passes is written whole: SQL stores
+write it in one transaction, the filesystem store after the whole file (and its paths against the
+store) passed. It writes through ``Store.put_many``, so timestamps and hits survive exactly: export
+-> load into another kind of store -> export gives the same bytes.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ _LOOKUP_ONE_BY_ONE = 2000
 
 
 @dataclass
-class ImportReport:
-    """What an import found (dry run) or did (``applied``): counts overall and per scope."""
+class LoadReport:
+    """What a load found (dry run) or did (``applied``): counts overall and per scope. (Not the
+    migration's report: ``memwork import`` moves a source into pgvector, ``store load`` fills a store.)"""
 
     applied: bool
     total: int = 0
@@ -118,8 +119,8 @@ def export_jsonl(
     return count
 
 
-# ---- import -------------------------------------------------------------------------------------
-def import_jsonl(
+# ---- load ---------------------------------------------------------------------------------------
+def load_jsonl(
     store: Store | None,
     lines_or_path: str | os.PathLike[str] | Iterable[str] | Iterable[bytes],
     *,
@@ -127,7 +128,7 @@ def import_jsonl(
     progress: Progress | None = None,
     dimension: int | None = None,
     create: Callable[[], Store] | None = None,
-) -> ImportReport:
+) -> LoadReport:
     """Validate every line, compare with what ``store`` holds, and (only with ``apply``) write the new
     and changed entries. Raises :class:`ImportLineError` on the first bad line, before any write, and
     :class:`ImportWriteError` when the store itself refuses an entry (a SQL store then has written
@@ -149,7 +150,7 @@ def import_jsonl(
             pass  # nothing to compare with: the store does not exist yet
     else:
         existing = _existing_fingerprints(store, entries, progress)
-    report = ImportReport(applied=apply)
+    report = LoadReport(applied=apply)
     to_write: list[Entry] = []
     for entry in entries:
         before = existing.get(entry.key)
