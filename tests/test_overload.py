@@ -19,6 +19,7 @@ import httpx
 import psycopg
 import pymysql
 import pytest
+from deadlines import within_deadline
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
@@ -33,7 +34,6 @@ from memwork.pgvector.schema import ensure_schema
 from memwork.service.app import create_app, running
 
 TIMEOUT_MS = 600
-MARGIN = 0.5  #: an answer may come this share of the deadline late (a loaded CI machine), never more
 
 
 def stored(url: str, user: str, content: str | None = None) -> int:
@@ -249,7 +249,8 @@ def test_threads_stay_bounded_by_the_setting_while_mariadb_hangs(legacy: str) ->
 
 def test_requests_beyond_the_workers_are_answered_by_their_deadline_and_counted_as_shed(legacy: str) -> None:
     """The wait for a worker is inside the deadline: 12 resolves at once on 2 workers while MariaDB hangs
-    are all answered degraded within the deadline (plus a margin derived from it)."""
+    are all answered degraded within the deadline (a margin derived from it: tests/deadlines.py), while
+    the lock is held until every one has answered."""
     env = serve_env(legacy, MEMWORK_SERVICE_THREADS="2")
     budget = TIMEOUT_MS / 1000
     with running(create_app(env)) as url:
@@ -272,7 +273,7 @@ def test_requests_beyond_the_workers_are_answered_by_their_deadline_and_counted_
                 thread.join(60)
         status = httpx.get(f"{url}/api/runtime/status", timeout=30).json()["service"]
     assert len(answers) == 12 and all(a["ok"] is False and a["memories"] == [] for a in answers)
-    assert max(took) <= budget * (1 + MARGIN), sorted(took)
+    assert within_deadline(max(took), budget), sorted(took)  # the lock is held far longer
     shed = sum(1 for a in answers if a.get("shed"))
     row = status["operations"]["resolve"]  # the warm-up resolve was ok, the 12 degraded
     assert row["degraded"] == 12 and row["shed"] == shed and row["shed"] + row["timedOut"] == 12
@@ -288,7 +289,7 @@ def test_a_legacy_read_blocked_by_a_lock_is_cancelled_by_mariadb_at_its_deadline
             store.resolve("u1", 10)
         took = time.monotonic() - started
     assert "cancelled by the server" in str(caught.value)
-    assert took <= budget * (1 + MARGIN)  # while the lock was still held: the server ended it
+    assert within_deadline(took, budget)  # while the lock was still held: the server ended it
 
 
 def test_a_pgvector_search_blocked_by_a_lock_is_cancelled_by_postgresql_at_its_deadline(pg_url: str) -> None:
@@ -308,4 +309,4 @@ def test_a_pgvector_search_blocked_by_a_lock_is_cancelled_by_postgresql_at_its_d
         locker.rollback()
     backend.close()
     assert "cancelled by PostgreSQL" in str(caught.value)
-    assert took <= budget * (1 + MARGIN)
+    assert within_deadline(took, budget)  # the lock is held until the call has ended
