@@ -127,6 +127,8 @@ class Adapter:
     sent: dict[str, int] = field(default_factory=dict)
     #: where the secret goes when it is also in the URL of a refused connection (a password in the URL)
     refused_url_secret: Callable[[int], str] | None = None
+    #: a resolve adapter: make its fake misbehave (answer with the look-alikes' items too, filter ignored)
+    misbehave: Callable[[Service], None] | None = None
 
     def __repr__(self) -> str:
         return self.name
@@ -153,7 +155,29 @@ def _qdrant_fake() -> FakeService:
 
     engine = QdrantClient(":memory:")
     engine.create_collection("memind_memory", vectors_config=models.VectorParams(size=3, distance="Cosine"))
+    points = [
+        models.PointStruct(
+            id=10 * u + k + 1,
+            vector=[1.0, 0.1 * k + 0.01 * u, 0.05 * u],
+            payload={"user_id": user, "content": f"{user!r} likes tea {k}", "type": "fact"},
+        )
+        for u, user in enumerate(LOOKALIKES)
+        for k in range(3)
+    ]
+    engine.upsert("memind_memory", points)
     return QdrantRest(engine, api_key=QDRANT_KEY)
+
+
+def _letta_misbehaves(service: Service) -> None:
+    fake = service.fake
+    assert isinstance(fake, FakeLetta)
+    for user in LOOKALIKES:
+        fake.insert(f"user: {user!r} likes tea", [f"memwork-user:{user}", "memwork-kind:turn"])
+    fake.misbehave = True  # the search ignores the tag filter
+
+
+def _misbehaves(service: Service) -> None:
+    service.fake.misbehave = True  # type: ignore[union-attr]  # the user filter is ignored
 
 
 def _weaviate_env(url: str, folder: Path) -> dict[str, str]:
@@ -179,6 +203,10 @@ def _langgraph_fake() -> FakeService:
     return fake
 
 
+#: users whose ids differ only in case or a trailing space: each is its own tenant
+LOOKALIKES = ("TenantX", "tenantx", "tenantx ")
+#: the look-alikes a facade call can name (an id with a trailing space is refused at its door)
+CALLERS = LOOKALIKES[:2]
 LETTA_KEY = "letta-test-key"
 MEM0_KEY = "m0-test-key"
 QDRANT_KEY = "qdrant-key-SEKRIT-7f3a"
@@ -207,6 +235,7 @@ ADAPTERS = [
             "slow": ("timed out",),
         },
         refused=("letta",),
+        misbehave=_letta_misbehaves,
     ),
     Adapter(
         name="mem0",
@@ -248,6 +277,7 @@ ADAPTERS = [
             "slow": ("timed out", "Timed out", "timeout"),
         },
         refused=("qdrant get_collection failed",),
+        misbehave=_misbehaves,
     ),
     Adapter(
         name="weaviate",
@@ -267,6 +297,7 @@ ADAPTERS = [
         # a read: a 503 and a dropped connection are retried (twice) within the deadline
         sent={"http-400": 1, "http-422": 1, "http-500": 1, "http-503": 3, "malformed": 1, "drop": 3},
         refused=("ConnectError",),
+        misbehave=_misbehaves,
     ),
     Adapter(
         name="langgraph",
@@ -290,6 +321,7 @@ ADAPTERS = [
         # a run is not a pure read: one run, never two, whatever the fault
         sent={f: 1 for f in ("http-400", "http-422", "http-500", "http-503", "malformed", "drop", "slow")},
         refused=("ConnectError",),
+        misbehave=_misbehaves,
     ),
     Adapter(
         name="neo4j",
@@ -451,6 +483,40 @@ def test_fail_closed_raises_a_typed_error_without_the_secret(adapter, operation,
             facade.close()
     assert any(text in str(info.value) for text in adapter.faults[fault]), str(info.value)
     assert adapter.secret not in str(info.value)
+
+
+# ---- the tenant guard ----------------------------------------------------------------------------
+GUARDED = [a for a in ADAPTERS if a.misbehave is not None]
+
+
+@pytest.mark.parametrize("user", CALLERS)
+@pytest.mark.parametrize("adapter", GUARDED, ids=[a.name for a in GUARDED])
+def test_a_misbehaving_server_never_hands_over_a_look_alikes_items(adapter, user, tmp_path, caplog):
+    """The server ignores the user filter and answers with every look-alike's items: the adapter
+    drops each one that is not the caller's (exact id, case and spaces included) and says so."""
+    assert adapter.misbehave is not None
+    with adapter.serve(tmp_path) as service:
+        adapter.misbehave(service)
+        env = {
+            **adapter.env(service.url, tmp_path),
+            "MEMORY_BACKEND": adapter.name,
+            "MEMORY_BACKEND_TIMEOUT_MS": str(ERROR_DEADLINE_MS),
+        }
+        facade = facade_from_env(env)
+        try:
+            with caplog.at_level(logging.WARNING):
+                payload = facade.resolve({"userId": user, "query": "likes tea", "limit": 50})
+        finally:
+            facade.close()
+    assert payload["ok"] is True and payload["source"] == adapter.name, payload
+    items = [
+        item
+        for key in ("semanticMemories", "memories", "activeGoals")
+        for item in payload[key]
+        if isinstance(item, dict)
+    ]
+    assert items and {item["userId"] for item in items} == {user}, items
+    assert "of another user; dropped" in caplog.text
 
 
 # ---- configuration: dormant, available without connecting, the contract -------------------------
