@@ -11,7 +11,6 @@ import base64
 import json
 import logging
 import re
-import time
 
 import pytest
 from click.testing import CliRunner
@@ -32,9 +31,7 @@ from memwork.errors import BackendError
 from memwork.facade.facade import facade_from_env
 
 PASSWORD = "pw-Zq8!never-shown"
-DEADLINE_MS = 300  #: the slow-response case: the deadline itself is under test
-ERROR_DEADLINE_MS = 1000  #: the other failures: their own reason must win, even on a loaded machine
-MARGIN_S = 0.35
+ERROR_DEADLINE_MS = 1000  #: the failures here: their own reason must win, even on a loaded machine
 
 
 def _env(url: str, **extra: str) -> dict[str, str]:
@@ -133,12 +130,10 @@ def test_the_database_is_a_validated_path_segment():
             commit_path(bad)
 
 
-def test_configured_is_available_without_connecting():
-    started = time.perf_counter()
+def test_configured_is_available_without_building_a_client():
     backend = from_env(_env(refused_url()))
     assert backend.availability().available and backend.database == "neo4j"
     assert backend._client is None  # nothing built, nothing connected
-    assert time.perf_counter() - started < 0.1
     assert PASSWORD not in repr(backend)
 
 
@@ -254,23 +249,20 @@ def test_unavailable_backend_refuses_to_write(fake):
 
 
 # ---- failure modes: the facade fails open within the deadline -----------------------------------
-def _degraded_write(env: dict[str, str], caplog, deadline_ms: int = ERROR_DEADLINE_MS) -> tuple[dict, float]:
-    """One write through the failing facade: degraded, within the deadline, no password anywhere."""
-    facade = facade_from_env({**env, "MEMORY_BACKEND_TIMEOUT_MS": str(deadline_ms)})
+def _degraded_write(env: dict[str, str], caplog) -> dict:
+    """One write through the failing facade: degraded, the adapter still listed, no password anywhere."""
+    facade = facade_from_env({**env, "MEMORY_BACKEND_TIMEOUT_MS": str(ERROR_DEADLINE_MS)})
     try:
-        started = time.perf_counter()
         with caplog.at_level(logging.DEBUG):
             payload = facade.write(_write())
-        elapsed = time.perf_counter() - started
         status = facade.status()
     finally:
         facade.close()
     assert PASSWORD not in json.dumps(status) and PASSWORD not in json.dumps(payload)
     assert PASSWORD not in caplog.text
-    assert elapsed < deadline_ms / 1000 + MARGIN_S, elapsed
     row = next(b for b in status["backends"] if b["name"] == "neo4j")
     assert row["available"] is True and row["supports"]["write"] is True
-    return payload, elapsed
+    return payload
 
 
 def test_facade_writes_through_neo4j_and_resolve_stays_on_legacy(facade_env, fake):
@@ -288,28 +280,19 @@ def test_facade_writes_through_neo4j_and_resolve_stays_on_legacy(facade_env, fak
     assert len(fake.requests) == 1
 
 
-@pytest.mark.parametrize(
-    ("fault", "expected"),
-    [
-        (Fault(status=400), "HTTP 400"),
-        (Fault(status=500), "HTTP 500"),
-        (Fault(status=503), "HTTP 503"),
-        (Fault(malformed=True), "malformed JSON"),
-        (Fault(drop=True), "neo4j POST"),
-    ],
-)
-def test_http_failures_fail_open_and_are_never_retried(facade_env, fake, caplog, fault, expected):
+@pytest.mark.parametrize("fault", [Fault(status=400), Fault(status=503), Fault(drop=True)])
+def test_a_failed_write_commits_nothing(facade_env, fake, caplog, fault):
+    """How each fault degrades (and that a write is sent once) is the conformance suite's; here: the
+    transactional endpoint committed nothing."""
     fake.fault = fault
-    payload, _ = _degraded_write(facade_env, caplog)
+    payload = _degraded_write(facade_env, caplog)
     assert payload["ok"] is False and payload["source"] == "neo4j"
-    assert expected in payload["reason"], payload["reason"]
-    assert len(fake.requests) == 1  # a write is sent once, even on 503 or a dropped connection
     assert fake.commits == []
 
 
 def test_errors_in_a_200_are_a_failed_write(facade_env, fake, caplog):
     fake.statement_error = ("Neo.ClientError.Schema.ConstraintValidationFailed", "Node already exists\nmore")
-    payload, _ = _degraded_write(facade_env, caplog)
+    payload = _degraded_write(facade_env, caplog)
     assert payload["ok"] is False
     assert (
         "Neo.ClientError.Schema.ConstraintValidationFailed: server said: Node already exists"
@@ -327,38 +310,16 @@ def test_a_200_without_the_documented_shape_is_a_failed_write(fake):
 
 def test_wrong_password_is_a_401_without_the_password(facade_env, fake, caplog):
     fake.password = "the-server-wants-another"
-    payload, _ = _degraded_write(facade_env, caplog)
+    payload = _degraded_write(facade_env, caplog)
     assert payload["ok"] is False and "HTTP 401" in payload["reason"]
     assert "Unauthorized" in payload["reason"]
 
 
 def test_unknown_database_is_a_404(facade_env, fake, caplog):
-    payload, _ = _degraded_write({**facade_env, "MEMORY_NEO4J_DATABASE": "nothere"}, caplog)
+    payload = _degraded_write({**facade_env, "MEMORY_NEO4J_DATABASE": "nothere"}, caplog)
     assert (
         payload["ok"] is False and "HTTP 404" in payload["reason"] and "DatabaseNotFound" in payload["reason"]
     )
-
-
-def test_slow_response_past_the_deadline(facade_env, fake, caplog):
-    fake.fault = Fault(delay_s=1.5)
-    payload, _ = _degraded_write(facade_env, caplog, deadline_ms=DEADLINE_MS)
-    assert payload["ok"] is False and "timed out" in payload["reason"]
-    assert len(fake.requests) == 1
-
-
-def test_connection_refused(caplog):
-    url = refused_url().replace("http://", f"http://neo4j:{PASSWORD}@")  # a password in the URL too
-    payload, _ = _degraded_write(_env(url, MEMORY_BACKEND="neo4j"), caplog)
-    assert payload["ok"] is False and "ConnectError" in payload["reason"]
-
-
-def test_fail_closed_raises_without_the_password(facade_env, fake):
-    fake.fault = Fault(status=500)
-    facade = facade_from_env({**facade_env, "MEMORY_FAIL_OPEN": "0", "MEMORY_BACKEND_TIMEOUT_MS": "1000"})
-    with pytest.raises(BackendError) as info:
-        facade.write(_write())
-    facade.close()
-    assert "HTTP 500" in str(info.value) and PASSWORD not in str(info.value)
 
 
 def test_error_text_from_the_server_never_shows_the_password(fake):

@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from fakes.server import FakeService, Fault, Request, Response, refused_url, serve
+from deadlines import slow_delay, within_deadline
+from fakes.qdrant import QdrantRest
+from fakes.server import Fault, refused_url, serve
 from qdrant_client import QdrantClient, models
 
 from memwork.backends.base import supports_of
@@ -411,67 +413,6 @@ def _facade_with(backend: QdrantBackend, **extra: str):
 
 
 # ---- the tenant guard on results ----------------------------------------------------------------
-class QdrantRest(FakeService):
-    """Qdrant's REST API for the calls the adapter makes, over qdrant-client's in-process engine.
-
-    Shapes from Qdrant's API reference (https://api.qdrant.tech/api-reference/collections/get-collection,
-    https://api.qdrant.tech/api-reference/search/query-points; auth: the ``api-key`` header):
-
-    * ``GET /collections/{collection_name}`` -> ``{"result": CollectionInfo, "status": "ok", "time": s}``;
-    * ``POST /collections/{collection_name}/points/query`` with a ``QueryRequest`` (``query``,
-      ``using``, ``filter`` ``{"must": [{"key", "match": {"value"}}]}``, ``limit``, ``with_payload``,
-      ``with_vector``) -> ``{"result": {"points": [ScoredPoint]}, "status": "ok", "time": s}``;
-    * a missing collection -> 404 ``{"status": {"error": "Not found: Collection `x` doesn't exist!"}}``.
-
-    ``misbehave``: answers every query with one extra point of another user (ignoring the filter).
-    """
-
-    def __init__(self, engine: QdrantClient, api_key: str | None = None) -> None:
-        super().__init__()
-        self.engine = engine
-        self.api_key = api_key
-        self.misbehave = False
-        self.route("GET", r"/collections/(?P<name>[^/]+)", self.get_collection)
-        self.route("POST", r"/collections/(?P<name>[^/]+)/points/query", self.query_points)
-
-    def _denied(self, request: Request) -> Response | None:
-        if self.api_key is not None and request.headers.get("api-key") != self.api_key:
-            return Response(
-                401, {"status": {"error": "Must provide an API key or an Authorization bearer token"}}
-            )
-        return None
-
-    def _missing(self, name: str) -> Response | None:
-        if self.engine.collection_exists(name):
-            return None
-        return Response(
-            404, {"status": {"error": f"Not found: Collection `{name}` doesn't exist!"}, "time": 0.0}
-        )
-
-    def get_collection(self, request: Request) -> Response:
-        problem = self._denied(request) or self._missing(request.params["name"])
-        if problem:
-            return problem
-        info = self.engine.get_collection(request.params["name"])
-        return Response(200, {"result": info.model_dump(mode="json"), "status": "ok", "time": 0.001})
-
-    def query_points(self, request: Request) -> Response:
-        name = request.params["name"]
-        problem = self._denied(request) or self._missing(name)
-        if problem:
-            return problem
-        body = models.QueryRequest(**request.body)
-        result = self.engine.query_points(
-            name,
-            query=body.query,
-            using=body.using,
-            query_filter=None if self.misbehave else body.filter,
-            limit=body.limit or 10,
-            with_payload=body.with_payload if body.with_payload is not None else True,
-        )
-        return Response(200, {"result": result.model_dump(mode="json"), "status": "ok", "time": 0.001})
-
-
 @pytest.fixture
 def rest(memory_client):
     _seed_lookalikes(memory_client)
@@ -519,47 +460,13 @@ REQUEST = {
 }
 
 
-def _resolve_timed(env: dict[str, str]) -> tuple[dict[str, Any], float, Any]:
+def _resolve(env: dict[str, str]) -> tuple[dict[str, Any], Any]:
+    """One resolve through the facade, and the status page after it."""
     facade = facade_from_env(env)
-    started = time.monotonic()
     try:
-        result = facade.resolve(REQUEST)
-        return result, time.monotonic() - started, facade.status()
+        return facade.resolve(REQUEST), facade.status()
     finally:
         facade.close()
-
-
-def test_facade_fails_open_when_the_url_is_refused_within_the_deadline():
-    env = _facade_env(refused_url(), MEMORY_BACKEND_TIMEOUT_MS="300", MEMORY_QDRANT_API_KEY=API_KEY)
-    result, elapsed, status = _resolve_timed(env)
-    assert result["ok"] is False and result["source"] == "qdrant"
-    assert "qdrant get_collection failed" in result["reason"] and API_KEY not in result["reason"]
-    assert result["semanticMemories"] == [] and result["profile"] is None
-    assert elapsed < 0.3 + 0.25
-    assert next(b for b in status["backends"] if b["name"] == "qdrant")["available"] is True
-
-
-@pytest.mark.parametrize(
-    ("fault", "expected"),
-    [
-        (Fault(status=500), "HTTP 500"),
-        (Fault(status=503), "HTTP 503"),
-        (Fault(status=400), "HTTP 400"),
-        (Fault(malformed=True), "qdrant get_collection failed"),
-        (Fault(drop=True), "qdrant get_collection failed"),
-    ],
-)
-def test_facade_fails_open_on_server_faults(rest, fault, expected, caplog):
-    rest.fault = fault
-    env = _facade_env(rest.url, MEMORY_BACKEND_TIMEOUT_MS="1000", MEMORY_QDRANT_API_KEY=API_KEY)
-    with caplog.at_level(logging.DEBUG):
-        result, elapsed, status = _resolve_timed(env)
-    # a 1 s deadline so the fault, not a loaded machine, decides the reason; a 503 is retried with
-    # backoff and the retries may still outlast it: the facade's timeout is the equally fail-open reason
-    allowed = (expected, "timed out after 1000 ms") if fault.status == 503 else (expected,)
-    assert result["ok"] is False and any(a in result["reason"] for a in allowed), result["reason"]
-    assert elapsed < 1.0 + 0.25
-    assert API_KEY not in json.dumps(result) + json.dumps(status) + caplog.text
 
 
 def test_a_503_is_retried_but_a_500_is_not(rest):
@@ -576,28 +483,28 @@ def test_a_503_is_retried_but_a_500_is_not(rest):
     assert retried == 3 and len(rest.requests) == 1
 
 
-def test_a_slow_server_degrades_within_the_deadline(rest):
-    rest.fault = Fault(delay_s=1.5)
-    env = _facade_env(rest.url, MEMORY_BACKEND_TIMEOUT_MS="300")
-    result, elapsed, _ = _resolve_timed(env)
-    assert result["ok"] is False and elapsed < 0.3 + 0.25
-    backend = from_env(env)  # the adapter's own timeout (90 % of the deadline) fires, not the facade's
+def test_the_adapters_own_timeout_ends_a_slow_call(rest):
+    """Not the facade's deadline: the adapter's own client timeout (90 % of it) ends the call, so a
+    direct caller (smoke, a source) is bounded too. The facade's side is in the conformance suite."""
+    deadline_s = 0.3
+    rest.fault = Fault(delay_s=slow_delay(deadline_s))  # 20 deadlines: only a timeout ends the wait
+    backend = from_env(_facade_env(rest.url, MEMORY_BACKEND_TIMEOUT_MS=str(int(deadline_s * 1000))))
     started = time.monotonic()
     with pytest.raises(BackendError, match=r"(?i)timed? ?out"):
         backend.resolve(REQUEST)
-    assert time.monotonic() - started < 0.6
+    assert within_deadline(time.monotonic() - started, deadline_s)
     backend.close()
 
 
 def test_a_wrong_api_key_is_a_401_without_either_key(rest):
     wrong = "wrong-key-SEKRIT-0000"
-    result, _, status = _resolve_timed(_facade_env(rest.url, MEMORY_QDRANT_API_KEY=wrong))
+    result, status = _resolve(_facade_env(rest.url, MEMORY_QDRANT_API_KEY=wrong))
     assert result["ok"] is False and "HTTP 401" in result["reason"]
     assert wrong not in json.dumps(result) + json.dumps(status) and API_KEY not in json.dumps(result)
 
 
 def test_facade_selects_qdrant_and_resolves_over_http(rest):
-    result, _, status = _resolve_timed(_facade_env(rest.url, MEMORY_QDRANT_API_KEY=API_KEY))
+    result, status = _resolve(_facade_env(rest.url, MEMORY_QDRANT_API_KEY=API_KEY))
     assert result["ok"] is True and result["source"] == "qdrant"
     assert [m["userId"] for m in result["semanticMemories"]] == ["TenantX"] * 3
     assert status["selectedBackends"] == {"resolve": "qdrant", "write": LEGACY, "compact": LEGACY}

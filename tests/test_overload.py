@@ -19,6 +19,7 @@ import httpx
 import psycopg
 import pymysql
 import pytest
+from deadlines import within_deadline
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
@@ -33,7 +34,8 @@ from memwork.pgvector.schema import ensure_schema
 from memwork.service.app import create_app, running
 
 TIMEOUT_MS = 600
-MARGIN = 0.5  #: an answer may come this share of the deadline late (a loaded CI machine), never more
+#: where a call must succeed, not race the deadline: a loaded machine can spend seconds on one write
+OK_TIMEOUT_MS = 20_000
 
 
 def stored(url: str, user: str, content: str | None = None) -> int:
@@ -98,14 +100,14 @@ def test_a_write_answered_failed_is_never_stored_and_the_status_counts_its_final
     user, text = "tw-user", "I live in Timeoutville."
     with running(create_app(serve_env(legacy))) as url, httpx.Client(base_url=url, timeout=30) as client:
         client.post("/user-memory/v1/resolve", json={"userId": user})  # warm the pool
+        operations = lambda: client.get("/api/runtime/status").json()["service"]["operations"]  # noqa: E731
         with tables_locked(legacy):
             answer = client.post("/user-memory/v1/remember-recent", json=write_body(user, text)).json()
-            # held past the deadline: the statement is cancelled by the server, the commit refused
-            time.sleep(3 * TIMEOUT_MS / 1000)
+            # held until the write has ended, whatever the machine's load: the statement was cancelled
+            # by the server and the commit refused while the lock still stood (no sleep to guess it)
+            assert wait_until(lambda: operations()["write"]["final"]["inFlight"] == 0)
         assert answer["ok"] is False and answer["status"] == "failed", answer
         assert "nothing stored" in answer["reason"]
-        operations = lambda: client.get("/api/runtime/status").json()["service"]["operations"]  # noqa: E731
-        assert wait_until(lambda: operations()["write"]["final"]["inFlight"] == 0)
         assert stored(legacy, user, text) == 0
         row = operations()["write"]
         assert row["degraded"] == 1 and row["timedOut"] == 1 and row["contradicted"] == 0
@@ -116,7 +118,8 @@ def test_a_write_answered_failed_is_never_stored_and_the_status_counts_its_final
 
 
 def test_a_retried_write_never_duplicates_and_gets_the_same_message_ids(legacy: str) -> None:
-    with running(create_app(serve_env(legacy))) as url, httpx.Client(base_url=url, timeout=30) as client:
+    env = serve_env(legacy, MEMORY_BACKEND_TIMEOUT_MS=str(OK_TIMEOUT_MS))  # both writes must land
+    with running(create_app(env)) as url, httpx.Client(base_url=url, timeout=30) as client:
         body = write_body("retry-user", "My name is Ada.", "yes", "yes")
         first = client.post("/user-memory/v1/remember-recent", json=body).json()
         second = client.post("/user-memory/v1/remember-recent", json=body).json()
@@ -230,9 +233,14 @@ def test_threads_stay_bounded_by_the_setting_while_mariadb_hangs(legacy: str) ->
         with tables_locked(legacy):
             for thread in clients:
                 thread.start()
-            for _ in range(60):  # 3 s of a hang, 15 deadlines long
-                time.sleep(0.05)
+            pause = threading.Event()
+            # at least 3 s of a hang (15 deadlines), and on until more answers than workers came back
+            # (a bound of 60 s on that wait, never an assertion on how long it took)
+            for polls in range(1200):
+                pause.wait(0.05)
                 peak = max(peak, len(service_threads() - before - set(clients)))
+                if polls >= 60 and len(answers) > workers:
+                    break
             stop.set()
             for thread in clients:
                 thread.join(30)
@@ -249,12 +257,14 @@ def test_threads_stay_bounded_by_the_setting_while_mariadb_hangs(legacy: str) ->
 
 def test_requests_beyond_the_workers_are_answered_by_their_deadline_and_counted_as_shed(legacy: str) -> None:
     """The wait for a worker is inside the deadline: 12 resolves at once on 2 workers while MariaDB hangs
-    are all answered degraded within the deadline (plus a margin derived from it)."""
+    are all answered degraded within the deadline (a margin derived from it: tests/deadlines.py), while
+    the lock is held until every one has answered."""
     env = serve_env(legacy, MEMWORK_SERVICE_THREADS="2")
     budget = TIMEOUT_MS / 1000
     with running(create_app(env)) as url:
         with httpx.Client(base_url=url, timeout=30) as client:
-            client.post("/user-memory/v1/resolve", json={"userId": "warm"})
+            client.post("/user-memory/v1/resolve", json={"userId": "warm"})  # ok or not: counted below
+            warm = client.get("/api/runtime/status").json()["service"]["operations"]["resolve"]
         took: list[float] = []
         answers: list[dict[str, Any]] = []
 
@@ -272,10 +282,11 @@ def test_requests_beyond_the_workers_are_answered_by_their_deadline_and_counted_
                 thread.join(60)
         status = httpx.get(f"{url}/api/runtime/status", timeout=30).json()["service"]
     assert len(answers) == 12 and all(a["ok"] is False and a["memories"] == [] for a in answers)
-    assert max(took) <= budget * (1 + MARGIN), sorted(took)
+    assert within_deadline(max(took), budget), sorted(took)  # the lock is held far longer
     shed = sum(1 for a in answers if a.get("shed"))
-    row = status["operations"]["resolve"]  # the warm-up resolve was ok, the 12 degraded
-    assert row["degraded"] == 12 and row["shed"] == shed and row["shed"] + row["timedOut"] == 12
+    row = status["operations"]["resolve"]  # the 12 degraded, on top of what the warm-up resolve did
+    assert row["degraded"] - warm["degraded"] == 12 and row["shed"] - warm["shed"] == shed
+    assert (row["shed"] - warm["shed"]) + (row["timedOut"] - warm["timedOut"]) == 12
 
 
 # ---- the statements themselves are cancelled on the server ----------------------------------------
@@ -288,7 +299,7 @@ def test_a_legacy_read_blocked_by_a_lock_is_cancelled_by_mariadb_at_its_deadline
             store.resolve("u1", 10)
         took = time.monotonic() - started
     assert "cancelled by the server" in str(caught.value)
-    assert took <= budget * (1 + MARGIN)  # while the lock was still held: the server ended it
+    assert within_deadline(took, budget)  # while the lock was still held: the server ended it
 
 
 def test_a_pgvector_search_blocked_by_a_lock_is_cancelled_by_postgresql_at_its_deadline(pg_url: str) -> None:
@@ -308,4 +319,4 @@ def test_a_pgvector_search_blocked_by_a_lock_is_cancelled_by_postgresql_at_its_d
         locker.rollback()
     backend.close()
     assert "cancelled by PostgreSQL" in str(caught.value)
-    assert took <= budget * (1 + MARGIN)
+    assert within_deadline(took, budget)  # the lock is held until the call has ended

@@ -34,7 +34,8 @@ from memwork.service.shadow import (
 )
 
 SECRET = "hunter2-shadow"
-RELEASE = threading.Event()
+RELEASE = threading.Event()  #: holds the slow and the blocked shadow until the test has its answers
+SLOW_DONE: list[str] = []  #: one entry per slow-shadow call that has finished
 PRIMARY_IDS = ["a", "b", "c", "d"]
 SHADOW_IDS = ["b", "a", "d", "c"]
 
@@ -64,7 +65,9 @@ class SlowShadow(BaseBackend):
     category = "semantic"
 
     def resolve(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        time.sleep(1.0)
+        RELEASE.wait(60)
+        time.sleep(1.0)  # then a second of its own: its latency is measured, at least 1,000 ms
+        SLOW_DONE.append(str(request["userId"]))
         return {"semanticMemories": _items(PRIMARY_IDS, request["userId"])}
 
 
@@ -73,7 +76,7 @@ class BlockedShadow(BaseBackend):
     category = "semantic"
 
     def resolve(self, request: Mapping[str, Any]) -> dict[str, Any]:
-        RELEASE.wait(10)
+        RELEASE.wait(60)
         return {"semanticMemories": []}
 
 
@@ -127,6 +130,7 @@ PLUGINS = [EntryPoint(b.name, f"{__name__}:make_{b.name.replace('-', '_')}", GRO
 @pytest.fixture(autouse=True)
 def _release() -> Iterator[None]:
     RELEASE.clear()
+    SLOW_DONE.clear()
     yield
     RELEASE.set()
 
@@ -246,7 +250,14 @@ def test_sample_one_records_every_resolve_with_the_documented_schema(log_path: P
 
 
 def test_a_slow_shadow_adds_no_latency_to_the_caller(log_path: Path) -> None:
-    env = base_env(log_path, MEMORY_SHADOW_BACKEND="slow-shadow", MEMORY_SHADOW_SAMPLE="1")
+    """Every answer comes while the shadow is still held (so none waited for it), then the shadow's own
+    time is measured and logged; no assertion on how long an answer took."""
+    env = base_env(
+        log_path,
+        MEMORY_SHADOW_BACKEND="slow-shadow",
+        MEMORY_SHADOW_SAMPLE="1",
+        MEMORY_BACKEND_TIMEOUT_MS="30000",
+    )
     with served(env) as (client, shadow):
         client.get("/healthz")
         timings = []
@@ -254,23 +265,28 @@ def test_a_slow_shadow_adds_no_latency_to_the_caller(log_path: Path) -> None:
             started = time.monotonic()
             assert client.post("/user-memory/v1/resolve", json={"userId": "u1"}).json()["ok"]
             timings.append(time.monotonic() - started)
-        assert max(timings) < 0.5, timings  # the shadow sleeps 1 s per call
-        assert shadow.drain(10)
+        assert SLOW_DONE == []  # all three answered while the shadow was held: none waited for it
+        RELEASE.set()
+        assert shadow.drain(30)
     records = read_comparisons(log_path)
-    assert len(records) == 3
+    assert len(records) == 3 and len(SLOW_DONE) == 3
     assert all(r["shadow"]["latencyMs"] >= 1000 for r in records)
-    assert all(r["primary"]["latencyMs"] < 500 for r in records)
+    # the primary's latency is part of its caller's round trip, which never included the shadow's
+    assert all(r["primary"]["latencyMs"] <= max(timings) * 1000 for r in records)
 
 
 def test_a_full_queue_drops_and_counts(log_path: Path) -> None:
+    # a long deadline: the shadow worker holds the first job until RELEASE, however slow the machine
     env = base_env(
-        log_path, MEMORY_SHADOW_BACKEND="blocked-shadow", MEMORY_SHADOW_SAMPLE="1", MEMORY_SHADOW_QUEUE="2"
+        log_path,
+        MEMORY_SHADOW_BACKEND="blocked-shadow",
+        MEMORY_SHADOW_SAMPLE="1",
+        MEMORY_SHADOW_QUEUE="2",
+        MEMORY_BACKEND_TIMEOUT_MS="30000",
     )
     with served(env) as (client, shadow):
-        for _ in range(8):
-            started = time.monotonic()
+        for _ in range(8):  # all answered while the shadow is blocked: none waited for it
             assert client.post("/user-memory/v1/resolve", json={"userId": "u1"}).status_code == 200
-            assert time.monotonic() - started < 0.5
         counters = client.get("/api/runtime/status").json()["shadow"]["counters"]
         assert counters["sampled"] == 8
         assert 5 <= counters["dropped"] <= 6  # one in the worker, up to two queued

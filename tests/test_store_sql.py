@@ -121,12 +121,17 @@ def test_iter_entries_streams_quickly(pg_url):
 
     store = SQLStore(pg_url)
     entries = generate_entries(5000, seed=9)
+    started = time.perf_counter()
     store.put_many(entries)
+    wrote = time.perf_counter() - started  # the baseline, measured under the same load
     started = time.perf_counter()
     count = sum(1 for _ in store.iter_entries())
-    elapsed = time.perf_counter() - started
+    read = time.perf_counter() - started
     assert count == 5000
-    assert elapsed < 10, elapsed  # generous: the real figure is in the report (~20k entries/s)
+    print(f"iter_entries: 5000 in {read:.2f} s; put_many: {wrote:.2f} s")
+    # reading back streams (one server-side cursor, binary vectors): never slower than writing the rows
+    # was; the absolute figure is the report's (~20k entries/s), not a constant here
+    assert read < wrote, (read, wrote)
     assert store.count() == 5000
 
 

@@ -21,7 +21,6 @@ import json
 import re
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -56,8 +55,9 @@ class Response:
 
 @dataclass(frozen=True)
 class Fault:
-    """``status``: answer with it; ``malformed``: 200 with broken JSON; ``delay_s``: sleep first;
-    ``drop``: close the connection without answering."""
+    """``status``: answer with it; ``malformed``: 200 with broken JSON; ``delay_s``: sleep first (cut
+    short when the fake is torn down, so a slow fault never outlives its test); ``drop``: close the
+    connection without answering."""
 
     status: int | None = None
     malformed: bool = False
@@ -76,6 +76,8 @@ class FakeService:
         self.requests: list[Request] = []
         self.fault: Fault | None = None
         self.lock = threading.Lock()
+        #: set when the fake is torn down: a sleeping slow fault wakes up and the handler ends
+        self.stopped = threading.Event()
 
     def route(self, method: str, pattern: str, handler: Handler) -> None:
         self.routes.append((method.upper(), re.compile(pattern + r"\Z"), handler))
@@ -117,7 +119,7 @@ def _handler_class(fake: FakeService) -> type[BaseHTTPRequestHandler]:
                 fake.requests.append(request)
             fault = fake.fault
             if fault is not None and fault.delay_s:
-                time.sleep(fault.delay_s)
+                fake.stopped.wait(fault.delay_s)
             if fault is not None and fault.drop:
                 self.close_connection = True
                 with contextlib.suppress(OSError):
@@ -153,9 +155,11 @@ def serve(fake: FakeService) -> Iterator[str]:
         target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-service", daemon=True
     )  # a short poll: shutdown() returns in ~50 ms, not 500
     thread.start()
+    fake.stopped.clear()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        fake.stopped.set()
         server.shutdown()
         server.server_close()
 
