@@ -16,13 +16,14 @@ Rules (written here once):
   UTC ``DATETIME(6)``; the destination ``TIMESTAMPTZ``).
 * **metadata**: canonical JSON in MariaDB's ``JSON_NORMALIZE`` form -- keys sorted by their UTF-8
   bytes, no whitespace, every number as ``d.dddE<exp>`` from its decimal digits (``1`` -> ``1.0E0``,
-  ``0.25`` -> ``2.5E-1``, no binary rounding), strings JSON-escaped with every character outside
-  printable ASCII as ``\\uXXXX`` (Python's ``json.dumps`` default, which is how memwork's loaders write
-  it). SQL NULL and JSON ``{}`` are the same (the writer stores ``coalesce(metadata, '{}')``); the
+  ``0.25`` -> ``2.5E-1``, no binary rounding), strings as UTF-8 with only ``"``, ``\\`` and control
+  characters escaped (PostgreSQL's ``to_json``; how memwork's MariaDB loader writes JSON). SQL NULL and JSON ``{}`` are the same (the writer stores ``coalesce(metadata, '{}')``); the
   destination's ownership marker ``_memworkSource`` is not part of the data.
 * **content**: byte-exact in the checksum (MariaDB has no Unicode normaliser in SQL). When a
-  drilled-down row differs only under Unicode NFC, it is reported as a note (``normalisation``), not
-  as a changed row.
+  drilled-down row differs only under Unicode NFC, it is reported as a note (``encoding``), not
+  as a changed row. The same holds for JSON a source wrote with ``\\uXXXX`` escapes (MariaDB's
+  ``JSON_NORMALIZE`` keeps them): its bucket is drilled into and Python, which decodes both, decides --
+  correct, at the cost of reading that bucket.
 * **vectors** are never hashed: they are compared within :data:`VECTOR_ATOL` (element-wise) or by
   cosine (:mod:`memwork.certify.vectors`), never byte for byte.
 
@@ -91,8 +92,8 @@ def canonical_number(value: Decimal | int | float | str) -> str:
 
 
 def canonical_string(text: str) -> str:
-    """JSON string with every character outside printable ASCII escaped (``json.dumps`` default)."""
-    return json.dumps(text)
+    """JSON string, UTF-8 as is; only ``"``, ``\\`` and control characters escaped."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _emit(value: Any) -> str:
@@ -208,21 +209,9 @@ def register_sqlite(dbapi_connection: Any) -> None:
 
 # ---- PostgreSQL: the same rules as session-local functions (pg_temp: nothing persists) ------------
 PG_FUNCTIONS = r"""
-CREATE OR REPLACE FUNCTION pg_temp.mw_str(s text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $f$
-DECLARE r text := to_json(s)::text; o text := ''; c text; n int;
-BEGIN
-  IF r !~ '[^\x01-\x7e]' THEN RETURN r; END IF;
-  FOREACH c IN ARRAY regexp_split_to_array(r, '') LOOP
-    n := ascii(c);
-    IF n < 127 THEN o := o || c;
-    ELSIF n < 65536 THEN o := o || '\u' || lpad(to_hex(n), 4, '0');
-    ELSE
-      n := n - 65536;
-      o := o || '\u' || to_hex(55296 + (n >> 10)) || '\u' || to_hex(56320 + (n & 1023));
-    END IF;
-  END LOOP;
-  RETURN o;
-END $f$;
+CREATE OR REPLACE FUNCTION pg_temp.mw_str(s text) RETURNS text LANGUAGE sql IMMUTABLE AS $f$
+  SELECT to_json(s)::text
+$f$;
 CREATE OR REPLACE FUNCTION pg_temp.mw_num(x numeric) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $f$
 DECLARE s text := abs(x)::text; i text; f text; d text; e int;
 BEGIN

@@ -286,7 +286,7 @@ def _sample_keys(conn: Any, table: str, n: int, seed: int) -> list[str]:
 
 def _gates(cert: Certificate, options: CertifyOptions) -> dict[str, list[str]]:
     rows_reasons: list[str] = []
-    for kind, n in cert.rows.by_kind().items():
+    for kind, n in sorted(cert.rows.by_kind().items(), key=lambda kv: (kv[0] not in CRITICAL_KINDS, kv[0])):
         allowed = 0 if kind in CRITICAL_KINDS else options.tolerances.get(kind, 0)
         if n > allowed:
             ids = ", ".join(b.key for b in cert.rows.bad if b.kind == kind)[:200]

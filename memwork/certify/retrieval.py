@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memwork.certify.vectors import as_array
 from memwork.embed import Embedder
 from memwork.identifiers import quote_identifier
 
@@ -126,7 +127,7 @@ def measure_retrieval(
                 if embedder is not None:
                     vectors = embedder.embed([str(r[0]) for r in rows])
                 else:
-                    vectors = np.asarray([np.asarray(r[1], dtype=np.float32) for r in rows])
+                    vectors = np.asarray([as_array(r[1]) for r in rows])
                 plan.extend((user, v) for v in vectors)
     for name, users in by_bucket.items():
         report.buckets[name] = BucketResult(users=len(users))

@@ -12,7 +12,8 @@ Kinds (each one a failure unless said otherwise):
 * ``after-boundary`` -- any of the above for a row the source changed after the run's high-water
   mark: reported apart, not a failure (a live source gives no false mismatch).
 
-Rows that differ only under Unicode NFC are notes (``normalisation``), never failures.
+Rows whose texts differ only in encoding (Unicode NFC, JSON escapes) are notes (``encoding``), never
+failures.
 """
 
 from __future__ import annotations
@@ -183,7 +184,7 @@ def _classify(
         fields = differing_fields(s_rows[key], d_rows[key])
         s_user, d_user = str(s_rows[key]["user_id"]), str(d_rows[key]["user_id"])
         if not fields:
-            report.notes.append(f"normalisation: {key} differs only in Unicode normalisation (NFC)")
+            report.notes.append(f"encoding: {key} differs only in encoding (Unicode NFC or JSON escapes)")
             continue
         kind = "user-changed" if "user" in fields else "changed"
         report.bad.append(BadRow(key, kind, s_user, fields, dest_user=d_user))
@@ -214,19 +215,12 @@ def _set_boundary_apart(
         return
     keys = [r.key for r in report.bad]
     s_rows = source.rows(keys, any_status=True)
-    d_rows = dest.rows(keys)
     late: list[BadRow] = []
     kept: list[BadRow] = []
     stamps: list[str] = []
     for row in report.bad:
-        stamp = max(
-            (
-                canonical_timestamp(r[row.key]["updated_at"]) or ""
-                for r in (s_rows, d_rows)
-                if row.key in r
-            ),
-            default="",
-        )
+        source_row = s_rows.get(row.key)  # the source is what changes live; a destination stamp proves nothing
+        stamp = canonical_timestamp(source_row["updated_at"]) or "" if source_row else ""
         if stamp > mark:
             late.append(row)
             stamps.append(stamp)

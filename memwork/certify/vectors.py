@@ -124,23 +124,27 @@ def check_embeddings(
         where += " AND source_memory_id = ANY(%s)"
         params.append(sorted(set(keys)))
     threshold = EXACT_COSINE if _exact(embedder) else MODEL_COSINE
-    bad: list[tuple[str, str, np.ndarray, float]] = []
-    with conn.cursor(name="mw_certify_vectors") as cur:
-        cur.itersize = batch
-        cur.execute(
-            f"SELECT source_memory_id, user_id, content, embedding FROM {t} WHERE {where} ORDER BY 1", params
-        )
-        while rows := cur.fetchmany(batch):
-            stored = np.asarray([np.asarray(r[3], dtype=np.float32) for r in rows])
-            expected = embedder.embed([str(r[2]) for r in rows])
-            report.checked += len(rows)
-            for row, got, want in zip(rows, stored, expected, strict=True):
-                cosine = _cosine(got, want)
-                same = bool(np.allclose(got, want, atol=VECTOR_ATOL)) if _exact(embedder) else cosine >= threshold
-                if not same:
-                    bad.append((str(row[0]), str(row[1]), want, cosine))
-    for key, user, want, cosine in bad:
-        partner = _holder_of(conn, t, want, key, threshold)
+    bad: list[tuple[str, str, str, np.ndarray, float]] = []
+    with conn.transaction():
+        with conn.cursor(name="mw_certify_vectors") as cur:
+            cur.itersize = batch
+            cur.execute(
+                f"SELECT source_memory_id, user_id, content, embedding FROM {t} WHERE {where} ORDER BY 1", params
+            )
+            while rows := cur.fetchmany(batch):
+                stored = [as_array(r[3]) for r in rows]
+                expected = embedder.embed([str(r[2]) for r in rows])
+                report.checked += len(rows)
+                for row, got, want in zip(rows, stored, expected, strict=True):
+                    cosine = _cosine(got, want)
+                    if got.shape != want.shape:
+                        continue  # named by check_labels
+                    exact = bool(np.allclose(got, want, atol=VECTOR_ATOL))
+                    same = exact if _exact(embedder) else cosine >= threshold
+                    if not same:
+                        bad.append((str(row[0]), str(row[1]), str(row[2]), want, cosine))
+    for key, user, content, want, cosine in bad:
+        partner = _holder_of(conn, t, want, key, content, threshold)
         if partner is not None:
             kind, fields = "swapped", {"vector": {"holder_of_this_rows_embedding": partner, "cosine": cosine}}
         elif cosine >= STALE_COSINE:
@@ -150,19 +154,28 @@ def check_embeddings(
         report.findings.append(VectorFinding(key, kind, user, fields))
 
 
+def as_array(value: Any) -> np.ndarray:
+    """A stored vector (pgvector's ``Vector`` in binary mode, an array in text mode) as float32."""
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     denom = float(np.linalg.norm(a) * np.linalg.norm(b))
     return round(float(np.dot(a, b)) / denom, 6) if denom else 0.0
 
 
-def _holder_of(conn: psycopg.Connection[Any], t: str, vector: np.ndarray, key: str, threshold: float) -> str | None:
-    """The other row whose stored vector is ``vector`` (exact scan), if any."""
+def _holder_of(
+    conn: psycopg.Connection[Any], t: str, vector: np.ndarray, key: str, content: str, threshold: float
+) -> str | None:
+    """Another row, of other content, whose stored vector is ``vector`` (exact scan), if any."""
     with conn.transaction():
         conn.execute("SET LOCAL enable_indexscan = off")
         row = conn.execute(
             f"SELECT source_memory_id, embedding <=> %s FROM {t} WHERE vector_dims(embedding) = %s "
-            "AND source_memory_id <> %s ORDER BY embedding <=> %s LIMIT 1",
-            (vector, len(vector), key, vector),
+            "AND source_memory_id <> %s AND content <> %s ORDER BY embedding <=> %s LIMIT 1",
+            (vector, len(vector), key, content, vector),
         ).fetchone()
     if row is None or row[1] is None or 1.0 - float(row[1]) < threshold:
         return None
