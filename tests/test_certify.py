@@ -33,8 +33,10 @@ def _rows():
 
 @pytest.fixture(params=["mysql", "sqlite"])
 def migration(request, pg_url):
-    source = request.getfixturevalue("mysql_url") if request.param == "mysql" else request.getfixturevalue(
-        "sqlite_url"
+    source = (
+        request.getfixturevalue("mysql_url")
+        if request.param == "mysql"
+        else request.getfixturevalue("sqlite_url")
     )
     return build_migration(source, pg_url, rows=_rows(), dimensions=DIMS)
 
@@ -81,18 +83,27 @@ def test_checksums_agree_across_engines_row_by_row(migration):
 
 def test_every_bad_row_is_named_with_its_kind_fields_and_user(migration, tmp_path):
     with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
-        keys = [r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1 LIMIT 6")]
+        keys = [
+            r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1 LIMIT 6")
+        ]
         users = [r[0] for r in conn.execute("SELECT DISTINCT user_id FROM memory_embeddings ORDER BY 1")]
         row_user = dict(conn.execute("SELECT source_memory_id, user_id FROM memory_embeddings").fetchall())
     missing, content, user, meta, stamp, status = keys
     _pg(migration, "DELETE FROM memory_embeddings WHERE source_memory_id = %s", (missing,))
-    _pg(migration, "UPDATE memory_embeddings SET content = content || '!' WHERE source_memory_id = %s", (content,))
-    other = next(u for u in users if u != row_user[user])
-    _pg(migration, "UPDATE memory_embeddings SET user_id = %s WHERE source_memory_id = %s", (other, user))
-    _pg(migration, "UPDATE memory_embeddings SET metadata = '{\"x\": 2}' WHERE source_memory_id = %s", (meta,))
     _pg(
         migration,
-        "UPDATE memory_embeddings SET created_at = created_at + interval '1 microsecond' WHERE source_memory_id = %s",
+        "UPDATE memory_embeddings SET content = content || '!' WHERE source_memory_id = %s",
+        (content,),
+    )
+    other = next(u for u in users if u != row_user[user])
+    _pg(migration, "UPDATE memory_embeddings SET user_id = %s WHERE source_memory_id = %s", (other, user))
+    _pg(
+        migration, "UPDATE memory_embeddings SET metadata = '{\"x\": 2}' WHERE source_memory_id = %s", (meta,)
+    )
+    _pg(
+        migration,
+        "UPDATE memory_embeddings SET created_at = created_at + interval '1 microsecond' "
+        "WHERE source_memory_id = %s",
         (stamp,),
     )
     _pg(
@@ -101,7 +112,9 @@ def test_every_bad_row_is_named_with_its_kind_fields_and_user(migration, tmp_pat
         "SELECT user_id, content, embedding, embedding_model, 'brand-new' FROM memory_embeddings LIMIT 1",
     )
     with get_engine(migration.source_url).begin() as sconn:
-        sconn.execute(text("UPDATE h5_user_memory_items SET status = 'archived' WHERE id = :k"), {"k": status})
+        sconn.execute(
+            text("UPDATE h5_user_memory_items SET status = 'archived' WHERE id = :k"), {"k": status}
+        )
     cert = certify(_options(migration, leaf=4, retrieval=False, output_dir=tmp_path))
     assert cert.verdict == "FAIL"
     named = {(b.key, b.kind): b for b in cert.rows.bad}
@@ -133,13 +146,17 @@ def test_rows_changed_after_the_high_water_mark_are_reported_apart(migration):
     source = SourceSide(migration.source_url)
     mark = source.high_water_mark()
     with get_engine(migration.source_url).begin() as sconn:
-        key = sconn.execute(text("SELECT id FROM h5_user_memory_items WHERE status = 'active' LIMIT 1")).scalar()
+        key = sconn.execute(
+            text("SELECT id FROM h5_user_memory_items WHERE status = 'active' LIMIT 1")
+        ).scalar()
         sconn.execute(
             text("UPDATE h5_user_memory_items SET content = 'edited live', updated_at = :t WHERE id = :k"),
             {"t": datetime(2030, 1, 1), "k": key},
         )
     with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
-        report = compare_rows(source, DestSide(conn, migration.table), high_water_mark=mark, checkpoint_cursor=mark)
+        report = compare_rows(
+            source, DestSide(conn, migration.table), high_water_mark=mark, checkpoint_cursor=mark
+        )
     assert report.bad == []
     assert [(b.key, b.kind) for b in report.after_boundary] == [(key, "changed")]
     assert report.changed_after_mark == 1 and report.resume_picks_up is True
@@ -152,4 +169,9 @@ def test_self_test_names_every_planted_damage_and_fails(migration):
     assert result.unexpected == [], result.lines()
     assert result.verdict == "FAIL" and result.passed
     with psycopg.connect(_libpq(migration.dest_url)) as conn:  # the scratch copy is gone
-        assert conn.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'mw_certify_scratch%'").fetchone()[0] == 0
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'mw_certify_scratch%'"
+            ).fetchone()[0]
+            == 0
+        )

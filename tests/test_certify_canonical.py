@@ -90,10 +90,23 @@ def test_sqlite_functions_give_the_python_text():
         "updated_at": "2026-01-02 03:04:06.000000",
         "metadata": '{"tags": ["a", 2.50], "x": {"b": 1, "a": null}}',
     }
-    conn.execute("INSERT INTO h VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", tuple(row[c] for c in (
-        "id", "user_id", "content", "type", "source_session_id", "source_message_id", "created_at",
-        "updated_at", "metadata",
-    )))
+    conn.execute(
+        "INSERT INTO h VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        tuple(
+            row[c]
+            for c in (
+                "id",
+                "user_id",
+                "content",
+                "type",
+                "source_session_id",
+                "source_message_id",
+                "created_at",
+                "updated_at",
+                "metadata",
+            )
+        ),
+    )
     (got,) = conn.execute(f"SELECT mw_md5({source_row_text('sqlite')}) FROM h").fetchone()
     assert got == row_hash(row)
     assert hash_parts(got)[0] < 2**32

@@ -17,8 +17,9 @@ Rules (written here once):
 * **metadata**: canonical JSON in MariaDB's ``JSON_NORMALIZE`` form -- keys sorted by their UTF-8
   bytes, no whitespace, every number as ``d.dddE<exp>`` from its decimal digits (``1`` -> ``1.0E0``,
   ``0.25`` -> ``2.5E-1``, no binary rounding), strings as UTF-8 with only ``"``, ``\\`` and control
-  characters escaped (PostgreSQL's ``to_json``; how memwork's MariaDB loader writes JSON). SQL NULL and JSON ``{}`` are the same (the writer stores ``coalesce(metadata, '{}')``); the
-  destination's ownership marker ``_memworkSource`` is not part of the data.
+  characters escaped (PostgreSQL's ``to_json``; how memwork's MariaDB loader writes JSON). SQL NULL
+  and JSON ``{}`` are the same (the writer stores ``coalesce(metadata, '{}')``); the destination's
+  ownership marker ``_memworkSource`` is not part of the data.
 * **content**: byte-exact in the checksum (MariaDB has no Unicode normaliser in SQL). When a
   drilled-down row differs only under Unicode NFC, it is reported as a note (``encoding``), not
   as a changed row. The same holds for JSON a source wrote with ``\\uXXXX`` escapes (MariaDB's
@@ -176,9 +177,14 @@ def differing_fields(source: Mapping[str, Any], dest: Mapping[str, Any]) -> dict
     for name in FIELDS:
         if a[name] == b[name]:
             continue
-        if name == "content" and a[name] is not None and b[name] is not None:
-            if unicodedata.normalize("NFC", a[name]) == unicodedata.normalize("NFC", b[name]):
-                continue
+        x, y = a[name], b[name]
+        nfc_equal = (
+            x is not None
+            and y is not None
+            and unicodedata.normalize("NFC", x) == unicodedata.normalize("NFC", y)
+        )
+        if name == "content" and nfc_equal:
+            continue
         out[name] = {"source": a[name], "dest": b[name]}
     return out
 

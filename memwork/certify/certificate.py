@@ -63,8 +63,12 @@ class CertifyOptions:
         check_identifier(self.source_table)
         if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= 1000:
             raise UsageError("k", self.k, "must be an integer from 1 to 1000")
-        if self.vector_sample is not None and (not isinstance(self.vector_sample, int) or self.vector_sample < 0):
-            raise UsageError("vector_sample", self.vector_sample, "must be a non-negative integer or None (all)")
+        if self.vector_sample is not None and (
+            not isinstance(self.vector_sample, int) or self.vector_sample < 0
+        ):
+            raise UsageError(
+                "vector_sample", self.vector_sample, "must be a non-negative integer or None (all)"
+            )
         if not isinstance(self.leaf, int) or self.leaf < 1:
             raise UsageError("leaf", self.leaf, "must be a positive integer")
         for kind, allowed in self.tolerances.items():
@@ -92,13 +96,18 @@ class Certificate:
 
     def failures(self) -> list[dict[str, Any]]:
         """Every named failure: rows, vectors, index (key = the index name)."""
-        out = [
-            {"key": r.key, "kind": r.kind, "user": r.user or r.dest_user, "fields": r.fields} for r in self.rows.bad
+        out: list[dict[str, Any]] = [
+            {"key": r.key, "kind": r.kind, "user": r.user or r.dest_user, "fields": r.fields}
+            for r in self.rows.bad
         ]
-        out += [{"key": f.key, "kind": f.kind, "user": f.user, "fields": f.fields} for f in self.vectors.findings]
+        out += [
+            {"key": f.key, "kind": f.kind, "user": f.user, "fields": f.fields} for f in self.vectors.findings
+        ]
         for problem in self.vectors.index_problems:
             kind = problem.split(":", 1)[0]
-            name = next((i["name"] for i in self.vectors.index.get("indexes", []) if i["name"] in problem), self.table)
+            name = next(
+                (i["name"] for i in self.vectors.index.get("indexes", []) if i["name"] in problem), self.table
+            )
             out.append({"key": name, "kind": kind, "user": None, "fields": {"problem": problem}})
         return out
 
@@ -108,10 +117,15 @@ class Certificate:
             return (
                 f"All {r.source_rows:,} active source rows of {len(r.users):,} users are in {self.table} "
                 f"field for field up to the high-water mark {r.high_water_mark}, with their model's vectors"
-                + (", and every size bucket meets its recall and underfill targets." if self.retrieval else ".")
+                + (
+                    ", and every size bucket meets its recall and underfill targets."
+                    if self.retrieval
+                    else "."
+                )
             )
         kinds = ", ".join(f"{n} {k}" for k, n in r.by_kind().items())
-        return f"Not certified: {kinds or 'no bad rows'}; failed gates: {', '.join(g for g, v in self.gates.items() if v)}."
+        failed = ", ".join(g for g, v in self.gates.items() if v)
+        return f"Not certified: {kinds or 'no bad rows'}; failed gates: {failed}."
 
     def summary(self) -> dict[str, Any]:
         r = self.rows
@@ -137,7 +151,13 @@ class Certificate:
                 "notes": r.notes[:MAX_LISTED],
             },
             "users": {
-                u: {"source": t.source, "dest": t.dest, "missing": t.missing, "extra": t.extra, "changed": t.changed}
+                u: {
+                    "source": t.source,
+                    "dest": t.dest,
+                    "missing": t.missing,
+                    "extra": t.extra,
+                    "changed": t.changed,
+                }
                 for u, t in list(r.users.items())
                 if not t.ok
             },
@@ -172,7 +192,8 @@ def _checkpoint_cursor(conn: Any, table: str) -> str | None:
     if not exists or exists[0] is None:
         return None
     row = conn.execute(
-        f"SELECT cursor_updated_at FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s", (table,)
+        f"SELECT cursor_updated_at FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s",
+        (table,),
     ).fetchone()
     if row is None:
         return None
@@ -224,7 +245,8 @@ def certify(options: CertifyOptions) -> Certificate:
         models = {
             str(m): int(n)
             for m, n in conn.execute(
-                f"SELECT coalesce(embedding_model, '(none)'), count(*) FROM {quote_identifier(options.table)} GROUP BY 1"
+                "SELECT coalesce(embedding_model, '(none)'), count(*) "
+                f"FROM {quote_identifier(options.table)} GROUP BY 1"
             )
         }
         embedder = _embedder(options.embedder, models)

@@ -42,7 +42,14 @@ def store_failures(
     from memwork.pgvector.schema import lock_ddl
 
     rows = [
-        (run_id, table, str(f["key"]), str(f["kind"]), f.get("user"), json.dumps(f.get("fields") or {}, default=str))
+        (
+            run_id,
+            table,
+            str(f["key"]),
+            str(f["kind"]),
+            f.get("user"),
+            json.dumps(f.get("fields") or {}, default=str),
+        )
         for f in failures
     ]
     with conn.transaction():
@@ -50,7 +57,8 @@ def store_failures(
         conn.execute(failures_table_sql())
         with conn.cursor() as cur:
             cur.executemany(
-                f"INSERT INTO {quote_identifier(FAILURES_TABLE)} (run_id, target_table, key, kind, user_id, fields) "
+                f"INSERT INTO {quote_identifier(FAILURES_TABLE)} "
+                "(run_id, target_table, key, kind, user_id, fields) "
                 "VALUES (%s, %s, %s, %s, %s, %s::jsonb) ON CONFLICT DO NOTHING",
                 rows,
             )

@@ -68,7 +68,11 @@ class RetrievalReport:
     problems: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"k": self.k, "buckets": {k: v.to_dict() for k, v in self.buckets.items()}, "problems": self.problems}
+        return {
+            "k": self.k,
+            "buckets": {k: v.to_dict() for k, v in self.buckets.items()},
+            "problems": self.problems,
+        }
 
 
 def user_sizes(conn: psycopg.Connection[Any], table: str) -> dict[str, int]:
@@ -115,13 +119,14 @@ def measure_retrieval(
     rng = random.Random(seed)
     plan: list[tuple[str, np.ndarray]] = list(queries or [])
     if not plan:
-        for name, users in by_bucket.items():
+        for users in by_bucket.values():
             chosen = rng.sample(users, min(users_per_bucket, len(users)))
             largest = max(users, key=lambda u: sizes[u])
             chosen = sorted(set(chosen) | {largest})
             for user in chosen:
                 rows = conn.execute(
-                    f"SELECT content, embedding FROM {t} WHERE user_id = %s ORDER BY md5(id::text || %s) LIMIT %s",
+                    f"SELECT content, embedding FROM {t} WHERE user_id = %s "
+                    "ORDER BY md5(id::text || %s) LIMIT %s",
                     (user, str(seed), queries_per_user),
                 ).fetchall()
                 if embedder is not None:
@@ -142,7 +147,9 @@ def measure_retrieval(
     try:
         for user, vector in plan:
             result = report.buckets.setdefault(bucket_name(sizes.get(user, 0)), BucketResult())
-            answer = backend.resolve({"userId": user, "embedding": vector.tolist(), "limit": k})["semanticMemories"]
+            answer = backend.resolve({"userId": user, "embedding": vector.tolist(), "limit": k})[
+                "semanticMemories"
+            ]
             exact = _exact(conn, t, user, vector, k)
             kth = exact[-1] if exact else 0.0
             hits = sum(1 for m in answer if m["distance"] is not None and m["distance"] <= kth + TIE_EPSILON)
@@ -169,6 +176,7 @@ def measure_retrieval(
             report.problems.append(f"recall: bucket {name} recall@{k} {result.recall:.3f} below {min_recall}")
         if result.underfill_rate is not None and result.underfill_rate > max_underfill:
             report.problems.append(
-                f"underfill: bucket {name} {result.underfilled} of {result.fillable} answers had fewer than {k} rows"
+                f"underfill: bucket {name} {result.underfilled} of {result.fillable} answers "
+                f"had fewer than {k} rows"
             )
     return report

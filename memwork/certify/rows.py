@@ -161,8 +161,8 @@ def compare_rows(
         elif row.kind in ("extra", "status"):
             report.users[str(row.dest_user)].extra.append(row.key)
         else:
-            for user in {row.user, row.dest_user} - {None}:
-                report.users[str(user)].changed.append(row.key)
+            for name in {row.user, row.dest_user} - {None}:
+                report.users[str(name)].changed.append(row.key)
     report.round_trips = source.round_trips + dest.round_trips
     return report
 
@@ -219,7 +219,8 @@ def _set_boundary_apart(
     kept: list[BadRow] = []
     stamps: list[str] = []
     for row in report.bad:
-        source_row = s_rows.get(row.key)  # the source is what changes live; a destination stamp proves nothing
+        # the source is what changes live; a destination stamp proves nothing
+        source_row = s_rows.get(row.key)
         stamp = canonical_timestamp(source_row["updated_at"]) or "" if source_row else ""
         if stamp > mark:
             late.append(row)

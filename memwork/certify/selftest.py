@@ -101,11 +101,15 @@ def self_test(
             (BACKFILL_OWNER, rows),
         ).fetchall()
         if len(keyed) < 12:
-            raise UsageError("table", table, f"has {len(keyed)} rows to copy; the self-test needs at least 12")
+            raise UsageError(
+                "table", table, f"has {len(keyed)} rows to copy; the self-test needs at least 12"
+            )
         model = str(keyed[0][2])
         if embedder is None:
             if not (model.startswith("hash-") and model[5:].isdigit()):
-                raise UsageError("embedder", model, "the self-test needs the model's embedder for this model id")
+                raise UsageError(
+                    "embedder", model, "the self-test needs the model's embedder for this model id"
+                )
             embedder = HashEmbedder(int(model[5:]))
         keys = [str(r[0]) for r in keyed]
         try:
@@ -160,7 +164,9 @@ def _plant(conn: Any, source: Any, s: str, scratch: str, embedder: Embedder) -> 
     """Damage the scratch copy, one key per kind; returns (key, kind) of each plant."""
     from sqlalchemy import text
 
-    rows = conn.execute(f"SELECT source_memory_id, user_id, content, embedding FROM {s} ORDER BY 1").fetchall()
+    rows = conn.execute(
+        f"SELECT source_memory_id, user_id, content, embedding FROM {s} ORDER BY 1"
+    ).fetchall()
     dims = embedder.dimension
     seen: dict[str, int] = {}
     for row in rows:
@@ -213,7 +219,8 @@ def _plant(conn: Any, source: Any, s: str, scratch: str, embedder: Embedder) -> 
 
     row = take(foreign)
     conn.execute(
-        f"UPDATE {s} SET embedding = %s WHERE source_memory_id = %s", (_other(other_model, str(row[2]), dims), row[0])
+        f"UPDATE {s} SET embedding = %s WHERE source_memory_id = %s",
+        (_other(other_model, str(row[2]), dims), row[0]),
     )
     planted.append((str(row[0]), "other-model"))
 

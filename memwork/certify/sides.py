@@ -105,7 +105,9 @@ class SourceSide:
     def checksums(self, bucket: Bucket) -> dict[str, Checksum]:
         """Group -> checksum: per user for the whole table, else per next hex digit of md5(key)."""
         where, params = self._where(bucket)
-        group = "user_id" if bucket.user is None else f"substr({self._md5('id')}, 1, {len(bucket.prefix) + 1})"
+        group = (
+            "user_id" if bucket.user is None else f"substr({self._md5('id')}, 1, {len(bucket.prefix) + 1})"
+        )
         one, two = self._parts("m")
         sql = (
             f"SELECT g, COUNT(*), SUM({one}), SUM({two}) FROM (SELECT {group} AS g, "
@@ -117,8 +119,9 @@ class SourceSide:
         """The whole table's checksum in one row (the reference figure of the benchmark)."""
         one, two = self._parts("m")
         sql = (
-            f"SELECT COUNT(*), SUM({one}), SUM({two}) FROM (SELECT {self._md5(source_row_text(self.dialect))} "
-            f"AS m FROM {self.table} WHERE status = 'active') x"
+            f"SELECT COUNT(*), SUM({one}), SUM({two}) FROM "
+            f"(SELECT {self._md5(source_row_text(self.dialect))} AS m FROM {self.table} "
+            "WHERE status = 'active') x"
         )
         n, a, b = self._run(sql, {})[0]
         return int(n), int(a or 0), int(b or 0)
@@ -191,7 +194,8 @@ class DestSide:
         sql = (
             "SELECT g, count(*), sum(('x' || lpad(substr(m, 1, 8), 16, '0'))::bit(64)::bigint), "
             "sum(('x' || lpad(substr(m, 9, 8), 16, '0'))::bit(64)::bigint) "
-            f"FROM (SELECT {group} AS g, md5({pg_row_text()}) AS m FROM {self.quoted} WHERE {where}) x GROUP BY g"
+            f"FROM (SELECT {group} AS g, md5({pg_row_text()}) AS m FROM {self.quoted} WHERE {where}) x "
+            "GROUP BY g"
         )
         return {str(g): (int(n), int(a), int(b)) for g, n, a, b in self._run(sql, params)}
 
@@ -212,9 +216,7 @@ class DestSide:
 
     def rows(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
         keys = sorted(set(keys))
-        columns = ", ".join(
-            f"{c}::text AS {c}" if c == "metadata" else c for c in _ROW_COLUMNS
-        )
+        columns = ", ".join(f"{c}::text AS {c}" if c == "metadata" else c for c in _ROW_COLUMNS)
         out: dict[str, dict[str, Any]] = {}
         for chunk in _chunks(keys):
             self.round_trips += 1

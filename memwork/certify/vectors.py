@@ -86,7 +86,9 @@ def check_labels(
         (dimensions,),
     ):
         report.findings.append(
-            VectorFinding(str(key), "wrong-dimension", user, {"dimensions": {"expected": dimensions, "dest": dims}})
+            VectorFinding(
+                str(key), "wrong-dimension", user, {"dimensions": {"expected": dimensions, "dest": dims}}
+            )
         )
     for key, user, model in conn.execute(
         f"SELECT source_memory_id, user_id, embedding_model FROM {t} "
@@ -94,7 +96,9 @@ def check_labels(
         (model_id,),
     ):
         report.findings.append(
-            VectorFinding(str(key), "other-model", user, {"embedding_model": {"expected": model_id, "dest": model}})
+            VectorFinding(
+                str(key), "other-model", user, {"embedding_model": {"expected": model_id, "dest": model}}
+            )
         )
     report.mixed_model_users = [
         str(u)
@@ -125,24 +129,24 @@ def check_embeddings(
         params.append(sorted(set(keys)))
     threshold = EXACT_COSINE if _exact(embedder) else MODEL_COSINE
     bad: list[tuple[str, str, str, np.ndarray, float]] = []
-    with conn.transaction():
-        with conn.cursor(name="mw_certify_vectors") as cur:
-            cur.itersize = batch
-            cur.execute(
-                f"SELECT source_memory_id, user_id, content, embedding FROM {t} WHERE {where} ORDER BY 1", params
-            )
-            while rows := cur.fetchmany(batch):
-                stored = [as_array(r[3]) for r in rows]
-                expected = embedder.embed([str(r[2]) for r in rows])
-                report.checked += len(rows)
-                for row, got, want in zip(rows, stored, expected, strict=True):
-                    cosine = _cosine(got, want)
-                    if got.shape != want.shape:
-                        continue  # named by check_labels
-                    exact = bool(np.allclose(got, want, atol=VECTOR_ATOL))
-                    same = exact if _exact(embedder) else cosine >= threshold
-                    if not same:
-                        bad.append((str(row[0]), str(row[1]), str(row[2]), want, cosine))
+    with conn.transaction(), conn.cursor(name="mw_certify_vectors") as cur:
+        cur.itersize = batch
+        cur.execute(
+            f"SELECT source_memory_id, user_id, content, embedding FROM {t} WHERE {where} ORDER BY 1",
+            params,
+        )
+        while rows := cur.fetchmany(batch):
+            stored = [as_array(r[3]) for r in rows]
+            expected = embedder.embed([str(r[2]) for r in rows])
+            report.checked += len(rows)
+            for row, got, want in zip(rows, stored, expected, strict=True):
+                cosine = _cosine(got, want)
+                if got.shape != want.shape:
+                    continue  # named by check_labels
+                exact = bool(np.allclose(got, want, atol=VECTOR_ATOL))
+                same = exact if _exact(embedder) else cosine >= threshold
+                if not same:
+                    bad.append((str(row[0]), str(row[1]), str(row[2]), want, cosine))
     for key, user, content, want, cosine in bad:
         partner = _holder_of(conn, t, want, key, content, threshold)
         if partner is not None:
@@ -186,7 +190,9 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".") if p.isdigit())
 
 
-def check_index(conn: psycopg.Connection[Any], table: str, k: int, ef_search: int, report: VectorReport) -> None:
+def check_index(
+    conn: psycopg.Connection[Any], table: str, k: int, ef_search: int, report: VectorReport
+) -> None:
     """Extension version, ANN index type/opclass vs the resolve query's distance, HNSW settings."""
     version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
     indexes = conn.execute(
@@ -206,7 +212,10 @@ def check_index(conn: psycopg.Connection[Any], table: str, k: int, ef_search: in
         settings = dict(o.split("=", 1) for o in options)
         entry = {"name": name, "type": method, "opclass": opclass, "settings": settings}
         if method == "hnsw":
-            entry["settings"] = {"m": int(settings.get("m", 16)), "ef_construction": int(settings.get("ef_construction", 64))}
+            entry["settings"] = {
+                "m": int(settings.get("m", 16)),
+                "ef_construction": int(settings.get("ef_construction", 64)),
+            }
         info["indexes"].append(entry)
         if opclass not in COSINE_OPCLASSES:
             report.index_problems.append(
