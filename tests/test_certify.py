@@ -175,3 +175,18 @@ def test_self_test_names_every_planted_damage_and_fails(migration):
             ).fetchone()[0]
             == 0
         )
+
+
+def test_cli_self_test_and_bad_input(migration):
+    from click.testing import CliRunner
+
+    from memwork.cli import main
+
+    args = ["certify", "--source-url", migration.source_url, "--database-url", migration.dest_url]
+    result = CliRunner().invoke(main, [*args, "--self-test"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "caught: user-changed" in result.output and "self-test PASS" in result.output
+    bad = CliRunner().invoke(main, [*args, "--max", "missing"])
+    assert bad.exit_code == 2 and "max" in bad.output
+    clean = CliRunner().invoke(main, [*args, "--no-retrieval", "--json"], catch_exceptions=False)
+    assert clean.exit_code == 0 and '"verdict": "PASS"' in clean.output
