@@ -75,7 +75,7 @@ def reference(mysql_url: str, pg_url: str) -> tuple[float, bool]:
 
 
 def damage(pg_url: str, n: int) -> set[tuple[str, str]]:
-    """Damage ``n`` destination rows, a quarter per kind; returns the (key, kind) the certificate must name."""
+    """Damage ``n`` destination rows, a quarter per kind; returns the (key, kind) to be named."""
     import psycopg
 
     from memwork.db.embedded import ensure

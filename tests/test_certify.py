@@ -190,3 +190,47 @@ def test_cli_self_test_and_bad_input(migration):
     assert bad.exit_code == 2 and "max" in bad.output
     clean = CliRunner().invoke(main, [*args, "--no-retrieval", "--json"], catch_exceptions=False)
     assert clean.exit_code == 0 and '"verdict": "PASS"' in clean.output
+
+
+def test_one_bad_row_costs_a_logarithmic_number_of_round_trips(migration):
+    """With ``leaf=1`` a bad user's bucket is split 16 ways per level until the bad row is alone."""
+    with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
+        key = conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1 LIMIT 1").fetchone()[0]
+        conn.execute("UPDATE memory_embeddings SET type = 'note' WHERE source_memory_id = %s", (key,))
+        report = compare_rows(SourceSide(migration.source_url), DestSide(conn, migration.table), leaf=1)
+    assert [(b.key, b.kind, set(b.fields)) for b in report.bad] == [(key, "changed", {"type"})]
+    assert report.bad_users == [next(iter(b.user for b in report.bad))]
+    assert report.buckets_compared <= 4  # user -> one hex digit -> (rarely) two -> the row
+    assert report.round_trips <= 3 + 2 * report.buckets_compared + 2
+
+
+def test_index_opclass_hnsw_settings_and_mixed_models_are_checked(migration):
+    _pg(migration, "DROP INDEX IF EXISTS memory_embeddings_embedding_hnsw_idx")
+    _pg(
+        migration,
+        "CREATE INDEX mw_ip_idx ON memory_embeddings USING hnsw (embedding vector_ip_ops) "
+        "WITH (m = 8, ef_construction = 40)",
+    )
+    _pg(
+        migration,
+        "UPDATE memory_embeddings SET embedding_model = 'other-model-v2' "
+        "WHERE source_memory_id = (SELECT min(source_memory_id) FROM memory_embeddings)",
+    )
+    cert = certify(_options(migration, retrieval=False, k=10, ef_search=5))
+    index = cert.gates["index"]
+    assert any(r.startswith("opclass: index mw_ip_idx (hnsw, vector_ip_ops)") for r in index)
+    assert any("ef_search 5 below k 10" in r for r in index)
+    assert cert.vectors.index["indexes"][0]["settings"] == {"m": 8, "ef_construction": 40}
+    assert cert.vectors.index["pgvector"]
+    assert any(r.startswith("mixed-models: 1 user") for r in cert.gates["vectors"])
+    assert any(f.kind == "other-model" for f in cert.vectors.findings)
+
+
+def test_retrieval_is_measured_per_size_bucket_with_underfill(migration):
+    cert = certify(_options(migration, k=5, users_per_bucket=10, vector_sample=0))
+    assert cert.retrieval is not None
+    bucket = cert.retrieval.buckets["11-100"]
+    assert bucket.users == 6 and bucket.queries > 0
+    assert bucket.recall == 1.0 and bucket.underfill_rate == 0.0
+    strict = certify(_options(migration, k=50, vector_sample=0, min_recall=1.01))
+    assert strict.gates["retrieval"] and strict.gates["retrieval"][0].startswith("recall: bucket 11-100")

@@ -10,7 +10,8 @@ Rules (written here once):
 * **fields**, in order: key (source id = ``source_memory_id``), user, content, type, source session
   pointer, source message pointer, created_at, updated_at, metadata. Each field is written as
   ``<length in characters>:<value>``; SQL NULL is the marker ``-``. Length-prefixing makes the text
-  unambiguous whatever the values contain (no separator can be forged).
+  unambiguous whatever the values contain (no separator can be forged). Metadata, last and never
+  NULL, is ``:<canonical JSON>`` (no length: nothing follows it, and the SQL computes it once).
 * **type**: an empty type is ``fact`` (the writer stores ``type or 'fact'``).
 * **timestamps**: UTC, microsecond precision, ``YYYY-MM-DD HH:MM:SS.ffffff`` (the source stores naive
   UTC ``DATETIME(6)``; the destination ``TIMESTAMPTZ``).
@@ -158,7 +159,7 @@ def _text(value: Any) -> str | None:
 def canonical_row(row: Mapping[str, Any]) -> str:
     """The canonical row text (what every engine's SQL also produces)."""
     fields = canonical_fields(row)
-    return "".join(field_text(fields[name]) for name in FIELDS)
+    return "".join(field_text(fields[name]) for name in FIELDS[:-1]) + ":" + str(fields["metadata"])
 
 
 def row_hash(row: Mapping[str, Any]) -> str:
@@ -250,22 +251,63 @@ def install_pg_functions(conn: Any) -> None:
     conn.execute(PG_FUNCTIONS)
 
 
-def _pg_field(expr: str) -> str:
+STAMP_LENGTH = 26  #: ``YYYY-MM-DD HH:MM:SS.ffffff``
+
+
+def _pg_field(expr: str, kind: str = "text") -> str:
+    if kind == "stamp":  # fixed length: one evaluation, no CASE
+        return f"coalesce('{STAMP_LENGTH}:' || {expr}, '-')"
+    if kind == "last":
+        return f"':' || {expr}"
     return f"CASE WHEN ({expr}) IS NULL THEN '-' ELSE char_length({expr})::text || ':' || ({expr}) END"
 
 
-def _my_field(expr: str) -> str:
+def _my_field(expr: str, kind: str = "text") -> str:
+    if kind == "stamp":
+        return f"COALESCE(CONCAT('{STAMP_LENGTH}:', {expr}), '-')"
+    if kind == "last":
+        return f"':', {expr}"
     return f"CASE WHEN ({expr}) IS NULL THEN '-' ELSE CONCAT(CHAR_LENGTH({expr}), ':', {expr}) END"
 
 
-def _lite_field(expr: str) -> str:
+def _lite_field(expr: str, kind: str = "text") -> str:
+    if kind == "stamp":
+        return f"coalesce('{STAMP_LENGTH}:' || {expr}, '-')"
+    if kind == "last":
+        return f"':' || {expr}"
     return f"CASE WHEN ({expr}) IS NULL THEN '-' ELSE length({expr}) || ':' || ({expr}) END"
+
+
+def _pg_scalar(v: str) -> str:
+    """A JSON value below the top level: strings, booleans and null print canonically as jsonb text."""
+    return (
+        f"CASE jsonb_typeof({v}) WHEN 'number' THEN pg_temp.mw_num(({v} #>> '{{}}')::numeric) "
+        f"WHEN 'object' THEN pg_temp.mw_json({v}) WHEN 'array' THEN pg_temp.mw_json({v}) ELSE {v}::text END"
+    )
+
+
+def pg_metadata(m: str) -> str:
+    """Canonical metadata in plain SQL for objects of scalars and arrays of scalars (the usual shape;
+    no PL/pgSQL call per row), :func:`PG_FUNCTIONS`' recursive ``mw_json`` for anything deeper."""
+    element = _pg_scalar("e.v")
+    level1 = (
+        "CASE jsonb_typeof(o.value) WHEN 'array' THEN '[' || coalesce((SELECT string_agg("
+        f"{element}, ',' ORDER BY e.n) FROM jsonb_array_elements(o.value) WITH ORDINALITY AS e(v, n)), '') "
+        f"|| ']' ELSE {_pg_scalar('o.value')} END"
+    )
+    return (
+        f"(CASE WHEN {m} = '{{}}'::jsonb THEN '{{}}' WHEN jsonb_typeof({m}) = 'object' THEN '{{' || "
+        f"coalesce((SELECT string_agg(to_json(o.key)::text || ':' || {level1}, ',' ORDER BY o.key COLLATE \"C\") "
+        f"FROM jsonb_each({m} - '{OWNER_KEY}') AS o), '') || '}}' ELSE pg_temp.mw_json({m}) END)"
+    )
+
+
+_KINDS = ("text",) * 6 + ("stamp", "stamp", "last")
 
 
 def pg_row_text(alias: str = "") -> str:
     """The canonical row text of a ``memory_embeddings`` row as PostgreSQL SQL."""
     p = f"{alias}." if alias else ""
-    meta = f"{p}metadata - '{OWNER_KEY}'"
     exprs = [
         f"{p}source_memory_id",
         f"{p}user_id",
@@ -275,11 +317,9 @@ def pg_row_text(alias: str = "") -> str:
         f"{p}source_message_id",
         f"to_char({p}created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
         f"to_char({p}updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
-        f"CASE WHEN {p}metadata = '{{}}'::jsonb THEN '{{}}' "
-        f"WHEN jsonb_typeof({p}metadata) = 'object' THEN pg_temp.mw_json({meta}) "
-        f"ELSE pg_temp.mw_json({p}metadata) END",
+        pg_metadata(f"{p}metadata"),
     ]
-    return " || ".join(_pg_field(e) for e in exprs)
+    return " || ".join(_pg_field(e, k) for e, k in zip(exprs, _KINDS, strict=True))
 
 
 def source_row_text(dialect: str) -> str:
@@ -296,7 +336,7 @@ def source_row_text(dialect: str) -> str:
             "DATE_FORMAT(updated_at, '%Y-%m-%d %H:%i:%s.%f')",
             "COALESCE(JSON_NORMALIZE(metadata), '{}')",
         ]
-        return "CONCAT(" + ", ".join(_my_field(e) for e in exprs) + ")"
+        return "CONCAT(" + ", ".join(_my_field(e, k) for e, k in zip(exprs, _KINDS, strict=True)) + ")"
     if dialect == "sqlite":
         exprs = [
             "id",
@@ -309,5 +349,5 @@ def source_row_text(dialect: str) -> str:
             "mw_ts(updated_at)",
             "mw_json(metadata)",
         ]
-        return " || ".join(_lite_field(e) for e in exprs)
+        return " || ".join(_lite_field(e, k) for e, k in zip(exprs, _KINDS, strict=True))
     raise ValueError(f"no canonical row SQL for dialect {dialect}")

@@ -223,9 +223,6 @@ def check_index(
                 f"distance ({RESOLVE_OPERATOR}): searches by cosine never use it"
             )
         if method == "hnsw":
-            m, efc = entry["settings"]["m"], entry["settings"]["ef_construction"]
-            if efc < 2 * m:
-                report.index_problems.append(f"hnsw: index {name} ef_construction {efc} below 2*m ({2 * m})")
             if ef_search < k:
                 report.index_problems.append(f"hnsw: ef_search {ef_search} below k {k}: answers underfill")
             if version and _version(version[0]) < MIN_ITERATIVE_SCAN:
