@@ -297,7 +297,8 @@ def pg_metadata(m: str) -> str:
     )
     return (
         f"(CASE WHEN {m} = '{{}}'::jsonb THEN '{{}}' WHEN jsonb_typeof({m}) = 'object' THEN '{{' || "
-        f"coalesce((SELECT string_agg(to_json(o.key)::text || ':' || {level1}, ',' ORDER BY o.key COLLATE \"C\") "
+        f"coalesce((SELECT string_agg(to_json(o.key)::text || ':' || {level1}, ',' "
+        'ORDER BY o.key COLLATE "C") '
         f"FROM jsonb_each({m} - '{OWNER_KEY}') AS o), '') || '}}' ELSE pg_temp.mw_json({m}) END)"
     )
 

@@ -118,9 +118,9 @@ def certify_command(
     for gate, reasons in cert.gates.items():
         lines.append(f"{gate}: {'FAIL' if reasons else 'PASS'}")
         lines += [f"  {reason}" for reason in reasons]
-    for failure in cert.failures()[:20]:
-        fields = ", ".join(failure["fields"]) if failure["fields"] else ""
-        lines.append(f"  {failure['kind']:<16} {failure['key']}  user {failure['user']}  {fields}")
+    for bad in cert.failures()[:20]:
+        fields = ", ".join(bad["fields"]) if bad["fields"] else ""
+        lines.append(f"  {bad['kind']:<16} {bad['key']}  user {bad['user']}  {fields}")
     failed = [g for g, reasons in cert.gates.items() if reasons]
     emit_verdict(summary, as_json, lines, f"certificate FAIL: {', '.join(failed)}" if failed else None)
 
