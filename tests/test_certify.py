@@ -234,3 +234,43 @@ def test_retrieval_is_measured_per_size_bucket_with_underfill(migration):
     assert bucket.recall == 1.0 and bucket.underfill_rate == 0.0
     strict = certify(_options(migration, k=50, vector_sample=0, min_recall=1.01))
     assert strict.gates["retrieval"] and strict.gates["retrieval"][0].startswith("recall: bucket 11-100")
+
+
+def test_a_source_without_sql_is_checksummed_through_its_listing(migration):
+    """A streamed listing (here: the legacy rows read page by page) gives the same per-user sums."""
+    from memwork.certify.listing import ListingSide
+
+    def listing():
+        with get_engine(migration.source_url).connect() as conn:
+            for row in conn.execute(text("SELECT * FROM h5_user_memory_items")).mappings():
+                yield {
+                    **row,
+                    "metadata": row["metadata"]
+                    if isinstance(row["metadata"], str | None)
+                    else json.dumps(row["metadata"]),
+                }
+
+    side = ListingSide(listing)
+    with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
+        dest = DestSide(conn, migration.table)
+        assert compare_rows(side, dest).bad == []
+        key = conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1 LIMIT 1").fetchone()[0]
+        conn.execute(
+            "UPDATE memory_embeddings SET source_message_id = 'x' WHERE source_memory_id = %s", (key,)
+        )
+        report = compare_rows(side, dest, leaf=2)
+    assert [(b.key, b.kind, set(b.fields)) for b in report.bad] == [(key, "changed", {"source_message_id"})]
+
+
+def test_tolerances_turn_a_kind_into_a_pass_but_never_a_user_change(migration):
+    _pg(
+        migration,
+        "DELETE FROM memory_embeddings "
+        "WHERE source_memory_id = (SELECT min(source_memory_id) FROM memory_embeddings)",
+    )
+    assert certify(_options(migration, retrieval=False)).gates["rows"]
+    assert certify(_options(migration, retrieval=False, tolerances={"missing": 1})).verdict == "PASS"
+    from memwork.errors import UsageError
+
+    with pytest.raises(UsageError, match="max_user-changed"):
+        certify(_options(migration, tolerances={"user-changed": 1}))

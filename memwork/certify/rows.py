@@ -26,7 +26,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from memwork.certify.canonical import canonical_timestamp, differing_fields
-from memwork.certify.sides import Bucket, Checksum, DestSide, SourceSide
+from memwork.certify.sides import Bucket, Checksum, DestSide, RowSource
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -100,7 +100,7 @@ def _both(first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
 
 
 def _bisect(
-    source: SourceSide,
+    source: RowSource,
     dest: DestSide,
     user: str,
     counts: tuple[int, int],
@@ -131,7 +131,7 @@ def _bisect(
 
 
 def compare_rows(
-    source: SourceSide,
+    source: RowSource,
     dest: DestSide,
     *,
     leaf: int = DEFAULT_LEAF,
@@ -178,7 +178,7 @@ def compare_rows(
 
 def _classify(
     report: RowsReport,
-    source: SourceSide,
+    source: RowSource,
     dest: DestSide,
     missing: dict[str, str],
     extra: dict[str, str],
@@ -213,7 +213,7 @@ def _classify(
 
 
 def _set_boundary_apart(
-    report: RowsReport, source: SourceSide, dest: DestSide, checkpoint_cursor: str | None
+    report: RowsReport, source: RowSource, dest: DestSide, checkpoint_cursor: str | None
 ) -> None:
     """Bad rows the source changed after the high-water mark are reported apart, not failed."""
     mark = report.high_water_mark

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memwork.certify.canonical import install_pg_functions, pg_row_text, register_sqlite, source_row_text
 from memwork.identifiers import quote_identifier
@@ -48,6 +48,23 @@ class Bucket:
 
     user: str | None = None
     prefix: str = ""
+
+
+class RowSource(Protocol):
+    """What the row comparison needs of a source: :class:`SourceSide` (SQL) or a listing
+    (:class:`~memwork.certify.listing.ListingSide`)."""
+
+    round_trips: int
+
+    def checksums(self, bucket: Bucket) -> dict[str, Checksum]: ...
+
+    def row_hashes(self, bucket: Bucket) -> dict[str, str]: ...
+
+    def rows(self, keys: Iterable[str], *, any_status: bool = False) -> dict[str, dict[str, Any]]: ...
+
+    def high_water_mark(self) -> str | None: ...
+
+    def changed_after(self, mark: str | None) -> int: ...
 
 
 def _chunks(keys: Sequence[str], size: int = 1000) -> Iterator[Sequence[str]]:
