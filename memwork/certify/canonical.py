@@ -20,7 +20,8 @@ Rules (written here once):
   ``0.25`` -> ``2.5E-1``, no binary rounding), strings as UTF-8 with only ``"``, ``\\`` and control
   characters escaped (PostgreSQL's ``to_json``; how memwork's MariaDB loader writes JSON). SQL NULL
   and JSON ``{}`` are the same (the writer stores ``coalesce(metadata, '{}')``); the destination's
-  ownership marker ``_memworkSource`` is not part of the data.
+  ownership marker ``_memworkSource`` is not part of the data. (MariaDB >= 10.7 has
+  ``JSON_NORMALIZE``; MySQL 8 has none, so a MySQL source is not supported by this SQL yet.)
 * **content**: byte-exact in the checksum (MariaDB has no Unicode normaliser in SQL). When a
   drilled-down row differs only under Unicode NFC, it is reported as a note (``encoding``), not
   as a changed row. The same holds for JSON a source wrote with ``\\uXXXX`` escapes (MariaDB's
