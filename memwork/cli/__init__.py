@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "pgvector",
     "backfill",
     "migrate",
+    "certify",
     "smoke",
     "canary",
     "report",

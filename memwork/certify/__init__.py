@@ -1,0 +1,16 @@
+"""The migration certificate: verification that names every bad row per user, checks each vector against
+its model and the index against the resolve query, measures retrieval per user size, and proves it
+catches what it claims (:func:`~memwork.certify.selftest.self_test`).
+
+* :mod:`~memwork.certify.canonical` -- the one canonical serialisation (Python and SQL);
+* :mod:`~memwork.certify.sides` -- checksums computed in MariaDB/SQLite and PostgreSQL;
+* :mod:`~memwork.certify.rows` -- per-user checksums, bisection to single rows, per-field diffs;
+* :mod:`~memwork.certify.vectors` -- vectors against their model, the index against the query;
+* :mod:`~memwork.certify.retrieval` -- recall@k and underfill by user size;
+* :mod:`~memwork.certify.failures` -- the failures table and ``summary.json``;
+* :mod:`~memwork.certify.certificate` -- :func:`certify`, the one call.
+"""
+
+from memwork.certify.certificate import Certificate, CertifyOptions, certify
+
+__all__ = ["Certificate", "CertifyOptions", "certify"]

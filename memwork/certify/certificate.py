@@ -1,0 +1,333 @@
+"""The migration certificate: one call that checks rows, vectors, the index and retrieval, keeps every
+failure, and states its verdict with each gate.
+
+Gates (each PASS or FAIL, with its reasons):
+
+* ``rows`` -- bad rows per kind against the tolerances (``max_<kind>``, default 0); a ``user-changed``
+  row is critical whatever the tolerance;
+* ``vectors`` -- wrong-dimension / other-model / swapped / stale vectors, users with two model ids;
+* ``index`` -- pgvector version, ANN index operator class vs the resolve query's distance, HNSW settings;
+* ``retrieval`` -- per size bucket recall@k and underfill (skipped when ``retrieval=False``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from memwork.certify.failures import store_failures, write_summary
+from memwork.certify.retrieval import RetrievalReport, measure_retrieval
+from memwork.certify.rows import CRITICAL_KINDS, RowsReport, compare_rows
+from memwork.certify.sides import SOURCE_TABLE, DestSide, SourceSide
+from memwork.certify.vectors import VectorReport, check_embeddings, check_index, check_labels
+from memwork.embed import Embedder, HashEmbedder, load_embedder
+from memwork.errors import UsageError
+from memwork.identifiers import check_identifier, quote_identifier
+from memwork.pgvector.backfill.ownership import BACKFILL_OWNER
+from memwork.pgvector.schema import CHECKPOINT_TABLE, DEFAULT_TABLE
+
+MAX_LISTED = 50
+
+
+@dataclass
+class CertifyOptions:
+    """What to certify and how strictly (defaults: zero tolerance, vectors on a sample of 200)."""
+
+    source_url: str
+    dest_url: str
+    table: str = DEFAULT_TABLE
+    source_table: str = SOURCE_TABLE
+    owner: str = BACKFILL_OWNER
+    embedder: Embedder | str | None = None  #: default: derived from the table's single ``hash-N`` model id
+    vector_sample: int | None = 200  #: None: every row
+    k: int = 10
+    retrieval: bool = True
+    users_per_bucket: int = 20
+    queries_per_user: int = 3
+    search: str = "auto"
+    ef_search: int | None = None
+    min_recall: float = 0.95
+    max_underfill: float = 0.0
+    tolerances: dict[str, int] = field(default_factory=dict)  #: kind -> rows allowed (default 0)
+    leaf: int = 256
+    seed: int = 0
+    run_id: str | None = None
+    record_failures: bool = True
+    output_dir: Path | None = None
+
+    def check(self) -> None:
+        check_identifier(self.table)
+        check_identifier(self.source_table)
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= 1000:
+            raise UsageError("k", self.k, "must be an integer from 1 to 1000")
+        if self.vector_sample is not None and (
+            not isinstance(self.vector_sample, int) or self.vector_sample < 0
+        ):
+            raise UsageError(
+                "vector_sample", self.vector_sample, "must be a non-negative integer or None (all)"
+            )
+        if not isinstance(self.leaf, int) or self.leaf < 1:
+            raise UsageError("leaf", self.leaf, "must be a positive integer")
+        for kind, allowed in self.tolerances.items():
+            if kind in CRITICAL_KINDS and allowed:
+                raise UsageError(f"max_{kind}", allowed, "a row served to another user is never tolerated")
+            if not isinstance(allowed, int) or allowed < 0:
+                raise UsageError(f"max_{kind}", allowed, "must be a non-negative integer")
+
+
+@dataclass
+class Certificate:
+    """The verdict, each gate's reasons, and everything measured."""
+
+    run_id: str
+    table: str
+    rows: RowsReport
+    vectors: VectorReport
+    retrieval: RetrievalReport | None
+    gates: dict[str, list[str]] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return "FAIL" if any(self.gates.values()) else "PASS"
+
+    def failures(self) -> list[dict[str, Any]]:
+        """Every named failure: rows, vectors, index (key = the index name)."""
+        out: list[dict[str, Any]] = [
+            {"key": r.key, "kind": r.kind, "user": r.user or r.dest_user, "fields": r.fields}
+            for r in self.rows.bad
+        ]
+        out += [
+            {"key": f.key, "kind": f.kind, "user": f.user, "fields": f.fields} for f in self.vectors.findings
+        ]
+        for problem in self.vectors.index_problems:
+            kind = problem.split(":", 1)[0]
+            name = next(
+                (i["name"] for i in self.vectors.index.get("indexes", []) if i["name"] in problem), self.table
+            )
+            out.append({"key": name, "kind": kind, "user": None, "fields": {"problem": problem}})
+        return out
+
+    def claim(self) -> str:
+        r = self.rows
+        if self.verdict == "PASS":
+            return (
+                f"All {r.source_rows:,} active source rows of {len(r.users):,} users are in {self.table} "
+                f"field for field up to the high-water mark {r.high_water_mark}, with their model's vectors"
+                + (
+                    ", and every size bucket meets its recall and underfill targets."
+                    if self.retrieval
+                    else "."
+                )
+            )
+        kinds = ", ".join(f"{n} {k}" for k, n in r.by_kind().items())
+        failed = ", ".join(g for g, v in self.gates.items() if v)
+        return f"Not certified: {kinds or 'no bad rows'}; failed gates: {failed}."
+
+    def summary(self) -> dict[str, Any]:
+        r = self.rows
+        return {
+            "run_id": self.run_id,
+            "table": self.table,
+            "verdict": self.verdict,
+            "claim": self.claim(),
+            "gates": {g: {"verdict": "FAIL" if v else "PASS", "reasons": v} for g, v in self.gates.items()},
+            "rows": {
+                "source": r.source_rows,
+                "dest": r.dest_rows,
+                "dest_unkeyed": r.dest_unkeyed,
+                "by_kind": r.by_kind(),
+                "bad_users": r.bad_users[:MAX_LISTED],
+                "first_bad": [b.to_dict() for b in r.bad[:MAX_LISTED]],
+                "high_water_mark": r.high_water_mark,
+                "after_boundary": [b.to_dict() for b in r.after_boundary[:MAX_LISTED]],
+                "changed_after_mark": r.changed_after_mark,
+                "resume_picks_up": r.resume_picks_up,
+                "round_trips": r.round_trips,
+                "buckets_compared": r.buckets_compared,
+                "notes": r.notes[:MAX_LISTED],
+            },
+            "users": {
+                u: {
+                    "source": t.source,
+                    "dest": t.dest,
+                    "missing": t.missing,
+                    "extra": t.extra,
+                    "changed": t.changed,
+                }
+                for u, t in list(r.users.items())
+                if not t.ok
+            },
+            "vectors": {
+                "checked": self.vectors.checked,
+                "models": self.vectors.models,
+                "dimensions": self.vectors.dimensions,
+                "mixed_model_users": self.vectors.mixed_model_users,
+                "findings": [f.to_dict() for f in self.vectors.findings[:MAX_LISTED]],
+                "index": self.vectors.index,
+                "notes": self.vectors.notes,
+            },
+            "retrieval": self.retrieval.to_dict() if self.retrieval else None,
+            "timings": self.timings,
+        }
+
+
+def _embedder(spec: Embedder | str | None, models: dict[str, int]) -> Embedder | None:
+    if spec is not None and not isinstance(spec, str):
+        return spec
+    if isinstance(spec, str) and spec.strip():
+        return load_embedder(spec)
+    real = [m for m in models if m != "(none)"]
+    top = max(real, key=lambda m: models[m]) if real else None
+    if top and top.startswith("hash-") and top[5:].isdigit():
+        return HashEmbedder(int(top[5:]))
+    return None
+
+
+def _checkpoint_cursor(conn: Any, table: str) -> str | None:
+    exists = conn.execute("SELECT to_regclass(%s)", (CHECKPOINT_TABLE,)).fetchone()
+    if not exists or exists[0] is None:
+        return None
+    row = conn.execute(
+        f"SELECT cursor_updated_at FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s",
+        (table,),
+    ).fetchone()
+    if row is None:
+        return None
+    from memwork.certify.canonical import canonical_timestamp
+
+    return canonical_timestamp(str(row[0]))
+
+
+def _rejected_keys(conn: Any, table: str) -> set[str]:
+    from memwork.pgvector.backfill.quarantine import read_rejects
+
+    try:
+        return {str(r["id"]) for r in read_rejects(conn, table)}
+    except Exception:  # no rejects table: nothing was quarantined
+        conn.rollback()
+        return set()
+
+
+def certify(options: CertifyOptions) -> Certificate:
+    """Run every gate, record the failures (table + ``summary.json``), return the certificate."""
+    from pgvector.psycopg import register_vector
+
+    from memwork.db import pg_connect
+
+    options.check()
+    run_id = options.run_id or f"cert-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+    timings: dict[str, float] = {}
+    source = SourceSide(options.source_url, options.source_table)
+    started = time.perf_counter()
+    mark = source.high_water_mark()
+    with pg_connect(options.dest_url, autocommit=True) as conn:
+        register_vector(conn)
+        dest = DestSide(conn, options.table, options.owner)
+        rows = compare_rows(
+            source,
+            dest,
+            leaf=options.leaf,
+            high_water_mark=mark,
+            rejects=_rejected_keys(conn, options.table),
+            checkpoint_cursor=_checkpoint_cursor(conn, options.table),
+        )
+        timings["rows"] = round(time.perf_counter() - started, 3)
+        started = time.perf_counter()
+        vectors = VectorReport()
+        declared = conn.execute(
+            "SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'embedding'",
+            (quote_identifier(options.table),),
+        ).fetchone()
+        models = {
+            str(m): int(n)
+            for m, n in conn.execute(
+                "SELECT coalesce(embedding_model, '(none)'), count(*) "
+                f"FROM {quote_identifier(options.table)} GROUP BY 1"
+            )
+        }
+        embedder = _embedder(options.embedder, models)
+        if embedder is None:
+            vectors.notes.append("vectors: no embedder given and none derivable from the model ids")
+        else:
+            dims = int(declared[0]) if declared and declared[0] and declared[0] > 0 else embedder.dimension
+            check_labels(conn, options.table, embedder.model_id, dims, vectors)
+            keys = None
+            if options.vector_sample is not None:
+                keys = _sample_keys(conn, options.table, options.vector_sample, options.seed)
+                keys += [b.key for b in rows.bad if b.kind in ("changed", "user-changed")]
+            check_embeddings(conn, options.table, embedder, keys, vectors)
+        from memwork.backends.pgvector import DEFAULT_EF_SEARCH
+
+        check_index(conn, options.table, options.k, options.ef_search or DEFAULT_EF_SEARCH, vectors)
+        timings["vectors"] = round(time.perf_counter() - started, 3)
+        retrieval = None
+        if options.retrieval:
+            started = time.perf_counter()
+            retrieval = measure_retrieval(
+                conn,
+                options.dest_url,
+                options.table,
+                embedder=embedder,
+                k=options.k,
+                users_per_bucket=options.users_per_bucket,
+                queries_per_user=options.queries_per_user,
+                seed=options.seed,
+                search=options.search,
+                ef_search=options.ef_search,
+                min_recall=options.min_recall,
+                max_underfill=options.max_underfill,
+            )
+            timings["retrieval"] = round(time.perf_counter() - started, 3)
+        cert = Certificate(run_id, options.table, rows, vectors, retrieval, timings=timings)
+        cert.gates = _gates(cert, options)
+        if options.record_failures and cert.failures():
+            store_failures(conn, run_id, options.table, cert.failures())
+    if options.output_dir is not None:
+        write_summary(Path(options.output_dir) / "summary.json", cert.summary())
+    return cert
+
+
+def _sample_keys(conn: Any, table: str, n: int, seed: int) -> list[str]:
+    """A reproducible sample of keys chosen in the database (hash order), never a full read."""
+    if n <= 0:
+        return []
+    t = quote_identifier(table)
+    return [
+        str(r[0])
+        for r in conn.execute(
+            f"SELECT source_memory_id FROM {t} WHERE source_memory_id IS NOT NULL "
+            "ORDER BY md5(source_memory_id || %s) LIMIT %s",
+            (str(seed), n),
+        )
+    ]
+
+
+def _gates(cert: Certificate, options: CertifyOptions) -> dict[str, list[str]]:
+    rows_reasons: list[str] = []
+    for kind, n in sorted(cert.rows.by_kind().items(), key=lambda kv: (kv[0] not in CRITICAL_KINDS, kv[0])):
+        allowed = 0 if kind in CRITICAL_KINDS else options.tolerances.get(kind, 0)
+        if n > allowed:
+            ids = ", ".join(b.key for b in cert.rows.bad if b.kind == kind)[:200]
+            critical = "CRITICAL " if kind in CRITICAL_KINDS else ""
+            rows_reasons.append(f"{critical}{kind}: {n} row(s) (allowed {allowed}), e.g. {ids}")
+    if cert.rows.dest_unkeyed:
+        rows_reasons.append(f"extra: {cert.rows.dest_unkeyed} destination row(s) without a source id")
+    vector_reasons: list[str] = []
+    kinds: dict[str, list[str]] = {}
+    for f in cert.vectors.findings:
+        kinds.setdefault(f.kind, []).append(f.key)
+    for kind, keys in sorted(kinds.items()):
+        vector_reasons.append(f"{kind}: {len(keys)} vector(s), e.g. {', '.join(keys[:5])}")
+    if cert.vectors.mixed_model_users:
+        vector_reasons.append(
+            f"mixed-models: {len(cert.vectors.mixed_model_users)} user(s) with two model ids, "
+            f"e.g. {', '.join(cert.vectors.mixed_model_users[:5])}"
+        )
+    gates = {"rows": rows_reasons, "vectors": vector_reasons, "index": list(cert.vectors.index_problems)}
+    if cert.retrieval is not None:
+        gates["retrieval"] = list(cert.retrieval.problems)
+    return gates

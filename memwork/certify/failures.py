@@ -1,0 +1,85 @@
+"""Every discrepancy a certificate finds, kept: a failures table in the destination and ``summary.json``.
+
+The table (``memwork_certify_failures``) holds one row per (run id, key, kind) with the differing
+fields as JSON, so a repair can re-copy exactly the failed keys and a second run can show them
+cleared. Writing it is the only change a verification makes to the destination, in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memwork.identifiers import quote_identifier
+
+if TYPE_CHECKING:
+    import psycopg
+
+FAILURES_TABLE = "memwork_certify_failures"
+
+
+def failures_table_sql() -> str:
+    return (
+        f"CREATE TABLE IF NOT EXISTS {quote_identifier(FAILURES_TABLE)} (\n"
+        "  run_id TEXT NOT NULL,\n"
+        "  target_table TEXT NOT NULL,\n"
+        "  key TEXT NOT NULL,\n"
+        "  kind TEXT NOT NULL,\n"
+        "  user_id TEXT,\n"
+        "  fields JSONB NOT NULL DEFAULT '{}'::jsonb,\n"
+        "  recorded_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),\n"
+        "  PRIMARY KEY (run_id, key, kind)\n"
+        ")"
+    )
+
+
+def store_failures(
+    conn: psycopg.Connection[Any], run_id: str, table: str, failures: Iterable[dict[str, Any]]
+) -> int:
+    """Insert the run's failures (``key``, ``kind``, ``user``, ``fields``); returns how many."""
+    from memwork.pgvector.schema import lock_ddl
+
+    rows = [
+        (
+            run_id,
+            table,
+            str(f["key"]),
+            str(f["kind"]),
+            f.get("user"),
+            json.dumps(f.get("fields") or {}, default=str),
+        )
+        for f in failures
+    ]
+    with conn.transaction():
+        lock_ddl(conn)
+        conn.execute(failures_table_sql())
+        with conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {quote_identifier(FAILURES_TABLE)} "
+                "(run_id, target_table, key, kind, user_id, fields) "
+                "VALUES (%s, %s, %s, %s, %s, %s::jsonb) ON CONFLICT DO NOTHING",
+                rows,
+            )
+    return len(rows)
+
+
+def read_failures(conn: psycopg.Connection[Any], run_id: str) -> list[dict[str, Any]]:
+    """The failures a run recorded (key order); empty when the table does not exist."""
+    exists = conn.execute("SELECT to_regclass(%s)", (FAILURES_TABLE,)).fetchone()
+    if not exists or exists[0] is None:
+        return []
+    cur = conn.execute(
+        f"SELECT key, kind, user_id, fields FROM {quote_identifier(FAILURES_TABLE)} "
+        "WHERE run_id = %s ORDER BY key, kind",
+        (run_id,),
+    )
+    return [{"key": k, "kind": kind, "user": u, "fields": f} for k, kind, u, f in cur.fetchall()]
+
+
+def write_summary(path: Path, summary: dict[str, Any]) -> Path:
+    """``summary.json`` (sorted keys, so two runs diff cleanly)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+    return path

@@ -1,0 +1,241 @@
+"""Rows: per-user checksums on both sides, bisection of every bad bucket down to single rows, and each
+bad row named with its kind and the fields that differ.
+
+Kinds (each one a failure unless said otherwise):
+
+* ``missing`` -- active in the source, absent from the destination;
+* ``quarantined`` -- missing, but listed in the rejects table (the writer refused it, with a reason);
+* ``extra`` -- in the destination, not in the source at all;
+* ``status`` -- in the destination while the source row is no longer ``active``;
+* ``changed`` -- in both, fields differ (``fields`` names them, with both values);
+* ``user-changed`` -- in both, the user differs: **critical**, a row served to the wrong person;
+* ``after-boundary`` -- any of the above for a row the source changed after the run's high-water
+  mark: reported apart, not a failure (a live source gives no false mismatch).
+
+Rows whose texts differ only in encoding (Unicode NFC, JSON escapes) are notes (``encoding``), never
+failures.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from typing import Any, TypeVar
+
+from memwork.certify.canonical import canonical_timestamp, differing_fields
+from memwork.certify.sides import Bucket, Checksum, DestSide, RowSource
+
+T = TypeVar("T")
+U = TypeVar("U")
+DEFAULT_LEAF = 256  #: a bucket this small (both sides) is compared row hash by row hash
+CRITICAL_KINDS = ("user-changed",)
+
+
+@dataclass
+class BadRow:
+    """One discrepancy: the key, its user(s), the kind and the differing fields."""
+
+    key: str
+    kind: str
+    user: str | None
+    fields: dict[str, dict[str, Any]] = field(default_factory=dict)
+    dest_user: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class UserTally:
+    """One user's counts on both sides and the ids that went wrong."""
+
+    source: int = 0
+    dest: int = 0
+    checksum_ok: bool = True
+    missing: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.checksum_ok and not (self.missing or self.extra or self.changed)
+
+
+@dataclass
+class RowsReport:
+    """What the row comparison found."""
+
+    source_rows: int = 0
+    dest_rows: int = 0
+    dest_unkeyed: int = 0
+    users: dict[str, UserTally] = field(default_factory=dict)
+    bad: list[BadRow] = field(default_factory=list)
+    after_boundary: list[BadRow] = field(default_factory=list)
+    high_water_mark: str | None = None
+    changed_after_mark: int = 0
+    resume_picks_up: bool | None = None
+    notes: list[str] = field(default_factory=list)
+    buckets_compared: int = 0
+    round_trips: int = 0
+
+    def by_kind(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for row in self.bad:
+            counts[row.kind] += 1
+        return dict(sorted(counts.items()))
+
+    @property
+    def bad_users(self) -> list[str]:
+        return sorted(u for u, t in self.users.items() if not t.ok)
+
+
+def _both(first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
+    """Run the source's and the destination's query at once: the wall time is the slower one, not the sum."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        later = pool.submit(second)
+        return first(), later.result()
+
+
+def _bisect(
+    source: RowSource,
+    dest: DestSide,
+    user: str,
+    counts: tuple[int, int],
+    leaf: int,
+    report: RowsReport,
+) -> tuple[set[str], set[str], set[str]]:
+    """Missing, extra and changed keys of one user whose checksum disagreed."""
+    missing: set[str] = set()
+    extra: set[str] = set()
+    changed: set[str] = set()
+    stack: list[tuple[str, int, int]] = [("", *counts)]
+    while stack:
+        prefix, s_n, d_n = stack.pop()
+        bucket = Bucket(user, prefix)
+        report.buckets_compared += 1
+        if max(s_n, d_n) <= leaf or len(prefix) >= 32:
+            s, d = _both(partial(source.row_hashes, bucket), partial(dest.row_hashes, bucket))
+            missing |= s.keys() - d.keys()
+            extra |= d.keys() - s.keys()
+            changed |= {k for k in s.keys() & d.keys() if s[k] != d[k]}
+            continue
+        s_sums, d_sums = _both(partial(source.checksums, bucket), partial(dest.checksums, bucket))
+        for child in sorted(s_sums.keys() | d_sums.keys()):
+            a, b = s_sums.get(child), d_sums.get(child)
+            if a != b:
+                stack.append((child, a[0] if a else 0, b[0] if b else 0))
+    return missing, extra, changed
+
+
+def compare_rows(
+    source: RowSource,
+    dest: DestSide,
+    *,
+    leaf: int = DEFAULT_LEAF,
+    high_water_mark: str | None = None,
+    rejects: set[str] | None = None,
+    checkpoint_cursor: str | None = None,
+    on_user: Callable[[str], None] | None = None,
+) -> RowsReport:
+    """Checksum both sides per user, bisect every disagreeing user, classify each bad row."""
+    report = RowsReport(high_water_mark=high_water_mark)
+    s_users, d_users = _both(lambda: source.checksums(Bucket()), lambda: dest.checksums(Bucket()))
+    report.source_rows = sum(c[0] for c in s_users.values())
+    report.dest_rows = sum(c[0] for c in d_users.values())
+    report.dest_unkeyed = dest.unkeyed()
+    missing: dict[str, str] = {}  # key -> user (source side)
+    extra: dict[str, str] = {}  # key -> user (destination side)
+    changed: dict[str, str] = {}
+    for user in sorted(s_users.keys() | d_users.keys()):
+        a: Checksum | None = s_users.get(user)
+        b: Checksum | None = d_users.get(user)
+        tally = UserTally(source=a[0] if a else 0, dest=b[0] if b else 0, checksum_ok=a == b)
+        report.users[user] = tally
+        if a == b:
+            continue
+        if on_user is not None:
+            on_user(user)
+        m, e, c = _bisect(source, dest, user, (tally.source, tally.dest), leaf, report)
+        missing.update(dict.fromkeys(m, user))
+        extra.update(dict.fromkeys(e, user))
+        changed.update(dict.fromkeys(c, user))
+    _classify(report, source, dest, missing, extra, changed, rejects or set())
+    _set_boundary_apart(report, source, dest, checkpoint_cursor)
+    for row in report.bad + report.after_boundary:
+        if row.kind in ("missing", "quarantined"):
+            report.users[str(row.user)].missing.append(row.key)
+        elif row.kind in ("extra", "status"):
+            report.users[str(row.dest_user)].extra.append(row.key)
+        else:
+            for name in {row.user, row.dest_user} - {None}:
+                report.users[str(name)].changed.append(row.key)
+    report.round_trips = source.round_trips + dest.round_trips
+    return report
+
+
+def _classify(
+    report: RowsReport,
+    source: RowSource,
+    dest: DestSide,
+    missing: dict[str, str],
+    extra: dict[str, str],
+    changed: dict[str, str],
+    rejects: set[str],
+) -> None:
+    moved = missing.keys() & extra.keys()  # under one user in the source, another in the destination
+    both = sorted(moved | changed.keys())
+    s_rows = source.rows(both)
+    d_rows = dest.rows(both)
+    for key in both:
+        fields = differing_fields(s_rows[key], d_rows[key])
+        s_user, d_user = str(s_rows[key]["user_id"]), str(d_rows[key]["user_id"])
+        if not fields:
+            report.notes.append(f"encoding: {key} differs only in encoding (Unicode NFC or JSON escapes)")
+            continue
+        kind = "user-changed" if "user" in fields else "changed"
+        report.bad.append(BadRow(key, kind, s_user, fields, dest_user=d_user))
+    gone = sorted(k for k in extra if k not in moved)
+    inactive = source.rows(gone, any_status=True)
+    for key in gone:
+        row = inactive.get(key)
+        if row is not None:
+            fields = {"status": {"source": row["status"], "dest": "active (present)"}}
+            report.bad.append(BadRow(key, "status", None, fields, dest_user=extra[key]))
+        else:
+            report.bad.append(BadRow(key, "extra", None, dest_user=extra[key]))
+    for key in sorted(k for k in missing if k not in moved):
+        kind = "quarantined" if key in rejects else "missing"
+        report.bad.append(BadRow(key, kind, missing[key]))
+    report.bad.sort(key=lambda r: (r.kind not in CRITICAL_KINDS, r.kind, r.key))
+
+
+def _set_boundary_apart(
+    report: RowsReport, source: RowSource, dest: DestSide, checkpoint_cursor: str | None
+) -> None:
+    """Bad rows the source changed after the high-water mark are reported apart, not failed."""
+    mark = report.high_water_mark
+    if mark is None:
+        return
+    report.changed_after_mark = source.changed_after(mark)
+    if not report.bad:
+        return
+    keys = [r.key for r in report.bad]
+    s_rows = source.rows(keys, any_status=True)
+    late: list[BadRow] = []
+    kept: list[BadRow] = []
+    stamps: list[str] = []
+    for row in report.bad:
+        # the source is what changes live; a destination stamp proves nothing
+        source_row = s_rows.get(row.key)
+        stamp = canonical_timestamp(source_row["updated_at"]) or "" if source_row else ""
+        if stamp > mark:
+            late.append(row)
+            stamps.append(stamp)
+        else:
+            kept.append(row)
+    report.bad, report.after_boundary = kept, late
+    if late and checkpoint_cursor is not None:
+        report.resume_picks_up = all(s > checkpoint_cursor for s in stamps)

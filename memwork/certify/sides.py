@@ -1,0 +1,252 @@
+"""Both sides of a certificate as SQL that computes checksums where the data lives.
+
+:class:`SourceSide` is the legacy table (MariaDB or SQLite), :class:`DestSide` the pgvector table.
+Each answers the same four questions with the canonical row text of :mod:`memwork.certify.canonical`:
+
+* :meth:`checksums` -- per user, or per MD5-of-key prefix inside one user: ``(count, sum1, sum2)``;
+* :meth:`row_hashes` -- key -> row MD5 of one small bucket (only where checksums disagree);
+* :meth:`rows` -- the full rows of a few keys (for per-field diffs);
+* the source's high-water mark (``max(updated_at)``) for the consistency boundary.
+
+Partitioning by user first, then by hex prefixes of ``md5(key)``, keeps every predicate an exact
+equality (no key *ranges* whose order would depend on each engine's collation) and splits any bucket
+16 ways, so k bad rows cost O(k log16 n) round trips after the one clean pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from memwork.certify.canonical import install_pg_functions, pg_row_text, register_sqlite, source_row_text
+from memwork.identifiers import quote_identifier
+from memwork.pgvector.backfill.ownership import BACKFILL_OWNER, owner_sql
+
+if TYPE_CHECKING:
+    import psycopg
+    from sqlalchemy import Connection
+
+Checksum = tuple[int, int, int]  #: (rows, sum of hash bits 0-31, sum of hash bits 32-63)
+SOURCE_TABLE = "h5_user_memory_items"
+_ROW_COLUMNS = (
+    "user_id",
+    "content",
+    "type",
+    "source_session_id",
+    "source_message_id",
+    "created_at",
+    "updated_at",
+    "metadata",
+)
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Where a checksum is taken: all users (``user`` None), one user, or a key-hash prefix in it."""
+
+    user: str | None = None
+    prefix: str = ""
+
+
+class RowSource(Protocol):
+    """What the row comparison needs of a source: :class:`SourceSide` (SQL) or a listing
+    (:class:`~memwork.certify.listing.ListingSide`)."""
+
+    round_trips: int
+
+    def checksums(self, bucket: Bucket) -> dict[str, Checksum]: ...
+
+    def row_hashes(self, bucket: Bucket) -> dict[str, str]: ...
+
+    def rows(self, keys: Iterable[str], *, any_status: bool = False) -> dict[str, dict[str, Any]]: ...
+
+    def high_water_mark(self) -> str | None: ...
+
+    def changed_after(self, mark: str | None) -> int: ...
+
+
+def _chunks(keys: Sequence[str], size: int = 1000) -> Iterator[Sequence[str]]:
+    for i in range(0, len(keys), size):
+        yield keys[i : i + size]
+
+
+class SourceSide:
+    """The legacy items table on MariaDB or SQLite: active rows, keyed by ``id``."""
+
+    def __init__(self, url: str, table: str = SOURCE_TABLE) -> None:
+        from memwork.db import get_engine
+        from memwork.identifiers import check_identifier
+
+        self.url, self.table = url, check_identifier(table)
+        self.engine = get_engine(url)
+        self.dialect = self.engine.dialect.name
+        self.round_trips = 0
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            if self.dialect == "sqlite":
+                register_sqlite(conn.connection.dbapi_connection)
+            yield conn
+
+    def _md5(self, expr: str) -> str:
+        return f"mw_md5({expr})" if self.dialect == "sqlite" else f"MD5({expr})"
+
+    def _parts(self, m: str) -> tuple[str, str]:
+        if self.dialect == "sqlite":
+            return f"mw_hex(substr({m}, 1, 8))", f"mw_hex(substr({m}, 9, 8))"
+        return (
+            f"CAST(CONV(SUBSTRING({m}, 1, 8), 16, 10) AS UNSIGNED)",
+            f"CAST(CONV(SUBSTRING({m}, 9, 8), 16, 10) AS UNSIGNED)",
+        )
+
+    def _where(self, bucket: Bucket) -> tuple[str, dict[str, Any]]:
+        where, params = "status = 'active'", {}
+        if bucket.user is not None:
+            where += " AND user_id = :user"
+            params["user"] = bucket.user
+        if bucket.prefix:
+            where += f" AND substr({self._md5('id')}, 1, {len(bucket.prefix)}) = :prefix"
+            params["prefix"] = bucket.prefix
+        return where, params
+
+    def _run(self, sql: str, params: dict[str, Any]) -> list[Any]:
+        from sqlalchemy import text
+
+        self.round_trips += 1
+        with self.connect() as conn:
+            return list(conn.execute(text(sql), params).all())
+
+    def checksums(self, bucket: Bucket) -> dict[str, Checksum]:
+        """Group -> checksum: per user for the whole table, else per next hex digit of md5(key)."""
+        where, params = self._where(bucket)
+        group = (
+            "user_id" if bucket.user is None else f"substr({self._md5('id')}, 1, {len(bucket.prefix) + 1})"
+        )
+        one, two = self._parts("m")
+        sql = (
+            f"SELECT g, COUNT(*), SUM({one}), SUM({two}) FROM (SELECT {group} AS g, "
+            f"{self._md5(source_row_text(self.dialect))} AS m FROM {self.table} WHERE {where}) x GROUP BY g"
+        )
+        return {str(g): (int(n), int(a), int(b)) for g, n, a, b in self._run(sql, params)}
+
+    def total(self) -> Checksum:
+        """The whole table's checksum in one row (the reference figure of the benchmark)."""
+        one, two = self._parts("m")
+        sql = (
+            f"SELECT COUNT(*), SUM({one}), SUM({two}) FROM "
+            f"(SELECT {self._md5(source_row_text(self.dialect))} AS m FROM {self.table} "
+            "WHERE status = 'active') x"
+        )
+        n, a, b = self._run(sql, {})[0]
+        return int(n), int(a or 0), int(b or 0)
+
+    def row_hashes(self, bucket: Bucket) -> dict[str, str]:
+        where, params = self._where(bucket)
+        sql = f"SELECT id, {self._md5(source_row_text(self.dialect))} FROM {self.table} WHERE {where}"
+        return {str(k): str(m) for k, m in self._run(sql, params)}
+
+    def rows(self, keys: Iterable[str], *, any_status: bool = False) -> dict[str, dict[str, Any]]:
+        """Full rows of ``keys`` (metadata and timestamps as text), active only unless ``any_status``."""
+        from sqlalchemy import bindparam, text
+
+        keys = sorted(set(keys))
+        out: dict[str, dict[str, Any]] = {}
+        meta = "CAST(metadata AS CHAR)" if self.dialect != "sqlite" else "metadata"
+        columns = ", ".join(c if c != "metadata" else f"{meta} AS metadata" for c in _ROW_COLUMNS)
+        status = "" if any_status else " AND status = 'active'"
+        sql = text(f"SELECT id, status, {columns} FROM {self.table} WHERE id IN :keys{status}").bindparams(
+            bindparam("keys", expanding=True)
+        )
+        with self.connect() as conn:
+            for chunk in _chunks(keys):
+                self.round_trips += 1
+                for row in conn.execute(sql, {"keys": list(chunk)}).mappings():
+                    out[str(row["id"])] = {"key": str(row["id"]), **dict(row)}
+        return out
+
+    def high_water_mark(self) -> str | None:
+        """``max(updated_at)`` of every row (any status), canonical text: the run's boundary."""
+        from memwork.certify.canonical import canonical_timestamp
+
+        rows = self._run(f"SELECT MAX(updated_at) FROM {self.table}", {})
+        return canonical_timestamp(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def changed_after(self, mark: str | None) -> int:
+        """Rows (any status) updated after the boundary: changed while the run was verifying."""
+        if mark is None:
+            return 0
+        return int(self._run(f"SELECT COUNT(*) FROM {self.table} WHERE updated_at > :m", {"m": mark})[0][0])
+
+
+class DestSide:
+    """The pgvector table: one owner's rows (default: the MySQL backfill's), keyed by source_memory_id."""
+
+    def __init__(self, conn: psycopg.Connection[Any], table: str, owner: str = BACKFILL_OWNER) -> None:
+        self.conn, self.table, self.owner = conn, table, owner
+        self.quoted = quote_identifier(table)
+        self.round_trips = 0
+        install_pg_functions(conn)
+
+    def _where(self, bucket: Bucket) -> tuple[str, list[Any]]:
+        where = f"source_memory_id IS NOT NULL AND {owner_sql(self.quoted)} = %s"
+        params: list[Any] = [self.owner]
+        if bucket.user is not None:
+            where += " AND user_id = %s"
+            params.append(bucket.user)
+        if bucket.prefix:
+            where += f" AND left(md5(source_memory_id), {len(bucket.prefix)}) = %s"
+            params.append(bucket.prefix)
+        return where, params
+
+    def _run(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        self.round_trips += 1
+        return self.conn.execute(sql, params).fetchall()
+
+    def checksums(self, bucket: Bucket) -> dict[str, Checksum]:
+        where, params = self._where(bucket)
+        group = "user_id" if bucket.user is None else f"left(md5(source_memory_id), {len(bucket.prefix) + 1})"
+        sql = (
+            "SELECT g, count(*), sum(('x' || lpad(substr(m, 1, 8), 16, '0'))::bit(64)::bigint), "
+            "sum(('x' || lpad(substr(m, 9, 8), 16, '0'))::bit(64)::bigint) "
+            f"FROM (SELECT {group} AS g, md5({pg_row_text()}) AS m FROM {self.quoted} WHERE {where}) x "
+            "GROUP BY g"
+        )
+        return {str(g): (int(n), int(a), int(b)) for g, n, a, b in self._run(sql, params)}
+
+    def total(self) -> Checksum:
+        where, params = self._where(Bucket())
+        sql = (
+            "SELECT count(*), coalesce(sum(('x' || lpad(substr(m, 1, 8), 16, '0'))::bit(64)::bigint), 0), "
+            "coalesce(sum(('x' || lpad(substr(m, 9, 8), 16, '0'))::bit(64)::bigint), 0) "
+            f"FROM (SELECT md5({pg_row_text()}) AS m FROM {self.quoted} WHERE {where}) x"
+        )
+        n, a, b = self._run(sql, params)[0]
+        return int(n), int(a), int(b)
+
+    def row_hashes(self, bucket: Bucket) -> dict[str, str]:
+        where, params = self._where(bucket)
+        sql = f"SELECT source_memory_id, md5({pg_row_text()}) FROM {self.quoted} WHERE {where}"
+        return {str(k): str(m) for k, m in self._run(sql, params)}
+
+    def rows(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+        keys = sorted(set(keys))
+        columns = ", ".join(f"{c}::text AS {c}" if c == "metadata" else c for c in _ROW_COLUMNS)
+        out: dict[str, dict[str, Any]] = {}
+        for chunk in _chunks(keys):
+            self.round_trips += 1
+            cur = self.conn.execute(
+                f"SELECT source_memory_id, {columns} FROM {self.quoted} WHERE source_memory_id = ANY(%s)",
+                (list(chunk),),
+            )
+            names = [d.name for d in cur.description or []]
+            for row in cur.fetchall():
+                record = dict(zip(names, row, strict=True))
+                out[str(row[0])] = {"key": str(row[0]), **record}
+        return out
+
+    def unkeyed(self) -> int:
+        """Rows without a source id: they can match nothing in the source."""
+        return int(self._run(f"SELECT count(*) FROM {self.quoted} WHERE source_memory_id IS NULL", [])[0][0])

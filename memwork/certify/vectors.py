@@ -1,0 +1,236 @@
+"""Vectors: the right model, the right text, the right index.
+
+* :func:`check_labels` (whole table, in SQL) -- every vector's dimension is the model's
+  (``wrong-dimension``) and every row's ``embedding_model`` is the configured one (``other-model``);
+  users whose rows come from two model ids are listed (``mixed-models``).
+* :func:`check_embeddings` (a sample plus the keys the row comparison flagged, or every row) -- each
+  stored vector equals the recorded model's embedding of the stored content: exact within
+  :data:`~memwork.certify.canonical.VECTOR_ATOL` for the hash embedder, cosine >= 0.999 for a real
+  model. A vector that is not is named ``swapped`` (another row of the table holds this row's
+  embedding: the pair is named), ``stale`` (close to the embedding of the content, cosine >=
+  :data:`STALE_COSINE`, but not it: the same model on an earlier version of the text), or
+  ``other-model`` (not close: another model's vector under this row's model id).
+* :func:`check_index` -- pgvector's version, the ANN index's type and operator class against the
+  distance the resolve query orders by (``<=>``, cosine: an L2 or inner-product index is a failure),
+  and the HNSW settings (``m``, ``ef_construction``, ``hnsw.ef_search`` >= k).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memwork.certify.canonical import EXACT_COSINE, MODEL_COSINE, VECTOR_ATOL
+from memwork.embed import Embedder
+from memwork.identifiers import quote_identifier
+
+if TYPE_CHECKING:
+    import psycopg
+
+STALE_COSINE = 0.5
+RESOLVE_OPERATOR = "<=>"  #: memwork.backends.pgvector orders by cosine distance
+COSINE_OPCLASSES = ("vector_cosine_ops", "halfvec_cosine_ops")
+MIN_ITERATIVE_SCAN = (0, 8, 0)  #: the hnsw search path sets hnsw.iterative_scan (pgvector 0.8)
+MAX_LISTED = 1000
+
+
+@dataclass
+class VectorFinding:
+    """One bad vector: key, kind, and what was measured."""
+
+    key: str
+    kind: str
+    user: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class VectorReport:
+    findings: list[VectorFinding] = field(default_factory=list)
+    models: dict[str, int] = field(default_factory=dict)
+    dimensions: dict[str, int] = field(default_factory=dict)
+    mixed_model_users: list[str] = field(default_factory=list)
+    checked: int = 0
+    index: dict[str, Any] = field(default_factory=dict)
+    index_problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _exact(embedder: Embedder) -> bool:
+    return embedder.model_id.startswith("hash-")
+
+
+def check_labels(
+    conn: psycopg.Connection[Any], table: str, model_id: str, dimensions: int, report: VectorReport
+) -> None:
+    """Whole table, in SQL: dimensions, model ids, users with two model ids."""
+    t = quote_identifier(table)
+    report.dimensions = {
+        str(d): int(n)
+        for d, n in conn.execute(f"SELECT vector_dims(embedding), count(*) FROM {t} GROUP BY 1 ORDER BY 1")
+    }
+    report.models = {
+        str(m): int(n)
+        for m, n in conn.execute(
+            f"SELECT coalesce(embedding_model, '(none)'), count(*) FROM {t} GROUP BY 1 ORDER BY 1"
+        )
+    }
+    for key, user, dims in conn.execute(
+        f"SELECT source_memory_id, user_id, vector_dims(embedding) FROM {t} "
+        f"WHERE vector_dims(embedding) <> %s ORDER BY 1 LIMIT {MAX_LISTED}",
+        (dimensions,),
+    ):
+        report.findings.append(
+            VectorFinding(
+                str(key), "wrong-dimension", user, {"dimensions": {"expected": dimensions, "dest": dims}}
+            )
+        )
+    for key, user, model in conn.execute(
+        f"SELECT source_memory_id, user_id, embedding_model FROM {t} "
+        f"WHERE embedding_model IS DISTINCT FROM %s ORDER BY 1 LIMIT {MAX_LISTED}",
+        (model_id,),
+    ):
+        report.findings.append(
+            VectorFinding(
+                str(key), "other-model", user, {"embedding_model": {"expected": model_id, "dest": model}}
+            )
+        )
+    report.mixed_model_users = [
+        str(u)
+        for (u,) in conn.execute(
+            f"SELECT user_id FROM {t} GROUP BY user_id "
+            "HAVING count(DISTINCT coalesce(embedding_model, '')) > 1 ORDER BY 1"
+        )
+    ]
+
+
+def check_embeddings(
+    conn: psycopg.Connection[Any],
+    table: str,
+    embedder: Embedder,
+    keys: list[str] | None,
+    report: VectorReport,
+    *,
+    batch: int = 512,
+) -> None:
+    """Each listed key's (``None``: every row's) stored vector against the model's embedding of its content.
+
+    Only rows with the model's dimension and model id are compared (the others are already named)."""
+    t = quote_identifier(table)
+    where = "vector_dims(embedding) = %s AND embedding_model = %s"
+    params: list[Any] = [embedder.dimension, embedder.model_id]
+    if keys is not None:
+        where += " AND source_memory_id = ANY(%s)"
+        params.append(sorted(set(keys)))
+    threshold = EXACT_COSINE if _exact(embedder) else MODEL_COSINE
+    bad: list[tuple[str, str, str, np.ndarray, float]] = []
+    with conn.transaction(), conn.cursor(name="mw_certify_vectors") as cur:
+        cur.itersize = batch
+        cur.execute(
+            f"SELECT source_memory_id, user_id, content, embedding FROM {t} WHERE {where} ORDER BY 1",
+            params,
+        )
+        while rows := cur.fetchmany(batch):
+            stored = [as_array(r[3]) for r in rows]
+            expected = embedder.embed([str(r[2]) for r in rows])
+            report.checked += len(rows)
+            for row, got, want in zip(rows, stored, expected, strict=True):
+                cosine = _cosine(got, want)
+                if got.shape != want.shape:
+                    continue  # named by check_labels
+                exact = bool(np.allclose(got, want, atol=VECTOR_ATOL))
+                same = exact if _exact(embedder) else cosine >= threshold
+                if not same:
+                    bad.append((str(row[0]), str(row[1]), str(row[2]), want, cosine))
+    for key, user, content, want, cosine in bad:
+        partner = _holder_of(conn, t, want, key, content, threshold)
+        if partner is not None:
+            kind, fields = "swapped", {"vector": {"holder_of_this_rows_embedding": partner, "cosine": cosine}}
+        elif cosine >= STALE_COSINE:
+            kind, fields = "stale", {"vector": {"cosine_to_content_embedding": cosine}}
+        else:
+            kind, fields = "other-model", {"vector": {"cosine_to_content_embedding": cosine}}
+        report.findings.append(VectorFinding(key, kind, user, fields))
+
+
+def as_array(value: Any) -> np.ndarray:
+    """A stored vector (pgvector's ``Vector`` in binary mode, an array in text mode) as float32."""
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    denom = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return round(float(np.dot(a, b)) / denom, 6) if denom else 0.0
+
+
+def _holder_of(
+    conn: psycopg.Connection[Any], t: str, vector: np.ndarray, key: str, content: str, threshold: float
+) -> str | None:
+    """Another row, of other content, whose stored vector is ``vector`` (exact scan), if any."""
+    with conn.transaction():
+        conn.execute("SET LOCAL enable_indexscan = off")
+        row = conn.execute(
+            f"SELECT source_memory_id, embedding <=> %s FROM {t} WHERE vector_dims(embedding) = %s "
+            "AND source_memory_id <> %s AND content <> %s ORDER BY embedding <=> %s LIMIT 1",
+            (vector, len(vector), key, content, vector),
+        ).fetchone()
+    if row is None or row[1] is None or 1.0 - float(row[1]) < threshold:
+        return None
+    return str(row[0])
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def check_index(
+    conn: psycopg.Connection[Any], table: str, k: int, ef_search: int, report: VectorReport
+) -> None:
+    """Extension version, ANN index type/opclass vs the resolve query's distance, HNSW settings."""
+    version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    indexes = conn.execute(
+        "SELECT i.relname, am.amname, opc.opcname, coalesce(i.reloptions, '{}') FROM pg_index x "
+        "JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_am am ON am.oid = i.relam "
+        "JOIN pg_opclass opc ON opc.oid = x.indclass[0] "
+        "WHERE x.indrelid = to_regclass(%s) AND am.amname IN ('hnsw', 'ivfflat') ORDER BY 1",
+        (quote_identifier(table),),
+    ).fetchall()
+    info: dict[str, Any] = {
+        "pgvector": version[0] if version else None,
+        "resolve_operator": RESOLVE_OPERATOR,
+        "ef_search": ef_search,
+        "indexes": [],
+    }
+    for name, method, opclass, options in indexes:
+        settings = dict(o.split("=", 1) for o in options)
+        entry = {"name": name, "type": method, "opclass": opclass, "settings": settings}
+        if method == "hnsw":
+            entry["settings"] = {
+                "m": int(settings.get("m", 16)),
+                "ef_construction": int(settings.get("ef_construction", 64)),
+            }
+        info["indexes"].append(entry)
+        if opclass not in COSINE_OPCLASSES:
+            report.index_problems.append(
+                f"opclass: index {name} ({method}, {opclass}) does not serve the resolve query's cosine "
+                f"distance ({RESOLVE_OPERATOR}): searches by cosine never use it"
+            )
+        if method == "hnsw":
+            if ef_search < k:
+                report.index_problems.append(f"hnsw: ef_search {ef_search} below k {k}: answers underfill")
+            if version and _version(version[0]) < MIN_ITERATIVE_SCAN:
+                report.index_problems.append(
+                    f"pgvector: version {version[0]} has no iterative scan (the hnsw search path needs 0.8)"
+                )
+    if version is None:
+        report.index_problems.append("pgvector: the vector extension is not installed")
+    if not indexes:
+        report.notes.append("index: no ANN index; every search is exact")
+    report.index = info

@@ -1,0 +1,276 @@
+"""The migration certificate on real servers: MariaDB or SQLite -> embedded PostgreSQL + pgvector."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import psycopg
+import pytest
+from sqlalchemy import text
+
+from memwork.certify import CertifyOptions, certify
+from memwork.certify.failures import read_failures
+from memwork.certify.rows import compare_rows
+from memwork.certify.selftest import PLANTED_KINDS, self_test
+from memwork.certify.sides import Bucket, DestSide, SourceSide
+from memwork.db import get_engine
+from memwork.samples.legacy import generate_legacy_items
+from memwork.samples.migration import build_migration
+
+DIMS = 32
+TRICKY_METADATA = {"b": 1.50, "a": [1, "é 用户", None, True, 1e20], "c": {"z": 0, "y": "x\ny\t\u007f"}}
+
+
+def _rows():
+    rows = generate_legacy_items(6, 15, seed=3, now=datetime(2026, 6, 1))
+    rows[0]["metadata"] = TRICKY_METADATA
+    rows[0]["status"] = "active"
+    rows[1]["content"] = "length-prefixed 3:abc \x1f and emoji 🙂"
+    rows[1]["status"] = "active"
+    return rows
+
+
+@pytest.fixture(params=["mysql", "sqlite"])
+def migration(request, pg_url):
+    source = (
+        request.getfixturevalue("mysql_url")
+        if request.param == "mysql"
+        else request.getfixturevalue("sqlite_url")
+    )
+    return build_migration(source, pg_url, rows=_rows(), dimensions=DIMS)
+
+
+def _options(m, **kw):
+    base = {"users_per_bucket": 3, "queries_per_user": 2}
+    base.update(kw)
+    return CertifyOptions(m.source_url, m.dest_url, table=m.table, **base)
+
+
+def _pg(m, sql, params=()):
+    with psycopg.connect(_libpq(m.dest_url), autocommit=True) as conn:
+        conn.execute(sql, params)
+
+
+def _libpq(url):
+    from memwork.db.embedded import ensure
+
+    return ensure(url, create=True).libpq
+
+
+def test_clean_copy_passes_with_one_checksum_pass(migration, tmp_path):
+    cert = certify(_options(migration, output_dir=tmp_path))
+    assert cert.verdict == "PASS", cert.gates
+    assert cert.rows.source_rows == migration.active
+    assert cert.rows.bad == [] and cert.rows.buckets_compared == 0
+    assert cert.rows.round_trips <= 5  # per-user checksums on each side, unkeyed rows, the boundary (2)
+    assert cert.vectors.checked > 0 and not cert.vectors.findings
+    assert cert.retrieval is not None and cert.retrieval.buckets
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["verdict"] == "PASS" and summary["claim"].startswith("All ")
+
+
+def test_checksums_agree_across_engines_row_by_row(migration):
+    """Each row's MD5 of its canonical text, from the source's SQL and from PostgreSQL's, is the same."""
+    source = SourceSide(migration.source_url)
+    with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
+        dest = DestSide(conn, migration.table)
+        users = source.checksums(Bucket())
+        for user in users:
+            assert source.row_hashes(Bucket(user)) == dest.row_hashes(Bucket(user))
+        assert source.total() == dest.total()
+
+
+def test_every_bad_row_is_named_with_its_kind_fields_and_user(migration, tmp_path):
+    with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
+        keys = [
+            r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1 LIMIT 6")
+        ]
+        users = [r[0] for r in conn.execute("SELECT DISTINCT user_id FROM memory_embeddings ORDER BY 1")]
+        row_user = dict(conn.execute("SELECT source_memory_id, user_id FROM memory_embeddings").fetchall())
+    missing, content, user, meta, stamp, status = keys
+    _pg(migration, "DELETE FROM memory_embeddings WHERE source_memory_id = %s", (missing,))
+    _pg(
+        migration,
+        "UPDATE memory_embeddings SET content = content || '!' WHERE source_memory_id = %s",
+        (content,),
+    )
+    other = next(u for u in users if u != row_user[user])
+    _pg(migration, "UPDATE memory_embeddings SET user_id = %s WHERE source_memory_id = %s", (other, user))
+    _pg(
+        migration, "UPDATE memory_embeddings SET metadata = '{\"x\": 2}' WHERE source_memory_id = %s", (meta,)
+    )
+    _pg(
+        migration,
+        "UPDATE memory_embeddings SET created_at = created_at + interval '1 microsecond' "
+        "WHERE source_memory_id = %s",
+        (stamp,),
+    )
+    _pg(
+        migration,
+        "INSERT INTO memory_embeddings (user_id, content, embedding, embedding_model, source_memory_id) "
+        "SELECT user_id, content, embedding, embedding_model, 'brand-new' FROM memory_embeddings LIMIT 1",
+    )
+    with get_engine(migration.source_url).begin() as sconn:
+        sconn.execute(
+            text("UPDATE h5_user_memory_items SET status = 'archived' WHERE id = :k"), {"k": status}
+        )
+    cert = certify(_options(migration, leaf=4, retrieval=False, output_dir=tmp_path))
+    assert cert.verdict == "FAIL"
+    named = {(b.key, b.kind): b for b in cert.rows.bad}
+    assert set(named) == {
+        (missing, "missing"),
+        (content, "changed"),
+        (user, "user-changed"),
+        (meta, "changed"),
+        (stamp, "changed"),
+        ("brand-new", "extra"),
+        (status, "status"),
+    }
+    assert set(named[(content, "changed")].fields) == {"content"}
+    assert set(named[(meta, "changed")].fields) == {"metadata"}
+    assert set(named[(stamp, "changed")].fields) == {"created_at"}
+    assert named[(user, "user-changed")].dest_user == other
+    assert cert.gates["rows"][0].startswith("CRITICAL user-changed")
+    assert cert.rows.buckets_compared > 0
+    assert missing in cert.rows.users[row_user[missing]].missing
+    assert user in cert.rows.users[other].changed and user in cert.rows.users[row_user[user]].changed
+    with psycopg.connect(_libpq(migration.dest_url)) as conn:
+        kept = {(f["key"], f["kind"]) for f in read_failures(conn, cert.run_id)}
+    assert set(named) <= kept
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["rows"]["by_kind"]["user-changed"] == 1 and summary["verdict"] == "FAIL"
+
+
+def test_rows_changed_after_the_high_water_mark_are_reported_apart(migration):
+    source = SourceSide(migration.source_url)
+    mark = source.high_water_mark()
+    with get_engine(migration.source_url).begin() as sconn:
+        key = sconn.execute(
+            text("SELECT id FROM h5_user_memory_items WHERE status = 'active' LIMIT 1")
+        ).scalar()
+        sconn.execute(
+            text("UPDATE h5_user_memory_items SET content = 'edited live', updated_at = :t WHERE id = :k"),
+            {"t": datetime(2030, 1, 1), "k": key},
+        )
+    with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
+        report = compare_rows(
+            source, DestSide(conn, migration.table), high_water_mark=mark, checkpoint_cursor=mark
+        )
+    assert report.bad == []
+    assert [(b.key, b.kind) for b in report.after_boundary] == [(key, "changed")]
+    assert report.changed_after_mark == 1 and report.resume_picks_up is True
+
+
+def test_self_test_names_every_planted_damage_and_fails(migration):
+    result = self_test(migration.source_url, migration.dest_url, table=migration.table)
+    assert {kind for _, kind in result.planted} == set(PLANTED_KINDS)
+    assert result.missed == [], result.lines()
+    assert result.unexpected == [], result.lines()
+    assert result.verdict == "FAIL" and result.passed
+    with psycopg.connect(_libpq(migration.dest_url)) as conn:  # the scratch copy is gone
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'mw_certify_scratch%'"
+            ).fetchone()[0]
+            == 0
+        )
+
+
+def test_cli_self_test_and_bad_input(migration):
+    from click.testing import CliRunner
+
+    from memwork.cli import main
+
+    args = ["certify", "--source-url", migration.source_url, "--database-url", migration.dest_url]
+    result = CliRunner().invoke(main, [*args, "--self-test"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "caught: user-changed" in result.output and "self-test PASS" in result.output
+    bad = CliRunner().invoke(main, [*args, "--max", "missing"])
+    assert bad.exit_code == 2 and "max" in bad.output
+    clean = CliRunner().invoke(main, [*args, "--no-retrieval", "--json"], catch_exceptions=False)
+    assert clean.exit_code == 0 and '"verdict": "PASS"' in clean.output
+
+
+def test_one_bad_row_costs_a_logarithmic_number_of_round_trips(migration):
+    """With ``leaf=1`` a bad user's bucket is split 16 ways per level until the bad row is alone."""
+    with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
+        key = conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1 LIMIT 1").fetchone()[0]
+        conn.execute("UPDATE memory_embeddings SET type = 'note' WHERE source_memory_id = %s", (key,))
+        report = compare_rows(SourceSide(migration.source_url), DestSide(conn, migration.table), leaf=1)
+    assert [(b.key, b.kind, set(b.fields)) for b in report.bad] == [(key, "changed", {"type"})]
+    assert report.bad_users == [next(iter(b.user for b in report.bad))]
+    assert report.buckets_compared <= 4  # user -> one hex digit -> (rarely) two -> the row
+    assert report.round_trips <= 3 + 2 * report.buckets_compared + 2
+
+
+def test_index_opclass_hnsw_settings_and_mixed_models_are_checked(migration):
+    _pg(migration, "DROP INDEX IF EXISTS memory_embeddings_embedding_hnsw_idx")
+    _pg(
+        migration,
+        "CREATE INDEX mw_ip_idx ON memory_embeddings USING hnsw (embedding vector_ip_ops) "
+        "WITH (m = 8, ef_construction = 40)",
+    )
+    _pg(
+        migration,
+        "UPDATE memory_embeddings SET embedding_model = 'other-model-v2' "
+        "WHERE source_memory_id = (SELECT min(source_memory_id) FROM memory_embeddings)",
+    )
+    cert = certify(_options(migration, retrieval=False, k=10, ef_search=5))
+    index = cert.gates["index"]
+    assert any(r.startswith("opclass: index mw_ip_idx (hnsw, vector_ip_ops)") for r in index)
+    assert any("ef_search 5 below k 10" in r for r in index)
+    assert cert.vectors.index["indexes"][0]["settings"] == {"m": 8, "ef_construction": 40}
+    assert cert.vectors.index["pgvector"]
+    assert any(r.startswith("mixed-models: 1 user") for r in cert.gates["vectors"])
+    assert any(f.kind == "other-model" for f in cert.vectors.findings)
+
+
+def test_retrieval_is_measured_per_size_bucket_with_underfill(migration):
+    cert = certify(_options(migration, k=5, users_per_bucket=10, vector_sample=0))
+    assert cert.retrieval is not None
+    bucket = cert.retrieval.buckets["11-100"]
+    assert bucket.users == 6 and bucket.queries > 0
+    assert bucket.recall == 1.0 and bucket.underfill_rate == 0.0
+    strict = certify(_options(migration, k=50, vector_sample=0, min_recall=1.01))
+    assert strict.gates["retrieval"] and strict.gates["retrieval"][0].startswith("recall: bucket 11-100")
+
+
+def test_a_source_without_sql_is_checksummed_through_its_listing(migration):
+    """A streamed listing (here: the legacy rows read page by page) gives the same per-user sums."""
+    from memwork.certify.listing import ListingSide
+
+    def listing():
+        with get_engine(migration.source_url).connect() as conn:
+            for row in conn.execute(text("SELECT * FROM h5_user_memory_items")).mappings():
+                yield {
+                    **row,
+                    "metadata": row["metadata"]
+                    if isinstance(row["metadata"], str | None)
+                    else json.dumps(row["metadata"]),
+                }
+
+    side = ListingSide(listing)
+    with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
+        dest = DestSide(conn, migration.table)
+        assert compare_rows(side, dest).bad == []
+        key = conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1 LIMIT 1").fetchone()[0]
+        conn.execute(
+            "UPDATE memory_embeddings SET source_message_id = 'x' WHERE source_memory_id = %s", (key,)
+        )
+        report = compare_rows(side, dest, leaf=2)
+    assert [(b.key, b.kind, set(b.fields)) for b in report.bad] == [(key, "changed", {"source_message_id"})]
+
+
+def test_tolerances_turn_a_kind_into_a_pass_but_never_a_user_change(migration):
+    _pg(
+        migration,
+        "DELETE FROM memory_embeddings "
+        "WHERE source_memory_id = (SELECT min(source_memory_id) FROM memory_embeddings)",
+    )
+    assert certify(_options(migration, retrieval=False)).gates["rows"]
+    assert certify(_options(migration, retrieval=False, tolerances={"missing": 1})).verdict == "PASS"
+    from memwork.errors import UsageError
+
+    with pytest.raises(UsageError, match="max_user-changed"):
+        certify(_options(migration, tolerances={"user-changed": 1}))
