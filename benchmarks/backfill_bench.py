@@ -71,7 +71,7 @@ def baseline_rate(pg_url: str, items: list[dict], embedder, sample: int) -> floa
 
 
 def run_backfill_timed(mysql_url: str, pg_url: str, embedder, batch_size: int) -> tuple[float, int]:
-    from memwork.pgvector.backfill import BackfillOptions, run_backfill
+    from memwork.migrate.backfill import BackfillOptions, run_backfill
 
     options = BackfillOptions.one_off(mysql_url, pg_url, embedder, batch_size=batch_size)
     started = time.perf_counter()

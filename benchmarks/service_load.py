@@ -88,7 +88,7 @@ class Stack:
 def build_data(mysql_url: str, pgdata: Path, users: int, items: int, dims: int, workdir: Path) -> Stack:
     from memwork.db import embedded
     from memwork.embed import HashEmbedder
-    from memwork.pgvector.backfill import BackfillOptions, run_backfill
+    from memwork.migrate.backfill import BackfillOptions, run_backfill
     from memwork.pgvector.local_hash import write_module
     from memwork.pgvector.schema import ensure_schema
     from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows

@@ -368,7 +368,7 @@ async def _consume(awaitable: Any) -> Any:
 class BadVector(ValueError):
     """An embedding function's answer for one input is not a usable vector (not numbers, empty,
     NaN, infinity, beyond float32, another length): that input's problem, quarantined by a backfill
-    or import -- not the embedder's, which :func:`memwork.pgvector.backfill.quarantine.probe_embedder`
+    or import -- not the embedder's, which :func:`memwork.migrate.quarantine.probe_embedder`
     judges on a probe text."""
 
 

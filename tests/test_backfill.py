@@ -21,7 +21,7 @@ from memwork.db import get_engine
 from memwork.embed import HashEmbedder, MemoryModuleEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
-from memwork.pgvector.backfill import BackfillOptions, Cursor, load_checkpoint, run_backfill
+from memwork.migrate.backfill import BackfillOptions, Cursor, load_checkpoint, run_backfill
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 

@@ -6,7 +6,7 @@ import pytest
 
 from memwork.backends.pgvector import from_env
 from memwork.embed import load_embedder
-from memwork.pgvector.backfill import BackfillOptions, run_backfill
+from memwork.migrate.backfill import BackfillOptions, run_backfill
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, load_legacy_rows
 

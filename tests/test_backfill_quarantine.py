@@ -16,9 +16,9 @@ from memwork.db import get_engine
 from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
-from memwork.pgvector.backfill import BackfillOptions, load_checkpoint, load_rejects, run_backfill
+from memwork.migrate.backfill import BackfillOptions, load_checkpoint, load_rejects, run_backfill
 from memwork.pgvector.schema import ensure_schema
-from memwork.pgvector.verify import VerifyOptions, verify_backfill
+from memwork.migrate.verify_checks import VerifyOptions, verify_backfill
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
 DIMS = 8
@@ -220,9 +220,9 @@ def test_the_row_by_row_retry_catches_what_the_precheck_does_not(dest):
     from pgvector.psycopg import register_vector
 
     from memwork.db import pg_connect
-    from memwork.pgvector.backfill import Cursor
-    from memwork.pgvector.backfill.ownership import BACKFILL_OWNER
-    from memwork.pgvector.backfill.writer import Batch, prepare_session, register_packed_vectors, write_batch
+    from memwork.migrate.backfill import Cursor
+    from memwork.migrate.ownership import BACKFILL_OWNER
+    from memwork.migrate.writer import Batch, prepare_session, register_packed_vectors, write_batch
 
     rows = generate_legacy_items(1, 3, seed=6, active_only=True)
     for row in rows:

@@ -35,7 +35,7 @@ from memwork.migrate.rows import (
 )
 from memwork.migrate.run import ImportOptions, run_import
 from memwork.migrate.source import iter_pages
-from memwork.pgvector.backfill.quarantine import Reject, precheck
+from memwork.migrate.quarantine import Reject, precheck
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 KEY = "list:hostile"
@@ -491,7 +491,7 @@ def test_a_keyset_that_does_not_advance_stops_the_backfill_instead_of_reading_a_
     import sqlite3
 
     from memwork.db import get_engine
-    from memwork.pgvector.backfill.reader import iter_batches
+    from memwork.migrate.legacy_mysql import iter_batches
     from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
     load_legacy_rows(sqlite_url, ITEMS, generate_legacy_items(1, 5, seed=3, active_only=True))

@@ -24,7 +24,7 @@ MIGRATION = "issue 16, One migration: the verification's notebook entry calls sa
 #: (importing module, imported module) -> the move that removes the arrow. Each is ``pgvector`` reaching
 #: above itself (``backends`` imports ``pgvector.schema``, so pgvector/ must import nothing above it).
 PENDING_MOVES: dict[tuple[str, str], str] = {
-    ("memwork.pgvector.verify", "memwork.samples.migration"): MIGRATION,
+    ("memwork.migrate.verify_checks", "memwork.samples.migration"): MIGRATION,
 }
 
 #: the bottom layer (ARCHITECTURE.md, plus loggable: the log-line scrubbing http and the service share,

@@ -24,7 +24,7 @@ from memwork.db import get_engine
 from memwork.embed import HashEmbedder, MemoryModuleEmbedder
 from memwork.errors import BackendError
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.pgvector.backfill import BackfillOptions, load_checkpoint, load_rejects, run_backfill
+from memwork.migrate.backfill import BackfillOptions, load_checkpoint, load_rejects, run_backfill
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 

@@ -35,8 +35,8 @@ from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.pgvector.backfill import BackfillOptions, run_backfill
-from memwork.pgvector.backfill.ownership import BACKFILL_OWNER, OWNED_ELSEWHERE_EXIT
+from memwork.migrate.backfill import BackfillOptions, run_backfill
+from memwork.migrate.ownership import BACKFILL_OWNER, OWNED_ELSEWHERE_EXIT
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 

@@ -15,7 +15,7 @@ import pytest
 from memwork.db import pg_connect
 from memwork.defrag.review import read_review_csv
 from memwork.errors import ReportInputRefused, UsageError
-from memwork.pgvector import verify
+from memwork.migrate import verify_checks as verify
 from memwork.reports import list_reports, notebooks_dir, read_parameters, run_report
 from memwork.rollout import gates
 from memwork.rollout.run import run_signoff

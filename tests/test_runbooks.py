@@ -332,7 +332,7 @@ def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, w
 def _backfilled(mysql_url: str, pg_url: str) -> set[str]:
     """Legacy items copied to pgvector (what the rollout left); returns the active ids."""
     from memwork.embed import HashEmbedder
-    from memwork.pgvector.backfill import BackfillOptions, run_backfill
+    from memwork.migrate.backfill import BackfillOptions, run_backfill
     from memwork.pgvector.schema import ensure_schema
 
     rows = _legacy_rows(mysql_url)

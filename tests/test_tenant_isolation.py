@@ -24,7 +24,7 @@ from memwork.facade import facade_from_env
 from memwork.legacy.exact import exact_eq
 from memwork.legacy.schema import init_schema, memory_items, messages
 from memwork.legacy.store import LegacyMemoryStore, now
-from memwork.pgvector.backfill import BackfillOptions, run_backfill
+from memwork.migrate.backfill import BackfillOptions, run_backfill
 from memwork.pgvector.schema import ensure_schema
 
 LOOK_ALIKES = ["TenantX", "tenantx", "TENANTX", "tenantẍ", "tenantx "]

@@ -6,7 +6,7 @@ import pytest
 
 from memwork.db import pg_connect
 from memwork.errors import UsageError
-from memwork.pgvector.verify import VerifyOptions, range_checksums, row_digest, verify_backfill
+from memwork.migrate.verify_checks import VerifyOptions, range_checksums, row_digest, verify_backfill
 from memwork.samples.migration import build_migration
 
 
@@ -104,7 +104,7 @@ def test_bad_options_are_usage_errors():
 
 def test_run_from_parameters_builds_a_sample_when_no_url_is_given():
     """The notebook's standalone default lives in the library: no URL -> a sample migration."""
-    from memwork.pgvector.verify import run_from_parameters
+    from memwork.migrate.verify_checks import run_from_parameters
 
     result = run_from_parameters(sample_size=5, k=3, range_size=50)
     assert result.verdict == "PASS", result.reasons

@@ -59,7 +59,7 @@ def backfill_command(
         MEMORY_BACKFILL_MYSQL_URL=mysql://... MEMORY_PGVECTOR_DATABASE_URL=postgresql://... \\
             memwork backfill --apply --embedder minilm --resume
     """
-    from memwork.pgvector.backfill import BackfillOptions, Cursor, run_backfill
+    from memwork.migrate.backfill import BackfillOptions, Cursor, run_backfill
 
     if embedder_spec and embedding_module:
         raise UsageError(
@@ -91,7 +91,7 @@ def backfill_command(
     else:
         _print_backfill(report.to_dict())
     if report.owned_elsewhere:
-        from memwork.pgvector.backfill.ownership import OWNED_ELSEWHERE_EXIT
+        from memwork.migrate.ownership import OWNED_ELSEWHERE_EXIT
 
         raise click.exceptions.Exit(OWNED_ELSEWHERE_EXIT)
 

@@ -124,7 +124,7 @@ def import_command(
     else:
         _print_import(report.to_dict())
     if report.owned_elsewhere:
-        from memwork.pgvector.backfill.ownership import OWNED_ELSEWHERE_EXIT
+        from memwork.migrate.ownership import OWNED_ELSEWHERE_EXIT
 
         raise click.exceptions.Exit(OWNED_ELSEWHERE_EXIT)
 

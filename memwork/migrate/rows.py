@@ -9,7 +9,7 @@ converted -- a timestamp that leaves the datetime range in UTC, metadata that is
 deeper than :data:`MAX_METADATA_DEPTH` or not JSON, a container where text belongs -- a second row for
 one id in one page (the last wins), a vector of the wrong shape. An id another source already wrote
 into the table is not written either, but that is the writer's check, in the upsert itself
-(:mod:`memwork.pgvector.backfill.ownership`), not a read made before it.
+(:mod:`memwork.migrate.ownership`), not a read made before it.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import numpy as np
 
 from memwork.contracts import Row, SourceRecord
 from memwork.embed import vector_problem
-from memwork.pgvector.backfill.ownership import SOURCE_MARKER as SOURCE_MARKER
-from memwork.pgvector.backfill.quarantine import Reject, precheck
+from memwork.migrate.ownership import SOURCE_MARKER as SOURCE_MARKER
+from memwork.migrate.quarantine import Reject, precheck
 from memwork.redaction import first_line
 
 AGENT_MARKER = "_memworkAgentId"
@@ -74,7 +74,7 @@ def record_row(record: SourceRecord, source_key: str, now: datetime) -> Row:
     return {
         "id": _field("id", _text, record.id),
         "user_id": _field("user_id", _text, record.user_id),
-        "content": _field("content", _text, record.content),
+        "content": _field("content", _content, record.content),
         "type": _field("type", _text, record.type) or "fact",
         "source_session_id": _field("session_id", _optional_text, record.session_id),
         "source_message_id": _field("message_id", _optional_text, record.message_id),
@@ -143,6 +143,13 @@ def _text(value: object) -> str:
     if isinstance(value, Mapping | list | tuple | set | frozenset):
         raise _Unfit(f"a {type(value).__name__}, not text")
     return str(value)
+
+
+def _content(value: object) -> str:
+    """The memory's text: a record without any (None) is refused, never written as an empty memory."""
+    if value is None:
+        raise _Unfit("none given (a memory without text would be an empty memory)")
+    return _text(value)
 
 
 def _optional_text(value: object) -> str | None:

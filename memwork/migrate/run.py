@@ -4,7 +4,7 @@ Dry run by default: the source is read to the end (never a silent first page) an
 user, per model and vector dimension, pages, a sample -- and nothing is written anywhere (PostgreSQL
 is not even opened, except a read of the checkpoint when ``resume`` asks where a resume would start).
 
-``apply=True`` writes each page through :func:`memwork.pgvector.backfill.writer.write_batch` (binary
+``apply=True`` writes each page through :func:`memwork.migrate.writer.write_batch` (binary
 COPY into a staging table, one ``INSERT ... ON CONFLICT (source_memory_id)``, poison rows quarantined
 in ``memwork_backfill_rejects``) with the import's own checkpoint -- the source's opaque cursor,
 keyed by (destination table, the source key) in ``memwork_import_checkpoints`` -- committed in the
@@ -27,7 +27,7 @@ embedder.
 
 A source id already in the table from *another* source (or from the MySQL backfill) is quarantined,
 never overwritten: the writer checks the owner in the upsert itself
-(:mod:`memwork.pgvector.backfill.ownership`), so a run racing another source's cannot take its rows.
+(:mod:`memwork.migrate.ownership`), so a run racing another source's cannot take its rows.
 The report counts them in ``owned_elsewhere`` (the CLI then exits 3).
 """
 
@@ -60,9 +60,9 @@ from memwork.migrate.rows import (
     vector_length,
 )
 from memwork.migrate.source import iter_pages
-from memwork.pgvector.backfill.options import MAX_BATCH_SIZE
-from memwork.pgvector.backfill.ownership import check_source_key, owned_elsewhere_count
-from memwork.pgvector.backfill.quarantine import (
+from memwork.migrate.backfill_options import MAX_BATCH_SIZE
+from memwork.migrate.ownership import check_source_key, owned_elsewhere_count
+from memwork.migrate.quarantine import (
     MAX_LISTED_REJECTS,
     REJECTS_TABLE,
     Reject,
@@ -513,7 +513,7 @@ def _decide(
 def _prepare(pg: psycopg.Connection[Any], table: str, dimensions: int, *, create: bool) -> None:
     from pgvector.psycopg import register_vector
 
-    from memwork.pgvector.backfill.writer import prepare_session, register_packed_vectors
+    from memwork.migrate.writer import prepare_session, register_packed_vectors
 
     if create:
         with pg.transaction():
@@ -541,7 +541,7 @@ def _write_page(
     now: datetime,
     has_rejects: bool,
 ) -> tuple[int, list[Reject]]:
-    from memwork.pgvector.backfill.writer import Batch, write_batch
+    from memwork.migrate.writer import Batch, write_batch
 
     key = stored_key(source)
     pairs, rejects = convert_page(records, key, now)

@@ -7,7 +7,7 @@ never count as "extra". Checks, each a reason for FAIL naming the first few ids 
 
 * count and users -- rows on both sides, and every user whose count differs;
 * missing / extra / changed -- key-range checksums of (id, user_id, content, type) with the backfill's
-  :func:`~memwork.pgvector.verify.range_checksums` and :func:`~memwork.pgvector.verify.drill_down`;
+  :func:`~memwork.migrate.verify_checks.range_checksums` and :func:`~memwork.migrate.verify_checks.drill_down`;
 * quarantined -- rows the import could not write (``memwork_backfill_rejects``), listed with their
   reason, FAIL unless ``allow_quarantined``;
 * vectors -- when the import kept the source's vectors: every stored vector's dimension and model
@@ -38,10 +38,10 @@ from memwork.migrate.run import (
     stored_key,
 )
 from memwork.migrate.source import iter_pages
-from memwork.pgvector.backfill.options import MAX_BATCH_SIZE
-from memwork.pgvector.backfill.quarantine import REJECTS_TABLE, read_rejects
+from memwork.migrate.backfill_options import MAX_BATCH_SIZE
+from memwork.migrate.quarantine import REJECTS_TABLE, read_rejects
 from memwork.pgvector.schema import DEFAULT_TABLE, table_dimensions
-from memwork.pgvector.verify import MAX_LISTED_IDS, drill_down, quarantined_rows, range_checksums, row_digest
+from memwork.migrate.verify_checks import MAX_LISTED_IDS, drill_down, quarantined_rows, range_checksums, row_digest
 from memwork.redaction import redact_url
 
 if TYPE_CHECKING:

@@ -54,7 +54,7 @@ def build_migration(
     """
     from memwork.db import pg_connect
     from memwork.identifiers import quote_identifier
-    from memwork.pgvector.backfill import BackfillOptions, run_backfill
+    from memwork.migrate.backfill import BackfillOptions, run_backfill
     from memwork.pgvector.schema import CHECKPOINT_TABLE, ensure_schema
     from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 from memwork.db import pg_connect, pg_value
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
-from memwork.pgvector.backfill.options import BackfillReport, Cursor
-from memwork.pgvector.backfill.quarantine import printable
+from memwork.migrate.backfill_options import BackfillReport, Cursor
+from memwork.migrate.quarantine import printable
 from memwork.pgvector.schema import CHECKPOINT_TABLE, DEFAULT_TABLE
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from memwork.checks import both_or_neither, dimension, unit
 from memwork.embed import Embedder, load_embedder
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
-from memwork.pgvector.backfill import REJECTS_TABLE, printable, read_rejects
+from memwork.migrate.backfill import REJECTS_TABLE, printable, read_rejects
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -19,7 +19,7 @@ from memwork.db import pg_connect, pg_value
 from memwork.embed import Embedder, embed_memories, vector_problem
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
-from memwork.pgvector.backfill.options import row_timestamp
+from memwork.migrate.backfill_options import row_timestamp
 from memwork.pgvector.schema import DEFAULT_TABLE
 from memwork.redaction import first_line
 

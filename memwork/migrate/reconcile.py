@@ -9,9 +9,9 @@ from sqlalchemy import select
 
 from memwork.identifiers import quote_identifier
 from memwork.legacy.schema import memory_items
-from memwork.pgvector.backfill.ownership import BACKFILL_OWNER, OwnedElsewhere, delete_owned, owner_sql
-from memwork.pgvector.backfill.quarantine import MAX_LISTED_REJECTS, store_rejects
-from memwork.pgvector.backfill.reader import ID_CHUNK
+from memwork.migrate.ownership import BACKFILL_OWNER, OwnedElsewhere, delete_owned, owner_sql
+from memwork.migrate.quarantine import MAX_LISTED_REJECTS, store_rejects
+from memwork.migrate.legacy_mysql import ID_CHUNK
 from memwork.pgvector.schema import SMOKE_PREFIX
 from memwork.redaction import redact_text
 
@@ -25,7 +25,7 @@ def inactive_report(
 ) -> dict[str, Any]:
     """Destination rows whose source is archived/deleted (pruned only when asked) and orphans.
 
-    Only the backfill's own rows (:data:`~memwork.pgvector.backfill.ownership.BACKFILL_OWNER`, i.e.
+    Only the backfill's own rows (:data:`~memwork.migrate.ownership.BACKFILL_OWNER`, i.e.
     rows without an owner marker) are counted or pruned: an id another source (an import) owns is
     that source's row, whatever its status in MySQL. Those are counted as ``ownedElsewhere``; a
     pruning run quarantines them (reason naming the owner) and never deletes them -- the owner is

@@ -3,8 +3,8 @@ with its rejects and checkpoint in one transaction, on a writer thread that over
 embedding.
 
 Every write goes through :func:`write_batch` with its ``owner`` (the source key; the backfill's is
-:data:`~memwork.pgvector.backfill.ownership.BACKFILL_OWNER`): a row another source owns is never
-overwritten -- the upsert itself checks the owner (:mod:`memwork.pgvector.backfill.ownership`) and the
+:data:`~memwork.migrate.ownership.BACKFILL_OWNER`): a row another source owns is never
+overwritten -- the upsert itself checks the owner (:mod:`memwork.migrate.ownership`) and the
 record is quarantined, naming the owner."""
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from memwork.contracts import Row
 from memwork.db import pg_value
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
-from memwork.pgvector.backfill.checkpoint import save_json_checkpoint, store_checkpoint
-from memwork.pgvector.backfill.options import BackfillReport, Cursor, cursor_of
-from memwork.pgvector.backfill.ownership import (
+from memwork.migrate.backfill_checkpoint import save_json_checkpoint, store_checkpoint
+from memwork.migrate.backfill_options import BackfillReport, Cursor, cursor_of
+from memwork.migrate.ownership import (
     BACKFILL_OWNER,
     OwnedElsewhere,
     owned_elsewhere_count,
@@ -33,7 +33,7 @@ from memwork.pgvector.backfill.ownership import (
     stamped_metadata_sql,
     upsert_sql,
 )
-from memwork.pgvector.backfill.quarantine import (
+from memwork.migrate.quarantine import (
     MAX_LISTED_REJECTS,
     REJECTS_TABLE,
     Reject,
@@ -267,7 +267,7 @@ def write_batch(
     (rows written, rejects).
 
     A row another source owns is not overwritten: the upsert checks the owner in the same statement
-    and the row becomes an :class:`~memwork.pgvector.backfill.ownership.OwnedElsewhere` reject. The
+    and the row becomes an :class:`~memwork.migrate.ownership.OwnedElsewhere` reject. The
     batch is tried whole first (inside a savepoint); an error that blames the values is retried row by
     row, each row in its own savepoint, so one poison row costs only itself. The checkpoint is the
     backfill's keyset cursor, or ``save_checkpoint(cur, rows_total)`` (the import run's own checkpoint

@@ -11,7 +11,7 @@ from sqlalchemy import String, Text, and_, cast, func, or_, select, type_coerce
 from memwork.contracts import Row
 from memwork.errors import BackendError
 from memwork.legacy.schema import memory_items
-from memwork.pgvector.backfill.options import Cursor, cursor_of
+from memwork.migrate.backfill_options import Cursor, cursor_of
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
-from memwork.pgvector.backfill.quarantine import Reject
+from memwork.migrate.quarantine import Reject
 from memwork.redaction import redact_text
 
 if TYPE_CHECKING:

@@ -27,21 +27,25 @@ import uuid
 from datetime import UTC, datetime
 
 from memwork.db import mysql_errors, pg_connect
-from memwork.pgvector.backfill.checkpoint import (
+from memwork.migrate.backfill_checkpoint import (
     checkpoint_path,
+    load_checkpoint,
     read_checkpoint,
     read_json_checkpoint,
     read_rows_written,
 )
-from memwork.pgvector.backfill.options import BackfillOptions, BackfillReport, cursor_of
-from memwork.pgvector.backfill.quarantine import (
+from memwork.migrate.backfill_options import BackfillOptions, BackfillReport, Cursor, cursor_of
+from memwork.migrate.quarantine import (
     MAX_LISTED_REJECTS,
     REJECTS_TABLE,
     RowEmbedder,
     count_rejects,
+    load_rejects,
     precheck,
+    printable,
+    read_rejects,
 )
-from memwork.pgvector.backfill.reader import (
+from memwork.migrate.legacy_mysql import (
     count_after,
     iter_batches,
     last_cursor,
@@ -49,8 +53,8 @@ from memwork.pgvector.backfill.reader import (
     sample_row,
     status_counts,
 )
-from memwork.pgvector.backfill.reconcile import inactive_report, models_in_table
-from memwork.pgvector.backfill.writer import (
+from memwork.migrate.reconcile import inactive_report, models_in_table
+from memwork.migrate.writer import (
     Batch,
     BatchWriter,
     check_destination,
@@ -58,6 +62,20 @@ from memwork.pgvector.backfill.writer import (
     register_packed_vectors,
 )
 from memwork.progress import Progress
+
+__all__ = [
+    "REJECTS_TABLE",
+    "BackfillOptions",
+    "BackfillReport",
+    "Cursor",
+    "checkpoint_path",
+    "load_checkpoint",
+    "load_rejects",
+    "printable",
+    "read_json_checkpoint",
+    "read_rejects",
+    "run_backfill",
+]
 
 
 def run_backfill(options: BackfillOptions, progress: Progress | None = None) -> BackfillReport:
