@@ -221,7 +221,7 @@ def test_the_row_by_row_retry_catches_what_the_precheck_does_not(dest):
 
     from memwork.db import pg_connect
     from memwork.migrate.backfill import Cursor
-    from memwork.migrate.ownership import BACKFILL_OWNER
+    from memwork.migrate.ownership import LEGACY_OWNER
     from memwork.migrate.writer import Batch, prepare_session, register_packed_vectors, write_batch
 
     rows = generate_legacy_items(1, 3, seed=6, active_only=True)
@@ -236,7 +236,7 @@ def test_the_row_by_row_retry_catches_what_the_precheck_does_not(dest):
         prepare_session(pg)
         batch = Batch(rows, rows, vectors, [], Cursor.parse(rows[-1]["updated_at"], rows[-1]["id"]))
         written, rejects = write_batch(
-            pg, "memory_embeddings", batch, "hash-8", DIMS, 0, "run-1", owner=BACKFILL_OWNER
+            pg, "memory_embeddings", batch, "hash-8", DIMS, 0, "run-1", owner=LEGACY_OWNER
         )
     assert written == 2 and [r.id for r in rejects] == [rows[1]["id"]]
     assert rejects[0].reason.startswith("postgresql: ")

@@ -1,180 +1,109 @@
-"""MySQL ``h5_user_memory_items`` -> pgvector ``memory_embeddings``: keyset reader, batch embed,
-binary COPY into a staging table, one ``INSERT ... ON CONFLICT`` per batch, checkpoint per batch.
+"""The legacy table's migration by its old name: ``backfill`` is ``import --from legacy-mysql``.
 
-Crash safety: each batch's rows, its rejects *and* its ``{updatedAt, id}`` checkpoint are committed
-in one PostgreSQL transaction (table ``memwork_backfill_checkpoints``), so a process killed at any moment
-either committed a batch with its checkpoint or neither; ``resume`` re-reads the last committed
-checkpoint, and the upsert on ``source_memory_id`` makes a repeated batch harmless. A JSON copy of
-the checkpoint goes to the workspace after each commit for operators (and for dry runs, which never
-touch PostgreSQL).
-
-Poison rows: a row that cannot be written (NUL or a lone surrogate in a text column, a value
-PostgreSQL rejects, an embedder failure on that row alone) is *quarantined* -- recorded with its id
-and the reason in ``memwork_backfill_rejects`` (like pgloader's reject file, but queryable by the
-verification) -- and the run continues past it: the checkpoint advances, so ``--resume`` does not
-retry it forever. Fixed at the source (which moves its ``updated_at`` past the checkpoint), the row
-is read again, written, and its reject is cleared.
-
-Ownership: the backfill writes and prunes only its own rows (:mod:`.ownership`: rows without an
-``_memworkSource`` marker). An id an import already wrote into the table is quarantined, named with
-its owner and counted in ``owned_elsewhere`` -- never overwritten or deleted.
+Nothing here runs a migration of its own: :func:`legacy_options` builds the one
+:class:`~memwork.migrate.run.ImportOptions` for the source ``legacy-mysql`` from the backfill's
+vocabulary (a MySQL URL, a batch size, a keyset :class:`Cursor`), and :func:`run_backfill` is
+:func:`~memwork.migrate.run.run_import`. :func:`load_checkpoint` shows that source's committed
+checkpoint as the backfill always showed it (``{"cursor": {"updatedAt", "id"}, "rowsWritten", ...}``).
 """
 
 from __future__ import annotations
 
-import time
-import uuid
-from datetime import UTC, datetime
+import json
+from typing import Any
 
-from memwork.db import mysql_errors, pg_connect
-from memwork.migrate.backfill_checkpoint import (
-    checkpoint_path,
-    load_checkpoint,
-    read_checkpoint,
-    read_json_checkpoint,
-    read_rows_written,
-)
-from memwork.migrate.backfill_options import BackfillOptions, BackfillReport, Cursor, cursor_of
-from memwork.migrate.quarantine import (
-    MAX_LISTED_REJECTS,
-    REJECTS_TABLE,
-    RowEmbedder,
-    count_rejects,
-    load_rejects,
-    precheck,
-    printable,
-    read_rejects,
-)
-from memwork.migrate.legacy_mysql import (
-    count_after,
-    iter_batches,
-    last_cursor,
-    read_batch,
-    sample_row,
-    status_counts,
-)
-from memwork.migrate.reconcile import inactive_report, models_in_table
-from memwork.migrate.writer import (
-    Batch,
-    BatchWriter,
-    check_destination,
-    prepare_session,
-    register_packed_vectors,
-)
+from memwork.db import pg_connect, pg_value
+from memwork.embed import Embedder
+from memwork.identifiers import check_identifier, quote_identifier
+from memwork.migrate.checkpoint import CHECKPOINT_TABLE
+from memwork.migrate.legacy_mysql import MYSQL_URL_ENV, SOURCE_NAME, Cursor
+from memwork.migrate.quarantine import REJECTS_TABLE, load_rejects, printable, read_rejects
+from memwork.migrate.run import ImportOptions, MigrationReport, environment, run_import, shown_cursor_value
+from memwork.pgvector.schema import EMBEDDINGS_TABLE
 from memwork.progress import Progress
 
 __all__ = [
     "REJECTS_TABLE",
-    "BackfillOptions",
-    "BackfillReport",
     "Cursor",
-    "checkpoint_path",
+    "legacy_apply_options",
+    "legacy_options",
     "load_checkpoint",
     "load_rejects",
     "printable",
-    "read_json_checkpoint",
     "read_rejects",
     "run_backfill",
 ]
 
-
-def run_backfill(options: BackfillOptions, progress: Progress | None = None) -> BackfillReport:
-    """Dry run (MySQL only) or apply (MySQL -> embed -> PostgreSQL), per ``options.apply``."""
-    options.validate()
-    if options.apply:
-        return _apply(options, progress)
-    return _dry_run(options)
+#: the backfill's page size (the import's is smaller: its sources answer over HTTP)
+DEFAULT_BATCH_SIZE = 500
 
 
-def _dry_run(options: BackfillOptions) -> BackfillReport:
-    """Counts, first and last checkpoint and a sample -- from MySQL only (no embedder, no PostgreSQL)."""
-    from memwork.db import get_engine
-
-    json_path = checkpoint_path(options.table, options.checkpoint_path)
-    cursor = read_json_checkpoint(json_path) if options.resume else options.cursor
-    report = BackfillReport(
-        mode="dry-run", table=options.table, resumed=options.resume and cursor is not None
+def legacy_options(
+    mysql_url: str | None = None,
+    database_url: str | None = None,
+    embedder: Embedder | str | None = None,
+    *,
+    apply: bool = False,
+    table: str = EMBEDDINGS_TABLE,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    limit: int | None = None,
+    cursor: Cursor | None = None,
+    resume: bool = False,
+    prune_inactive: bool = False,
+    sample_size: int = 5,
+) -> ImportOptions:
+    """The migration of the legacy table: ``mysql_url`` (else ``MEMORY_BACKFILL_MYSQL_URL``) into
+    ``database_url`` (else ``MEMORY_PGVECTOR_DATABASE_URL``, else the embedded PostgreSQL)."""
+    return ImportOptions(
+        source=SOURCE_NAME,
+        env=environment({MYSQL_URL_ENV: mysql_url} if mysql_url else {}),
+        database_url=database_url,
+        table=table,
+        apply=apply,
+        resume=resume,
+        page_size=batch_size,
+        limit=limit,
+        embedder=embedder,
+        cursor=cursor.encode() if cursor is not None else None,
+        prune_inactive=prune_inactive,
+        sample_size=sample_size,
     )
-    report.start_cursor = cursor.to_json() if cursor else None
-    report.checkpoint_file = str(json_path)
-    with mysql_errors(options.mysql_url or ""), get_engine(options.mysql_url or "").connect() as conn:
-        report.source = status_counts(conn)
-        remaining = count_after(conn, cursor)
-        report.planned = remaining if options.limit is None else min(remaining, options.limit)
-        first = read_batch(conn, cursor, max(options.sample_size, 1))
-        report.sample = [sample_row(row) for row in first[: min(options.sample_size, report.planned)]]
-        if first:
-            report.first_checkpoint = cursor_of(first[0]).to_json()
-            last = last_cursor(conn, cursor, options.limit)
-            report.last_checkpoint = last.to_json() if last else None
-    report.rows_read = report.planned
-    return report
 
 
-def _apply(options: BackfillOptions, progress: Progress | None) -> BackfillReport:
-    from pgvector.psycopg import register_vector
-
-    from memwork.db import get_engine
-
-    embedder = options.embedder
-    assert embedder is not None  # validate() guarantees it
-    report = BackfillReport(mode="apply", table=options.table, model=embedder.model_id)
-    report.dimensions = int(embedder.dimension)
-    row_embedder = RowEmbedder(embedder, report.dimensions)
-    row_embedder.check()  # broken for every row: exit 2 before anything is opened or written
-    json_path = checkpoint_path(options.table, options.checkpoint_path)
-    report.checkpoint_file = str(json_path)
-    started = time.perf_counter()
-    with (
-        pg_connect(options.database_url or "", autocommit=True) as pg,
-        mysql_errors(options.mysql_url or ""),
-    ):
-        check_destination(pg, options.table, report.dimensions, embedder.model_id)
-        register_vector(pg)
-        register_packed_vectors(pg)
-        prepare_session(pg)
-        cursor = read_checkpoint(pg, options.table) if options.resume else options.cursor
-        report.resumed = options.resume and cursor is not None
-        report.start_cursor = cursor.to_json() if cursor else None
-        report.run_id, report.rejects_table = _new_run_id(), REJECTS_TABLE
-        rows_total = read_rows_written(pg, options.table) if report.resumed else 0
-        engine = get_engine(options.mysql_url or "")
-        with engine.connect() as my:
-            report.source = status_counts(my)
-            remaining = count_after(my, cursor)
-            report.planned = remaining if options.limit is None else min(remaining, options.limit)
-            if progress is not None:
-                progress.start("backfill", report.planned)  # one stage: the rows planned
-            writer = BatchWriter(
-                pg, options.table, embedder.model_id, json_path, report, progress, rows_total
-            )
-            with writer:
-                for rows in iter_batches(my, cursor, report.planned, options.batch_size):
-                    good, rejects = precheck(rows)
-                    good, vectors, failed = row_embedder.embed(good)
-                    report.rows_read += len(rows)
-                    writer.submit(Batch(rows, good, vectors, rejects + failed, cursor_of(rows[-1])))
-            report.inactive = inactive_report(my, pg, options.table, options.prune_inactive, report.run_id)
-            if options.prune_inactive:
-                _note_prune_quarantine(report)
-        report.models_in_table = models_in_table(pg, options.table)
-        report.rejects_total = count_rejects(pg, options.table)
-    report.elapsed_seconds = round(time.perf_counter() - started, 3)
-    if report.elapsed_seconds > 0:
-        report.rows_per_second = round(report.rows_written / report.elapsed_seconds, 1)
-    return report
+def legacy_apply_options(
+    mysql_url: str,
+    database_url: str,
+    embedder: Embedder | str,
+    *,
+    table: str = EMBEDDINGS_TABLE,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> ImportOptions:
+    """An applying migration of the legacy table from its beginning (the sample migrations, the
+    benchmark)."""
+    return legacy_options(mysql_url, database_url, embedder, apply=True, table=table, batch_size=batch_size)
 
 
-def _note_prune_quarantine(report: BackfillReport) -> None:
-    """The rows a prune left because another source owns them (each quarantined) count as this
-    run's quarantine."""
-    assert report.inactive is not None
-    left = int(report.inactive["ownedElsewhere"])
-    report.owned_elsewhere += left
-    report.rows_quarantined += left
-    room = MAX_LISTED_REJECTS - len(report.quarantined)
-    report.quarantined.extend(report.inactive["quarantined"][: max(room, 0)])
+def run_backfill(options: ImportOptions, progress: Progress | None = None) -> MigrationReport:
+    """:func:`~memwork.migrate.run.run_import` (the legacy table is a source like any other)."""
+    return run_import(options, progress)
 
 
-def _new_run_id() -> str:
-    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+def load_checkpoint(database_url: str, table: str = EMBEDDINGS_TABLE) -> dict[str, Any] | None:
+    """The legacy table's committed checkpoint into ``table`` as the backfill showed it (``None``: it
+    never ran): ``cursor`` ``{updatedAt, id}`` (after the last row committed), ``rowsWritten``,
+    ``model``, ``dimensions``."""
+    check_identifier(table)
+    with pg_connect(database_url) as pg:
+        if pg_value(pg, "SELECT to_regclass(%s)", (CHECKPOINT_TABLE,)) is None:
+            return None
+        row = pg.execute(
+            "SELECT next_cursor, last_cursor, rows_written, embedding_model, dimensions "
+            f"FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s AND source_name = %s "
+            "ORDER BY updated_at DESC LIMIT 1",
+            (table, SOURCE_NAME),
+        ).fetchone()
+    if row is None:
+        return None
+    stored = row[0] if row[0] is not None else row[1]
+    cursor = shown_cursor_value(json.loads(stored)) if stored is not None else None
+    return {"cursor": cursor, "rowsWritten": int(row[2]), "model": row[3], "dimensions": row[4]}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from typing import Any
 
 from memwork.contracts import Page, Source, SourceFactory, SourceRecord, require
 from memwork.errors import BackendError, UsageError
@@ -43,8 +44,13 @@ __all__ = [  # the contract's names, re-exported for source modules that import 
 MAX_EMPTY_PAGES = 1000
 
 
-def iter_pages(source: Source, cursor: str | None, size: int) -> Iterator[tuple[Page, str | None]]:
+def iter_pages(
+    source: Source, cursor: str | None, size: int, *, rows: bool = False
+) -> Iterator[tuple[Any, str | None]]:
     """Every page from ``cursor`` to the end, each with the cursor it was read from.
+
+    ``rows``: read through the source's fast row path (``read_rows``: pages of the writer's rows, a
+    keyset source that checks its own progress) instead of ``read_page``.
 
     Raises BackendError, before the offending page is handed on, when the listing does not advance:
 
@@ -64,17 +70,19 @@ def iter_pages(source: Source, cursor: str | None, size: int) -> Iterator[tuple[
     seen = {_cursor_key(cursor)}
     contents: dict[bytes, int] = {}  # fingerprint of a page's records -> the page that first held them
     pages = empty = 0
+    read = source.read_rows if rows else source.read_page  # type: ignore[attr-defined]
     while True:
-        page = source.read_page(cursor, size)
+        page = read(cursor, size)
         pages += 1
         following = page.next_cursor
         if following is not None and _cursor_key(following) in seen:
             raise BackendError(_loop_message(source, cursor, following, pages))
         if following is not None:
-            empty = 0 if page.records else empty + 1
+            empty = 0 if (page.rows if rows else page.records) else empty + 1
             if empty >= MAX_EMPTY_PAGES:
                 raise BackendError(_stalled_message(source, f"{empty} empty pages in a row", cursor, pages))
-            first = contents.setdefault(_page_key(page), pages) if page.records else pages
+            held = page.rows if rows else page.records
+            first = pages if rows or not held else contents.setdefault(_page_key(page), pages)
             if first != pages:
                 problem = f"a page with the same records as page {first} of this run, under a new cursor"
                 raise BackendError(_stalled_message(source, problem, cursor, pages))

@@ -49,7 +49,7 @@ from memwork.facade.policy import policy_from_env
 from memwork.facade.safety import call_with_timeout
 from memwork.identifiers import check_identifier
 from memwork.migrate.ownership import SMOKE_OWNER, delete_owned, stamped_metadata_sql, upsert_sql
-from memwork.pgvector.schema import DEFAULT_TABLE, SMOKE_PREFIX, ensure_schema, table_dimensions
+from memwork.pgvector.schema import EMBEDDINGS_TABLE, SMOKE_PREFIX, ensure_schema, table_dimensions
 from memwork.plugins import Registry
 from memwork.redaction import describe_error, redact_text
 from memwork.rollout.roundtrip import answer_items, synthetic_request
@@ -113,7 +113,7 @@ def smoke_vectors(dimensions: int) -> tuple[np.ndarray, list[np.ndarray]]:
 def run_smoke(
     database_url: str | None = None,
     *,
-    table: str = DEFAULT_TABLE,
+    table: str = EMBEDDINGS_TABLE,
     dimensions: int = 3,
     create_schema: bool = False,
     create_extension: bool = False,
