@@ -16,7 +16,7 @@ from memwork.db import get_engine
 from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
-from memwork.migrate.backfill import BackfillOptions, load_checkpoint, load_rejects, run_backfill
+from memwork.migrate.backfill import legacy_options, load_checkpoint, load_rejects, run_backfill
 from memwork.pgvector.schema import ensure_schema
 from memwork.migrate.verify_checks import VerifyOptions, verify_backfill
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
@@ -149,7 +149,7 @@ def _embedder_source(mysql_url):
 
 def test_an_embedder_failure_on_one_row_quarantines_only_that_row(mysql_url, dest):
     rows = _embedder_source(mysql_url)
-    options = BackfillOptions(
+    options = legacy_options(
         mysql_url=mysql_url, database_url=dest, apply=True, embedder=_PickyEmbedder(DIMS), batch_size=6
     )
     report = run_backfill(options)
@@ -164,7 +164,7 @@ def test_a_broken_embedder_is_refused_before_anything_is_written(mysql_url, dest
     """Broken for every row (here: its service is down) is a configuration error, found by the probe
     before MySQL is read or PostgreSQL written -- never a run that quarantines every row."""
     _embedder_source(mysql_url)
-    options = BackfillOptions(
+    options = legacy_options(
         mysql_url=mysql_url, database_url=dest, apply=True, embedder=_BrokenEmbedder(DIMS), batch_size=6
     )
     with pytest.raises(UsageError, match="probe text: ConnectionError: embedding service down") as err:
@@ -189,7 +189,7 @@ class _DiesAfter(HashEmbedder):
 
 def test_an_embedder_that_breaks_mid_run_stops_it_and_keeps_the_committed_batches(mysql_url, dest):
     _embedder_source(mysql_url)
-    options = BackfillOptions(
+    options = legacy_options(
         mysql_url=mysql_url, database_url=dest, apply=True, embedder=_DiesAfter(DIMS, 3), batch_size=6
     )
     with pytest.raises(ConnectionError, match="embedding service down"):
@@ -206,7 +206,7 @@ def test_non_finite_vectors_quarantine_their_row(mysql_url, dest):
             out[[("explode" in t) for t in texts]] = np.nan
             return out
 
-    options = BackfillOptions(
+    options = legacy_options(
         mysql_url=mysql_url, database_url=dest, apply=True, embedder=NanOnOne(DIMS), batch_size=6
     )
     report = run_backfill(options)

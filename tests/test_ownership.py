@@ -35,7 +35,7 @@ from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.migrate.backfill import BackfillOptions, run_backfill
+from memwork.migrate.backfill import legacy_options, run_backfill
 from memwork.migrate.ownership import LEGACY_OWNER, OWNED_ELSEWHERE_EXIT
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
@@ -76,8 +76,8 @@ def in_backfill_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["updated_at"], r["id"]))
 
 
-def backfill_options(mysql_url: str, pg_url: str, **kw: Any) -> BackfillOptions:
-    return BackfillOptions(
+def backfill_options(mysql_url: str, pg_url: str, **kw: Any) -> ImportOptions:
+    return legacy_options(
         mysql_url=mysql_url, database_url=pg_url, apply=True, embedder=HashEmbedder(DIMS), **kw
     )
 

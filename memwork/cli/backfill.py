@@ -69,6 +69,8 @@ def backfill_command(
         raise UsageError("cursor_id", cursor_id, "needs --cursor-updated-at too")
     if not (mysql_url or "").strip():
         raise UsageError("mysql_url", mysql_url, f"set {MYSQL_URL_ENV} or --mysql-url")
+    if apply and not (database_url or "").strip():
+        raise UsageError("database_url", None, "--apply needs MEMORY_PGVECTOR_DATABASE_URL or --to")
     cursor = Cursor.parse(cursor_updated_at, cursor_id or "") if cursor_updated_at is not None else None
     options = legacy_options(
         mysql_url,

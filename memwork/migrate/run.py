@@ -304,9 +304,9 @@ def _dry_run(options: ImportOptions, source: Source, progress: Progress | None) 
 
 def _dry_run_counted(options: ImportOptions, source: Any) -> MigrationReport:
     """The dry run of a source that can count (the legacy table): the plan from counts, the first
-    page's sample and where the run would stop -- without reading every row."""
+    page's sample and where the run would stop -- without reading every row, loading the embedder
+    or opening PostgreSQL (unless ``resume`` asks where to start)."""
     report = _new_report("dry-run", options, source)
-    _checked(options.embedder)
     started = time.perf_counter()
     if options.resume:
         report.destination = redact_url(destination_url(options))
@@ -319,7 +319,8 @@ def _dry_run_counted(options: ImportOptions, source: Any) -> MigrationReport:
     if first is not None and first.records:
         sampled = first.records[: options.sample_size]
         report.sample = [_sample(record) for record in sampled]
-        report.first_checkpoint = shown_cursor_value(start)
+        if callable(getattr(source, "read_rows", None)):  # the position of the first row
+            report.first_checkpoint = shown_cursor_value(source.read_rows(start, 1).next_cursor)
         report.last_checkpoint = shown_cursor_value(source.last_cursor(start, options.limit))
     report.rows_read = report.planned
     report.vectors = _planned_vectors(options, False, report)
@@ -357,7 +358,9 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
             progress.start(f"import {source.name}", report.planned if report.planned is not None else options.limit)
         target: _Target | None = None
         writer: BatchWriter | None = None
-        for page, read_cursor in iter_pages(source, start, options.page_size, rows=rows_path):
+        for page, read_cursor in iter_pages(
+            source, start, options.page_size, rows=rows_path, limit=options.limit
+        ):
             whole: Sequence[Any] = page.rows if rows_path else page.records
             items = list(whole[: max(options.limit - report.rows_read, 0)]) if options.limit else list(whole)
             cut = len(items) < len(whole)
@@ -437,7 +440,7 @@ def _on_commit(report: MigrationReport, progress: Progress | None) -> Any:
             report.first_checkpoint = report.first_checkpoint or shown_cursor_value(moved)
             report.last_checkpoint = shown_cursor_value(moved)
         _note_written(report, written, rejects)
-        if progress is not None:
+        if progress is not None and batch.mark.rows_read:
             progress.advance(batch.mark.rows_read)
 
     return committed

@@ -45,12 +45,14 @@ MAX_EMPTY_PAGES = 1000
 
 
 def iter_pages(
-    source: Source, cursor: str | None, size: int, *, rows: bool = False
+    source: Source, cursor: str | None, size: int, *, rows: bool = False, limit: int | None = None
 ) -> Iterator[tuple[Any, str | None]]:
     """Every page from ``cursor`` to the end, each with the cursor it was read from.
 
     ``rows``: read through the source's fast row path (``read_rows``: pages of the writer's rows, a
-    keyset source that checks its own progress) instead of ``read_page``.
+    keyset source whose cursor does not depend on the page size) instead of ``read_page``; then a
+    ``limit`` asks for no more rows than it leaves, so the last page ends exactly at it (a record
+    source's cursor may count pages of ``size``: it is always asked for ``size``, and the run cuts).
 
     Raises BackendError, before the offending page is handed on, when the listing does not advance:
 
@@ -71,8 +73,9 @@ def iter_pages(
     contents: dict[bytes, int] = {}  # fingerprint of a page's records -> the page that first held them
     pages = empty = 0
     read = source.read_rows if rows else source.read_page  # type: ignore[attr-defined]
+    left = limit
     while True:
-        page = read(cursor, size)
+        page = read(cursor, min(size, left) if rows and left is not None else size)
         pages += 1
         following = page.next_cursor
         if following is not None and _cursor_key(following) in seen:
@@ -87,6 +90,10 @@ def iter_pages(
                 problem = f"a page with the same records as page {first} of this run, under a new cursor"
                 raise BackendError(_stalled_message(source, problem, cursor, pages))
         yield page, cursor
+        if left is not None:
+            left -= len(page.rows if rows else page.records)
+            if left <= 0:
+                return
         if following is None:
             return
         seen.add(_cursor_key(following))

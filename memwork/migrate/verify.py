@@ -170,6 +170,14 @@ class Verification:
     def mismatched_ranges(self) -> list[RangeChecksum]:
         return [r for r in self.ranges if not r.ok]
 
+    @property
+    def ranges_total(self) -> int:
+        return len(self.ranges)
+
+    @property
+    def ranges_mismatched(self) -> int:
+        return len(self.mismatched_ranges)
+
     def to_dict(self) -> dict[str, Any]:
         data = {_camel(k): v for k, v in asdict(self).items()}
         data["ranges"] = {
