@@ -238,7 +238,7 @@ def test_backfill_quarantines_zero_dates_and_its_keyset_and_checkpoint_pass_them
     assert first.rows_quarantined == 1 and first.rows_written == 0
     assert load_checkpoint(pg_url)["cursor"]["updatedAt"] == "0000-00-00 00:00:00.000000"
     rest = run_backfill(legacy_options(**one_by_one, embedder=HashEmbedder(DIMS), resume=True))
-    assert rest.start_cursor == {"updatedAt": "0000-00-00 00:00:00.000000", "id": rows[0]["id"]}
+    assert json.loads(rest.start_cursor) == {"updatedAt": "0000-00-00 00:00:00.000000", "id": rows[0]["id"]}
     assert rest.rows_written == len(rows) - 2 and rest.rows_quarantined == 1
     reasons = {r["id"]: r["reason"] for r in load_rejects(pg_url)}
     assert reasons == {

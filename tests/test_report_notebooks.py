@@ -15,7 +15,7 @@ import pytest
 from memwork.db import pg_connect
 from memwork.defrag.review import read_review_csv
 from memwork.errors import ReportInputRefused, UsageError
-from memwork.migrate import verify_checks as verify
+from memwork.migrate import verify
 from memwork.reports import list_reports, notebooks_dir, read_parameters, run_report
 from memwork.rollout import gates
 from memwork.rollout.run import run_signoff
@@ -46,7 +46,7 @@ def test_notebooks_declare_typed_documented_parameters_and_have_no_outputs():
 
 @pytest.mark.parametrize(
     ("name", "function"),
-    [("canary_signoff", SignoffParameters), ("backfill_verification", verify.run_from_parameters)],
+    [("canary_signoff", SignoffParameters), ("backfill_verification", verify.VerifyParameters)],
 )
 def test_one_call_notebooks_pass_their_parameters_to_the_library_unchanged(name, function):
     """parameters -> one library call -> display: the library's signature is the only other list of
@@ -71,9 +71,9 @@ def test_one_call_notebook_parameters_are_checked_by_the_library(tmp_path):
     with pytest.raises(UsageError, match="min_health_score=101"):
         run_signoff(SignoffParameters(min_health_score=101))
     with pytest.raises(UsageError, match="give both source_url and pgvector_url"):
-        verify.run_from_parameters(pgvector_url="pg://embedded")
+        verify.verify_from_parameters(verify.VerifyParameters(pgvector_url="pg://embedded"))
     with pytest.raises(UsageError, match="range_size=0"):
-        verify.run_from_parameters(range_size=0)
+        verify.verify_from_parameters(verify.VerifyParameters(range_size=0))
     with pytest.raises(ReportInputRefused) as info:  # the same check, in the notebook: exit 2
         run_report("backfill_verification", {"k": 0}, tmp_path)
     assert info.value.ename == "UsageError" and info.value.exit_code == 2 and "k=0" in info.value.evalue

@@ -1,10 +1,10 @@
 """The ``memory_embeddings`` table: SQL generation (pure, for dry runs) and idempotent apply.
 
-The shape is the seed's, plus what a safe migration needs: a unique index on ``source_memory_id``
-(the backfill's idempotency key), an index on ``user_id`` (every lookup is per user), the
-``embedding_model`` that made each vector (so mixed models can be detected), an optional HNSW index,
-and the small ``memwork_backfill_checkpoints`` table the backfill commits its cursor into.
-Every statement uses ``IF NOT EXISTS``, so applying twice is harmless.
+The shape a safe migration needs: a unique index on ``source_memory_id`` (the migration's idempotency
+key), an index on ``user_id`` (every lookup is per user), the ``embedding_model`` that made each vector
+(so mixed models can be detected) and an optional HNSW index. The migration's own bookkeeping
+(checkpoints, rejects) is :mod:`memwork.migrate`'s. Every statement uses ``IF NOT EXISTS``, so
+applying twice is harmless.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ EMBEDDINGS_TABLE = "memory_embeddings"
 DEFAULT_DIMENSIONS = 1536
 MAX_DIMENSIONS = MAX_DIMENSION  # pgvector's limit for the vector type
 MAX_HNSW_DIMENSIONS = 2000  # pgvector's HNSW/IVFFlat limit for the vector type
-SMOKE_PREFIX = "memory-v2-smoke-"  # ids of the smoke check's rows: the backfill's orphan count skips them
+SMOKE_PREFIX = "memory-v2-smoke-"  # ids of the smoke check's rows: a migration's orphan count skips them
 
 
 @dataclass(frozen=True)
