@@ -21,7 +21,7 @@ from memwork.db import get_engine
 from memwork.embed import HashEmbedder, MemoryModuleEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
-from memwork.migrate.backfill import legacy_options, Cursor, load_checkpoint, run_backfill
+from memwork.migrate.backfill import Cursor, legacy_options, load_checkpoint, run_backfill
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
@@ -89,7 +89,10 @@ def test_dry_run_reads_mysql_only(source):
 def test_apply_copies_everything_with_model_and_content(source, dest):
     mysql_url, rows = source
     report = run_backfill(_options(mysql_url, dest, batch_size=7))
-    assert (report.rows_written, report.pages) == (60, 10)  # 9 pages of rows, then the empty one that ends the keyset
+    assert (report.rows_written, report.pages) == (
+        60,
+        10,
+    )  # 9 pages of rows, then the empty one that ends the keyset
     assert report.models_in_table == {f"hash-{DIMS}": 60}
     got = _dest_rows(dest)
     assert set(got) == {r["id"] for r in rows}
@@ -346,7 +349,11 @@ def test_cli_backfill_feeds_the_shared_progress_bar(source, dest, monkeypatch):
     result = CliRunner().invoke(main, [*args, "--apply", "--embedder", f"hash:{DIMS}"])
     assert result.exit_code == 0, result.output
     assert calls[0] == ("open", False, "rows")
-    assert calls[1] == ("start", "import legacy-mysql", 60)  # one stage: the planned total, before the first batch
+    assert calls[1] == (
+        "start",
+        "import legacy-mysql",
+        60,
+    )  # one stage: the planned total, before the first batch
     assert calls[2:] == [25, 25, 10]
     calls.clear()
     assert CliRunner().invoke(main, [*args, "--json"]).exit_code == 0  # dry run: no bar

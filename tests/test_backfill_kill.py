@@ -127,4 +127,8 @@ def test_sigkill_mid_backfill_then_resume_loses_and_duplicates_nothing(mysql_url
         stored = np.array(json.loads(text), dtype=np.float32)
         assert np.allclose(stored, embedder.embed_one(content), atol=1e-6)
     checkpoint = load_checkpoint(pg_url)  # the one checkpoint, in the destination
-    assert checkpoint is not None and checkpoint["rowsWritten"] == 19970 and checkpoint["model"] == f"hash-{DIMS}"
+    assert (
+        checkpoint is not None
+        and checkpoint["rowsWritten"] == 19970
+        and checkpoint["model"] == f"hash-{DIMS}"
+    )

@@ -43,9 +43,7 @@ def test_backfill_with_minilm_then_semantic_resolve(mysql_url, pg_url):
     load_legacy_rows(mysql_url, ITEMS, rows)
     ensure_schema(pg_url, "memory_embeddings", 384)
     report = run_backfill(
-        legacy_options(
-            mysql_url=mysql_url, database_url=pg_url, apply=True, embedder=load_embedder("minilm")
-        )
+        legacy_options(mysql_url=mysql_url, database_url=pg_url, apply=True, embedder=load_embedder("minilm"))
     )
     assert report.rows_written == 4 and report.models_in_table == {"all-MiniLM-L6-v2": 4}
     backend = from_env(

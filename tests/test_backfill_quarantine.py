@@ -17,8 +17,8 @@ from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
 from memwork.migrate.backfill import legacy_options, load_checkpoint, load_rejects, run_backfill
-from memwork.pgvector.schema import ensure_schema
 from memwork.migrate.verify import VerifyOptions, verify
+from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
 DIMS = 8
@@ -230,8 +230,8 @@ def test_the_row_by_row_retry_catches_what_the_precheck_does_not(dest):
 
     from memwork.db import pg_connect
     from memwork.migrate.backfill import Cursor
-    from memwork.migrate.ownership import LEGACY_OWNER
     from memwork.migrate.checkpoint import ImportCheckpoint
+    from memwork.migrate.ownership import LEGACY_OWNER
     from memwork.migrate.writer import Batch, PageMark, prepare_session, register_packed_vectors, write_batch
 
     rows = generate_legacy_items(1, 3, seed=6, active_only=True)

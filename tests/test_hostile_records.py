@@ -26,6 +26,7 @@ from memwork.cli import main
 from memwork.cli.options import json_text
 from memwork.contracts import Page, SourceRecord
 from memwork.errors import BackendError
+from memwork.migrate.quarantine import Reject, precheck
 from memwork.migrate.rows import (
     MAX_METADATA_DEPTH,
     SOURCE_MARKER,
@@ -35,7 +36,6 @@ from memwork.migrate.rows import (
 )
 from memwork.migrate.run import ImportOptions, run_import
 from memwork.migrate.source import iter_pages
-from memwork.migrate.quarantine import Reject, precheck
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 KEY = "list:hostile"

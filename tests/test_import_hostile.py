@@ -23,8 +23,8 @@ from memwork.cli import main
 from memwork.db import get_engine
 from memwork.embed import HashEmbedder, MemoryModuleEmbedder
 from memwork.errors import BackendError
-from memwork.migrate.run import ImportOptions, run_import
 from memwork.migrate.backfill import legacy_options, load_checkpoint, load_rejects, run_backfill
+from memwork.migrate.run import ImportOptions, run_import
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 

@@ -88,7 +88,5 @@ def test_a_second_import_of_the_same_source_is_refused_while_the_first_runs(pg_u
             assert first.poll() is None
     _out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
-    result = verify(
-        VerifyOptions(source=FileSource(path, "file:two-at-once"), database_url=pg_url)
-    )
+    result = verify(VerifyOptions(source=FileSource(path, "file:two-at-once"), database_url=pg_url))
     assert result.verdict == "PASS" and result.dest_rows == 200, result.reasons

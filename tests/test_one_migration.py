@@ -84,18 +84,24 @@ def test_import_from_legacy_mysql_and_backfill_write_identical_tables_checkpoint
     runner = CliRunner()
     imported = runner.invoke(
         main,
-        ["import", "--from", "legacy-mysql", "--to", pg_url, "--table", "via_import", "--apply"]
-        + ["--page-size", "7", "--embedder", f"hash:{DIMS}", "--json"],
+        [
+            *("import", "--from", "legacy-mysql", "--to", pg_url, "--table", "via_import", "--apply"),
+            *("--page-size", "7", "--embedder", f"hash:{DIMS}", "--json"),
+        ],
         env={"MEMORY_BACKFILL_MYSQL_URL": mysql_url},
     )
     backfilled = runner.invoke(
         main,
-        ["backfill", "--mysql-url", mysql_url, "--database-url", pg_url, "--table", "via_backfill"]
-        + ["--apply", "--batch-size", "7", "--embedder", f"hash:{DIMS}", "--json"],
+        [
+            *("backfill", "--mysql-url", mysql_url, "--database-url", pg_url, "--table", "via_backfill"),
+            *("--apply", "--batch-size", "7", "--embedder", f"hash:{DIMS}", "--json"),
+        ],
     )
     assert imported.exit_code == 0 and backfilled.exit_code == 0, (imported.output, backfilled.output)
     active = sum(r["status"] == "active" for r in rows)
-    assert json.loads(imported.output)["rowsWritten"] == json.loads(backfilled.output)["rowsWritten"] == active
+    assert (
+        json.loads(imported.output)["rowsWritten"] == json.loads(backfilled.output)["rowsWritten"] == active
+    )
     assert _table(pg_url, "via_import") == _table(pg_url, "via_backfill")
     assert len(_table(pg_url, "via_import")) == active
     assert _checkpoint(pg_url, "via_import") == _checkpoint(pg_url, "via_backfill")
@@ -105,8 +111,16 @@ def test_import_from_legacy_mysql_and_backfill_write_identical_tables_checkpoint
     # the old name of the command verifies the same way
     again = runner.invoke(
         main,
-        ["import-verify", "--from", "legacy-mysql", "--database-url", pg_url, "--table", "via_import"]
-        + ["--json"],
+        [
+            "import-verify",
+            "--from",
+            "legacy-mysql",
+            "--database-url",
+            pg_url,
+            "--table",
+            "via_import",
+            "--json",
+        ],
         env={"MEMORY_BACKFILL_MYSQL_URL": mysql_url},
     )
     assert again.exit_code == 0 and json.loads(again.output)["verdict"] == "PASS"
@@ -125,8 +139,8 @@ def test_a_migration_interrupted_on_the_old_checkpoint_table_resumes_from_it(leg
         conn.execute("DELETE FROM memwork_import_checkpoints")
         conn.execute(
             f"CREATE TABLE {LEGACY_CHECKPOINT_TABLE} (target_table TEXT PRIMARY KEY, cursor_updated_at TEXT "
-            "NOT NULL, cursor_id TEXT NOT NULL, rows_written BIGINT NOT NULL DEFAULT 0, embedding_model TEXT, "
-            "dimensions INTEGER, updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW())"
+            "NOT NULL, cursor_id TEXT NOT NULL, rows_written BIGINT NOT NULL DEFAULT 0, "
+            "embedding_model TEXT, dimensions INTEGER, updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW())"
         )
         conn.execute(
             f"INSERT INTO {LEGACY_CHECKPOINT_TABLE} VALUES ('memory_embeddings', %s, %s, 20, %s, %s, NOW())",
@@ -153,7 +167,13 @@ def test_resuming_a_finished_migration_with_a_small_limit_keeps_it_finished(pg_u
     ]
     source = ListSource(records, key="list:finished")
     ensure_schema(pg_url, "memory_embeddings", DIMS)
-    base = {"source": source, "database_url": pg_url, "apply": True, "page_size": 10, "embedder": f"hash:{DIMS}"}
+    base = {
+        "source": source,
+        "database_url": pg_url,
+        "apply": True,
+        "page_size": 10,
+        "embedder": f"hash:{DIMS}",
+    }
     done = run_import(ImportOptions(**base)).checkpoint
     assert done and done["finished"] and done["rowsWritten"] == 25
     again = run_import(ImportOptions(**base, resume=True, limit=7)).checkpoint
@@ -170,7 +190,10 @@ def test_a_record_without_content_is_quarantined_not_an_empty_memory(pg_url):
     ensure_schema(pg_url, "memory_embeddings", DIMS)
     report = run_import(
         ImportOptions(
-            source=ListSource(records, key="list:none"), database_url=pg_url, apply=True, embedder=f"hash:{DIMS}"
+            source=ListSource(records, key="list:none"),
+            database_url=pg_url,
+            apply=True,
+            embedder=f"hash:{DIMS}",
         )
     )
     assert report.rows_written == 1 and report.rows_quarantined == 1

@@ -34,9 +34,9 @@ from memwork.db import get_engine
 from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
-from memwork.migrate.run import ImportOptions, run_import
 from memwork.migrate.backfill import legacy_options, run_backfill
 from memwork.migrate.ownership import LEGACY_OWNER, OWNED_ELSEWHERE_EXIT
+from memwork.migrate.run import ImportOptions, run_import
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
@@ -295,9 +295,7 @@ def test_an_import_may_not_use_the_backfills_owner_name(pg_url):
     ensure_schema(pg_url, TABLE, DIMS)
     with pytest.raises(UsageError, match="reserved for the MySQL backfill"):
         run_import(
-            ImportOptions(
-                source=list_source(imported(["a"]), LEGACY_OWNER), database_url=pg_url, apply=True
-            )
+            ImportOptions(source=list_source(imported(["a"]), LEGACY_OWNER), database_url=pg_url, apply=True)
         )
     assert table_rows(pg_url) == {}
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -307,7 +307,9 @@ class LegacyMySQLSource:
     def inactive_ids(self, after: str, size: int) -> dict[str, Any]:
         """``{id: updated_at}`` of up to ``size`` archived or deleted rows with ids after ``after``."""
         t = memory_items.c
-        query = select(t.id, t.updated_at).where(t.status != "active", t.id > after).order_by(t.id).limit(size)
+        query = (
+            select(t.id, t.updated_at).where(t.status != "active", t.id > after).order_by(t.id).limit(size)
+        )
         return {row[0]: row[1] for row in self.connection().execute(query)}
 
     def present_ids(self, ids: list[str]) -> set[str]:

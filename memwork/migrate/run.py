@@ -315,7 +315,9 @@ def _dry_run_counted(options: ImportOptions, source: Any) -> MigrationReport:
     report.source_counts = source.status_counts() if hasattr(source, "status_counts") else None
     remaining = int(source.count(start))
     report.planned = remaining if options.limit is None else min(remaining, options.limit)
-    first = source.read_page(start, max(min(options.sample_size, report.planned), 1)) if report.planned else None
+    first = (
+        source.read_page(start, max(min(options.sample_size, report.planned), 1)) if report.planned else None
+    )
     if first is not None and first.records:
         sampled = first.records[: options.sample_size]
         report.sample = [_sample(record) for record in sampled]
@@ -352,10 +354,12 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
         checkpoint = ImportCheckpoint.starting(options.table, key, source.name, base)
         checkpoint = replace(checkpoint, run_id=report.run_id)
         if hasattr(source, "count"):
-            remaining = int(source.count(start))  # type: ignore[attr-defined]
+            remaining = int(source.count(start))
             report.planned = remaining if options.limit is None else min(remaining, options.limit)
         if progress is not None:
-            progress.start(f"import {source.name}", report.planned if report.planned is not None else options.limit)
+            progress.start(
+                f"import {source.name}", report.planned if report.planned is not None else options.limit
+            )
         target: _Target | None = None
         writer: BatchWriter | None = None
         for page, read_cursor in iter_pages(
@@ -390,7 +394,9 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
                 _count_rows(report, items, options.sample_size)
             else:
                 _count_page(report, items, options.sample_size)
-            if writer is None or target is None:  # nothing to write yet (empty pages): only the bookkeeping moves
+            if (
+                writer is None or target is None
+            ):  # nothing to write yet (empty pages): only the bookkeeping moves
                 checkpoint = checkpoint.after_page(
                     read_cursor=mark.read_cursor,
                     next_cursor=mark.next_cursor,
@@ -762,5 +768,3 @@ class _Target:
     model: str
     dimensions: int
     embedder: RowEmbedder | None
-
-

@@ -72,10 +72,10 @@ def iter_pages(
     seen = {_cursor_key(cursor)}
     contents: dict[bytes, int] = {}  # fingerprint of a page's records -> the page that first held them
     pages = empty = 0
-    read = source.read_rows if rows else source.read_page  # type: ignore[attr-defined]
+    read: Any = source.read_rows if rows else source.read_page  # type: ignore[attr-defined]
     left = limit
     while True:
-        page = read(cursor, min(size, left) if rows and left is not None else size)
+        page: Any = read(cursor, min(size, left) if rows and left is not None else size)
         pages += 1
         following = page.next_cursor
         if following is not None and _cursor_key(following) in seen:

@@ -341,7 +341,11 @@ def _compare(
     rejects: dict[str, dict[str, Any]],
     options: VerifyOptions,
 ) -> None:
-    result.source_rows, result.dest_rows, result.dest_distinct = len(src.digests), dest.rows, len(dest.digests)
+    result.source_rows, result.dest_rows, result.dest_distinct = (
+        len(src.digests),
+        dest.rows,
+        len(dest.digests),
+    )
     source, target = src.digests, dest.digests
     rows = quarantined_rows(source, target, rejects)
     apart = {row["sourceId"] for row in rows}

@@ -140,7 +140,8 @@ def vector_stats(conn: psycopg.Connection[Any], table: str, owner: str) -> dict[
     )
     models = dict(
         conn.execute(
-            f"SELECT coalesce(embedding_model, '(none)'), count(*) FROM {t} WHERE {own} GROUP BY 1 ORDER BY 1",
+            f"SELECT coalesce(embedding_model, '(none)'), count(*) FROM {t} WHERE {own} "
+            "GROUP BY 1 ORDER BY 1",
             (owner,),
         ).fetchall()
     )
@@ -291,5 +292,3 @@ def counts_text(rows_by_key: dict[str, int], prefix: str = "") -> str:
 
 def _ids(ids: list[str], n: int = 3) -> str:
     return ", ".join(ids[:n]) + (" …" if len(ids) > n else "")
-
-

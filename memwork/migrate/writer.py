@@ -19,7 +19,11 @@ import numpy as np
 
 from memwork.contracts import Row
 from memwork.db import pg_value
-from memwork.migrate.checkpoint import ImportCheckpoint, ensure_import_checkpoint_table, store_import_checkpoint
+from memwork.migrate.checkpoint import (
+    ImportCheckpoint,
+    ensure_import_checkpoint_table,
+    store_import_checkpoint,
+)
 from memwork.migrate.ownership import OwnedElsewhere, owners_of, stamped_metadata_sql, upsert_sql
 from memwork.migrate.quarantine import (
     Reject,
