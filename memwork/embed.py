@@ -399,6 +399,12 @@ def vector_problem(vector: Any) -> str | None:
     return direction_problem(flat)
 
 
+def vector_problems(vectors: Any) -> list[str | None]:
+    """:func:`vector_problem` of each row of a page's vectors, in one call (the migration checks a
+    page at a time)."""
+    return [vector_problem(vector) for vector in vectors]
+
+
 def checked_vector(value: Any, dimension: int | None = None) -> np.ndarray:
     """``value`` as a flat float32 vector, or :class:`BadVector` saying what is wrong with it."""
     try:

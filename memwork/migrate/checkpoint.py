@@ -33,12 +33,13 @@ if TYPE_CHECKING:
 CHECKPOINT_TABLE = "memwork_import_checkpoints"
 #: where an earlier version kept the legacy table's checkpoint (read once, never written)
 LEGACY_CHECKPOINT_TABLE = "memwork_backfill_checkpoints"
+_CHECKPOINTS = quote_identifier(CHECKPOINT_TABLE)  # quoted once: every statement below names it
 
 
 def import_checkpoint_table_sql() -> str:
     """The bookkeeping table (created if missing by every applying import)."""
     return (
-        f"CREATE TABLE IF NOT EXISTS {quote_identifier(CHECKPOINT_TABLE)} (\n"
+        f"CREATE TABLE IF NOT EXISTS {_CHECKPOINTS} (\n"
         "  target_table TEXT NOT NULL,\n"
         "  source_key TEXT NOT NULL,\n"
         "  source_name TEXT NOT NULL,\n"
@@ -83,7 +84,7 @@ def _create_or_upgrade(pg: psycopg.Connection[Any]) -> None:
     )
     if present != len(_LAST_PAGE_COLUMNS):
         added = ", ".join(f"ADD COLUMN IF NOT EXISTS {c} BIGINT" for c in _LAST_PAGE_COLUMNS)
-        pg.execute(f"ALTER TABLE {quote_identifier(CHECKPOINT_TABLE)} {added}")
+        pg.execute(f"ALTER TABLE {_CHECKPOINTS} {added}")
 
 
 @dataclass
@@ -208,7 +209,7 @@ def store_import_checkpoint(cur: psycopg.Cursor[Any], checkpoint: ImportCheckpoi
     """Upsert the checkpoint in the page's own transaction."""
     c = checkpoint
     cur.execute(
-        f"INSERT INTO {quote_identifier(CHECKPOINT_TABLE)} (target_table, source_key, source_name, "
+        f"INSERT INTO {_CHECKPOINTS} (target_table, source_key, source_name, "
         "next_cursor, last_cursor, finished, rows_read, rows_written, pages, vectors, embedding_model, "
         "dimensions, run_id, last_page_rows_read, last_page_rows_written, updated_at) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NOW()) "
@@ -247,8 +248,7 @@ def read_import_checkpoint(
         return None
     # the whole row as JSON: a table made before a column existed reads as that column missing
     found = pg.execute(
-        f"SELECT to_jsonb(c) FROM {quote_identifier(CHECKPOINT_TABLE)} AS c "
-        "WHERE target_table = %s AND source_key = %s",
+        f"SELECT to_jsonb(c) FROM {_CHECKPOINTS} AS c WHERE target_table = %s AND source_key = %s",
         (table, source_key),
     ).fetchone()
     if found is None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from memwork.contracts import Row
 from memwork.db import pg_connect, pg_value
-from memwork.embed import Embedder, embed_memories, vector_problem
+from memwork.embed import Embedder, embed_memories, vector_problem, vector_problems
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.migrate.legacy_mysql import row_timestamp
@@ -32,6 +32,8 @@ REJECTS_TABLE = "memwork_backfill_rejects"
 
 
 MAX_LISTED_REJECTS = 50
+
+_REJECTS = quote_identifier(REJECTS_TABLE)  # quoted once: every statement below names it
 
 
 _REASON_CHARS = 300
@@ -59,7 +61,7 @@ def rejects_table_sql() -> str:
     """Quarantined source rows: one row per (destination table, source key, source id), cleared once
     written. ``source_key`` is empty for rejects recorded before rejects had their source."""
     return (
-        f"CREATE TABLE IF NOT EXISTS {quote_identifier(REJECTS_TABLE)} (\n"
+        f"CREATE TABLE IF NOT EXISTS {_REJECTS} (\n"
         "  target_table TEXT NOT NULL,\n"
         "  source_key TEXT NOT NULL DEFAULT '',\n"
         "  source_memory_id TEXT NOT NULL,\n"
@@ -87,7 +89,7 @@ def ensure_rejects_table(pg: psycopg.Connection[Any]) -> None:
     )
     if keyed:
         return
-    table = quote_identifier(REJECTS_TABLE)
+    table = _REJECTS
     primary = pg_value(
         pg,
         "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'p'",
@@ -243,7 +245,7 @@ class RowEmbedder:
             vectors = self._vectors(rows)
         except Exception as exc:  # one row or all of them: row by row tells which
             return self._one_by_one(rows, exc)
-        problems = [vector_problem(vector) for vector in vectors]
+        problems = vector_problems(vectors)
         usable = np.asarray([p is None for p in problems], dtype=bool)
         kept = [row for row, problem in zip(rows, problems, strict=True) if problem is None]
         if not kept and not self._still_works():
@@ -323,7 +325,7 @@ def store_rejects(
     """Record (or refresh) ``rejects`` for ``table`` as ``source_key``'s (the source that could not
     write them), in the page's transaction."""
     cur.executemany(
-        f"INSERT INTO {quote_identifier(REJECTS_TABLE)} AS r "
+        f"INSERT INTO {_REJECTS} AS r "
         "(target_table, source_key, source_memory_id, source_updated_at, reason, run_id) "
         "VALUES (%s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (target_table, source_key, source_memory_id) DO UPDATE SET "
@@ -341,7 +343,7 @@ def clear_written_rejects(
     Another source's reject of the same id stays: that source still could not write it (the row is
     this one's). A reject recorded before rejects had a source (key empty) is cleared by any writer."""
     cur.execute(
-        f"DELETE FROM {quote_identifier(REJECTS_TABLE)} "
+        f"DELETE FROM {_REJECTS} "
         "WHERE target_table = %s AND source_memory_id = ANY(%s) AND source_key IN ('', %s)",
         (table, [printable(row["id"]) for row in rows], source_key),
     )
@@ -354,7 +356,7 @@ def count_rejects(pg: psycopg.Connection[Any], table: str, source_key: str | Non
         pg.commit()
         return 0
     where, params = _whose(table, source_key)
-    count = pg_value(pg, f"SELECT count(*) FROM {quote_identifier(REJECTS_TABLE)} WHERE {where}", params)
+    count = pg_value(pg, f"SELECT count(*) FROM {_REJECTS} WHERE {where}", params)
     pg.commit()
     return int(count)
 
@@ -374,7 +376,7 @@ def read_rejects(
     where, params = _whose(table, source_key)
     rows = pg.execute(
         "SELECT source_memory_id, reason, source_updated_at, first_seen, last_seen, run_id, source_key "
-        f"FROM {quote_identifier(REJECTS_TABLE)} WHERE {where} ORDER BY source_memory_id, source_key",
+        f"FROM {_REJECTS} WHERE {where} ORDER BY source_memory_id, source_key",
         params,
     ).fetchall()
     return [

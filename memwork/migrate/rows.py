@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from memwork.contracts import Row, SourceRecord
-from memwork.embed import vector_problem
+from memwork.embed import vector_problems
 from memwork.migrate.ownership import SOURCE_MARKER as SOURCE_MARKER
 from memwork.migrate.quarantine import Reject, precheck
 from memwork.redaction import first_line
@@ -270,30 +270,36 @@ def kept_vectors(
     table: str,
 ) -> tuple[list[Row], np.ndarray, list[Reject]]:
     """The source's own vectors for ``rows``; a row without one, of another dimension or not finite
-    is quarantined (the table takes only ``dimensions``)."""
-    kept: list[Row] = []
-    vectors: list[np.ndarray] = []
+    is quarantined (the table takes only ``dimensions``). The values are checked a page at a time."""
+    shaped: list[tuple[Row, SourceRecord, np.ndarray]] = []
     rejects: list[Reject] = []
     for row in rows:
         record = by_id[row["id"]]
-        problem, vector = _vector_problem(record.vector, dimensions, table)
+        problem, vector = _vector_shape(record.vector, dimensions, table)
         if problem is not None or vector is None:
+            rejects.append(Reject.of(row, f"vector: {problem}"))
+        else:
+            shaped.append((row, record, vector))
+    stacked = np.vstack([v for _, _, v in shaped]) if shaped else np.zeros((0, dimensions), dtype=np.float32)
+    problems = vector_problems(stacked)
+    kept: list[Row] = []
+    for (row, record, _), problem in zip(shaped, problems, strict=True):
+        if problem is not None:
             rejects.append(Reject.of(row, f"vector: {problem}"))
             continue
         kept.append({**row, "embedding_model": model_of(record, source_name)})
-        vectors.append(vector)
-    stacked = np.vstack(vectors) if vectors else np.zeros((0, dimensions), dtype=np.float32)
-    return kept, stacked, rejects
+    usable = np.asarray([p is None for p in problems], dtype=bool)
+    return kept, stacked[usable] if len(problems) else stacked, rejects
 
 
-def _vector_problem(value: Any, dimensions: int, table: str) -> tuple[str | None, np.ndarray | None]:
-    """Why ``value`` cannot be stored in ``table`` (None: it can, and here it is as float32)."""
+def _vector_shape(value: Any, dimensions: int, table: str) -> tuple[str | None, np.ndarray | None]:
+    """Why ``value`` is not a vector of ``dimensions`` numbers (None: it is, here as float32)."""
     if value is None:
         return "the source gave none for this row (use --vectors reembed)", None
     if isinstance(value, str | bytes | Mapping):
         return f"a {type(value).__name__}, not a list of numbers", None
     try:
-        with np.errstate(over="ignore", invalid="ignore"):  # 1e39 -> inf is reported below
+        with np.errstate(over="ignore", invalid="ignore"):  # 1e39 -> inf is reported by the value check
             vector = np.asarray(value, dtype=np.float32)
     except Exception as exc:
         return f"not a list of numbers ({type(exc).__name__})", None
@@ -301,9 +307,6 @@ def _vector_problem(value: Any, dimensions: int, table: str) -> tuple[str | None
         return f"not a flat list of numbers (shape {vector.shape})", None
     if vector.shape[0] != dimensions:
         return f"{vector.shape[0]} dimensions, {table}.embedding is vector({dimensions})", None
-    problem = vector_problem(vector)
-    if problem is not None:
-        return problem, None
     return None, vector
 
 

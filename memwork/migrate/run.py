@@ -225,7 +225,7 @@ def run_import(options: ImportOptions, progress: Progress | None = None) -> Migr
     options.validate()
     source = resolve_source(options.source, options.env)
     try:
-        check_source_key(stored_key(source))
+        check_source_key(stored_key(source))  # the key the run stores (checkpoint, rows, lock)
         if options.prune_inactive and not hasattr(source, "inactive_ids"):
             raise UsageError("prune_inactive", True, f"source {source.name} cannot list inactive records")
         if options.apply:
@@ -408,7 +408,7 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
             elif rows_path:
                 writer.submit(_row_batch(items, target, mark))
             else:
-                writer.submit(_record_batch(options, source, items, target, now, mark))
+                writer.submit(_record_batch(options, source.name, key, items, target, now, mark))
             if cut or (options.limit is not None and report.rows_read >= options.limit):
                 break
         stack.close()  # the writer commits its last page and stops
@@ -475,19 +475,20 @@ def _row_batch(rows: list[Row], target: _Target, mark: PageMark) -> Batch:
 
 def _record_batch(
     options: ImportOptions,
-    source: Source,
+    source_name: str,
+    key: str,
     records: list[SourceRecord],
     target: _Target,
     now: datetime,
     mark: PageMark,
 ) -> Batch:
     """A page of records converted field by field, their vectors kept or embedded."""
-    pairs, rejects = convert_page(records, stored_key(source), now)
+    pairs, rejects = convert_page(records, key, now)
     good = [row for row, _ in pairs]  # ownership is the writer's check, inside its upsert
     by_id = {row["id"]: record for row, record in pairs}
     vectors: np.ndarray
     if target.vectors == "keep":
-        good, vectors, odd = kept_vectors(good, by_id, target.dimensions, source.name, options.table)
+        good, vectors, odd = kept_vectors(good, by_id, target.dimensions, source_name, options.table)
     else:
         assert target.embedder is not None
         good, vectors, odd = target.embedder.embed(good)
@@ -735,7 +736,6 @@ def _prepare(pg: psycopg.Connection[Any], table: str, dimensions: int, *, create
         with pg.transaction():
             for statement in schema_sql(table, dimensions, create_extension=True):
                 pg.execute(statement)
-    ensure_import_checkpoint_table(pg)
     register_vector(pg)
     register_packed_vectors(pg)
     prepare_session(pg)
