@@ -175,7 +175,7 @@ def _verification(migration, tmp_path):
 def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
     intact = _verification(migration, tmp_path)
     assert intact.verdict == "PASS" and intact.exit_code == 0
-    assert intact.summary["source_active"] == migration.active and intact.summary["reasons"] == []
+    assert intact.summary["sourceRows"] == migration.active and intact.summary["reasons"] == []
     assert_readable(intact)
     with pg_connect(migration.dest_url, autocommit=True) as conn:
         ids = [r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1")]
@@ -193,7 +193,7 @@ def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
         )
     damaged = _verification(migration, tmp_path)
     assert damaged.verdict == "FAIL" and damaged.exit_code == 1
-    assert damaged.summary["missing_ids"] == [ids[0]] and damaged.summary["changed_ids"] == [ids[10]]
+    assert damaged.summary["missingIds"] == [ids[0]] and damaged.summary["changedIds"] == [ids[10]]
     assert any(r.startswith("dimensions:") for r in damaged.summary["reasons"])
     assert_readable(damaged)  # every reason in the HTML header
 
