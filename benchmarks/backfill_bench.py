@@ -71,9 +71,9 @@ def baseline_rate(pg_url: str, items: list[dict], embedder, sample: int) -> floa
 
 
 def run_backfill_timed(mysql_url: str, pg_url: str, embedder, batch_size: int) -> tuple[float, int]:
-    from memwork.pgvector.backfill import BackfillOptions, run_backfill
+    from memwork.migrate.backfill import legacy_apply_options, run_backfill
 
-    options = BackfillOptions.one_off(mysql_url, pg_url, embedder, batch_size=batch_size)
+    options = legacy_apply_options(mysql_url, pg_url, embedder, batch_size=batch_size)
     started = time.perf_counter()
     report = run_backfill(options)
     return time.perf_counter() - started, report.rows_written
@@ -143,7 +143,7 @@ def _real(args, embedder, items, mysql_url: str, pg_url: str) -> int:
         embed_rates.append(len(texts) / (time.perf_counter() - started))
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute("TRUNCATE memory_embeddings")
-            conn.execute("DROP TABLE IF EXISTS memwork_backfill_checkpoints")
+            conn.execute("DROP TABLE IF EXISTS memwork_import_checkpoints")
         elapsed, written = run_backfill_timed(mysql_url, pg_url, embedder, args.batch_size)
         backfill_rates.append(written / elapsed)
     embed_rate, rate = max(embed_rates), max(backfill_rates)

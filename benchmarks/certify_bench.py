@@ -132,7 +132,7 @@ def main() -> int:
 
     from memwork.certify import CertifyOptions, certify
     from memwork.embed import HashEmbedder
-    from memwork.pgvector.backfill import BackfillOptions, run_backfill
+    from memwork.migrate.backfill import legacy_apply_options, run_backfill
     from memwork.pgvector.schema import ensure_schema
 
     embedder = HashEmbedder(args.dims)
@@ -143,7 +143,7 @@ def main() -> int:
         out["load_s"] = round(time.perf_counter() - started, 1)
         ensure_schema(pg_url, "memory_embeddings", args.dims, create_vector_index=True)
         started = time.perf_counter()
-        run_backfill(BackfillOptions.one_off(mysql_url, pg_url, embedder, batch_size=5000))
+        run_backfill(legacy_apply_options(mysql_url, pg_url, embedder, batch_size=5000))
         out["backfill_s"] = round(time.perf_counter() - started, 1)
         print(json.dumps(out), flush=True)
 

@@ -88,7 +88,7 @@ class Stack:
 def build_data(mysql_url: str, pgdata: Path, users: int, items: int, dims: int, workdir: Path) -> Stack:
     from memwork.db import embedded
     from memwork.embed import HashEmbedder
-    from memwork.pgvector.backfill import BackfillOptions, run_backfill
+    from memwork.migrate.backfill import legacy_apply_options, run_backfill
     from memwork.pgvector.local_hash import write_module
     from memwork.pgvector.schema import ensure_schema
     from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
@@ -98,7 +98,7 @@ def build_data(mysql_url: str, pgdata: Path, users: int, items: int, dims: int, 
     embedded.start(pgdata, cleanup_mode=None)
     pg_url = embedded.server_url("load", pgdata)
     ensure_schema(pg_url, "memory_embeddings", dims)
-    run_backfill(BackfillOptions.one_off(mysql_url, pg_url, HashEmbedder(dims), batch_size=2000))
+    run_backfill(legacy_apply_options(mysql_url, pg_url, HashEmbedder(dims), batch_size=2000))
     ensure_schema(pg_url, "memory_embeddings", dims, create_vector_index=True)
     module = write_module(dims, workdir)
     return Stack(mysql_url, pg_url, pgdata, module, sorted({r["user_id"] for r in rows}), workdir)

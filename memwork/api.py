@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     from memwork.defrag.report import DuplicateReview, HealthReport
     from memwork.embed import Embedder
     from memwork.facade.facade import MemoryFacade
-    from memwork.migrate.run import ImportReport
-    from memwork.migrate.verify import ImportVerification
+    from memwork.migrate.run import MigrationReport
+    from memwork.migrate.verify import Verification
     from memwork.reports.runner import ReportRun
     from memwork.stores.base import Store
 
@@ -253,7 +253,7 @@ def import_source(
     embedder: Embedder | str | None = None,
     create_schema: bool = False,
     env: Mapping[str, str] | None = None,
-) -> ImportReport:
+) -> MigrationReport:
     """Every memory of ``source`` into pgvector at ``to`` (``memwork import --from SOURCE``).
 
     A dry run reads the source to the end and counts (users, models, dimensions, a sample) without
@@ -274,7 +274,7 @@ def verify_import(
     page_size: int | None = None,
     allow_quarantined: bool = False,
     env: Mapping[str, str] | None = None,
-) -> ImportVerification:
+) -> Verification:
     """Is the copy at ``to`` faithful to ``source``? (``memwork import-verify``): counts per user,
     missing, extra and changed ids, quarantined rows and vectors; ``.verdict`` is PASS or FAIL and
     ``.reasons`` says why."""
@@ -284,7 +284,7 @@ def verify_import(
 
 def _run_import(
     source: str | Source, *, to: str | None, env: Mapping[str, str] | None, **options: Any
-) -> ImportReport:
+) -> MigrationReport:
     """The one call into :mod:`memwork.migrate` for an import (re-point it here if that entry moves)."""
     from memwork.migrate.run import ImportOptions, environment, run_import
 
@@ -293,13 +293,12 @@ def _run_import(
 
 def _run_verify(
     source: str | Source, *, to: str | None, env: Mapping[str, str] | None, **options: Any
-) -> ImportVerification:
+) -> Verification:
     """The one call into :mod:`memwork.migrate` for a verification (re-point it here if it moves)."""
     from memwork.migrate.run import environment
-    from memwork.migrate.verify import ImportVerifyOptions
-    from memwork.migrate.verify import verify_import as verify
+    from memwork.migrate.verify import VerifyOptions, verify
 
-    return verify(ImportVerifyOptions(source=source, env=environment(env), database_url=to, **options))
+    return verify(VerifyOptions(source=source, env=environment(env), database_url=to, **options))
 
 
 # ---- reports -----------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ and what :func:`memwork.migrate.rows.record_row` makes of a :class:`SourceRecord
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, NotRequired, Protocol, TypedDict, runtime_checkable
@@ -57,6 +57,7 @@ __all__ = [
     "SourceRecord",
     "flag_var",
     "require",
+    "source_records",
 ]
 
 # ---- the facade backend --------------------------------------------------------------------------
@@ -215,6 +216,12 @@ class SourceRecord:
     vector: Sequence[float] | None = None
     model: str | None = None
     problem: str | None = None
+
+
+def source_records(fields: Iterable[Mapping[str, Any]]) -> list[SourceRecord]:
+    """A page of records from their fields (``SourceRecord(**f)`` each): a source builds a page in
+    one call rather than one per record."""
+    return [SourceRecord(**f) for f in fields]
 
 
 @dataclass(frozen=True)

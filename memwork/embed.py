@@ -368,7 +368,7 @@ async def _consume(awaitable: Any) -> Any:
 class BadVector(ValueError):
     """An embedding function's answer for one input is not a usable vector (not numbers, empty,
     NaN, infinity, beyond float32, another length): that input's problem, quarantined by a backfill
-    or import -- not the embedder's, which :func:`memwork.pgvector.backfill.quarantine.probe_embedder`
+    or import -- not the embedder's, which :func:`memwork.migrate.quarantine.probe_embedder`
     judges on a probe text."""
 
 
@@ -397,6 +397,12 @@ def vector_problem(vector: Any) -> str | None:
     if not np.isfinite(flat).all():
         return NON_FINITE
     return direction_problem(flat)
+
+
+def vector_problems(vectors: Any) -> list[str | None]:
+    """:func:`vector_problem` of each row of a page's vectors, in one call (the migration checks a
+    page at a time)."""
+    return [vector_problem(vector) for vector in vectors]
 
 
 def checked_vector(value: Any, dimension: int | None = None) -> np.ndarray:

@@ -21,7 +21,7 @@ from memwork.db import get_engine
 from memwork.embed import HashEmbedder, MemoryModuleEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
-from memwork.pgvector.backfill import BackfillOptions, Cursor, load_checkpoint, run_backfill
+from memwork.migrate.backfill import Cursor, legacy_options, load_checkpoint, run_backfill
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
@@ -54,7 +54,7 @@ def dest(pg_url):
 def _options(mysql_url, pg_url, **kw):
     base = {"mysql_url": mysql_url, "database_url": pg_url, "apply": True, "embedder": HashEmbedder(DIMS)}
     base.update(kw)
-    return BackfillOptions(**base)
+    return legacy_options(**base)
 
 
 def _dest_rows(pg_url):
@@ -70,7 +70,7 @@ def _dest_rows(pg_url):
 
 def test_dry_run_reads_mysql_only(source):
     mysql_url, rows = source
-    options = BackfillOptions(
+    options = legacy_options(
         mysql_url=mysql_url,
         database_url="postgresql://nobody@127.0.0.1:1/unreachable",  # would fail if touched
         embedder=ExplodingEmbedder(),
@@ -79,7 +79,7 @@ def test_dry_run_reads_mysql_only(source):
     report = run_backfill(options).to_dict()
     ordered = sorted(rows, key=lambda r: (r["updated_at"], r["id"]))
     assert report["mode"] == "dry-run" and report["planned"] == 10
-    assert report["source"] == {"active": 60, "total": 60}
+    assert report["sourceCounts"] == {"active": 60, "total": 60}
     assert report["firstCheckpoint"]["id"] == ordered[0]["id"]
     assert report["lastCheckpoint"]["id"] == ordered[9]["id"]
     assert [s["id"] for s in report["sample"]] == [r["id"] for r in ordered[:5]]
@@ -89,7 +89,10 @@ def test_dry_run_reads_mysql_only(source):
 def test_apply_copies_everything_with_model_and_content(source, dest):
     mysql_url, rows = source
     report = run_backfill(_options(mysql_url, dest, batch_size=7))
-    assert (report.rows_written, report.batches) == (60, 9)
+    assert (report.rows_written, report.pages) == (
+        60,
+        10,
+    )  # 9 pages of rows, then the empty one that ends the keyset
     assert report.models_in_table == {f"hash-{DIMS}": 60}
     got = _dest_rows(dest)
     assert set(got) == {r["id"] for r in rows}
@@ -114,7 +117,7 @@ def test_keyset_walks_ties_on_updated_at_one_row_at_a_time(mysql_url, dest):
         row["updated_at"] = same
     load_legacy_rows(mysql_url, ITEMS, rows)
     report = run_backfill(_options(mysql_url, dest, batch_size=1))
-    assert report.rows_written == 9 and report.batches == 9
+    assert report.rows_written == 9 and report.pages == 10  # and the empty page ending the keyset
     assert set(_dest_rows(dest)) == {r["id"] for r in rows}
 
 
@@ -123,7 +126,7 @@ def test_limit_then_resume_and_rerun_never_duplicates(source, dest):
     first = run_backfill(_options(mysql_url, dest, limit=25, batch_size=10))
     assert first.rows_written == 25 and len(_dest_rows(dest)) == 25
     second = run_backfill(_options(mysql_url, dest, resume=True, batch_size=10))
-    assert second.resumed and second.start_cursor == first.last_checkpoint
+    assert second.resumed and json.loads(second.start_cursor) == first.last_checkpoint
     assert second.rows_written == 35 and len(_dest_rows(dest)) == 60
     again = run_backfill(_options(mysql_url, dest, batch_size=50))
     assert again.rows_written == 60 and len(_dest_rows(dest)) == 60
@@ -230,7 +233,8 @@ def test_module_embedder_gets_decoded_rows(source, dest, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--batch-size", "0"], "Error: batch_size=0: must be from 1 to 50000"),
+        (["--batch-size", "0"], "Error: page_size=0: must be from 1 to 50000"),
+        (["--page-size", "0"], "Error: page_size=0: must be from 1 to 50000"),
         (["--limit", "-5"], "Error: limit=-5: must be a positive integer"),
         (["--table", "x; drop"], "Error: table='x; drop': must be a plain identifier"),
         (["--cursor-updated-at", "yesterday"], "Error: cursor_updated_at='yesterday': must be ISO 8601"),
@@ -270,11 +274,11 @@ def test_cli_dry_run_json(source, monkeypatch):
     assert data["mode"] == "dry-run" and data["planned"] == 3 and len(data["sample"]) == 3
 
 
-def test_dry_run_resume_uses_the_workspace_checkpoint_copy(source, dest):
+def test_dry_run_resume_reads_the_committed_checkpoint(source, dest):
     mysql_url, _ = source
     applied = run_backfill(_options(mysql_url, dest, limit=20))
-    dry = run_backfill(BackfillOptions(mysql_url=mysql_url, resume=True))
-    assert dry.resumed and dry.start_cursor == applied.last_checkpoint
+    dry = run_backfill(legacy_options(mysql_url=mysql_url, database_url=dest, resume=True))
+    assert dry.resumed and json.loads(dry.start_cursor) == applied.last_checkpoint
     assert dry.planned == 40
 
 
@@ -340,12 +344,16 @@ def test_cli_backfill_feeds_the_shared_progress_bar(source, dest, monkeypatch):
         calls.append(("open", quiet, unit))
         yield None if quiet else Bar()
 
-    monkeypatch.setattr("memwork.cli.backfill.stage_progress", recorder)
+    monkeypatch.setattr("memwork.cli.migrate.stage_progress", recorder)
     args = ["backfill", "--mysql-url", mysql_url, "--database-url", dest, "--batch-size", "25"]
     result = CliRunner().invoke(main, [*args, "--apply", "--embedder", f"hash:{DIMS}"])
     assert result.exit_code == 0, result.output
     assert calls[0] == ("open", False, "rows")
-    assert calls[1] == ("start", "backfill", 60)  # one stage: the planned total, before the first batch
+    assert calls[1] == (
+        "start",
+        "import legacy-mysql",
+        60,
+    )  # one stage: the planned total, before the first batch
     assert calls[2:] == [25, 25, 10]
     calls.clear()
     assert CliRunner().invoke(main, [*args, "--json"]).exit_code == 0  # dry run: no bar

@@ -18,6 +18,7 @@ from sqlalchemy import select, update
 from memwork.db import get_engine
 from memwork.embed import HashEmbedder
 from memwork.legacy.schema import memory_items
+from memwork.migrate.backfill import load_checkpoint
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
@@ -33,9 +34,9 @@ def _start(env: dict[str, str], *extra: str) -> subprocess.Popen:
 
 def _checkpoint(pg_url: str) -> int:
     with psycopg.connect(pg_url) as conn:
-        if conn.execute("SELECT to_regclass('memwork_backfill_checkpoints')").fetchone()[0] is None:
+        if conn.execute("SELECT to_regclass('memwork_import_checkpoints')").fetchone()[0] is None:
             return 0
-        row = conn.execute("SELECT rows_written FROM memwork_backfill_checkpoints").fetchone()
+        row = conn.execute("SELECT rows_written FROM memwork_import_checkpoints").fetchone()
     return int(row[0]) if row else 0
 
 
@@ -125,7 +126,9 @@ def test_sigkill_mid_backfill_then_resume_loses_and_duplicates_nothing(mysql_url
     for content, text in sample:
         stored = np.array(json.loads(text), dtype=np.float32)
         assert np.allclose(stored, embedder.embed_one(content), atol=1e-6)
-    checkpoint = json.loads(
-        (tmp_path / "home" / "backfill" / "memory_embeddings.checkpoint.json").read_text()
+    checkpoint = load_checkpoint(pg_url)  # the one checkpoint, in the destination
+    assert (
+        checkpoint is not None
+        and checkpoint["rowsWritten"] == 19970
+        and checkpoint["model"] == f"hash-{DIMS}"
     )
-    assert checkpoint["rowsWritten"] == 19970 and checkpoint["model"] == f"hash-{DIMS}"

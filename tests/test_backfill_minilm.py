@@ -6,7 +6,7 @@ import pytest
 
 from memwork.backends.pgvector import from_env
 from memwork.embed import load_embedder
-from memwork.pgvector.backfill import BackfillOptions, run_backfill
+from memwork.migrate.backfill import legacy_options, run_backfill
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, load_legacy_rows
 
@@ -43,9 +43,7 @@ def test_backfill_with_minilm_then_semantic_resolve(mysql_url, pg_url):
     load_legacy_rows(mysql_url, ITEMS, rows)
     ensure_schema(pg_url, "memory_embeddings", 384)
     report = run_backfill(
-        BackfillOptions(
-            mysql_url=mysql_url, database_url=pg_url, apply=True, embedder=load_embedder("minilm")
-        )
+        legacy_options(mysql_url=mysql_url, database_url=pg_url, apply=True, embedder=load_embedder("minilm"))
     )
     assert report.rows_written == 4 and report.models_in_table == {"all-MiniLM-L6-v2": 4}
     backend = from_env(

@@ -16,9 +16,9 @@ from memwork.db import get_engine
 from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
-from memwork.pgvector.backfill import BackfillOptions, load_checkpoint, load_rejects, run_backfill
+from memwork.migrate.backfill import legacy_options, load_checkpoint, load_rejects, run_backfill
+from memwork.migrate.verify import VerifyOptions, verify
 from memwork.pgvector.schema import ensure_schema
-from memwork.pgvector.verify import VerifyOptions, verify_backfill
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
 DIMS = 8
@@ -65,7 +65,16 @@ def _dest_ids(pg_url):
 
 
 def _verify(mysql_url, pg_url, **kw):
-    return verify_backfill(VerifyOptions(mysql_url, pg_url, expected_dimensions=DIMS, sample_size=0, **kw))
+    return verify(
+        VerifyOptions(
+            "legacy-mysql",
+            {"MEMORY_BACKFILL_MYSQL_URL": mysql_url},
+            pg_url,
+            expected_dimensions=DIMS,
+            sample_size=0,
+            **kw,
+        )
+    )
 
 
 def test_poison_rows_are_quarantined_listed_and_picked_up_again_once_fixed(mysql_url, dest):
@@ -95,7 +104,7 @@ def test_poison_rows_are_quarantined_listed_and_picked_up_again_once_fixed(mysql
     assert (result.quarantined_count, result.quarantined_missing) == (4, 4)
     assert {q["id"]: q["reason"] for q in result.quarantined} == reasons
     assert [r for r in result.reasons if not r.startswith("quarantined: 4 row(s)")] == []
-    assert result.missing_count + result.quarantined_missing + result.dest_distinct == result.source_active
+    assert result.missing_count + result.quarantined_missing + result.dest_distinct == result.source_rows
     accepted = _verify(mysql_url, dest, allow_quarantined=True)
     assert accepted.verdict == "PASS" and accepted.quarantined_count == 4
     assert any(n.startswith("quarantined: 4") for n in accepted.notes)
@@ -121,7 +130,7 @@ def test_poison_rows_are_quarantined_listed_and_picked_up_again_once_fixed(mysql
         env={"MEMORY_BACKFILL_MYSQL_URL": mysql_url, "MEMORY_PGVECTOR_DATABASE_URL": dest},
     )
     assert text.exit_code == 0, text.output
-    assert "quarantined: 0 row(s) in this run, 1 in memwork_backfill_rejects" in text.output
+    assert "quarantined: 0 row(s) in this run, 1 of this source in memwork_backfill_rejects" in text.output
 
 
 class _PickyEmbedder(HashEmbedder):
@@ -149,7 +158,7 @@ def _embedder_source(mysql_url):
 
 def test_an_embedder_failure_on_one_row_quarantines_only_that_row(mysql_url, dest):
     rows = _embedder_source(mysql_url)
-    options = BackfillOptions(
+    options = legacy_options(
         mysql_url=mysql_url, database_url=dest, apply=True, embedder=_PickyEmbedder(DIMS), batch_size=6
     )
     report = run_backfill(options)
@@ -164,7 +173,7 @@ def test_a_broken_embedder_is_refused_before_anything_is_written(mysql_url, dest
     """Broken for every row (here: its service is down) is a configuration error, found by the probe
     before MySQL is read or PostgreSQL written -- never a run that quarantines every row."""
     _embedder_source(mysql_url)
-    options = BackfillOptions(
+    options = legacy_options(
         mysql_url=mysql_url, database_url=dest, apply=True, embedder=_BrokenEmbedder(DIMS), batch_size=6
     )
     with pytest.raises(UsageError, match="probe text: ConnectionError: embedding service down") as err:
@@ -189,7 +198,7 @@ class _DiesAfter(HashEmbedder):
 
 def test_an_embedder_that_breaks_mid_run_stops_it_and_keeps_the_committed_batches(mysql_url, dest):
     _embedder_source(mysql_url)
-    options = BackfillOptions(
+    options = legacy_options(
         mysql_url=mysql_url, database_url=dest, apply=True, embedder=_DiesAfter(DIMS, 3), batch_size=6
     )
     with pytest.raises(ConnectionError, match="embedding service down"):
@@ -206,7 +215,7 @@ def test_non_finite_vectors_quarantine_their_row(mysql_url, dest):
             out[[("explode" in t) for t in texts]] = np.nan
             return out
 
-    options = BackfillOptions(
+    options = legacy_options(
         mysql_url=mysql_url, database_url=dest, apply=True, embedder=NanOnOne(DIMS), batch_size=6
     )
     report = run_backfill(options)
@@ -220,9 +229,10 @@ def test_the_row_by_row_retry_catches_what_the_precheck_does_not(dest):
     from pgvector.psycopg import register_vector
 
     from memwork.db import pg_connect
-    from memwork.pgvector.backfill import Cursor
-    from memwork.pgvector.backfill.ownership import BACKFILL_OWNER
-    from memwork.pgvector.backfill.writer import Batch, prepare_session, register_packed_vectors, write_batch
+    from memwork.migrate.backfill import Cursor
+    from memwork.migrate.checkpoint import ImportCheckpoint
+    from memwork.migrate.ownership import LEGACY_OWNER
+    from memwork.migrate.writer import Batch, PageMark, prepare_session, register_packed_vectors, write_batch
 
     rows = generate_legacy_items(1, 3, seed=6, active_only=True)
     for row in rows:
@@ -234,10 +244,13 @@ def test_the_row_by_row_retry_catches_what_the_precheck_does_not(dest):
         register_vector(pg)
         register_packed_vectors(pg)
         prepare_session(pg)
-        batch = Batch(rows, rows, vectors, [], Cursor.parse(rows[-1]["updated_at"], rows[-1]["id"]))
-        written, rejects = write_batch(
-            pg, "memory_embeddings", batch, "hash-8", DIMS, 0, "run-1", owner=BACKFILL_OWNER
+        cursor = Cursor.parse(rows[-1]["updated_at"], rows[-1]["id"]).encode()
+        batch = Batch(rows, vectors, [], PageMark(None, cursor, False, len(rows)))
+        start = ImportCheckpoint("memory_embeddings", "legacy-mysql:test", "legacy-mysql", run_id="run-1")
+        page = start.after_page(
+            read_cursor=None, next_cursor=cursor, finished=False, rows_read=len(rows), run_id="run-1"
         )
+        written, rejects, _ = write_batch(pg, "memory_embeddings", batch, "hash-8", page, owner=LEGACY_OWNER)
     assert written == 2 and [r.id for r in rejects] == [rows[1]["id"]]
     assert rejects[0].reason.startswith("postgresql: ")
     assert _dest_ids(dest) == {rows[0]["id"], rows[2]["id"]}

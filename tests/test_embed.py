@@ -17,7 +17,7 @@ from memwork.embed import (
     load_module,
 )
 from memwork.errors import UsageError
-from memwork.pgvector.backfill.quarantine import probe_embedder
+from memwork.migrate.quarantine import probe_embedder
 
 
 def test_hash_embedder_shape_norm_and_model_id():

@@ -26,6 +26,7 @@ from memwork.cli import main
 from memwork.cli.options import json_text
 from memwork.contracts import Page, SourceRecord
 from memwork.errors import BackendError
+from memwork.migrate.quarantine import Reject, precheck
 from memwork.migrate.rows import (
     MAX_METADATA_DEPTH,
     SOURCE_MARKER,
@@ -35,7 +36,6 @@ from memwork.migrate.rows import (
 )
 from memwork.migrate.run import ImportOptions, run_import
 from memwork.migrate.source import iter_pages
-from memwork.pgvector.backfill.quarantine import Reject, precheck
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 KEY = "list:hostile"
@@ -490,8 +490,8 @@ def test_a_keyset_that_does_not_advance_stops_the_backfill_instead_of_reading_a_
     it, so the same row came back on every page: the reader looped forever."""
     import sqlite3
 
-    from memwork.db import get_engine
-    from memwork.pgvector.backfill.reader import iter_batches
+    from memwork.migrate.legacy_mysql import LegacyMySQLSource
+    from memwork.migrate.source import iter_pages
     from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
     load_legacy_rows(sqlite_url, ITEMS, generate_legacy_items(1, 5, seed=3, active_only=True))
@@ -499,8 +499,9 @@ def test_a_keyset_that_does_not_advance_stops_the_backfill_instead_of_reading_a_
         first = raw.execute(f"SELECT id FROM {ITEMS} ORDER BY updated_at, id LIMIT 1").fetchone()[0]
         raw.execute(f"UPDATE {ITEMS} SET updated_at = replace(updated_at, ' ', 'T') WHERE id = ?", (first,))
     pages = 0
-    with get_engine(sqlite_url).connect() as conn, pytest.raises(BackendError) as err:
-        for _ in iter_batches(conn, None, 10**6, 1):
+    source = LegacyMySQLSource(sqlite_url)
+    with pytest.raises(BackendError) as err:
+        for _ in iter_pages(source, None, 1, rows=True):
             pages += 1
             assert pages < 20, "the keyset keeps returning the same row"
     assert pages == 1 and "the keyset did not advance past" in str(err.value) and first in str(err.value)

@@ -19,13 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent / "memwork"
 PACKAGE = "memwork"
 
-MIGRATION = "issue 16, One migration: the verification's notebook entry calls samples from the top layer"
-
 #: (importing module, imported module) -> the move that removes the arrow. Each is ``pgvector`` reaching
 #: above itself (``backends`` imports ``pgvector.schema``, so pgvector/ must import nothing above it).
-PENDING_MOVES: dict[tuple[str, str], str] = {
-    ("memwork.pgvector.verify", "memwork.samples.migration"): MIGRATION,
-}
+PENDING_MOVES: dict[tuple[str, str], str] = {}
 
 #: the bottom layer (ARCHITECTURE.md, plus loggable: the log-line scrubbing http and the service share,
 #: and deadline: the running call's deadline and commit gate, which the database layer reads):
@@ -236,6 +232,24 @@ def test_the_rollout_sits_above_the_service_the_facade_the_migration_and_the_bac
         or (unit_of(arrow[0]) == "rollout" and unit_of(arrow[1]) in TOP | {"samples"})
     }
     assert not wrong, "\n".join(f"{a} -> {b} (line {lines})" for (a, b), lines in sorted(wrong.items()))
+
+
+def test_pgvector_is_the_destination_only():
+    """pgvector/ holds the destination (schema, query-embedding modules): it imports only the layers
+    below it and knows nothing about the legacy MySQL table or the migration."""
+    allowed = FOUNDATION | INFRASTRUCTURE | {"pgvector"}
+    wrong = {
+        arrow: lines
+        for arrow, lines in module_arrows().items()
+        if unit_of(arrow[0]) == "pgvector" and unit_of(arrow[1]) not in allowed
+    }
+    assert not wrong, "\n".join(f"{a} -> {b} (line {lines})" for (a, b), lines in sorted(wrong.items()))
+    mentions = [
+        path.name
+        for path in (ROOT / "pgvector").rglob("*.py")
+        if any(word in path.read_text(encoding="utf-8").lower() for word in ("mysql", "memwork_backfill"))
+    ]
+    assert not mentions, mentions
 
 
 def test_the_samples_are_called_only_from_the_top_layer():

@@ -23,8 +23,8 @@ from memwork.cli import main
 from memwork.db import get_engine
 from memwork.embed import HashEmbedder, MemoryModuleEmbedder
 from memwork.errors import BackendError
+from memwork.migrate.backfill import legacy_options, load_checkpoint, load_rejects, run_backfill
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.pgvector.backfill import BackfillOptions, load_checkpoint, load_rejects, run_backfill
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
@@ -203,7 +203,7 @@ def test_backfill_quarantines_the_one_row_a_module_embedder_fails_on(
     rows = generate_legacy_items(3, 10, seed=9, active_only=True)
     rows[17]["content"] = f"POISON-{poison}"
     load_legacy_rows(mysql_url, ITEMS, rows)
-    options = BackfillOptions(
+    options = legacy_options(
         mysql_url=mysql_url,
         database_url=pg_url,
         apply=True,
@@ -231,14 +231,14 @@ def test_backfill_quarantines_zero_dates_and_its_keyset_and_checkpoint_pass_them
                 text(f"UPDATE {ITEMS} SET created_at = :m, updated_at = :m WHERE id = :id"),
                 {"m": moment, "id": rid},
             )
-    dry = run_backfill(BackfillOptions(mysql_url=mysql_url))
+    dry = run_backfill(legacy_options(mysql_url=mysql_url))
     assert dry.first_checkpoint == {"updatedAt": "0000-00-00 00:00:00.000000", "id": rows[0]["id"]}
     one_by_one = {"mysql_url": mysql_url, "database_url": pg_url, "apply": True, "batch_size": 1}
-    first = run_backfill(BackfillOptions(**one_by_one, embedder=HashEmbedder(DIMS), limit=1))
+    first = run_backfill(legacy_options(**one_by_one, embedder=HashEmbedder(DIMS), limit=1))
     assert first.rows_quarantined == 1 and first.rows_written == 0
     assert load_checkpoint(pg_url)["cursor"]["updatedAt"] == "0000-00-00 00:00:00.000000"
-    rest = run_backfill(BackfillOptions(**one_by_one, embedder=HashEmbedder(DIMS), resume=True))
-    assert rest.start_cursor == {"updatedAt": "0000-00-00 00:00:00.000000", "id": rows[0]["id"]}
+    rest = run_backfill(legacy_options(**one_by_one, embedder=HashEmbedder(DIMS), resume=True))
+    assert json.loads(rest.start_cursor) == {"updatedAt": "0000-00-00 00:00:00.000000", "id": rows[0]["id"]}
     assert rest.rows_written == len(rows) - 2 and rest.rows_quarantined == 1
     reasons = {r["id"]: r["reason"] for r in load_rejects(pg_url)}
     assert reasons == {

@@ -15,7 +15,7 @@ from memwork.contracts import Page, SourceRecord
 from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.migrate.verify import ImportVerifyOptions, verify_import
+from memwork.migrate.verify import VerifyOptions, verify
 from memwork.pgvector.schema import ensure_schema
 
 pytestmark = [pytest.mark.services]
@@ -106,7 +106,7 @@ def test_apply_keeps_ids_users_timestamps_metadata_vectors_and_reapply_is_idempo
 
     again = run_import(options)  # a second full apply: same rows, nothing doubled
     assert again.rows_written == 53 and rows(pg_url) == stored
-    result = verify_import(ImportVerifyOptions(source=source, database_url=pg_url))
+    result = verify(VerifyOptions(source=source, database_url=pg_url))
     assert result.verdict == "PASS", result.reasons
     assert result.source_users == result.dest_users == 3
 
@@ -183,10 +183,10 @@ def test_odd_rows_are_quarantined_and_the_rest_written(pg_url):
     assert "7 dimensions" in reasons["m0003"] and "non-finite" in reasons["m0005"]
     assert "none" in reasons["m0007"] and "NUL" in reasons["m0009"]
     assert "m0003" not in [r[0] for r in rows(pg_url)]
-    result = verify_import(ImportVerifyOptions(source=source, database_url=pg_url))
+    result = verify(VerifyOptions(source=source, database_url=pg_url))
     assert result.verdict == "FAIL" and result.quarantined_count == 6
     assert any(r.startswith("quarantined: 6") and "m0003" in r for r in result.reasons)
-    lenient = verify_import(ImportVerifyOptions(source=source, database_url=pg_url, allow_quarantined=True))
+    lenient = verify(VerifyOptions(source=source, database_url=pg_url, allow_quarantined=True))
     assert lenient.verdict == "PASS", lenient.reasons
 
 
@@ -201,7 +201,7 @@ def test_reembed_needs_an_embedder_and_embeds_content(pg_url):
     embedder = HashEmbedder(16)
     for row in rows(pg_url):
         assert np.allclose(json.loads(row[9]), embedder.embed_one(row[2]), atol=1e-6) and row[10] == "hash-16"
-    result = verify_import(ImportVerifyOptions(source=source, database_url=pg_url))
+    result = verify(VerifyOptions(source=source, database_url=pg_url))
     assert result.verdict == "PASS" and result.vectors == "reembed", result.reasons
 
 
@@ -226,8 +226,8 @@ def test_two_sources_share_a_table_and_never_overwrite_each_other(pg_url):
     assert "alpha:one" in report_b.quarantined[0]["reason"]
     stored = {r[0]: r for r in rows(pg_url)}
     assert len(stored) == 50 and stored["a0001"][1] == "u1"  # alpha's row untouched
-    assert verify_import(ImportVerifyOptions(source=a, database_url=pg_url)).verdict == "PASS"
-    result_b = verify_import(ImportVerifyOptions(source=b, database_url=pg_url))
+    assert verify(VerifyOptions(source=a, database_url=pg_url)).verdict == "PASS"
+    result_b = verify(VerifyOptions(source=b, database_url=pg_url))
     assert result_b.verdict == "FAIL" and result_b.quarantined_count == 1  # the collision is named
     assert result_b.extra_count == 0  # alpha's rows are not beta's "extra"
     # both checkpoints live side by side in one table
@@ -271,7 +271,7 @@ def test_a_source_key_with_a_url_password_is_never_stored_or_reported(pg_url):
             "FROM memwork_import_checkpoints) FROM memory_embeddings"
         ).fetchone()[0]
     assert "hunter2" not in dumped and "db.example:6333/memind_memory" in dumped
-    result = verify_import(ImportVerifyOptions(source=source, database_url=pg_url))
+    result = verify(VerifyOptions(source=source, database_url=pg_url))
     assert result.verdict == "PASS" and "hunter2" not in json.dumps(result.to_dict())
 
 
@@ -303,4 +303,4 @@ def test_a_source_failing_mid_listing_stops_the_run_and_resume_finishes_it(pg_ur
     options.resume = True
     report = run_import(options)
     assert report.start_cursor == "30" and report.rows_written == 20 and len(rows(pg_url)) == 50
-    assert verify_import(ImportVerifyOptions(source=source, database_url=pg_url)).verdict == "PASS"
+    assert verify(VerifyOptions(source=source, database_url=pg_url)).verdict == "PASS"

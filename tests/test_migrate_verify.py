@@ -1,4 +1,4 @@
-"""verify_import: PASS on a faithful copy; FAIL naming missing, extra and changed ids, users whose
+"""verify: PASS on a faithful copy; FAIL naming missing, extra and changed ids, users whose
 counts differ (look-alike user ids included), changed vectors and foreign models."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from import_harness import ListSource
 from test_migrate_run import LOOKALIKES, records, vec
 
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.migrate.verify import ImportVerifyOptions, verify_import
+from memwork.migrate.verify import VerifyOptions, verify
 from memwork.pgvector.schema import ensure_schema
 
 pytestmark = [pytest.mark.services]
@@ -23,7 +23,7 @@ def _imported(pg_url: str, n: int = 60) -> ListSource:
 
 
 def _verify(source: ListSource, pg_url: str):
-    return verify_import(ImportVerifyOptions(source=source, database_url=pg_url, range_size=16))
+    return verify(VerifyOptions(source=source, database_url=pg_url, range_size=16))
 
 
 def test_faithful_copy_passes(pg_url):

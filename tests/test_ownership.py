@@ -34,9 +34,9 @@ from memwork.db import get_engine
 from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
+from memwork.migrate.backfill import legacy_options, run_backfill
+from memwork.migrate.ownership import LEGACY_OWNER, OWNED_ELSEWHERE_EXIT
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.pgvector.backfill import BackfillOptions, run_backfill
-from memwork.pgvector.backfill.ownership import BACKFILL_OWNER, OWNED_ELSEWHERE_EXIT
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
@@ -76,8 +76,8 @@ def in_backfill_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["updated_at"], r["id"]))
 
 
-def backfill_options(mysql_url: str, pg_url: str, **kw: Any) -> BackfillOptions:
-    return BackfillOptions(
+def backfill_options(mysql_url: str, pg_url: str, **kw: Any) -> ImportOptions:
+    return legacy_options(
         mysql_url=mysql_url, database_url=pg_url, apply=True, embedder=HashEmbedder(DIMS), **kw
     )
 
@@ -163,7 +163,7 @@ def test_a_backfill_after_an_import_quarantines_the_imported_ids_and_exits_3(mys
     stored = table_rows(pg_url)
     for key in taken:  # the import's rows as it wrote them
         assert stored[key] == (f"imported copy of {key}", "file:synced", "test-model-8")
-    assert {k: v[1] for k, v in rejects(pg_url).items()} == dict.fromkeys(taken, BACKFILL_OWNER)
+    assert {k: v[1] for k, v in rejects(pg_url).items()} == dict.fromkeys(taken, LEGACY_OWNER)
     mine = {r["id"] for r in rows} - set(taken)
     assert all(stored[key][1] is None and stored[key][2] == f"hash-{DIMS}" for key in mine)
 
@@ -193,7 +193,7 @@ def test_an_import_after_the_backfill_names_the_backfill_and_exits_3(mysql_url, 
     assert run.returncode == OWNED_ELSEWHERE_EXIT, run.stderr
     report = run.json
     assert (report["rowsWritten"], report["ownedElsewhere"]) == (2, 5)
-    assert {q["id"]: q["owner"] for q in report["quarantined"]} == dict.fromkeys(taken, BACKFILL_OWNER)
+    assert {q["id"]: q["owner"] for q in report["quarantined"]} == dict.fromkeys(taken, LEGACY_OWNER)
     stored = table_rows(pg_url)
     assert all(stored[key][1] is None and stored[key][2] == f"hash-{DIMS}" for key in taken)
 
@@ -231,7 +231,7 @@ def test_prune_never_deletes_an_imported_row_and_orphans_are_only_the_backfills(
         "list:owner",
         "test-model-8",
     )
-    assert rejects(pg_url)[theirs][1] == BACKFILL_OWNER
+    assert rejects(pg_url)[theirs][1] == LEGACY_OWNER
 
 
 def test_a_source_cannot_claim_rows_through_its_own_metadata(mysql_url, pg_url, tmp_path):
@@ -295,9 +295,7 @@ def test_an_import_may_not_use_the_backfills_owner_name(pg_url):
     ensure_schema(pg_url, TABLE, DIMS)
     with pytest.raises(UsageError, match="reserved for the MySQL backfill"):
         run_import(
-            ImportOptions(
-                source=list_source(imported(["a"]), BACKFILL_OWNER), database_url=pg_url, apply=True
-            )
+            ImportOptions(source=list_source(imported(["a"]), LEGACY_OWNER), database_url=pg_url, apply=True)
         )
     assert table_rows(pg_url) == {}
 
@@ -365,7 +363,7 @@ def test_a_backfill_racing_an_imports_uncommitted_row_does_not_overwrite_it(mysq
         holder.commit()
     code, report = finish(proc)
     assert table_rows(pg_url)[key] == ("the first writer's", "file:first", None)
-    assert rejects(pg_url)[key][1] == BACKFILL_OWNER
+    assert rejects(pg_url)[key][1] == LEGACY_OWNER
     assert code == OWNED_ELSEWHERE_EXIT and report["ownedElsewhere"] == 1 and report["rowsWritten"] == 4
 
 
@@ -410,7 +408,7 @@ def test_a_backfill_and_an_import_at_once_each_row_has_one_owner_and_every_confl
         content, _owner, model = stored[key]
         if key in import_owned:
             assert (content, model) == (f"imported copy of {key}", "test-model-8"), key
-            assert quarantine[key][1] == BACKFILL_OWNER and "owned by file:concurrent" in quarantine[key][0]
+            assert quarantine[key][1] == LEGACY_OWNER and "owned by file:concurrent" in quarantine[key][0]
         else:
             assert (content, model) == (mysql_content[key], f"hash-{DIMS}"), key
             assert quarantine[key][1] == "file:concurrent" and "owned by mysql-backfill" in quarantine[key][0]

@@ -15,7 +15,7 @@ import pytest
 from memwork.db import pg_connect
 from memwork.defrag.review import read_review_csv
 from memwork.errors import ReportInputRefused, UsageError
-from memwork.pgvector import verify
+from memwork.migrate import verify
 from memwork.reports import list_reports, notebooks_dir, read_parameters, run_report
 from memwork.rollout import gates
 from memwork.rollout.run import run_signoff
@@ -46,7 +46,7 @@ def test_notebooks_declare_typed_documented_parameters_and_have_no_outputs():
 
 @pytest.mark.parametrize(
     ("name", "function"),
-    [("canary_signoff", SignoffParameters), ("backfill_verification", verify.run_from_parameters)],
+    [("canary_signoff", SignoffParameters), ("backfill_verification", verify.VerifyParameters)],
 )
 def test_one_call_notebooks_pass_their_parameters_to_the_library_unchanged(name, function):
     """parameters -> one library call -> display: the library's signature is the only other list of
@@ -71,9 +71,9 @@ def test_one_call_notebook_parameters_are_checked_by_the_library(tmp_path):
     with pytest.raises(UsageError, match="min_health_score=101"):
         run_signoff(SignoffParameters(min_health_score=101))
     with pytest.raises(UsageError, match="give both source_url and pgvector_url"):
-        verify.run_from_parameters(pgvector_url="pg://embedded")
+        verify.verify_from_parameters(verify.VerifyParameters(pgvector_url="pg://embedded"))
     with pytest.raises(UsageError, match="range_size=0"):
-        verify.run_from_parameters(range_size=0)
+        verify.verify_from_parameters(verify.VerifyParameters(range_size=0))
     with pytest.raises(ReportInputRefused) as info:  # the same check, in the notebook: exit 2
         run_report("backfill_verification", {"k": 0}, tmp_path)
     assert info.value.ename == "UsageError" and info.value.exit_code == 2 and "k=0" in info.value.evalue
@@ -175,7 +175,7 @@ def _verification(migration, tmp_path):
 def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
     intact = _verification(migration, tmp_path)
     assert intact.verdict == "PASS" and intact.exit_code == 0
-    assert intact.summary["source_active"] == migration.active and intact.summary["reasons"] == []
+    assert intact.summary["sourceRows"] == migration.active and intact.summary["reasons"] == []
     assert_readable(intact)
     with pg_connect(migration.dest_url, autocommit=True) as conn:
         ids = [r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1")]
@@ -193,7 +193,7 @@ def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
         )
     damaged = _verification(migration, tmp_path)
     assert damaged.verdict == "FAIL" and damaged.exit_code == 1
-    assert damaged.summary["missing_ids"] == [ids[0]] and damaged.summary["changed_ids"] == [ids[10]]
+    assert damaged.summary["missingIds"] == [ids[0]] and damaged.summary["changedIds"] == [ids[10]]
     assert any(r.startswith("dimensions:") for r in damaged.summary["reasons"])
     assert_readable(damaged)  # every reason in the HTML header
 

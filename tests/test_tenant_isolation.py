@@ -24,7 +24,7 @@ from memwork.facade import facade_from_env
 from memwork.legacy.exact import exact_eq
 from memwork.legacy.schema import init_schema, memory_items, messages
 from memwork.legacy.store import LegacyMemoryStore, now
-from memwork.pgvector.backfill import BackfillOptions, run_backfill
+from memwork.migrate.backfill import legacy_options, run_backfill
 from memwork.pgvector.schema import ensure_schema
 
 LOOK_ALIKES = ["TenantX", "tenantx", "TENANTX", "tenantẍ", "tenantx "]
@@ -262,7 +262,7 @@ def test_sqlite_mariadb_and_pgvector_give_each_user_the_same_memories(sqlite_url
         _write_every_look_alike(store)
         store.save_and_analyze(TARGET, "s-more", _say("I want to learn Rust."))
     ensure_schema(pg_url, "memory_embeddings", DIMS)
-    options = BackfillOptions(
+    options = legacy_options(
         mysql_url=production_mysql, database_url=pg_url, apply=True, embedder=HashEmbedder(DIMS)
     )
     assert run_backfill(options).rows_written == 2 * len(LOOK_ALIKES) + 1

@@ -1,4 +1,5 @@
-"""Backfill verification against real embedded PostgreSQL + pgvector, from SQLite and MariaDB."""
+"""The one verification of the legacy table's migration against real embedded PostgreSQL + pgvector,
+from SQLite and MariaDB (the source ``legacy-mysql``, read through the source)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,20 @@ import pytest
 
 from memwork.db import pg_connect
 from memwork.errors import UsageError
-from memwork.pgvector.verify import VerifyOptions, range_checksums, row_digest, verify_backfill
+from memwork.migrate.verify import VerifyOptions, VerifyParameters, verify, verify_from_parameters
+from memwork.migrate.verify_checks import range_checksums, row_digest
 from memwork.samples.migration import build_migration
 
 
 def _options(m, **kw) -> VerifyOptions:
-    return VerifyOptions(m.source_url, m.dest_url, table=m.table, expected_dimensions=m.dimensions, **kw)
+    return VerifyOptions(
+        "legacy-mysql",
+        {"MEMORY_BACKFILL_MYSQL_URL": m.source_url},
+        m.dest_url,
+        table=m.table,
+        expected_dimensions=m.dimensions,
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -20,9 +29,9 @@ def migration(pg_url, sqlite_url):
 
 
 def test_intact_destination_passes_every_check(migration):
-    result = verify_backfill(_options(migration, range_size=20, sample_size=20, k=5))
+    result = verify(_options(migration, range_size=20, sample_size=20, k=5))
     assert result.verdict == "PASS", result.reasons
-    assert result.source_active == migration.active == result.dest_distinct
+    assert result.source_rows == migration.active == result.dest_distinct
     assert result.missing_count == result.extra_count == result.changed_count == 0
     assert len(result.ranges) > 3 and not result.mismatched_ranges
     assert result.dimensions == {"16": migration.active} and result.models == {"hash-16": migration.active}
@@ -48,7 +57,7 @@ def test_damaged_destination_fails_and_names_each_damage(migration):
         conn.execute(
             "UPDATE memory_embeddings SET embedding = '[1,2,3]' WHERE source_memory_id = %s", (reshaped,)
         )
-    result = verify_backfill(_options(migration, range_size=20, sample_size=10, k=5))
+    result = verify(_options(migration, range_size=20, sample_size=10, k=5))
     assert result.verdict == "FAIL"
     assert result.missing_ids == [removed] and result.changed_ids == [changed] and result.extra_ids == []
     text = " | ".join(result.reasons)
@@ -73,7 +82,7 @@ def test_zero_vectors_mixed_models_and_extra_rows_are_reasons(migration):
             "WHERE id = %s",
             (first + 2,),
         )
-    result = verify_backfill(_options(migration, sample_size=5))
+    result = verify(_options(migration, sample_size=5))
     text = " | ".join(result.reasons)
     assert "1 zero vectors" in text and "mixed embedding models (hash-16: " in text
     assert "other-model: 1 row" in text and "{" not in text
@@ -82,7 +91,7 @@ def test_zero_vectors_mixed_models_and_extra_rows_are_reasons(migration):
 
 def test_from_mariadb(pg_url, mysql_url):
     m = build_migration(mysql_url, pg_url, n_users=3, items_per_user=20, dimensions=8, seed=5)
-    assert verify_backfill(_options(m, sample_size=10, k=5)).verdict == "PASS"
+    assert verify(_options(m, sample_size=10, k=5)).verdict == "PASS"
 
 
 def test_range_checksums_locate_a_change_without_scanning_other_ranges():
@@ -95,21 +104,23 @@ def test_range_checksums_locate_a_change_without_scanning_other_ranges():
 
 def test_bad_options_are_usage_errors():
     with pytest.raises(UsageError, match="k=0"):
-        VerifyOptions("sqlite:///x", "pg://embedded", k=0).check()
+        VerifyOptions("legacy-mysql", {}, "pg://embedded", k=0).check()
     with pytest.raises(UsageError, match="min_recall"):
-        VerifyOptions("sqlite:///x", "pg://embedded", min_recall=1.5).check()
+        VerifyOptions("legacy-mysql", {}, "pg://embedded", min_recall=1.5).check()
     with pytest.raises(UsageError, match="table"):
-        VerifyOptions("sqlite:///x", "pg://embedded", table="x; drop").check()
+        VerifyOptions("legacy-mysql", {}, "pg://embedded", table="x; drop").check()
 
 
-def test_run_from_parameters_builds_a_sample_when_no_url_is_given():
-    """The notebook's standalone default lives in the library: no URL -> a sample migration."""
-    from memwork.pgvector.verify import run_from_parameters
+def test_verify_from_parameters_builds_a_sample_when_no_url_is_given():
+    """The notebook's standalone default: no URL -> the sample migration the notebook hands in."""
 
-    result = run_from_parameters(sample_size=5, k=3, range_size=50)
+    def run(**kw):
+        return verify_from_parameters(VerifyParameters(**kw), sample_migration=build_migration)
+
+    result = run(sample_size=5, k=3, range_size=50)
     assert result.verdict == "PASS", result.reasons
-    assert result.notes[0].startswith("built a sample migration:") and result.source_active > 0
+    assert result.notes[0].startswith("built a sample migration:") and result.source_rows > 0
     with pytest.raises(UsageError, match="source_url=''"):
-        run_from_parameters(pgvector_url="pg://embedded")
+        run(pgvector_url="pg://embedded")
     with pytest.raises(UsageError, match="expected_dimensions=20000"):
-        run_from_parameters(expected_dimensions=20000)
+        run(expected_dimensions=20000)

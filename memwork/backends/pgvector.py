@@ -35,7 +35,7 @@ from memwork.deadline import current_scope
 from memwork.embed import QueryModuleEmbedder
 from memwork.errors import BackendError, CutOff, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
-from memwork.pgvector.schema import DEFAULT_TABLE
+from memwork.pgvector.schema import EMBEDDINGS_TABLE
 
 if TYPE_CHECKING:
     import psycopg
@@ -60,7 +60,7 @@ DECLARATION = Declaration(
         flag_var(FLAG_VAR),
         EnvVar(URL_VAR, "dedicated PostgreSQL URL", required=True),
         EnvVar(MODULE_VAR, "embedding module", required=True),
-        EnvVar("MEMORY_PGVECTOR_TABLE", default=DEFAULT_TABLE),
+        EnvVar("MEMORY_PGVECTOR_TABLE", default=EMBEDDINGS_TABLE),
         EnvVar("MEMORY_PGVECTOR_POOL_MAX", default=str(DEFAULT_POOL_MAX)),
     ),
     database_url_var=URL_VAR,
@@ -87,7 +87,7 @@ class PgvectorBackend(BaseBackend):
         self,
         database_url: str | None,
         *,
-        table: str = DEFAULT_TABLE,
+        table: str = EMBEDDINGS_TABLE,
         pool_max: int = DEFAULT_POOL_MAX,
         query_embedder: QueryModuleEmbedder | None = None,
         search: str = "auto",
@@ -320,12 +320,12 @@ def from_env(env: Mapping[str, str]) -> PgvectorBackend:
     if database_url is None:
         problems.append(f"{URL_VAR} is not set")
     module_spec = (env.get(MODULE_VAR) or "").strip()
-    table = (env.get("MEMORY_PGVECTOR_TABLE") or "").strip() or DEFAULT_TABLE
+    table = (env.get("MEMORY_PGVECTOR_TABLE") or "").strip() or EMBEDDINGS_TABLE
     try:
         check_identifier(table, field="MEMORY_PGVECTOR_TABLE")
     except UsageError as exc:
         problems.append(str(exc))
-        table = DEFAULT_TABLE
+        table = EMBEDDINGS_TABLE
     pool_max = _int_setting(env, "MEMORY_PGVECTOR_POOL_MAX", DEFAULT_POOL_MAX, problems)
     exact_max = _int_setting(env, "MEMORY_PGVECTOR_EXACT_MAX", DEFAULT_EXACT_MAX, problems)
     ef_search = _int_setting(env, "MEMORY_PGVECTOR_EF_SEARCH", DEFAULT_EF_SEARCH, problems)

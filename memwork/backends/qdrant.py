@@ -48,9 +48,9 @@ from memwork.contracts import (
     Declaration,
     EnvVar,
     Page,
-    SourceRecord,
     flag_var,
     require,
+    source_records,
 )
 from memwork.embed import QueryModuleEmbedder
 from memwork.errors import BackendError, UsageError
@@ -699,13 +699,14 @@ class QdrantSource:
             ),
             retries=2,
         )
-        records = [self._record(point) for point in points]
+        records = source_records([self._fields(point) for point in points])
         return Page(records, None if next_offset is None else encode_cursor(next_offset))
 
     def close(self) -> None:
         self._connection.close()
 
-    def _record(self, point: Any) -> SourceRecord:
+    def _fields(self, point: Any) -> dict[str, Any]:
+        """A point as the fields of its :class:`SourceRecord`."""
         found = split_payload(point.payload, self.fields)
         where = f"{NAME} point {point.id!r} of {self._connection.where()}"
         if not isinstance(found.user_id, str) or not found.user_id:
@@ -713,20 +714,20 @@ class QdrantSource:
         if not isinstance(found.content, str):
             raise BackendError(f"{where}: payload.{self.fields.content} is missing or not text")
         vector = self._vector(point.vector, where)
-        return SourceRecord(
-            id=str(point.id),
-            user_id=found.user_id,
-            content=found.content,
-            type=found.type,
-            metadata=found.metadata,
-            created_at=found.created_at,
-            updated_at=found.updated_at,
-            session_id=found.session_id,
-            message_id=found.message_id,
-            agent_id=found.agent_id,
-            vector=vector,
-            model=found.model if vector is not None else None,
-        )
+        return {
+            "id": str(point.id),
+            "user_id": found.user_id,
+            "content": found.content,
+            "type": found.type,
+            "metadata": found.metadata,
+            "created_at": found.created_at,
+            "updated_at": found.updated_at,
+            "session_id": found.session_id,
+            "message_id": found.message_id,
+            "agent_id": found.agent_id,
+            "vector": vector,
+            "model": found.model if vector is not None else None,
+        }
 
     def _vector(self, stored: object, where: str) -> list[float] | None:
         """The dense vector of a point (the named one when configured); None when it has none."""

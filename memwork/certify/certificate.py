@@ -26,8 +26,10 @@ from memwork.certify.vectors import VectorReport, check_embeddings, check_index,
 from memwork.embed import Embedder, HashEmbedder, load_embedder
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
-from memwork.pgvector.backfill.ownership import BACKFILL_OWNER
-from memwork.pgvector.schema import CHECKPOINT_TABLE, DEFAULT_TABLE
+from memwork.migrate.checkpoint import CHECKPOINT_TABLE, LEGACY_CHECKPOINT_TABLE
+from memwork.migrate.legacy_mysql import SOURCE_NAME as LEGACY_SOURCE
+from memwork.migrate.ownership import LEGACY_OWNER as BACKFILL_OWNER
+from memwork.pgvector.schema import EMBEDDINGS_TABLE
 
 MAX_LISTED = 50
 
@@ -38,7 +40,7 @@ class CertifyOptions:
 
     source_url: str
     dest_url: str
-    table: str = DEFAULT_TABLE
+    table: str = EMBEDDINGS_TABLE
     source_table: str = SOURCE_TABLE
     owner: str = BACKFILL_OWNER
     embedder: Embedder | str | None = None  #: default: derived from the table's single ``hash-N`` model id
@@ -188,22 +190,38 @@ def _embedder(spec: Embedder | str | None, models: dict[str, int]) -> Embedder |
 
 
 def _checkpoint_cursor(conn: Any, table: str) -> str | None:
-    exists = conn.execute("SELECT to_regclass(%s)", (CHECKPOINT_TABLE,)).fetchone()
-    if not exists or exists[0] is None:
-        return None
-    row = conn.execute(
-        f"SELECT cursor_updated_at FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s",
-        (table,),
-    ).fetchone()
-    if row is None:
-        return None
+    """The legacy migration's last committed ``updated_at`` (its keyset cursor), canonical; the
+    checkpoint an earlier version kept is read when the one migration has none."""
     from memwork.certify.canonical import canonical_timestamp
+    from memwork.migrate.legacy_mysql import Cursor
 
-    return canonical_timestamp(str(row[0]))
+    if _exists(conn, CHECKPOINT_TABLE):
+        row = conn.execute(
+            f"SELECT coalesce(next_cursor, last_cursor) FROM {quote_identifier(CHECKPOINT_TABLE)} "
+            "WHERE target_table = %s AND source_name = %s",
+            (table, LEGACY_SOURCE),
+        ).fetchone()
+        if row is not None and row[0] is not None:
+            cursor = Cursor.decode(str(row[0]))
+            return None if cursor is None else canonical_timestamp(str(cursor.bound()))
+    if _exists(conn, LEGACY_CHECKPOINT_TABLE):
+        row = conn.execute(
+            f"SELECT cursor_updated_at FROM {quote_identifier(LEGACY_CHECKPOINT_TABLE)} "
+            "WHERE target_table = %s",
+            (table,),
+        ).fetchone()
+        if row is not None and row[0] is not None:
+            return canonical_timestamp(str(row[0]))
+    return None
+
+
+def _exists(conn: Any, table: str) -> bool:
+    found = conn.execute("SELECT to_regclass(%s)", (quote_identifier(table),)).fetchone()
+    return bool(found and found[0] is not None)
 
 
 def _rejected_keys(conn: Any, table: str) -> set[str]:
-    from memwork.pgvector.backfill.quarantine import read_rejects
+    from memwork.migrate.quarantine import read_rejects
 
     try:
         return {str(r["id"]) for r in read_rejects(conn, table)}

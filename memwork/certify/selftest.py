@@ -26,8 +26,9 @@ from memwork.certify.vectors import STALE_COSINE
 from memwork.embed import Embedder, HashEmbedder
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
-from memwork.pgvector.backfill.ownership import BACKFILL_OWNER, owner_sql
-from memwork.pgvector.schema import DEFAULT_TABLE
+from memwork.migrate.ownership import LEGACY_OWNER as BACKFILL_OWNER
+from memwork.migrate.ownership import owner_sql
+from memwork.pgvector.schema import EMBEDDINGS_TABLE
 
 PLANTED_KINDS = (
     "missing",
@@ -77,7 +78,7 @@ def self_test(
     source_url: str,
     dest_url: str,
     *,
-    table: str = DEFAULT_TABLE,
+    table: str = EMBEDDINGS_TABLE,
     source_table: str = SOURCE_TABLE,
     rows: int = 300,
     embedder: Embedder | None = None,

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from memwork.certify.canonical import install_pg_functions, pg_row_text, register_sqlite, source_row_text
 from memwork.identifiers import quote_identifier
-from memwork.pgvector.backfill.ownership import BACKFILL_OWNER, owner_sql
+from memwork.migrate.ownership import LEGACY_OWNER as BACKFILL_OWNER
+from memwork.migrate.ownership import owner_sql
 
 if TYPE_CHECKING:
     import psycopg

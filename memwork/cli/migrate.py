@@ -1,5 +1,6 @@
-"""CLI commands ``import`` and ``import-verify``: any source -> pgvector, and the check of the copy --
-parse, call, print."""
+"""CLI commands ``import`` and ``verify`` (alias ``import-verify``): any source -> pgvector, and the
+check of the copy -- parse, call, print. ``backfill`` (:mod:`memwork.cli.backfill`) is ``import --from
+legacy-mysql`` under its old name."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import click
 
 from memwork.cli.options import F, apply_option, emit_json, emit_verdict, json_option, stage_progress
-from memwork.cli.pgvector import table_option
+from memwork.cli.pgvector import pg_url_option, table_option
 from memwork.errors import UsageError
 
 
@@ -17,17 +18,8 @@ def _from_option(f: F) -> F:
         "--from",
         "source",
         required=True,
-        help="Source: qdrant, weaviate, mem0, letta, langgraph, redis-streams (or module:PATH).",
-    )(f)
-
-
-def _to_option(f: F) -> F:
-    return click.option(
-        "--to",
-        "database_url",
-        envvar="MEMORY_PGVECTOR_DATABASE_URL",
-        show_envvar=True,
-        help="Destination PostgreSQL (postgresql://... or pg://embedded, the default).",
+        help="Source: legacy-mysql, qdrant, weaviate, mem0, letta, langgraph, redis-streams "
+        "(or module:PATH).",
     )(f)
 
 
@@ -41,8 +33,17 @@ def _set_option(f: F) -> F:
     )(f)
 
 
-def _page_size_option(f: F) -> F:
-    return click.option("--page-size", type=int, default=200, show_default=True, help="Records per page.")(f)
+def page_size_option(default: int) -> Any:
+    """Records per page: ``--page-size`` everywhere (``--batch-size`` kept as its alias)."""
+    return click.option(
+        "--page-size",
+        "--batch-size",
+        "page_size",
+        type=int,
+        default=default,
+        show_default=True,
+        help="Records per page (one COPY and one upsert each); alias --batch-size.",
+    )
 
 
 def parse_settings(settings: tuple[str, ...]) -> dict[str, str]:
@@ -58,11 +59,11 @@ def parse_settings(settings: tuple[str, ...]) -> dict[str, str]:
 
 @click.command("import")
 @_from_option
-@_to_option
+@pg_url_option
 @table_option
 @apply_option
 @click.option("--resume", is_flag=True, help="Continue from the last committed checkpoint of this source.")
-@_page_size_option
+@page_size_option(200)
 @click.option("--limit", type=int, default=None, help="At most this many records in this run.")
 @click.option(
     "--vectors",
@@ -73,6 +74,9 @@ def parse_settings(settings: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option("--embedder", "embedder_spec", default=None, help="hash[:DIM], minilm[:st] or module:PATH.")
 @click.option("--create-schema", is_flag=True, help="Create the destination table when it is missing.")
+@click.option(
+    "--prune-inactive", is_flag=True, help="Delete this source's rows it holds as archived or deleted."
+)
 @_set_option
 @json_option
 def import_command(
@@ -86,23 +90,26 @@ def import_command(
     vectors: str,
     embedder_spec: str | None,
     create_schema: bool,
+    prune_inactive: bool,
     settings: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Import every memory of a source into pgvector (dry run by default: reads the source only).
 
-    The source reads its backend's own variables (MEMORY_QDRANT_URL, ...) from the environment;
-    --set overrides them. Applying is checkpointed per page and idempotent; --resume continues a
-    killed run. An id another source (or the MySQL backfill) holds in the table is quarantined,
-    never overwritten, and the run exits 3 (its own rows are done; a person decides about the others).
+    The source reads its backend's own variables (MEMORY_BACKFILL_MYSQL_URL, MEMORY_QDRANT_URL, ...)
+    from the environment; --set overrides them. Applying is checkpointed per page and idempotent;
+    --resume continues a killed run. An id another source holds in the table is quarantined, never
+    overwritten, and the run exits 3 (its own rows are done; a person decides about the others).
 
     \b
     Example:
         MEMORY_QDRANT_URL=http://localhost:6333 memwork import --from qdrant
         memwork import --from redis-streams --apply --embedder hash:384 --create-schema \\
             --to postgresql://localhost/memwork --resume
+        memwork import --from legacy-mysql --set MEMORY_BACKFILL_MYSQL_URL=mysql://... \\
+            --apply --embedder minilm
     """
-    from memwork.migrate.run import ImportOptions, environment, run_import
+    from memwork.migrate.run import ImportOptions, environment
 
     options = ImportOptions(
         source=source,
@@ -116,38 +123,59 @@ def import_command(
         vectors=vectors,
         embedder=embedder_spec or None,
         create_schema=create_schema,
+        prune_inactive=prune_inactive,
     )
-    with stage_progress(quiet=as_json, unit="rows") as bar:
+    run_and_print(options, as_json)
+
+
+def run_and_print(options: Any, as_json: bool) -> None:
+    """Run one migration (``import`` and ``backfill``), print its report, exit 3 when it left rows
+    another source owns."""
+    from memwork.migrate.ownership import OWNED_ELSEWHERE_EXIT
+    from memwork.migrate.run import run_import
+
+    with stage_progress(quiet=as_json or not options.apply, unit="rows") as bar:
         report = run_import(options, progress=bar)
     if as_json:
         emit_json(report.to_dict())
     else:
         _print_import(report.to_dict())
     if report.owned_elsewhere:
-        from memwork.pgvector.backfill.ownership import OWNED_ELSEWHERE_EXIT
-
         raise click.exceptions.Exit(OWNED_ELSEWHERE_EXIT)
 
 
 def _print_import(data: dict[str, Any]) -> None:
     click.echo(f"mode: {data['mode']}  source: {data['sourceKey']}  table: {data['table']}")
+    planned = f"planned: {data['planned']}  " if data["planned"] is not None else ""
     click.echo(
-        f"read: {data['rowsRead']}  written: {data['rowsWritten']}  quarantined: {data['rowsQuarantined']}  "
-        f"pages: {data['pages']}  users: {len(data['users'])}"
+        f"{planned}read: {data['rowsRead']}  written: {data['rowsWritten']}  "
+        f"quarantined: {data['rowsQuarantined']}  pages: {data['pages']}  users: {len(data['users'])}"
     )
+    if data["sourceCounts"]:
+        click.echo(f"source: {data['sourceCounts']}")
     users = list(data["users"].items())
     shown = ", ".join(f"{user!r}: {n}" for user, n in users[:20]) + (" …" if len(users) > 20 else "")
     click.echo(f"per user: {shown}")
     click.echo(f"vectors: {data['vectors']}  model: {data['model']}  dimensions: {data['dimensions']}")
     click.echo(f"models: {data['models']}  vector dimensions: {data['vectorDimensions']}")
     click.echo(f"start cursor: {data['startCursor']}  resumed: {data['resumed']}")
+    click.echo(f"first: {data['firstCheckpoint']}  last: {data['lastCheckpoint']}")
     if data["checkpoint"]:
         click.echo(f"checkpoint: {data['checkpoint']}")
+    if data["modelsInTable"]:
+        click.echo(f"models in table: {data['modelsInTable']}")
     click.echo(f"elapsed: {data['elapsedSeconds']} s  ({data['rowsPerSecond']} rows/s)  run: {data['runId']}")
+    if data["inactive"]:
+        click.echo(f"inactive sources: {data['inactive']}")
+    if data.get("rejectsTotal"):
+        click.echo(
+            f"quarantined: {data['rowsQuarantined']} row(s) in this run, {data['rejectsTotal']} of this "
+            f"source in {data['rejectsTable']} for {data['table']} (not written; `memwork verify` lists them)"
+        )
     if data["ownedElsewhere"]:
         click.echo(
             f"owned elsewhere: {data['ownedElsewhere']} id(s) another source holds in {data['table']} "
-            "were quarantined, not overwritten (exit 3)"
+            "were quarantined, not overwritten or deleted (exit 3)"
         )
     for reject in data["quarantined"]:
         click.echo(f"  rejected {reject['id']}: {reject['reason']}")
@@ -157,50 +185,88 @@ def _print_import(data: dict[str, Any]) -> None:
         click.echo(f"  {row['id']}  {row['userId']}  {row['content']}")
 
 
-@click.command("import-verify")
+@click.command("verify")
 @_from_option
-@_to_option
+@pg_url_option
 @table_option
-@_page_size_option
+@page_size_option(200)
 @click.option("--allow-quarantined", is_flag=True, help="Quarantined rows are listed but not a FAIL.")
+@click.option("--expected-dimensions", type=int, default=None, help="FAIL unless vectors have it.")
+@click.option("--expected-model", default=None, help="FAIL unless every row has this model id.")
+@click.option("--embedder", "embedder_spec", default=None, help="Self-retrieval embedder (hash:DIM, minilm).")
+@click.option("--sample-size", type=int, default=50, show_default=True, help="Sampled retrieval queries.")
+@click.option("-k", "k", type=int, default=10, show_default=True, help="Top k for recall and self-retrieval.")
+@click.option("--range-size", type=int, default=1000, show_default=True, help="Ids per checksum range.")
+@click.option("--min-recall", type=float, default=0.9, show_default=True)
+@click.option("--min-self-retrieval", type=float, default=0.9, show_default=True)
 @_set_option
 @json_option
-def import_verify_command(
+def verify_command(
     source: str,
     database_url: str | None,
     table: str,
     page_size: int,
     allow_quarantined: bool,
+    expected_dimensions: int | None,
+    expected_model: str | None,
+    embedder_spec: str | None,
+    sample_size: int,
+    k: int,
+    range_size: int,
+    min_recall: float,
+    min_self_retrieval: float,
     settings: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    """Verify an import against its source: counts per user, missing/extra ids, checksums, vectors.
+    """Verify a migration against its source: counts per user, missing/extra/changed ids, checksums,
+    vectors, ANN recall and self-retrieval.
 
-    Only the destination rows of this source are compared; exit 1 on FAIL.
+    Only the destination rows (and rejects) of this source are compared; exit 1 on FAIL.
 
     \b
     Example:
-        memwork import-verify --from qdrant --to postgresql://localhost/memwork --json
+        memwork verify --from qdrant --to postgresql://localhost/memwork --json
+        MEMORY_BACKFILL_MYSQL_URL=mysql://... memwork verify --from legacy-mysql --embedder hash:384
     """
     from memwork.migrate.run import environment
-    from memwork.migrate.verify import ImportVerifyOptions, verify_import
+    from memwork.migrate.verify import VerifyOptions, verify
 
-    result = verify_import(
-        ImportVerifyOptions(
+    result = verify(
+        VerifyOptions(
             source=source,
             env=environment(parse_settings(settings)),
             database_url=database_url,
             table=table,
             page_size=page_size,
             allow_quarantined=allow_quarantined,
+            expected_dimensions=expected_dimensions,
+            expected_model=expected_model,
+            embedder=embedder_spec or None,
+            sample_size=sample_size,
+            k=k,
+            range_size=range_size,
+            min_recall=min_recall,
+            min_self_retrieval=min_self_retrieval,
         )
     )
     lines = [f"verdict: {result.verdict}  source: {result.source_key}  table: {result.table}"]
     lines.append(f"source rows: {result.source_rows}  destination rows: {result.dest_rows}")
+    if result.recall_at_k is not None or result.self_retrieval is not None:
+        lines.append(f"recall@{result.k}: {result.recall_at_k}  self-retrieval: {result.self_retrieval}")
     lines += [f"  {reason}" for reason in result.reasons]
     lines += [f"note: {note}" for note in result.notes]
-    failure = f"import verification FAIL: {result.reasons[0]}" if result.reasons else None
+    failure = f"verification FAIL: {result.reasons[0]}" if result.reasons else None
     emit_verdict(result.to_dict(), as_json, lines, failure)
 
 
-commands: list = [import_command, import_verify_command]
+#: ``import-verify``: the name ``verify`` had before it verified every source
+import_verify_command = click.Command(
+    "import-verify",
+    params=verify_command.params,
+    callback=verify_command.callback,
+    help="Alias of `memwork verify`. " + (verify_command.help or ""),
+    short_help="Alias of `memwork verify`.",
+)
+
+
+commands: list = [import_command, verify_command, import_verify_command]

@@ -7,23 +7,26 @@ import click
 from memwork.cli.options import F, apply_option, emit_json, json_option
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier
-from memwork.pgvector.schema import DEFAULT_DIMENSIONS, DEFAULT_TABLE
+from memwork.pgvector.schema import DEFAULT_DIMENSIONS, EMBEDDINGS_TABLE
 
 PG_URL_ENV = "MEMORY_PGVECTOR_DATABASE_URL"
 
 
 def pg_url_option(f: F) -> F:
+    """The destination PostgreSQL: ``--to`` everywhere (``--database-url`` kept as its alias)."""
     return click.option(
+        "--to",
         "--database-url",
         "database_url",
         envvar=PG_URL_ENV,
         show_envvar=True,
-        help="Destination PostgreSQL (postgresql://... or pg://embedded). Never read from DATABASE_URL.",
+        help="Destination PostgreSQL (postgresql://... or pg://embedded); alias --database-url. "
+        "Never read from DATABASE_URL.",
     )(f)
 
 
 def table_option(f: F) -> F:
-    return click.option("--table", default=DEFAULT_TABLE, show_default=True, help="Embeddings table.")(f)
+    return click.option("--table", default=EMBEDDINGS_TABLE, show_default=True, help="Embeddings table.")(f)
 
 
 @click.group("pgvector")

@@ -1,6 +1,9 @@
-"""Migrate from any backend that can list its memories: sources, the import run and its verification.
+"""Moving memories into pgvector, one way for every source (the legacy table ``legacy-mysql`` included).
 
-``source`` (paging any :class:`~memwork.contracts.Source` to the end) -> ``run``
-(pages -> the pgvector backfill's checkpointed, idempotent writer) -> ``verify`` (the copy against the
-source: counts per user, missing/extra ids, content checksums).
+``source`` (paging any :class:`~memwork.contracts.Source` to the end; ``legacy_mysql``: the legacy table as
+a source with a fast row path) -> ``rows`` (a record as the writer's row) and ``quarantine`` (what cannot
+be written, and why) -> ``writer`` (COPY + upsert + ``checkpoint`` in one transaction, on its own thread,
+under ``ownership``'s rule) -> ``reconcile`` (a source's inactive rows, orphans). ``run`` ties them
+together under one ``lock``; ``verify`` (built from ``verify_checks``) checks any source's copy;
+``backfill`` is the legacy table's migration under its old name.
 """

@@ -4,7 +4,12 @@ A source's paging cursor is opaque (a Qdrant point id, a Redis stream id, a page
 stored as JSON text, not parsed. ``next_cursor`` is where the next page starts; ``last_cursor`` is
 the cursor the last committed page was read from, so a resume of a *finished* import re-reads that
 last page (harmless: the upsert is idempotent) and picks up whatever the source appended since.
-Keyed by the source's ``key`` too, so two sources can be imported into one table side by side.
+Keyed by the source's ``key`` too, so two sources can be imported into one table side by side. It is
+the one checkpoint of every migration, the legacy table's too: a legacy migration with no row here
+reads the checkpoint an earlier version kept in ``memwork_backfill_checkpoints`` (one row per table,
+cursor ``{updatedAt, id}``) once, as its starting point (:func:`read_legacy_checkpoint`), so a
+migration interrupted on that version resumes where it stopped; its first committed page writes the
+row here, which is read from then on.
 
 The running totals count each page once: the last page's own counts are kept beside them, and a
 resume that reads that page again (a finished import, or one cut by ``--limit`` inside the page)
@@ -25,13 +30,16 @@ from memwork.pgvector.schema import lock_ddl
 if TYPE_CHECKING:
     import psycopg
 
-IMPORT_CHECKPOINT_TABLE = "memwork_import_checkpoints"
+CHECKPOINT_TABLE = "memwork_import_checkpoints"
+#: where an earlier version kept the legacy table's checkpoint (read once, never written)
+LEGACY_CHECKPOINT_TABLE = "memwork_backfill_checkpoints"
+_CHECKPOINTS = quote_identifier(CHECKPOINT_TABLE)  # quoted once: every statement below names it
 
 
 def import_checkpoint_table_sql() -> str:
     """The bookkeeping table (created if missing by every applying import)."""
     return (
-        f"CREATE TABLE IF NOT EXISTS {quote_identifier(IMPORT_CHECKPOINT_TABLE)} (\n"
+        f"CREATE TABLE IF NOT EXISTS {_CHECKPOINTS} (\n"
         "  target_table TEXT NOT NULL,\n"
         "  source_key TEXT NOT NULL,\n"
         "  source_name TEXT NOT NULL,\n"
@@ -72,11 +80,11 @@ def _create_or_upgrade(pg: psycopg.Connection[Any]) -> None:
         pg,
         "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
         "AND attname = ANY(%s) AND NOT attisdropped",
-        (IMPORT_CHECKPOINT_TABLE, list(_LAST_PAGE_COLUMNS)),
+        (CHECKPOINT_TABLE, list(_LAST_PAGE_COLUMNS)),
     )
     if present != len(_LAST_PAGE_COLUMNS):
         added = ", ".join(f"ADD COLUMN IF NOT EXISTS {c} BIGINT" for c in _LAST_PAGE_COLUMNS)
-        pg.execute(f"ALTER TABLE {quote_identifier(IMPORT_CHECKPOINT_TABLE)} {added}")
+        pg.execute(f"ALTER TABLE {_CHECKPOINTS} {added}")
 
 
 @dataclass
@@ -201,7 +209,7 @@ def store_import_checkpoint(cur: psycopg.Cursor[Any], checkpoint: ImportCheckpoi
     """Upsert the checkpoint in the page's own transaction."""
     c = checkpoint
     cur.execute(
-        f"INSERT INTO {quote_identifier(IMPORT_CHECKPOINT_TABLE)} (target_table, source_key, source_name, "
+        f"INSERT INTO {_CHECKPOINTS} (target_table, source_key, source_name, "
         "next_cursor, last_cursor, finished, rows_read, rows_written, pages, vectors, embedding_model, "
         "dimensions, run_id, last_page_rows_read, last_page_rows_written, updated_at) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, NOW()) "
@@ -236,12 +244,11 @@ def read_import_checkpoint(
     pg: psycopg.Connection[Any], table: str, source_key: str
 ) -> ImportCheckpoint | None:
     """The committed checkpoint of ``source_key`` into ``table`` (None: never imported; read only)."""
-    if pg_value(pg, "SELECT to_regclass(%s)", (IMPORT_CHECKPOINT_TABLE,)) is None:
+    if pg_value(pg, "SELECT to_regclass(%s)", (CHECKPOINT_TABLE,)) is None:
         return None
     # the whole row as JSON: a table made before a column existed reads as that column missing
     found = pg.execute(
-        f"SELECT to_jsonb(c) FROM {quote_identifier(IMPORT_CHECKPOINT_TABLE)} AS c "
-        "WHERE target_table = %s AND source_key = %s",
+        f"SELECT to_jsonb(c) FROM {_CHECKPOINTS} AS c WHERE target_table = %s AND source_key = %s",
         (table, source_key),
     ).fetchone()
     if found is None:
@@ -268,3 +275,49 @@ def read_import_checkpoint(
 
 def _count_or_none(value: Any) -> int | None:
     return None if value is None else int(value)
+
+
+_ENCODED_ID = "\x1bjson:"  # how the earlier version stored a cursor id PostgreSQL text cannot hold
+
+
+def read_legacy_checkpoint(pg: psycopg.Connection[Any], table: str) -> dict[str, Any] | None:
+    """The checkpoint an earlier version kept for the legacy table's migration into ``table``:
+    ``{"updatedAt", "id"}`` (the keyset position), ``rowsWritten``, ``model``, ``dimensions``; None
+    when there is none. Read only: the upgrade path of a migration interrupted on that version."""
+    if pg_value(pg, "SELECT to_regclass(%s)", (LEGACY_CHECKPOINT_TABLE,)) is None:
+        return None
+    row = pg.execute(
+        "SELECT cursor_updated_at, cursor_id, rows_written, embedding_model, dimensions "
+        f"FROM {quote_identifier(LEGACY_CHECKPOINT_TABLE)} WHERE target_table = %s",
+        (table,),
+    ).fetchone()
+    if row is None:
+        return None
+    stored = str(row[1])
+    cursor_id = json.loads(stored[len(_ENCODED_ID) :]) if stored.startswith(_ENCODED_ID) else stored
+    return {
+        "cursor": {"updatedAt": row[0], "id": cursor_id},
+        "rowsWritten": int(row[2]),
+        "model": row[3],
+        "dimensions": row[4],
+    }
+
+
+def upgraded_checkpoint(
+    table: str, source_key: str, source_name: str, legacy: dict[str, Any], next_cursor: str
+) -> ImportCheckpoint:
+    """An earlier version's legacy checkpoint as this table's row (not finished: the run goes on
+    after its cursor; rows read are taken as the rows it wrote, the only count it kept)."""
+    written = int(legacy["rowsWritten"])
+    return ImportCheckpoint(
+        table=table,
+        source_key=source_key,
+        source_name=source_name,
+        next_cursor=next_cursor,
+        last_cursor=None,
+        rows_read=written,
+        rows_written=written,
+        vectors="reembed",
+        model=legacy.get("model"),
+        dimensions=legacy.get("dimensions"),
+    )

@@ -9,7 +9,7 @@ converted -- a timestamp that leaves the datetime range in UTC, metadata that is
 deeper than :data:`MAX_METADATA_DEPTH` or not JSON, a container where text belongs -- a second row for
 one id in one page (the last wins), a vector of the wrong shape. An id another source already wrote
 into the table is not written either, but that is the writer's check, in the upsert itself
-(:mod:`memwork.pgvector.backfill.ownership`), not a read made before it.
+(:mod:`memwork.migrate.ownership`), not a read made before it.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 import numpy as np
 
 from memwork.contracts import Row, SourceRecord
-from memwork.embed import vector_problem
-from memwork.pgvector.backfill.ownership import SOURCE_MARKER as SOURCE_MARKER
-from memwork.pgvector.backfill.quarantine import Reject, precheck
+from memwork.embed import vector_problems
+from memwork.migrate.ownership import SOURCE_MARKER as SOURCE_MARKER
+from memwork.migrate.quarantine import Reject, precheck
 from memwork.redaction import first_line
 
 AGENT_MARKER = "_memworkAgentId"
@@ -74,7 +74,7 @@ def record_row(record: SourceRecord, source_key: str, now: datetime) -> Row:
     return {
         "id": _field("id", _text, record.id),
         "user_id": _field("user_id", _text, record.user_id),
-        "content": _field("content", _text, record.content),
+        "content": _field("content", _content, record.content),
         "type": _field("type", _text, record.type) or "fact",
         "source_session_id": _field("session_id", _optional_text, record.session_id),
         "source_message_id": _field("message_id", _optional_text, record.message_id),
@@ -143,6 +143,13 @@ def _text(value: object) -> str:
     if isinstance(value, Mapping | list | tuple | set | frozenset):
         raise _Unfit(f"a {type(value).__name__}, not text")
     return str(value)
+
+
+def _content(value: object) -> str:
+    """The memory's text: a record without any (None) is refused, never written as an empty memory."""
+    if value is None:
+        raise _Unfit("none given (a memory without text would be an empty memory)")
+    return _text(value)
 
 
 def _optional_text(value: object) -> str | None:
@@ -263,30 +270,36 @@ def kept_vectors(
     table: str,
 ) -> tuple[list[Row], np.ndarray, list[Reject]]:
     """The source's own vectors for ``rows``; a row without one, of another dimension or not finite
-    is quarantined (the table takes only ``dimensions``)."""
-    kept: list[Row] = []
-    vectors: list[np.ndarray] = []
+    is quarantined (the table takes only ``dimensions``). The values are checked a page at a time."""
+    shaped: list[tuple[Row, SourceRecord, np.ndarray]] = []
     rejects: list[Reject] = []
     for row in rows:
         record = by_id[row["id"]]
-        problem, vector = _vector_problem(record.vector, dimensions, table)
+        problem, vector = _vector_shape(record.vector, dimensions, table)
         if problem is not None or vector is None:
+            rejects.append(Reject.of(row, f"vector: {problem}"))
+        else:
+            shaped.append((row, record, vector))
+    stacked = np.vstack([v for _, _, v in shaped]) if shaped else np.zeros((0, dimensions), dtype=np.float32)
+    problems = vector_problems(stacked)
+    kept: list[Row] = []
+    for (row, record, _), problem in zip(shaped, problems, strict=True):
+        if problem is not None:
             rejects.append(Reject.of(row, f"vector: {problem}"))
             continue
         kept.append({**row, "embedding_model": model_of(record, source_name)})
-        vectors.append(vector)
-    stacked = np.vstack(vectors) if vectors else np.zeros((0, dimensions), dtype=np.float32)
-    return kept, stacked, rejects
+    usable = np.asarray([p is None for p in problems], dtype=bool)
+    return kept, stacked[usable] if len(problems) else stacked, rejects
 
 
-def _vector_problem(value: Any, dimensions: int, table: str) -> tuple[str | None, np.ndarray | None]:
-    """Why ``value`` cannot be stored in ``table`` (None: it can, and here it is as float32)."""
+def _vector_shape(value: Any, dimensions: int, table: str) -> tuple[str | None, np.ndarray | None]:
+    """Why ``value`` is not a vector of ``dimensions`` numbers (None: it is, here as float32)."""
     if value is None:
         return "the source gave none for this row (use --vectors reembed)", None
     if isinstance(value, str | bytes | Mapping):
         return f"a {type(value).__name__}, not a list of numbers", None
     try:
-        with np.errstate(over="ignore", invalid="ignore"):  # 1e39 -> inf is reported below
+        with np.errstate(over="ignore", invalid="ignore"):  # 1e39 -> inf is reported by the value check
             vector = np.asarray(value, dtype=np.float32)
     except Exception as exc:
         return f"not a list of numbers ({type(exc).__name__})", None
@@ -294,9 +307,6 @@ def _vector_problem(value: Any, dimensions: int, table: str) -> tuple[str | None
         return f"not a flat list of numbers (shape {vector.shape})", None
     if vector.shape[0] != dimensions:
         return f"{vector.shape[0]} dimensions, {table}.embedding is vector({dimensions})", None
-    problem = vector_problem(vector)
-    if problem is not None:
-        return problem, None
     return None, vector
 
 

@@ -1,23 +1,33 @@
-"""The import run: every page of a source -> the pgvector backfill's checkpointed, idempotent writer.
+"""The one migration run: every page of a source -> pgvector, checkpointed and idempotent.
+
+Every source goes through it -- the legacy table ``h5_user_memory_items`` (source ``legacy-mysql``,
+what ``memwork backfill`` runs) exactly like Qdrant, Letta or a plugin's.
 
 Dry run by default: the source is read to the end (never a silent first page) and counted -- rows per
 user, per model and vector dimension, pages, a sample -- and nothing is written anywhere (PostgreSQL
 is not even opened, except a read of the checkpoint when ``resume`` asks where a resume would start).
+A source that can count (``count(cursor)``, the legacy table) is counted instead of read: the plan,
+the first page's sample and where the run would stop.
 
-``apply=True`` writes each page through :func:`memwork.pgvector.backfill.writer.write_batch` (binary
-COPY into a staging table, one ``INSERT ... ON CONFLICT (source_memory_id)``, poison rows quarantined
-in ``memwork_backfill_rejects``) with the import's own checkpoint -- the source's opaque cursor,
-keyed by (destination table, the source key) in ``memwork_import_checkpoints`` -- committed in the
-same transaction as the page. A process killed at any moment committed a page with its checkpoint or
-neither; ``resume`` continues from the last committed cursor.
+``apply=True`` hands each page to the writer thread (:class:`memwork.migrate.writer.BatchWriter`:
+binary COPY into a staging table, one ``INSERT ... ON CONFLICT (source_memory_id)``, poison rows
+quarantined in ``memwork_backfill_rejects``) which commits it with the checkpoint -- the source's
+opaque cursor, keyed by (destination table, source key) in ``memwork_import_checkpoints`` -- in the
+same transaction, while the next page is read and embedded. A process killed at any moment committed
+a page with its checkpoint or neither; ``resume`` continues from the last committed cursor. One
+advisory lock per (table, source key) keeps two runs of one migration apart.
+
+Two paths into the writer: a source's records are converted field by field (:mod:`memwork.migrate.rows`);
+a source with a fast row path (``read_rows``, the legacy table) hands the writer's text rows as they
+are, so a large legacy table never costs a Python object per value.
 
 What a row keeps: the source id (``source_memory_id``), ``user_id`` exactly as given (no case or
 whitespace folding: ``TenantX`` and ``tenantx`` stay two users), ``session_id`` ->
 ``source_session_id``, ``message_id`` -> ``source_message_id``, the agent id in
 ``metadata._memworkAgentId``, the source's metadata plus ``metadata._memworkSource`` = the source key
-(verification selects one source's rows by it), type, and timestamps (a missing ``created_at`` or
-``updated_at`` becomes the run's start time; ``updated_at`` defaults to ``created_at`` when only that
-is given).
+(verification selects one source's rows by it; the legacy table's rows carry none), type, and
+timestamps (a missing ``created_at`` or ``updated_at`` becomes the run's start time; ``updated_at``
+defaults to ``created_at`` when only that is given).
 
 Vectors: ``keep`` stores the source's vectors with their model id (``<source>:unknown`` when the
 source does not name it); the first page's dimension must be the table's (refused before anything is
@@ -25,24 +35,25 @@ written), a single odd row (other dimension, no vector, NaN) is quarantined. ``r
 ``content`` with the given embedder. ``auto`` keeps when the first page carries vectors, else needs an
 embedder.
 
-A source id already in the table from *another* source (or from the MySQL backfill) is quarantined,
-never overwritten: the writer checks the owner in the upsert itself
-(:mod:`memwork.pgvector.backfill.ownership`), so a run racing another source's cannot take its rows.
-The report counts them in ``owned_elsewhere`` (the CLI then exits 3).
+A source id already in the table from *another* source is quarantined, never overwritten: the writer
+checks the owner in the upsert itself (:mod:`memwork.migrate.ownership`), so a run racing another
+source's cannot take its rows. The report counts them in ``owned_elsewhere`` (the CLI then exits 3).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from memwork.contracts import Source, SourceRecord
+from memwork.contracts import Row, Source, SourceRecord
 from memwork.embed import Embedder, load_embedder, load_module
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier
@@ -50,51 +61,63 @@ from memwork.migrate.checkpoint import (
     ImportCheckpoint,
     ensure_import_checkpoint_table,
     read_import_checkpoint,
+    read_legacy_checkpoint,
     store_import_checkpoint,
+    upgraded_checkpoint,
 )
+from memwork.migrate.legacy_mysql import SOURCE_NAME as LEGACY_SOURCE
+from memwork.migrate.legacy_mysql import Cursor
 from memwork.migrate.lock import import_lock
-from memwork.migrate.rows import (
-    convert_page,
-    kept_vectors,
-    model_of,
-    vector_length,
-)
-from memwork.migrate.source import iter_pages
-from memwork.pgvector.backfill.options import MAX_BATCH_SIZE
-from memwork.pgvector.backfill.ownership import check_source_key, owned_elsewhere_count
-from memwork.pgvector.backfill.quarantine import (
+from memwork.migrate.ownership import check_source_key, owned_elsewhere_count, owner_of
+from memwork.migrate.quarantine import (
     MAX_LISTED_REJECTS,
     REJECTS_TABLE,
     Reject,
     RowEmbedder,
     count_rejects,
+    precheck,
     probe_embedder,
 )
-from memwork.pgvector.schema import DEFAULT_TABLE, schema_sql, table_dimensions
+from memwork.migrate.rows import (
+    convert_page,
+    kept_vectors,
+    model_of,
+    unscoped,
+    vector_length,
+)
+from memwork.migrate.source import iter_pages
+from memwork.migrate.writer import Batch, BatchWriter, PageMark
+from memwork.pgvector.schema import EMBEDDINGS_TABLE, schema_sql, table_dimensions
 from memwork.plugins import open_source
 from memwork.progress import Progress
 from memwork.redaction import redact_text, redact_url
 
 if TYPE_CHECKING:
+    import numpy as np
     import psycopg
 
 PG_URL_ENV = "MEMORY_PGVECTOR_DATABASE_URL"
 DEFAULT_DESTINATION = "pg://embedded"
 DEFAULT_PAGE_SIZE = 200
+#: the most rows one page may hold (one COPY and one upsert per page)
+MAX_PAGE_SIZE = 50_000
 VECTOR_MODES = ("auto", "keep", "reembed")
 
 
 @dataclass
 class ImportOptions:
-    """What one import does. ``source`` is a registry name, ``module:PATH`` (a module or ``.py`` file
-    exporting ``source_from_env(env)``), or a :class:`Source` instance; ``env`` holds the source's
-    variables (``MEMORY_QDRANT_URL``, ...). ``database_url`` None: ``MEMORY_PGVECTOR_DATABASE_URL``
-    from ``env``, else the embedded PostgreSQL."""
+    """What one migration does. ``source`` is a registry name (``legacy-mysql``, ``qdrant``, ...),
+    ``module:PATH`` (a module or ``.py`` file exporting ``source_from_env(env)``), or a :class:`Source`
+    instance; ``env`` holds the source's variables (``MEMORY_BACKFILL_MYSQL_URL``, ``MEMORY_QDRANT_URL``,
+    ...). ``database_url`` None: ``MEMORY_PGVECTOR_DATABASE_URL`` from ``env``, else the embedded
+    PostgreSQL. ``cursor``: start after this opaque cursor instead of the beginning (not with
+    ``resume``). ``prune_inactive``: delete this source's rows it holds as archived or deleted (a source
+    with ``inactive_ids``: the legacy table)."""
 
     source: str | Source
     env: Mapping[str, str] = field(default_factory=dict)
     database_url: str | None = None
-    table: str = DEFAULT_TABLE
+    table: str = EMBEDDINGS_TABLE
     apply: bool = False
     resume: bool = False
     page_size: int = DEFAULT_PAGE_SIZE
@@ -103,14 +126,16 @@ class ImportOptions:
     embedder: Embedder | str | None = None
     create_schema: bool = False
     sample_size: int = 5
+    cursor: str | None = None
+    prune_inactive: bool = False
 
     def validate(self) -> None:
         """Every input problem as one usage error naming the field and value, before any I/O."""
         check_identifier(self.table)
         if isinstance(self.page_size, bool) or not isinstance(self.page_size, int):
             raise UsageError("page_size", self.page_size, "must be an integer")
-        if not 1 <= self.page_size <= MAX_BATCH_SIZE:
-            raise UsageError("page_size", self.page_size, f"must be from 1 to {MAX_BATCH_SIZE}")
+        if not 1 <= self.page_size <= MAX_PAGE_SIZE:
+            raise UsageError("page_size", self.page_size, f"must be from 1 to {MAX_PAGE_SIZE}")
         if self.limit is not None and (
             isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1
         ):
@@ -127,8 +152,367 @@ class ImportOptions:
             )
         if isinstance(self.source, str) and not self.source.strip():
             raise UsageError("from", self.source, "must name a source")
+        if self.resume and self.cursor is not None:
+            raise UsageError("resume", True, "cannot be combined with a start cursor (--cursor-*)")
         if self.apply or self.resume:
             destination_url(self)  # a malformed or non-PostgreSQL URL is bad input, found now
+
+
+@dataclass
+class MigrationReport:
+    """What a run did (or, dry, would do); ``to_dict`` is the ``--json`` output (camelCase keys).
+
+    ``users``, ``models`` and ``vector_dimensions`` count the records *read* in this run (the
+    source's own model ids); ``model``/``dimensions`` are what was written (the source's model when
+    vectors are kept, the embedder's when re-embedded); ``checkpoint`` holds the running totals.
+    ``planned``, ``source_counts``, ``inactive``: from a source that can count and list what it no
+    longer holds as active (the legacy table), else None. ``first_checkpoint``/``last_checkpoint``: the
+    cursors after the first and last page committed (a dry run: where they would be), shown as JSON
+    when the cursor is JSON text (the legacy table's ``{updatedAt, id}``)."""
+
+    mode: str
+    source: str
+    source_key: str
+    table: str
+    destination: str | None = None
+    vectors: str | None = None
+    model: str | None = None
+    dimensions: int | None = None
+    planned: int | None = None
+    rows_read: int = 0
+    rows_written: int = 0
+    rows_quarantined: int = 0
+    owned_elsewhere: int = 0  # of rows_quarantined: ids another source owns in the table (not overwritten)
+    duplicates: int = 0
+    pages: int = 0
+    users: dict[str, int] = field(default_factory=dict)
+    models: dict[str, int] = field(default_factory=dict)
+    vector_dimensions: dict[str, int] = field(default_factory=dict)
+    sample: list[dict[str, Any]] = field(default_factory=list)
+    resumed: bool = False
+    start_cursor: str | None = None
+    first_checkpoint: Any = None
+    last_checkpoint: Any = None
+    checkpoint: dict[str, Any] | None = None
+    quarantined: list[dict[str, str]] = field(default_factory=list)
+    rejects_table: str | None = None
+    rejects_total: int | None = None  # rejects of this source recorded for the table, this run's and earlier
+    source_counts: dict[str, int] | None = None
+    inactive: dict[str, Any] | None = None
+    models_in_table: dict[str, int] | None = None
+    run_id: str | None = None
+    elapsed_seconds: float = 0.0
+    rows_per_second: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {_camel(k): v for k, v in asdict(self).items()}
+
+
+def shown_cursor_value(cursor: str | None) -> Any:
+    """A cursor for a report: the JSON value when the opaque text is a JSON object, else the text."""
+    if cursor is None:
+        return None
+    try:
+        value = json.loads(cursor)
+    except ValueError:
+        return cursor
+    return value if isinstance(value, dict) else cursor
+
+
+def run_import(options: ImportOptions, progress: Progress | None = None) -> MigrationReport:
+    """Dry run (source only) or apply (source -> PostgreSQL), per ``options.apply``."""
+    options.validate()
+    source = resolve_source(options.source, options.env)
+    try:
+        check_source_key(stored_key(source))  # the key the run stores (checkpoint, rows, lock)
+        if options.prune_inactive and not hasattr(source, "inactive_ids"):
+            raise UsageError("prune_inactive", True, f"source {source.name} cannot list inactive records")
+        if options.apply:
+            return _apply(options, source, progress)
+        if hasattr(source, "count"):
+            return _dry_run_counted(options, source)
+        return _dry_run(options, source, progress)
+    finally:
+        source.close()
+
+
+def _new_report(mode: str, options: ImportOptions, source: Source) -> MigrationReport:
+    return MigrationReport(mode=mode, source=source.name, source_key=stored_key(source), table=options.table)
+
+
+def _resume_base(pg: psycopg.Connection[Any], table: str, source: Source) -> ImportCheckpoint | None:
+    """The committed checkpoint of this source into ``table``; for the legacy table with none, the
+    checkpoint an earlier version kept (read once: the first page committed writes this one)."""
+    key = stored_key(source)
+    found = read_import_checkpoint(pg, table, key)
+    if found is None and source.name == LEGACY_SOURCE:
+        legacy = read_legacy_checkpoint(pg, table)
+        if legacy is not None:
+            cursor = Cursor.from_json(legacy["cursor"]).encode()
+            found = upgraded_checkpoint(table, key, source.name, legacy, cursor)
+    pg.commit()
+    return found
+
+
+def _start(options: ImportOptions, source: Source) -> tuple[str | None, bool]:
+    """Where a run starts (and whether it resumes): the committed checkpoint, the given cursor, or
+    the beginning."""
+    if not options.resume:
+        return options.cursor, False
+    from memwork.db import pg_connect
+
+    with pg_connect(destination_url(options), autocommit=True) as pg:
+        found = _resume_base(pg, options.table, source)
+    return (found.resume_cursor if found else None), found is not None
+
+
+def _dry_run(options: ImportOptions, source: Source, progress: Progress | None) -> MigrationReport:
+    report = _new_report("dry-run", options, source)
+    embedder = _checked(options.embedder)  # a bad --embedder is bad input in a dry run too
+    started = time.perf_counter()
+    if options.resume:
+        report.destination = redact_url(destination_url(options))
+    start, report.resumed = _start(options, source)
+    report.start_cursor = start
+    if progress is not None:
+        progress.start("import (dry run)", options.limit)
+    first_vectors: bool | None = None
+    kept_dimensions: int | None = None
+    now = datetime.now(UTC)
+    for page, _read_cursor in iter_pages(source, start, options.page_size):
+        records = _within_limit(page.records, options.limit, report.rows_read)
+        if records and first_vectors is None:
+            first_vectors = any(_vector_of(r) is not None for r in records)
+            if _planned_mode(options, first_vectors) == "keep":
+                kept_dimensions = _common_dimension(records)
+        _count_page(report, records, options.sample_size)
+        _note_written(report, 0, _screened(options, source, records, now, kept_dimensions))
+        if progress is not None:
+            progress.advance(len(records))
+        if options.limit is not None and report.rows_read >= options.limit:
+            break
+    report.planned = report.rows_read
+    report.vectors = _planned_vectors(options, first_vectors, report)
+    if report.vectors == "reembed" and embedder is not None:
+        report.notes.append(
+            "the dry run does not embed: a row the embedder fails on is quarantined by --apply only"
+        )
+    _finish_timing(report, started, report.rows_read)
+    return report
+
+
+def _dry_run_counted(options: ImportOptions, source: Any) -> MigrationReport:
+    """The dry run of a source that can count (the legacy table): the plan from counts, the first
+    page's sample and where the run would stop -- without reading every row, loading the embedder
+    or opening PostgreSQL (unless ``resume`` asks where to start)."""
+    report = _new_report("dry-run", options, source)
+    started = time.perf_counter()
+    if options.resume:
+        report.destination = redact_url(destination_url(options))
+    start, report.resumed = _start(options, source)
+    report.start_cursor = start
+    report.source_counts = source.status_counts() if hasattr(source, "status_counts") else None
+    remaining = int(source.count(start))
+    report.planned = remaining if options.limit is None else min(remaining, options.limit)
+    first = (
+        source.read_page(start, max(min(options.sample_size, report.planned), 1)) if report.planned else None
+    )
+    if first is not None and first.records:
+        sampled = first.records[: options.sample_size]
+        report.sample = [_sample(record) for record in sampled]
+        if callable(getattr(source, "read_rows", None)):  # the position of the first row
+            report.first_checkpoint = shown_cursor_value(source.read_rows(start, 1).next_cursor)
+        report.last_checkpoint = shown_cursor_value(source.last_cursor(start, options.limit))
+    report.rows_read = report.planned
+    report.vectors = _planned_vectors(options, False, report)
+    _finish_timing(report, started, report.rows_read)
+    return report
+
+
+# ---- apply ----------------------------------------------------------------------------------------
+
+
+def _apply(options: ImportOptions, source: Source, progress: Progress | None) -> MigrationReport:
+    from memwork.db import pg_connect
+
+    url = destination_url(options)
+    key = stored_key(source)
+    owner = owner_of(source.name, key)
+    report = _new_report("apply", options, source)
+    report.destination = redact_url(url)
+    report.run_id, report.rejects_table = _new_run_id(), REJECTS_TABLE
+    embedder = _checked(options.embedder)
+    now = datetime.now(UTC)
+    started = time.perf_counter()
+    rows_path = callable(getattr(source, "read_rows", None))
+    with pg_connect(url, autocommit=True) as pg, import_lock(pg, options.table, key), ExitStack() as stack:
+        base = _resume_base(pg, options.table, source) if options.resume else None
+        report.resumed = base is not None
+        start = base.resume_cursor if base else options.cursor
+        report.start_cursor = start
+        checkpoint = ImportCheckpoint.starting(options.table, key, source.name, base)
+        checkpoint = replace(checkpoint, run_id=report.run_id)
+        if hasattr(source, "count"):
+            remaining = int(source.count(start))
+            report.planned = remaining if options.limit is None else min(remaining, options.limit)
+        if progress is not None:
+            progress.start(
+                f"import {source.name}", report.planned if report.planned is not None else options.limit
+            )
+        target: _Target | None = None
+        writer: BatchWriter | None = None
+        for page, read_cursor in iter_pages(
+            source, start, options.page_size, rows=rows_path, limit=options.limit
+        ):
+            whole: Sequence[Any] = page.rows if rows_path else page.records
+            items = list(whole[: max(options.limit - report.rows_read, 0)]) if options.limit else list(whole)
+            cut = len(items) < len(whole)
+            finished = page.next_cursor is None and not cut
+            if cut and base is not None and base.finished and read_cursor == base.last_cursor:
+                finished = True  # a limit inside the page a finished migration reads again: still finished
+            mark = PageMark(read_cursor, read_cursor if cut else page.next_cursor, finished, len(items))
+            if items and target is None:
+                target = _decide(pg, options, source, items, embedder, report)
+                has_rejects = count_rejects(pg, options.table, owner) > 0
+                checkpoint = replace(
+                    checkpoint, vectors=target.vectors, model=target.model, dimensions=target.dimensions
+                )
+                committed = _on_commit(report, progress)
+                writer = stack.enter_context(
+                    BatchWriter(
+                        pg,
+                        options.table,
+                        owner=owner,
+                        model_id=target.model,
+                        checkpoint=checkpoint,
+                        has_rejects=has_rejects,
+                        committed=committed,
+                    )
+                )
+            if rows_path:
+                _count_rows(report, items, options.sample_size)
+            else:
+                _count_page(report, items, options.sample_size)
+            if (
+                writer is None or target is None
+            ):  # nothing to write yet (empty pages): only the bookkeeping moves
+                checkpoint = checkpoint.after_page(
+                    read_cursor=mark.read_cursor,
+                    next_cursor=mark.next_cursor,
+                    finished=mark.finished,
+                    rows_read=mark.rows_read,
+                    run_id=report.run_id,
+                )
+                _store_checkpoint_only(pg, checkpoint)
+            elif rows_path:
+                writer.submit(_row_batch(items, target, mark))
+            else:
+                writer.submit(_record_batch(options, source.name, key, items, target, now, mark))
+            if cut or (options.limit is not None and report.rows_read >= options.limit):
+                break
+        stack.close()  # the writer commits its last page and stops
+        if writer is not None:
+            checkpoint = writer.checkpoint
+        report.checkpoint = checkpoint.to_json()
+        if hasattr(source, "inactive_ids"):
+            from memwork.migrate.reconcile import inactive_report
+
+            report.inactive = inactive_report(
+                source,  # type: ignore[arg-type]
+                pg,
+                options.table,
+                options.prune_inactive,
+                report.run_id,
+                owner=owner,
+            )
+            if options.prune_inactive:
+                _note_prune_quarantine(report)
+        if target is not None:
+            from memwork.migrate.reconcile import models_in_table
+
+            report.models_in_table = models_in_table(pg, options.table)
+        report.rejects_total = count_rejects(pg, options.table, owner)
+    _finish_timing(report, started, report.rows_written)
+    return report
+
+
+def _on_commit(report: MigrationReport, progress: Progress | None) -> Any:
+    """What the writer thread does after each committed page: the report's counts and the bar."""
+
+    def committed(batch: Batch, written: int, rejects: list[Reject], checkpoint: ImportCheckpoint) -> None:
+        moved = batch.mark.next_cursor
+        if moved is not None:
+            report.first_checkpoint = report.first_checkpoint or shown_cursor_value(moved)
+            report.last_checkpoint = shown_cursor_value(moved)
+        _note_written(report, written, rejects)
+        if progress is not None and batch.mark.rows_read:
+            progress.advance(batch.mark.rows_read)
+
+    return committed
+
+
+def _note_prune_quarantine(report: MigrationReport) -> None:
+    """The rows a prune left because another source owns them (each quarantined) count as this
+    run's quarantine."""
+    assert report.inactive is not None
+    left = int(report.inactive["ownedElsewhere"])
+    report.owned_elsewhere += left
+    report.rows_quarantined += left
+    room = MAX_LISTED_REJECTS - len(report.quarantined)
+    report.quarantined.extend(report.inactive["quarantined"][: max(room, 0)])
+
+
+def _row_batch(rows: list[Row], target: _Target, mark: PageMark) -> Batch:
+    """The fast path: the source's rows as they are, screened (owner, values) and embedded."""
+    good, rejects = unscoped(rows)
+    good, more = precheck(good)
+    rejects += more
+    assert target.embedder is not None  # rows carry no vectors: _decide chose reembed
+    good, vectors, failed = target.embedder.embed(good)
+    return Batch(good, vectors, rejects + failed, mark)
+
+
+def _record_batch(
+    options: ImportOptions,
+    source_name: str,
+    key: str,
+    records: list[SourceRecord],
+    target: _Target,
+    now: datetime,
+    mark: PageMark,
+) -> Batch:
+    """A page of records converted field by field, their vectors kept or embedded."""
+    pairs, rejects = convert_page(records, key, now)
+    good = [row for row, _ in pairs]  # ownership is the writer's check, inside its upsert
+    by_id = {row["id"]: record for row, record in pairs}
+    vectors: np.ndarray
+    if target.vectors == "keep":
+        good, vectors, odd = kept_vectors(good, by_id, target.dimensions, source_name, options.table)
+    else:
+        assert target.embedder is not None
+        good, vectors, odd = target.embedder.embed(good)
+    return Batch(good, vectors, rejects + odd, mark)
+
+
+def _count_rows(report: MigrationReport, rows: list[Row], sample_size: int) -> None:
+    """The fast path's counts: pages, rows and users read, a sample (rows carry no vectors)."""
+    report.pages += 1
+    report.rows_read += len(rows)
+    for user, n in Counter(row["user_id"] for row in rows).items():
+        report.users[user] = report.users.get(user, 0) + n
+    room = sample_size - len(report.sample)
+    for row in rows[: max(room, 0)]:
+        content = str(row["content"] or "")
+        report.sample.append(
+            {
+                "id": row["id"],
+                "userId": row["user_id"],
+                "content": content[:80] + ("…" if len(content) > 80 else ""),
+                "model": None,
+                "dimensions": None,
+            }
+        )
 
 
 def _spec_of(embedder: Embedder | str) -> str:
@@ -173,107 +557,9 @@ def resolve_source(spec: str | Source, env: Mapping[str, str]) -> Source:
     return open_source(name, env)
 
 
-@dataclass
-class ImportReport:
-    """What a run did (or, dry, would do); ``to_dict`` is the ``--json`` output (camelCase keys).
-
-    ``users``, ``models`` and ``vector_dimensions`` count the records *read* in this run (the
-    source's own model ids); ``model``/``dimensions`` are what was written (the source's model when
-    vectors are kept, the embedder's when re-embedded); ``checkpoint`` holds the running totals."""
-
-    mode: str
-    source: str
-    source_key: str
-    table: str
-    destination: str | None = None
-    vectors: str | None = None
-    model: str | None = None
-    dimensions: int | None = None
-    rows_read: int = 0
-    rows_written: int = 0
-    rows_quarantined: int = 0
-    owned_elsewhere: int = 0  # of rows_quarantined: ids another source owns in the table (not overwritten)
-    duplicates: int = 0
-    pages: int = 0
-    users: dict[str, int] = field(default_factory=dict)
-    models: dict[str, int] = field(default_factory=dict)
-    vector_dimensions: dict[str, int] = field(default_factory=dict)
-    sample: list[dict[str, Any]] = field(default_factory=list)
-    resumed: bool = False
-    start_cursor: str | None = None
-    checkpoint: dict[str, Any] | None = None
-    quarantined: list[dict[str, str]] = field(default_factory=list)
-    rejects_table: str | None = None
-    run_id: str | None = None
-    elapsed_seconds: float = 0.0
-    rows_per_second: float = 0.0
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {_camel(k): v for k, v in asdict(self).items()}
-
-
 def _camel(name: str) -> str:
     head, *rest = name.split("_")
     return head + "".join(part.title() for part in rest)
-
-
-def run_import(options: ImportOptions, progress: Progress | None = None) -> ImportReport:
-    """Dry run (source only) or apply (source -> PostgreSQL), per ``options.apply``."""
-    options.validate()
-    source = resolve_source(options.source, options.env)
-    try:
-        check_source_key(stored_key(source))
-        if options.apply:
-            return _apply(options, source, progress)
-        return _dry_run(options, source, progress)
-    finally:
-        source.close()
-
-
-def _new_report(mode: str, options: ImportOptions, source: Source) -> ImportReport:
-    return ImportReport(mode=mode, source=source.name, source_key=stored_key(source), table=options.table)
-
-
-def _dry_run(options: ImportOptions, source: Source, progress: Progress | None) -> ImportReport:
-    report = _new_report("dry-run", options, source)
-    embedder = _checked(options.embedder)  # a bad --embedder is bad input in a dry run too
-    started = time.perf_counter()
-    start: str | None = None
-    if options.resume:
-        from memwork.db import pg_connect
-
-        url = destination_url(options)
-        report.destination = redact_url(url)
-        with pg_connect(url, autocommit=True) as pg:
-            found = read_import_checkpoint(pg, options.table, stored_key(source))
-        start = found.resume_cursor if found else None
-        report.resumed = found is not None
-    report.start_cursor = start
-    if progress is not None:
-        progress.start("import (dry run)", options.limit)
-    first_vectors: bool | None = None
-    kept_dimensions: int | None = None
-    now = datetime.now(UTC)
-    for page, _read_cursor in iter_pages(source, start, options.page_size):
-        records = _within_limit(page.records, options.limit, report.rows_read)
-        if records and first_vectors is None:
-            first_vectors = any(_vector_of(r) is not None for r in records)
-            if _planned_mode(options, first_vectors) == "keep":
-                kept_dimensions = _common_dimension(records)
-        _count_page(report, records, options.sample_size)
-        _note_written(report, 0, _screened(options, source, records, now, kept_dimensions))
-        if progress is not None:
-            progress.advance(len(records))
-        if options.limit is not None and report.rows_read >= options.limit:
-            break
-    report.vectors = _planned_vectors(options, first_vectors, report)
-    if report.vectors == "reembed" and embedder is not None:
-        report.notes.append(
-            "the dry run does not embed: a row the embedder fails on is quarantined by --apply only"
-        )
-    _finish_timing(report, started, report.rows_read)
-    return report
 
 
 def _screened(
@@ -309,7 +595,7 @@ def _common_dimension(records: list[SourceRecord]) -> int | None:
     return dims.most_common(1)[0][0] if dims else None
 
 
-def _planned_vectors(options: ImportOptions, has_vectors: bool | None, report: ImportReport) -> str:
+def _planned_vectors(options: ImportOptions, has_vectors: bool | None, report: MigrationReport) -> str:
     if options.vectors != "auto":
         return options.vectors
     if has_vectors or has_vectors is None:
@@ -325,7 +611,7 @@ def _within_limit(records: list[SourceRecord], limit: int | None, done: int) -> 
     return records[: max(limit - done, 0)]
 
 
-def _count_page(report: ImportReport, records: list[SourceRecord], sample_size: int) -> None:
+def _count_page(report: MigrationReport, records: list[SourceRecord], sample_size: int) -> None:
     """Counts of the records *read* (as the source gave them; a hostile value is counted, not fatal)."""
     report.pages += 1
     report.rows_read += len(records)
@@ -369,79 +655,10 @@ def _shown(value: object) -> str:
         return f"<{type(value).__name__}>"
 
 
-def _finish_timing(report: ImportReport, started: float, rows: int) -> None:
+def _finish_timing(report: MigrationReport, started: float, rows: int) -> None:
     report.elapsed_seconds = round(time.perf_counter() - started, 3)
     if report.elapsed_seconds > 0:
         report.rows_per_second = round(rows / report.elapsed_seconds, 1)
-
-
-# ---- apply ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Target:
-    """What the first non-empty page decided: vectors mode, model, the table's dimension."""
-
-    vectors: str
-    model: str
-    dimensions: int
-    embedder: RowEmbedder | None
-
-
-def _apply(options: ImportOptions, source: Source, progress: Progress | None) -> ImportReport:
-    from memwork.db import pg_connect
-
-    url = destination_url(options)
-    report = _new_report("apply", options, source)
-    report.destination = redact_url(url)
-    report.run_id, report.rejects_table = _new_run_id(), REJECTS_TABLE
-    embedder = _checked(options.embedder)
-    now = datetime.now(UTC)
-    started = time.perf_counter()
-    with pg_connect(url, autocommit=True) as pg, import_lock(pg, options.table, stored_key(source)):
-        found = read_import_checkpoint(pg, options.table, stored_key(source))
-        base = found if options.resume and found is not None else None
-        report.resumed = base is not None
-        start = base.resume_cursor if base else None
-        report.start_cursor = start
-        checkpoint = ImportCheckpoint.starting(options.table, stored_key(source), source.name, base)
-        if progress is not None:
-            progress.start("import", options.limit)
-        target: _Target | None = None
-        has_rejects = False
-        for page, read_cursor in iter_pages(source, start, options.page_size):
-            records = _within_limit(page.records, options.limit, report.rows_read)
-            cut = len(records) < len(page.records)
-            if records and target is None:
-                target = _decide(pg, options, source, records, embedder, report)
-                has_rejects = count_rejects(pg, options.table) > 0
-            _count_page(report, records, options.sample_size)
-            checkpoint = checkpoint.after_page(
-                read_cursor=read_cursor,
-                next_cursor=read_cursor if cut else page.next_cursor,
-                finished=page.next_cursor is None and not cut,
-                rows_read=len(records),
-                run_id=report.run_id,
-            )
-            if target is None:  # nothing to write yet (empty pages): only the bookkeeping moves
-                _store_checkpoint_only(pg, checkpoint)
-            else:
-                checkpoint = replace(
-                    checkpoint, vectors=target.vectors, model=target.model, dimensions=target.dimensions
-                )
-                written, rejects = _write_page(
-                    pg, options, source, records, target, checkpoint, now, has_rejects
-                )
-                has_rejects = has_rejects or bool(rejects)
-                checkpoint = checkpoint.with_written(written)
-                _note_written(report, written, rejects)
-            if progress is not None:
-                progress.advance(len(records))
-            if cut or (options.limit is not None and report.rows_read >= options.limit):
-                break
-        report.checkpoint = checkpoint.to_json()
-    _finish_timing(report, started, report.rows_written)
-    return report
 
 
 def _checked(embedder: Embedder | str | None) -> Embedder | None:
@@ -463,7 +680,7 @@ def _decide(
     source: Source,
     records: list[SourceRecord],
     embedder: Embedder | None,
-    report: ImportReport,
+    report: MigrationReport,
 ) -> _Target:
     """From the first non-empty page: the vectors mode, the model and a destination that fits --
     every refusal here comes before anything is written."""
@@ -513,13 +730,12 @@ def _decide(
 def _prepare(pg: psycopg.Connection[Any], table: str, dimensions: int, *, create: bool) -> None:
     from pgvector.psycopg import register_vector
 
-    from memwork.pgvector.backfill.writer import prepare_session, register_packed_vectors
+    from memwork.migrate.writer import prepare_session, register_packed_vectors
 
     if create:
         with pg.transaction():
             for statement in schema_sql(table, dimensions, create_extension=True):
                 pg.execute(statement)
-    ensure_import_checkpoint_table(pg)
     register_vector(pg)
     register_packed_vectors(pg)
     prepare_session(pg)
@@ -531,49 +747,7 @@ def _store_checkpoint_only(pg: psycopg.Connection[Any], checkpoint: ImportCheckp
         store_import_checkpoint(cur, checkpoint)
 
 
-def _write_page(
-    pg: psycopg.Connection[Any],
-    options: ImportOptions,
-    source: Source,
-    records: list[SourceRecord],
-    target: _Target,
-    checkpoint: ImportCheckpoint,
-    now: datetime,
-    has_rejects: bool,
-) -> tuple[int, list[Reject]]:
-    from memwork.pgvector.backfill.writer import Batch, write_batch
-
-    key = stored_key(source)
-    pairs, rejects = convert_page(records, key, now)
-    rows = [row for row, _ in pairs]
-    good = rows  # ownership is the writer's check, inside its upsert
-    by_id = {row["id"]: record for row, record in pairs}
-    if target.vectors == "keep":
-        good, vectors, odd = kept_vectors(good, by_id, target.dimensions, source.name, options.table)
-    else:
-        assert target.embedder is not None
-        good, vectors, odd = target.embedder.embed(good)
-    rejects += odd
-    batch = Batch(rows, good, vectors, rejects, None)
-
-    def save(cur: psycopg.Cursor[Any], rows_total: int) -> None:
-        store_import_checkpoint(cur, checkpoint.with_written(rows_total - checkpoint.rows_written))
-
-    return write_batch(
-        pg,
-        options.table,
-        batch,
-        target.model,
-        target.dimensions,
-        checkpoint.rows_written,
-        checkpoint.run_id or "",
-        owner=key,
-        clear_rejects=has_rejects,
-        save_checkpoint=save,
-    )
-
-
-def _note_written(report: ImportReport, written: int, rejects: list[Reject]) -> None:
+def _note_written(report: MigrationReport, written: int, rejects: list[Reject]) -> None:
     report.rows_written += written
     report.rows_quarantined += len(rejects)
     report.owned_elsewhere += owned_elsewhere_count(rejects)
@@ -584,3 +758,13 @@ def _note_written(report: ImportReport, written: int, rejects: list[Reject]) -> 
 def environment(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """The process environment with ``--set VAR=VALUE`` overrides on top (the source's variables)."""
     return {**os.environ, **(overrides or {})}
+
+
+@dataclass
+class _Target:
+    """What the first non-empty page decided: vectors mode, model, the table's dimension."""
+
+    vectors: str
+    model: str
+    dimensions: int
+    embedder: RowEmbedder | None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from typing import Any
 
 from memwork.contracts import Page, Source, SourceFactory, SourceRecord, require
 from memwork.errors import BackendError, UsageError
@@ -43,8 +44,15 @@ __all__ = [  # the contract's names, re-exported for source modules that import 
 MAX_EMPTY_PAGES = 1000
 
 
-def iter_pages(source: Source, cursor: str | None, size: int) -> Iterator[tuple[Page, str | None]]:
+def iter_pages(
+    source: Source, cursor: str | None, size: int, *, rows: bool = False, limit: int | None = None
+) -> Iterator[tuple[Any, str | None]]:
     """Every page from ``cursor`` to the end, each with the cursor it was read from.
+
+    ``rows``: read through the source's fast row path (``read_rows``: pages of the writer's rows, a
+    keyset source whose cursor does not depend on the page size) instead of ``read_page``; then a
+    ``limit`` asks for no more rows than it leaves, so the last page ends exactly at it (a record
+    source's cursor may count pages of ``size``: it is always asked for ``size``, and the run cuts).
 
     Raises BackendError, before the offending page is handed on, when the listing does not advance:
 
@@ -64,21 +72,28 @@ def iter_pages(source: Source, cursor: str | None, size: int) -> Iterator[tuple[
     seen = {_cursor_key(cursor)}
     contents: dict[bytes, int] = {}  # fingerprint of a page's records -> the page that first held them
     pages = empty = 0
+    read: Any = source.read_rows if rows else source.read_page  # type: ignore[attr-defined]
+    left = limit
     while True:
-        page = source.read_page(cursor, size)
+        page: Any = read(cursor, min(size, left) if rows and left is not None else size)
         pages += 1
         following = page.next_cursor
         if following is not None and _cursor_key(following) in seen:
             raise BackendError(_loop_message(source, cursor, following, pages))
         if following is not None:
-            empty = 0 if page.records else empty + 1
+            empty = 0 if (page.rows if rows else page.records) else empty + 1
             if empty >= MAX_EMPTY_PAGES:
                 raise BackendError(_stalled_message(source, f"{empty} empty pages in a row", cursor, pages))
-            first = contents.setdefault(_page_key(page), pages) if page.records else pages
+            held = page.rows if rows else page.records
+            first = pages if rows or not held else contents.setdefault(_page_key(page), pages)
             if first != pages:
                 problem = f"a page with the same records as page {first} of this run, under a new cursor"
                 raise BackendError(_stalled_message(source, problem, cursor, pages))
         yield page, cursor
+        if left is not None:
+            left -= len(page.rows if rows else page.records)
+            if left <= 0:
+                return
         if following is None:
             return
         seen.add(_cursor_key(following))

@@ -1,7 +1,7 @@
 """Embedding module for the real sentence embedder (all-MiniLM-L6-v2, 384 dims, offline).
 
 ``MEMORY_PGVECTOR_EMBEDDING_MODULE=memwork.pgvector.minilm`` makes runtime queries use the same model
-the backfill used with ``--embedder minilm`` (onnxruntime, part of the default install). The model
+a migration used with ``--embedder minilm`` (onnxruntime, part of the default install). The model
 loads on first use so importing this module stays cheap.
 """
 

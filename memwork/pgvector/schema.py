@@ -1,11 +1,10 @@
 """The ``memory_embeddings`` table: SQL generation (pure, for dry runs) and idempotent apply.
 
-The shape is one row per memory (id, user, content, type, timestamps, metadata, vector), plus what a
-safe migration needs: a unique index on ``source_memory_id``
-(the backfill's idempotency key), an index on ``user_id`` (every lookup is per user), the
-``embedding_model`` that made each vector (so mixed models can be detected), an optional HNSW index,
-and the small ``memwork_backfill_checkpoints`` table the backfill commits its cursor into.
-Every statement uses ``IF NOT EXISTS``, so applying twice is harmless.
+The shape a safe migration needs: a unique index on ``source_memory_id`` (the migration's idempotency
+key), an index on ``user_id`` (every lookup is per user), the ``embedding_model`` that made each vector
+(so mixed models can be detected) and an optional HNSW index. The migration's own bookkeeping
+(checkpoints, rejects) is :mod:`memwork.migrate`'s. Every statement uses ``IF NOT EXISTS``, so
+applying twice is harmless.
 """
 
 from __future__ import annotations
@@ -20,12 +19,11 @@ from memwork.identifiers import check_identifier, quote_identifier
 if TYPE_CHECKING:
     import psycopg
 
-DEFAULT_TABLE = "memory_embeddings"
+EMBEDDINGS_TABLE = "memory_embeddings"
 DEFAULT_DIMENSIONS = 1536
 MAX_DIMENSIONS = MAX_DIMENSION  # pgvector's limit for the vector type
 MAX_HNSW_DIMENSIONS = 2000  # pgvector's HNSW/IVFFlat limit for the vector type
-CHECKPOINT_TABLE = "memwork_backfill_checkpoints"
-SMOKE_PREFIX = "memory-v2-smoke-"  # ids of the smoke check's rows: the backfill's orphan count skips them
+SMOKE_PREFIX = "memory-v2-smoke-"  # ids of the smoke check's rows: a migration's orphan count skips them
 
 
 @dataclass(frozen=True)
@@ -63,23 +61,8 @@ def lock_ddl(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (DDL_LOCK_KEY,))
 
 
-def checkpoint_table_sql() -> str:
-    """The backfill's checkpoint table: one row per destination table, written with each batch."""
-    return (
-        f"CREATE TABLE IF NOT EXISTS {quote_identifier(CHECKPOINT_TABLE)} (\n"
-        "  target_table TEXT PRIMARY KEY,\n"
-        "  cursor_updated_at TEXT NOT NULL,\n"
-        "  cursor_id TEXT NOT NULL,\n"
-        "  rows_written BIGINT NOT NULL DEFAULT 0,\n"
-        "  embedding_model TEXT,\n"
-        "  dimensions INTEGER,\n"
-        "  updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW()\n"
-        ")"
-    )
-
-
 def schema_sql(
-    table: str = DEFAULT_TABLE,
+    table: str = EMBEDDINGS_TABLE,
     dimensions: int = DEFAULT_DIMENSIONS,
     create_extension: bool = False,
     create_vector_index: bool = False,
@@ -121,13 +104,12 @@ def schema_sql(
             f"CREATE INDEX IF NOT EXISTS {quote_identifier(names.vector, field='index')} "
             f"ON {quoted} USING hnsw (embedding vector_cosine_ops)"
         )
-    statements.append(checkpoint_table_sql())
     return statements
 
 
 def ensure_schema(
     url: str,
-    table: str = DEFAULT_TABLE,
+    table: str = EMBEDDINGS_TABLE,
     dimensions: int = DEFAULT_DIMENSIONS,
     create_extension: bool = False,
     create_vector_index: bool = False,

@@ -29,7 +29,7 @@ from memwork.facade.policy import DEFAULT_BACKEND
 from memwork.legacy.schema import memory_items
 from memwork.percentiles import percentiles
 from memwork.pgvector import local_hash
-from memwork.pgvector.schema import DEFAULT_TABLE, table_dimensions
+from memwork.pgvector.schema import EMBEDDINGS_TABLE, table_dimensions
 from memwork.plugins import Registry
 from memwork.redaction import describe_error, first_line, redact_text, redact_url
 from memwork.rollout.signoff import (
@@ -392,7 +392,7 @@ def canary_env_for(
     return canary_env(legacy_url, pgvector_url, embedding_module, table)
 
 
-def default_embedding_module(pgvector_url: str, table: str = DEFAULT_TABLE) -> str:
+def default_embedding_module(pgvector_url: str, table: str = EMBEDDINGS_TABLE) -> str:
     """A hash query module of the target table's dimension; empty when the target cannot be
     reached (the ``target reachable`` gate of :func:`run_gates` then says why: NO-GO)."""
     try:
@@ -406,7 +406,7 @@ def default_embedding_module(pgvector_url: str, table: str = DEFAULT_TABLE) -> s
 
 
 def canary_env(
-    legacy_url: str, pgvector_url: str, embedding_module: str, table: str = DEFAULT_TABLE
+    legacy_url: str, pgvector_url: str, embedding_module: str, table: str = EMBEDDINGS_TABLE
 ) -> dict[str, str]:
     """The facade environment of a pgvector canary: pgvector selected, legacy behind it, fail-open."""
     return {

@@ -23,7 +23,7 @@ from typing import Any
 
 from memwork.checks import both_or_neither
 from memwork.errors import UsageError
-from memwork.pgvector.schema import DEFAULT_TABLE
+from memwork.pgvector.schema import EMBEDDINGS_TABLE
 from memwork.redaction import redact_url, redact_value
 from memwork.rollout.judge import Thresholds
 from memwork.workspace import sha256_file
@@ -45,7 +45,7 @@ class SignoffParameters:
     # the in-process gates: which databases, what to expect, what to allow
     legacy_url: str = ""
     pgvector_url: str = ""
-    table: str = DEFAULT_TABLE
+    table: str = EMBEDDINGS_TABLE
     embedding_module: str = ""
     expected_backend: str = "pgvector"
     expected_selected: str = "pgvector"

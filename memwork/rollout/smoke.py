@@ -5,7 +5,7 @@ destination. Inserts three ``memory-v2-smoke-<run>-*`` rows with deterministic v
 user, asks the real adapter (:class:`~memwork.backends.pgvector.PgvectorBackend`) for that user's
 nearest memories, checks the order, and deletes exactly its own rows unless ``keep``. Never reads
 ``DATABASE_URL``; with no URL it runs against the embedded PostgreSQL. Its rows are owned by
-:data:`~memwork.pgvector.backfill.ownership.SMOKE_OWNER` like any source's: an id already held by
+:data:`~memwork.migrate.ownership.SMOKE_OWNER` like any source's: an id already held by
 another source is neither overwritten nor deleted (the insert check fails).
 
 ``memwork smoke external`` (:func:`run_external_smoke`): one synthetic call of one operation on one
@@ -48,8 +48,8 @@ from memwork.errors import UsageError
 from memwork.facade.policy import policy_from_env
 from memwork.facade.safety import call_with_timeout
 from memwork.identifiers import check_identifier
-from memwork.pgvector.backfill.ownership import SMOKE_OWNER, delete_owned, stamped_metadata_sql, upsert_sql
-from memwork.pgvector.schema import DEFAULT_TABLE, SMOKE_PREFIX, ensure_schema, table_dimensions
+from memwork.migrate.ownership import SMOKE_OWNER, delete_owned, stamped_metadata_sql, upsert_sql
+from memwork.pgvector.schema import EMBEDDINGS_TABLE, SMOKE_PREFIX, ensure_schema, table_dimensions
 from memwork.plugins import Registry
 from memwork.redaction import describe_error, redact_text
 from memwork.rollout.roundtrip import answer_items, synthetic_request
@@ -113,7 +113,7 @@ def smoke_vectors(dimensions: int) -> tuple[np.ndarray, list[np.ndarray]]:
 def run_smoke(
     database_url: str | None = None,
     *,
-    table: str = DEFAULT_TABLE,
+    table: str = EMBEDDINGS_TABLE,
     dimensions: int = 3,
     create_schema: bool = False,
     create_extension: bool = False,

@@ -52,10 +52,11 @@ def build_migration(
     Defaults: a SQLite file in a fresh temp dir and the workspace's embedded PostgreSQL, database
     ``memwork_verify``. The destination table is emptied first, so a rebuild is always a clean copy.
     """
-    from memwork.db import pg_connect
+    from memwork.db import pg_connect, pg_value
     from memwork.identifiers import quote_identifier
-    from memwork.pgvector.backfill import BackfillOptions, run_backfill
-    from memwork.pgvector.schema import CHECKPOINT_TABLE, ensure_schema
+    from memwork.migrate.backfill import legacy_apply_options, run_backfill
+    from memwork.migrate.checkpoint import CHECKPOINT_TABLE
+    from memwork.pgvector.schema import ensure_schema
     from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
     if source_url is None:
@@ -69,10 +70,11 @@ def build_migration(
     ensure_schema(dest_url, table=table, dimensions=dimensions, create_vector_index=vector_index)
     with pg_connect(dest_url, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {quote_identifier(table)}")
-        conn.execute(f"DELETE FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s", (table,))
-    report = run_backfill(
-        BackfillOptions.one_off(source_url, dest_url, embedder, table=table, batch_size=2000)
-    )
+        if pg_value(conn, "SELECT to_regclass(%s)", (CHECKPOINT_TABLE,)) is not None:
+            conn.execute(
+                f"DELETE FROM {quote_identifier(CHECKPOINT_TABLE)} WHERE target_table = %s", (table,)
+            )
+    report = run_backfill(legacy_apply_options(source_url, dest_url, embedder, table=table, batch_size=2000))
     active = sum(1 for r in rows if r["status"] == "active")
     return Migration(
         source_url, dest_url, table, dimensions, embedder.model_id, len(rows), active, _plain(report)

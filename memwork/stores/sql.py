@@ -78,7 +78,7 @@ from memwork.stores.base import (
 from memwork.stores.runlock import flock_run_lock, lock_key, lock_name, poll_until
 
 #: the table of the defrag entry store (an SQL store); the pgvector destination's is
-#: :data:`memwork.pgvector.schema.DEFAULT_TABLE`
+#: :data:`memwork.pgvector.schema.EMBEDDINGS_TABLE`
 ENTRIES_TABLE = "agent_memories"
 DEFAULT_DIMENSION = 384
 _BATCH = 500

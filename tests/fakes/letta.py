@@ -84,7 +84,8 @@ class FakeLetta(FakeService):
         with self.lock:
             self._clock += 1
             stamp = created_at or (EPOCH + timedelta(seconds=self._clock)).isoformat()
-            vector = [round(((self._clock * (k + 3)) % 97) / 97.0, 6) for k in range(self.dim)]
+            # never all zeros (a real embedding has a direction; a zero vector is quarantined as hostile)
+            vector = [round(((self._clock * (k + 3)) % 97 + 1) / 98.0, 6) for k in range(self.dim)]
             passage = {
                 "id": f"passage-{uuid.UUID(int=self._clock)}",
                 "text": text,

@@ -1,8 +1,10 @@
 """Poison rows: found before I/O, or by the embedder or PostgreSQL, recorded in ``memwork_backfill_rejects``.
 
-A row that cannot be written is quarantined with its id and reason (like pgloader's reject file, but queryable
-by the verification) and the run continues past it; once fixed at the source it is read again, written,
-and its reject is cleared.
+A row that cannot be written is quarantined with its id, its source and the reason (like pgloader's reject
+file, but queryable by the verification) and the run continues past it; once fixed at the source it is
+read again, written, and its reject is cleared. The one rejects table of every migration: a reject is
+keyed by (destination table, source key, source id), so two sources' rejects of one id are two rows
+and a verification counts its own source's only.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import numpy as np
 
 from memwork.contracts import Row
 from memwork.db import pg_connect, pg_value
-from memwork.embed import Embedder, embed_memories, vector_problem
+from memwork.embed import Embedder, embed_memories, vector_problem, vector_problems
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
-from memwork.pgvector.backfill.options import row_timestamp
-from memwork.pgvector.schema import DEFAULT_TABLE
+from memwork.migrate.legacy_mysql import row_timestamp
+from memwork.pgvector.schema import EMBEDDINGS_TABLE
 from memwork.redaction import first_line
 
 if TYPE_CHECKING:
@@ -30,6 +32,8 @@ REJECTS_TABLE = "memwork_backfill_rejects"
 
 
 MAX_LISTED_REJECTS = 50
+
+_REJECTS = quote_identifier(REJECTS_TABLE)  # quoted once: every statement below names it
 
 
 _REASON_CHARS = 300
@@ -54,19 +58,50 @@ _TEXT_FIELDS = (
 
 
 def rejects_table_sql() -> str:
-    """Quarantined source rows: one row per (destination table, source id), cleared once written."""
+    """Quarantined source rows: one row per (destination table, source key, source id), cleared once
+    written. ``source_key`` is empty for rejects recorded before rejects had their source."""
     return (
-        f"CREATE TABLE IF NOT EXISTS {quote_identifier(REJECTS_TABLE)} (\n"
+        f"CREATE TABLE IF NOT EXISTS {_REJECTS} (\n"
         "  target_table TEXT NOT NULL,\n"
+        "  source_key TEXT NOT NULL DEFAULT '',\n"
         "  source_memory_id TEXT NOT NULL,\n"
         "  source_updated_at TEXT,\n"
         "  reason TEXT NOT NULL,\n"
         "  run_id TEXT NOT NULL,\n"
         "  first_seen TIMESTAMPTZ NOT NULL DEFAULT NOW(),\n"
         "  last_seen TIMESTAMPTZ NOT NULL DEFAULT NOW(),\n"
-        "  source_key TEXT,\n"
-        "  PRIMARY KEY (target_table, source_memory_id)\n"
+        "  PRIMARY KEY (target_table, source_key, source_memory_id)\n"
         ")"
+    )
+
+
+def ensure_rejects_table(pg: psycopg.Connection[Any]) -> None:
+    """Create the rejects table, or upgrade one made when its key was (table, id): ``source_key``
+    added (empty for old rows) and made part of the key. Run inside the caller's DDL-locked
+    transaction; the catalog is asked first (``ALTER TABLE`` locks the table even when nothing changes)."""
+    pg.execute(rejects_table_sql())
+    keyed = pg_value(
+        pg,
+        "SELECT count(*) FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+        "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = to_regclass(%s) AND i.indisprimary "
+        "AND a.attname = 'source_key'",
+        (REJECTS_TABLE,),
+    )
+    if keyed:
+        return
+    table = _REJECTS
+    primary = pg_value(
+        pg,
+        "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'p'",
+        (REJECTS_TABLE,),
+    )
+    pg.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS source_key TEXT")
+    pg.execute(f"UPDATE {table} SET source_key = '' WHERE source_key IS NULL")
+    dropped = f"DROP CONSTRAINT {quote_identifier(str(primary))}, " if primary else ""
+    pg.execute(
+        f"ALTER TABLE {table} ALTER COLUMN source_key SET DEFAULT '', "
+        f"ALTER COLUMN source_key SET NOT NULL, {dropped}"
+        "ADD PRIMARY KEY (target_table, source_key, source_memory_id)"
     )
 
 
@@ -210,7 +245,7 @@ class RowEmbedder:
             vectors = self._vectors(rows)
         except Exception as exc:  # one row or all of them: row by row tells which
             return self._one_by_one(rows, exc)
-        problems = [vector_problem(vector) for vector in vectors]
+        problems = vector_problems(vectors)
         usable = np.asarray([p is None for p in problems], dtype=bool)
         kept = [row for row, problem in zip(rows, problems, strict=True) if problem is None]
         if not kept and not self._still_works():
@@ -285,56 +320,64 @@ def store_rejects(
     rejects: Sequence[Reject],
     run_id: str,
     *,
-    source_key: str | None = None,
+    source_key: str,
 ) -> None:
-    """Record (or refresh) ``rejects`` for ``table`` in the batch's transaction, as ``source_key``'s
-    (the source that could not write them; the column exists once a writer prepared its session)."""
+    """Record (or refresh) ``rejects`` for ``table`` as ``source_key``'s (the source that could not
+    write them), in the page's transaction."""
     cur.executemany(
-        f"INSERT INTO {quote_identifier(REJECTS_TABLE)} AS r "
-        "(target_table, source_memory_id, source_updated_at, reason, run_id, source_key) "
+        f"INSERT INTO {_REJECTS} AS r "
+        "(target_table, source_key, source_memory_id, source_updated_at, reason, run_id) "
         "VALUES (%s, %s, %s, %s, %s, %s) "
-        "ON CONFLICT (target_table, source_memory_id) DO UPDATE SET "
+        "ON CONFLICT (target_table, source_key, source_memory_id) DO UPDATE SET "
         "source_updated_at = EXCLUDED.source_updated_at, reason = EXCLUDED.reason, "
-        "run_id = EXCLUDED.run_id, source_key = EXCLUDED.source_key, last_seen = NOW()",
-        [(table, r.id, r.updated_at, r.reason, run_id, source_key) for r in rejects],
+        "run_id = EXCLUDED.run_id, last_seen = NOW()",
+        [(table, source_key, r.id, r.updated_at, r.reason, run_id) for r in rejects],
     )
 
 
 def clear_written_rejects(
-    cur: psycopg.Cursor[Any], table: str, rows: Sequence[Mapping[str, Any]], *, source_key: str | None = None
+    cur: psycopg.Cursor[Any], table: str, rows: Sequence[Mapping[str, Any]], *, source_key: str
 ) -> None:
     """Rows ``source_key`` wrote now are no longer its rejects (fixed at the source and read again).
 
     Another source's reject of the same id stays: that source still could not write it (the row is
-    this one's). A reject recorded before rejects had a source is cleared by any writer, as before."""
+    this one's). A reject recorded before rejects had a source (key empty) is cleared by any writer."""
     cur.execute(
-        f"DELETE FROM {quote_identifier(REJECTS_TABLE)} "
-        "WHERE target_table = %s AND source_memory_id = ANY(%s) "
-        "AND (source_key IS NULL OR source_key IS NOT DISTINCT FROM %s)",
+        f"DELETE FROM {_REJECTS} "
+        "WHERE target_table = %s AND source_memory_id = ANY(%s) AND source_key IN ('', %s)",
         (table, [printable(row["id"]) for row in rows], source_key),
     )
 
 
-def count_rejects(pg: psycopg.Connection[Any], table: str) -> int:
-    """Rejects recorded for ``table`` (0 when the rejects table does not exist yet)."""
+def count_rejects(pg: psycopg.Connection[Any], table: str, source_key: str | None = None) -> int:
+    """Rejects recorded for ``table`` (of ``source_key`` only, when given; 0 when the rejects table
+    does not exist yet)."""
     if pg_value(pg, "SELECT to_regclass(%s)", (REJECTS_TABLE,)) is None:
         pg.commit()
         return 0
-    count = pg_value(
-        pg, f"SELECT count(*) FROM {quote_identifier(REJECTS_TABLE)} WHERE target_table = %s", (table,)
-    )
+    where, params = _whose(table, source_key)
+    count = pg_value(pg, f"SELECT count(*) FROM {_REJECTS} WHERE {where}", params)
     pg.commit()
     return int(count)
 
 
-def read_rejects(pg: psycopg.Connection[Any], table: str = DEFAULT_TABLE) -> list[dict[str, Any]]:
-    """Every quarantined row recorded for ``table`` (id order), on an open psycopg connection."""
+def _whose(table: str, source_key: str | None) -> tuple[str, tuple[str, ...]]:
+    if source_key is None:
+        return "target_table = %s", (table,)
+    return "target_table = %s AND source_key = %s", (table, source_key)
+
+
+def read_rejects(
+    pg: psycopg.Connection[Any], table: str = EMBEDDINGS_TABLE, source_key: str | None = None
+) -> list[dict[str, Any]]:
+    """Every quarantined row recorded for ``table`` (of ``source_key`` only, when given), id order."""
     if pg_value(pg, "SELECT to_regclass(%s)", (REJECTS_TABLE,)) is None:
         return []
+    where, params = _whose(table, source_key)
     rows = pg.execute(
-        "SELECT source_memory_id, reason, source_updated_at, first_seen, last_seen, run_id "
-        f"FROM {quote_identifier(REJECTS_TABLE)} WHERE target_table = %s ORDER BY source_memory_id",
-        (table,),
+        "SELECT source_memory_id, reason, source_updated_at, first_seen, last_seen, run_id, source_key "
+        f"FROM {_REJECTS} WHERE {where} ORDER BY source_memory_id, source_key",
+        params,
     ).fetchall()
     return [
         {
@@ -344,16 +387,19 @@ def read_rejects(pg: psycopg.Connection[Any], table: str = DEFAULT_TABLE) -> lis
             "firstSeen": r[3].isoformat(),
             "lastSeen": r[4].isoformat(),
             "runId": r[5],
+            "sourceKey": r[6],
         }
         for r in rows
     ]
 
 
-def load_rejects(database_url: str, table: str = DEFAULT_TABLE) -> list[dict[str, Any]]:
+def load_rejects(
+    database_url: str, table: str = EMBEDDINGS_TABLE, source_key: str | None = None
+) -> list[dict[str, Any]]:
     """:func:`read_rejects` from a URL (``pg://embedded`` works too)."""
     check_identifier(table)
     with pg_connect(database_url) as pg:
-        return read_rejects(pg, table)
+        return read_rejects(pg, table, source_key)
 
 
 def _public_row(row: Mapping[str, Any]) -> dict[str, Any]:

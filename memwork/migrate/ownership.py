@@ -9,9 +9,9 @@ naming the owner) and the run goes on with its other rows.
 The owner is ``metadata._memworkSource``, stamped by the writer itself (whatever the source's own
 metadata says is replaced, so a source cannot claim another's rows). The MySQL backfill's rows carry
 *no* marker, as they always have: every row without one -- the backfill's, and any row written
-before the marker existed -- counts as :data:`BACKFILL_OWNER`'s. So an import never overwrites or
+before the marker existed -- counts as :data:`LEGACY_OWNER`'s. So an import never overwrites or
 deletes an unmarked row; the backfill updates and prunes unmarked rows only. A source key equal to
-:data:`BACKFILL_OWNER` is refused (it would claim the backfill's rows).
+:data:`LEGACY_OWNER` is refused (it would claim the backfill's rows).
 
 The check is never a separate read before the write (another run could commit in between): it is
 part of the writing statement --
@@ -34,15 +34,16 @@ from typing import TYPE_CHECKING, Any
 
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
-from memwork.pgvector.backfill.quarantine import Reject
+from memwork.migrate.legacy_mysql import SOURCE_NAME as LEGACY_SOURCE
+from memwork.migrate.quarantine import Reject
 from memwork.redaction import redact_text
 
 if TYPE_CHECKING:
     import psycopg
 
 SOURCE_MARKER = "_memworkSource"
-#: the owner of every row without a marker: the MySQL backfill's rows (and rows that predate the marker)
-BACKFILL_OWNER = "mysql-backfill"
+#: the owner of every row without a marker: the legacy table's rows (and rows that predate the marker)
+LEGACY_OWNER = "mysql-backfill"
 SMOKE_OWNER = "memwork-smoke"
 #: a source's non-object metadata (a list, a number) is kept under this key when the marker is stamped
 WRAPPED_METADATA = "_memworkMetadata"
@@ -50,9 +51,15 @@ WRAPPED_METADATA = "_memworkMetadata"
 OWNED_ELSEWHERE_EXIT = 3
 
 
+def owner_of(source_name: str, source_key: str) -> str:
+    """The owner a source writes its rows as: the legacy table's source writes unmarked rows (as the
+    legacy migration always has), every other source its key."""
+    return LEGACY_OWNER if source_name == LEGACY_SOURCE else source_key
+
+
 def owner_sql(alias: str) -> str:
     """The owner of the row ``alias`` as SQL text (an unmarked row is the backfill's)."""
-    return f"coalesce({alias}.metadata->>'{SOURCE_MARKER}', '{BACKFILL_OWNER}')"
+    return f"coalesce({alias}.metadata->>'{SOURCE_MARKER}', '{LEGACY_OWNER}')"
 
 
 def stamped_metadata_sql(parsed: str, owner: str) -> tuple[str, tuple[str, ...]]:
@@ -61,7 +68,7 @@ def stamped_metadata_sql(parsed: str, owner: str) -> tuple[str, tuple[str, ...]]
     The backfill's rows keep their metadata with any ``_memworkSource`` removed (so no MySQL row can
     claim to be an import's); any other owner's object gets the marker set, a non-object is kept
     under :data:`WRAPPED_METADATA` (a marker needs an object to live in)."""
-    if owner == BACKFILL_OWNER:
+    if owner == LEGACY_OWNER:
         stripped = f"{parsed} - '{SOURCE_MARKER}'"
         return f"CASE WHEN jsonb_typeof({parsed}) = 'object' THEN {stripped} ELSE {parsed} END", ()
     return (
@@ -146,6 +153,6 @@ def owned_elsewhere_count(rejects: Sequence[Reject]) -> int:
 
 def check_source_key(key: str) -> str:
     """A source key an import may own rows under (not the backfill's name), or a usage error."""
-    if key == BACKFILL_OWNER:
+    if key == LEGACY_OWNER:
         raise UsageError("from", key, "this source key is reserved for the MySQL backfill's rows")
     return key

@@ -1,11 +1,10 @@
-"""The PostgreSQL side: binary COPY into a staging table, one ``INSERT ... ON CONFLICT`` per batch, committed
-with its rejects and checkpoint in one transaction, on a writer thread that overlaps the next batch's
-embedding.
+"""The PostgreSQL side of every migration: binary COPY into a staging table, one ``INSERT ... ON CONFLICT``
+per page, committed with its rejects and its checkpoint in one transaction, on a writer thread that
+overlaps the next page's reading and embedding.
 
-Every write goes through :func:`write_batch` with its ``owner`` (the source key; the backfill's is
-:data:`~memwork.pgvector.backfill.ownership.BACKFILL_OWNER`): a row another source owns is never
-overwritten -- the upsert itself checks the owner (:mod:`memwork.pgvector.backfill.ownership`) and the
-record is quarantined, naming the owner."""
+Every write goes through :func:`write_batch` with its ``owner`` (:func:`memwork.migrate.ownership.owner_of`):
+a row another source owns is never overwritten -- the upsert itself checks the owner
+(:mod:`memwork.migrate.ownership`) and the record is quarantined, naming the owner."""
 
 from __future__ import annotations
 
@@ -14,39 +13,28 @@ import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memwork.contracts import Row
 from memwork.db import pg_value
-from memwork.errors import UsageError
-from memwork.identifiers import quote_identifier
-from memwork.pgvector.backfill.checkpoint import save_json_checkpoint, store_checkpoint
-from memwork.pgvector.backfill.options import BackfillReport, Cursor, cursor_of
-from memwork.pgvector.backfill.ownership import (
-    BACKFILL_OWNER,
-    OwnedElsewhere,
-    owned_elsewhere_count,
-    owners_of,
-    stamped_metadata_sql,
-    upsert_sql,
+from memwork.migrate.checkpoint import (
+    ImportCheckpoint,
+    ensure_import_checkpoint_table,
+    store_import_checkpoint,
 )
-from memwork.pgvector.backfill.quarantine import (
-    MAX_LISTED_REJECTS,
-    REJECTS_TABLE,
+from memwork.migrate.ownership import OwnedElsewhere, owners_of, stamped_metadata_sql, upsert_sql
+from memwork.migrate.quarantine import (
     Reject,
     blames_rows,
     clear_written_rejects,
-    count_rejects,
+    ensure_rejects_table,
     printable,
     reject_reason,
-    rejects_table_sql,
     store_rejects,
 )
-from memwork.pgvector.schema import checkpoint_table_sql, lock_ddl, table_dimensions
-from memwork.progress import Progress
+from memwork.pgvector.schema import lock_ddl
 
 if TYPE_CHECKING:
     import psycopg
@@ -75,31 +63,57 @@ _SELECTED = {stamp: f"({stamp}::timestamp AT TIME ZONE 'UTC')" for stamp in ("cr
 _COPY_TYPES = ["text", "text", "text", "vector", "text", "text", "text", "text", "text", "text", "text"]
 
 
-class BatchWriter:
-    """Commits batches (rows + checkpoint, one transaction each) on its own thread, in order.
+@dataclass(frozen=True)
+class PageMark:
+    """Where a page was read and what it means for the checkpoint (:meth:`ImportCheckpoint.after_page`)."""
 
-    While PostgreSQL merges batch *n* (the thread waits on the socket, GIL released) the caller reads
-    and embeds batch *n+1*. At most one batch waits in the queue, so memory stays bounded. A write
-    error that blames the rows is retried row by row (the failing rows are quarantined); any other
-    write error stops the run: ``submit`` and ``__exit__`` re-raise it in the caller's thread.
+    read_cursor: str | None
+    next_cursor: str | None
+    finished: bool
+    rows_read: int
+
+
+@dataclass
+class Batch:
+    """One page: the rows to write with their vectors, the rows quarantined, and its checkpoint mark."""
+
+    rows: list[Row]
+    vectors: np.ndarray
+    rejects: list[Reject]
+    mark: PageMark
+
+
+#: ``(batch, rows written, rejects, checkpoint committed)`` after each committed page
+Committed = Callable[[Batch, int, list[Reject], ImportCheckpoint], None]
+
+
+class BatchWriter:
+    """Commits pages (rows + rejects + checkpoint, one transaction each) on its own thread, in order.
+
+    While PostgreSQL merges page *n* (the thread waits on the socket, GIL released) the caller reads
+    and embeds page *n+1*. At most one page waits in the queue, so memory stays bounded. The writer
+    owns the running checkpoint: each page moves it (:meth:`ImportCheckpoint.after_page`, then the
+    rows written), so the totals are exactly what was committed. A write error that blames the rows
+    is retried row by row (the failing rows are quarantined); any other write error stops the run:
+    ``submit`` and ``__exit__`` re-raise it in the caller's thread.
     """
 
     def __init__(
         self,
         pg: psycopg.Connection[Any],
         table: str,
+        *,
+        owner: str,
         model_id: str,
-        json_path: Path,
-        report: BackfillReport,
-        progress: Progress | None,
-        rows_total: int = 0,
+        checkpoint: ImportCheckpoint,
+        has_rejects: bool,
+        committed: Committed,
     ) -> None:
-        self.pg, self.table, self.model_id, self.json_path = pg, table, model_id, json_path
-        self.report, self.progress, self.rows_total = report, progress, rows_total
-        self.has_rejects = count_rejects(pg, table) > 0  # only then do written rows clear rejects
-        self.pending: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self.pg, self.table, self.owner, self.model_id = pg, table, owner, model_id
+        self.checkpoint, self.has_rejects, self.committed = checkpoint, has_rejects, committed
+        self.pending: queue.Queue[Batch | None] = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="memwork-backfill-writer", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="memwork-migration-writer", daemon=True)
 
     def __enter__(self) -> BatchWriter:
         self.thread.start()
@@ -132,59 +146,36 @@ class BatchWriter:
     def _run(self) -> None:
         try:
             while (batch := self.pending.get()) is not None:
-                assert batch.cursor is not None  # the backfill's batches always carry their keyset cursor
-                written, rejects = write_batch(
+                mark = batch.mark
+                page = self.checkpoint.after_page(
+                    read_cursor=mark.read_cursor,
+                    next_cursor=mark.next_cursor,
+                    finished=mark.finished,
+                    rows_read=mark.rows_read,
+                    run_id=self.checkpoint.run_id,
+                )
+                written, rejects, self.checkpoint = write_batch(
                     self.pg,
                     self.table,
                     batch,
                     self.model_id,
-                    self.report.dimensions or 0,
-                    self.rows_total,
-                    self.report.run_id or "",
-                    owner=BACKFILL_OWNER,
+                    page,
+                    owner=self.owner,
                     clear_rejects=self.has_rejects,
                 )
-                self.rows_total += written
                 self.has_rejects = self.has_rejects or bool(rejects)
-                save_json_checkpoint(self.json_path, self.table, batch.cursor, self.rows_total, self.report)
-                self._committed(batch, written, rejects)
+                self.committed(batch, written, rejects, self.checkpoint)
         except BaseException as exc:  # handed to the caller's thread
             self.error = exc
 
-    def _committed(self, batch: Batch, written: int, rejects: list[Reject]) -> None:
-        report = self.report
-        report.first_checkpoint = report.first_checkpoint or cursor_of(batch.read[0]).to_json()
-        report.last_checkpoint = batch.cursor.to_json() if batch.cursor is not None else None
-        report.rows_written += written
-        report.rows_quarantined += len(rejects)
-        report.owned_elsewhere += owned_elsewhere_count(rejects)
-        room = MAX_LISTED_REJECTS - len(report.quarantined)
-        report.quarantined.extend(reject.to_json() for reject in rejects[: max(room, 0)])
-        report.batches += 1
-        if self.progress is not None:
-            self.progress.advance(len(batch.read))
-
-
-def check_destination(pg: psycopg.Connection[Any], table: str, dimensions: int, model_id: str) -> None:
-    """Refuse before writing anything: no table, or a table whose vectors have another dimension."""
-    existing = table_dimensions(pg, table)
-    if existing is None:
-        raise UsageError("table", table, "does not exist; run `memwork pgvector schema --apply` first")
-    if existing != dimensions:
-        raise UsageError(
-            "embedder",
-            model_id,
-            f"makes {dimensions}-dim vectors but {table}.embedding is vector({existing})",
-        )
-
 
 def prepare_session(pg: psycopg.Connection[Any]) -> None:
-    """Checkpoint and rejects tables (bookkeeping, created if missing) and this session's staging table."""
+    """The bookkeeping tables (checkpoints, rejects; created or upgraded if needed) and this session's
+    staging table."""
     with pg.transaction():
         lock_ddl(pg)
-        pg.execute(checkpoint_table_sql())
-        pg.execute(rejects_table_sql())
-        _add_rejects_source_column(pg)
+        ensure_rejects_table(pg)
+    ensure_import_checkpoint_table(pg)
     pg.execute(
         f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} ("
         "source_memory_id TEXT, user_id TEXT, content TEXT, embedding vector, embedding_model TEXT, "
@@ -192,34 +183,6 @@ def prepare_session(pg: psycopg.Connection[Any]) -> None:
         "created_at TEXT, updated_at TEXT) ON COMMIT DELETE ROWS"
     )
     pg.commit()
-
-
-def _add_rejects_source_column(pg: psycopg.Connection[Any]) -> None:
-    """Rejects tables made before rejects had their source: add ``source_key`` (NULL for old rows).
-
-    Looked up first: ``ALTER TABLE`` takes an exclusive lock even when the column exists."""
-    if pg_value(
-        pg,
-        "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-        "AND attname = 'source_key' AND NOT attisdropped",
-        (REJECTS_TABLE,),
-    ):
-        return
-    pg.execute(f"ALTER TABLE {quote_identifier(REJECTS_TABLE)} ADD COLUMN IF NOT EXISTS source_key TEXT")
-
-
-@dataclass
-class Batch:
-    """One keyset page: every row read, the rows to write with their vectors, the rows quarantined.
-
-    ``cursor`` is the backfill's keyset position; a caller with its own checkpoint (the import run,
-    ``write_batch(save_checkpoint=...)``) leaves it None."""
-
-    read: list[Row]
-    rows: list[Row]
-    vectors: np.ndarray
-    rejects: list[Reject]
-    cursor: Cursor | None
 
 
 class PackedVector(bytes):
@@ -255,24 +218,21 @@ def write_batch(
     table: str,
     batch: Batch,
     model_id: str,
-    dimensions: int,
-    rows_before: int,
-    run_id: str,
+    checkpoint: ImportCheckpoint,
     *,
     owner: str,
     clear_rejects: bool = False,
-    save_checkpoint: Callable[[psycopg.Cursor[Any], int], None] | None = None,
-) -> tuple[int, list[Reject]]:
-    """Upsert the batch as ``owner``'s rows and commit it with its rejects and checkpoint; returns
-    (rows written, rejects).
+) -> tuple[int, list[Reject], ImportCheckpoint]:
+    """Upsert the page as ``owner``'s rows and commit it with its rejects and ``checkpoint`` (the
+    page's mark already applied; its rows written are added here); returns (rows written, rejects,
+    the checkpoint committed).
 
     A row another source owns is not overwritten: the upsert checks the owner in the same statement
-    and the row becomes an :class:`~memwork.pgvector.backfill.ownership.OwnedElsewhere` reject. The
-    batch is tried whole first (inside a savepoint); an error that blames the values is retried row by
-    row, each row in its own savepoint, so one poison row costs only itself. The checkpoint is the
-    backfill's keyset cursor, or ``save_checkpoint(cur, rows_total)`` (the import run's own checkpoint
-    table) -- either way in the batch's transaction. A row's own ``embedding_model`` key, when present,
-    overrides ``model_id`` (vectors kept from a source carry their model)."""
+    and the row becomes an :class:`~memwork.migrate.ownership.OwnedElsewhere` reject. The page is
+    tried whole first (inside a savepoint); an error that blames the values is retried row by row,
+    each row in its own savepoint, so one poison row costs only itself. A row's own
+    ``embedding_model`` key, when present, overrides ``model_id`` (vectors kept from a source carry
+    their model)."""
     rejects = list(batch.rejects)
     with pg.transaction(), pg.cursor() as cur:
         written: list[Row] = []
@@ -293,14 +253,11 @@ def write_batch(
         if clear_rejects and written:
             clear_written_rejects(cur, table, written, source_key=owner)
         if rejects:
-            store_rejects(cur, table, rejects, run_id, source_key=owner)
-        if save_checkpoint is not None:
-            save_checkpoint(cur, rows_before + len(written))
-        else:
-            assert batch.cursor is not None  # a backfill batch
-            store_checkpoint(cur, table, batch.cursor, rows_before + len(written), model_id, dimensions)
+            store_rejects(cur, table, rejects, checkpoint.run_id or "", source_key=owner)
+        checkpoint = checkpoint.with_written(len(written))
+        store_import_checkpoint(cur, checkpoint)
     # leaving pg.transaction() commits; the stage table empties itself ON COMMIT
-    return len(written), rejects
+    return len(written), rejects, checkpoint
 
 
 def _owned_elsewhere(cur: psycopg.Cursor[Any], table: str, taken: list[Row]) -> list[OwnedElsewhere]:
