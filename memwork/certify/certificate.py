@@ -26,7 +26,7 @@ from memwork.certify.vectors import VectorReport, check_embeddings, check_index,
 from memwork.embed import Embedder, HashEmbedder, load_embedder
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
-from memwork.migrate.checkpoint import CHECKPOINT_TABLE, LEGACY_CHECKPOINT_TABLE
+from memwork.migrate.checkpoint import CHECKPOINT_TABLE, LEGACY_CHECKPOINT_TABLE, decode_cursor
 from memwork.migrate.legacy_mysql import SOURCE_NAME as LEGACY_SOURCE
 from memwork.migrate.ownership import LEGACY_OWNER as BACKFILL_OWNER
 from memwork.pgvector.schema import EMBEDDINGS_TABLE
@@ -202,7 +202,7 @@ def _checkpoint_cursor(conn: Any, table: str) -> str | None:
             (table, LEGACY_SOURCE),
         ).fetchone()
         if row is not None and row[0] is not None:
-            cursor = Cursor.decode(str(row[0]))
+            cursor = Cursor.decode(decode_cursor(str(row[0])))
             return None if cursor is None else canonical_timestamp(str(cursor.bound()))
     if _exists(conn, LEGACY_CHECKPOINT_TABLE):
         row = conn.execute(

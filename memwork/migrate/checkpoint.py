@@ -201,7 +201,8 @@ def _encode(cursor: str | None) -> str | None:
     return None if cursor is None else json.dumps(cursor)  # ASCII: NUL and lone surrogates escaped
 
 
-def _decode(stored: str | None) -> str | None:
+def decode_cursor(stored: str | None) -> str | None:
+    """A stored cursor column back to the source's opaque cursor text (stored as JSON text)."""
     return None if stored is None else str(json.loads(stored))
 
 
@@ -258,8 +259,8 @@ def read_import_checkpoint(
         table=table,
         source_key=source_key,
         source_name=row["source_name"],
-        next_cursor=_decode(row["next_cursor"]),
-        last_cursor=_decode(row["last_cursor"]),
+        next_cursor=decode_cursor(row["next_cursor"]),
+        last_cursor=decode_cursor(row["last_cursor"]),
         finished=bool(row["finished"]),
         rows_read=int(row["rows_read"]),
         rows_written=int(row["rows_written"]),
