@@ -8,6 +8,8 @@ only memwork's own default SQLite file in the workspace is created on first use.
 
 from __future__ import annotations
 
+from memwork.contracts import RANKING_RECENCY
+
 import importlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -56,6 +58,7 @@ def legacy_url_from_env(env: Mapping[str, str]) -> str:
 
 class LegacyConversationMemoryBackend(BaseBackend):
     """resolve = active memories; write = saveAndAnalyze; compact = analyzeUser."""
+    ranking = RANKING_RECENCY
 
     declaration: ClassVar[Declaration | None] = DECLARATION
     #: its writes ask the commit gate of :mod:`memwork.deadline` before committing, so a write cut off at

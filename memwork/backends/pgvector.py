@@ -20,6 +20,8 @@ caller gave up on is cancelled by the server instead of holding a connection and
 
 from __future__ import annotations
 
+from memwork.contracts import RANKING_SEMANTIC
+
 import math
 import threading
 from collections.abc import Mapping
@@ -80,6 +82,7 @@ _COLUMNS = (
 
 class PgvectorBackend(BaseBackend):
     """Semantic memory in PostgreSQL + pgvector; ``resolve`` returns ``semanticMemories`` nearest first."""
+    ranking = RANKING_SEMANTIC
 
     declaration = DECLARATION
 
