@@ -9,7 +9,7 @@ how many comparisons it needed:
 * **known regressions** (3 % / 2 % errors against a 1 % budget, 20 % empty answers, a p95 past the
   250 ms SLO, a 2x slower target of an alike rollout, a 4 % error tail in the last 300): a GO is a
   false GO; both must stay at or below 5 %.
-* **fixed horizon**: today's judge (:func:`memwork.rollout.judge.judge_comparisons` with the
+* **staged fixed horizon**: today's judge (:func:`memwork.rollout.judge.judge_comparisons` with the
   sequential row ignored) looked at after 100, 300 and 1000 comparisons, GO at the first look that
   says GO -- what a staged rollout does with it.
 
@@ -32,6 +32,8 @@ from memwork.rollout.judge import GO, NO_GO, Thresholds, decide, judge_compariso
 TH = Thresholds(max_error_rate=0.01, max_underfill_rate=0.01, max_p95_ms=250.0, max_p99_ms=1000.0)
 LENGTH = 2000
 LOOKS = (100, 300, 1000)
+#: both sides declared semantic but the relative band off (an SLO-only scenario)
+SEMANTIC = Thresholds(**{**TH.__dict__, "primary_ranking": "semantic", "shadow_ranking": "semantic"})
 
 #: name, (error rate, empty rate, shadow median ms, error tail), alike (relative band decides)
 SCENARIOS: list[tuple[str, dict[str, float], bool]] = [
@@ -41,7 +43,7 @@ SCENARIOS: list[tuple[str, dict[str, float], bool]] = [
     ("20% empty answers", {"errors": 0.001, "empty": 0.2}, False),
     ("p95 past 250 ms SLO", {"errors": 0.001, "median": 200.0}, False),
     ("2x slower, alike backends", {"errors": 0.001, "median": 40.0}, True),
-    ("4% error tail in last 300", {"errors": 0.0, "tail": 0.04}, True),
+    ("4% error tail at n=300", {"errors": 0.0, "tail": 12, "length": 300}, True),
 ]
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
 
@@ -51,8 +53,8 @@ def simulate(spec: dict[str, float], n: int, rng: np.random.Generator) -> list[C
     base = rng.lognormal(np.log(20.0), 0.3, n)
     shadow = rng.lognormal(np.log(spec.get("median", 20.0)), 0.3, n)
     failed = rng.random(n) < spec.get("errors", 0.0)
-    if spec.get("tail"):
-        failed[n - 300 :] |= rng.random(300) < spec["tail"]
+    if spec.get("tail"):  # the last ``tail`` comparisons fail: errors that start late in the stage
+        failed[n - int(spec["tail"]) :] = True
     empty = rng.random(n) < spec.get("empty", 0.0)
     out = []
     for i in range(n):
@@ -88,7 +90,7 @@ def sequential_run(records: list[Comparison], alike: bool) -> sequential.Sequent
 
 def fixed_run(records: list[Comparison], alike: bool) -> tuple[str, int | None]:
     """Today's judge looked at after each of :data:`LOOKS` comparisons; GO at the first GO look."""
-    th = TH if alike else Thresholds(**{**TH.__dict__, "primary_ranking": "semantic", "shadow_ranking": "semantic"})
+    th = TH if alike else SEMANTIC
     for look in LOOKS:
         log = ComparisonLog(records[:look], [], "")
         judgement = judge_comparisons(log, th, certificate_waiver="benchmark: no migration")
@@ -96,6 +98,26 @@ def fixed_run(records: list[Comparison], alike: bool) -> tuple[str, int | None]:
         if verdict in (GO, NO_GO):
             return verdict, look
     return "INCONCLUSIVE", None
+
+
+def full_judge(records: list[Comparison], alike: bool) -> str:
+    """The judge as it signs off the whole log: fixed-horizon rows and the sequential row."""
+    th = TH if alike else SEMANTIC
+    return judge_comparisons(ComparisonLog(records, [], ""), th, certificate_waiver="benchmark").verdict
+
+
+def valid_fixed_n(rate: float, budget: float, alpha: float, power: float = 0.8) -> int:
+    """The smallest fixed horizon at which an exact one-sided test proves the rate below ``budget``
+    with probability ``power`` when the true rate is ``rate`` (the fixed-horizon cost of a valid GO)."""
+    from scipy.stats import beta, binom
+
+    for n in range(10, 20000, 5):
+        c = -1
+        while beta.ppf(1 - alpha, c + 2, n - c - 1) < budget:  # Clopper-Pearson upper bound with c+1 errors
+            c += 1
+        if c >= 0 and binom.cdf(c, n, rate) >= power:
+            return n
+    return -1
 
 
 def main() -> None:
@@ -108,7 +130,7 @@ def main() -> None:
           f"p95 SLO {TH.max_p95_ms:g} ms, band {TH.band:.0%}")  # fmt: skip
     header = (
         f"{'scenario':30} {'seq GO':>7} {'seq NO-GO':>9} {'seq n (median, p90)':>20} "
-        f"{'fixed GO':>8} {'fixed NO-GO':>11} {'fixed n (median)':>16}"
+        f"{'staged GO':>9} {'staged NO-GO':>12} {'full judge GO/NO-GO':>20}"
     )
     print(header)
     print("-" * len(header))
@@ -117,12 +139,14 @@ def main() -> None:
         rng = np.random.default_rng(abs(hash(name)) % 2**32)
         seq: list[tuple[str, int | None]] = []
         fixed: list[tuple[str, int | None]] = []
+        full: list[tuple[str, int | None]] = []
         for run in range(args.runs):
-            records = simulate(spec, LENGTH, rng)
+            records = simulate(spec, int(spec.get("length", LENGTH)), rng)
             found = sequential_run(records, alike)
             seq.append((found.decision, found.decided_at))
             if run < args.fixed_runs:
                 fixed.append(fixed_run(records, alike))
+                full.append((full_judge(records, alike), None))
 
         def share(rows: list[tuple[str, int | None]], verdict: str) -> str:
             return f"{sum(v == verdict for v, _ in rows) / max(len(rows), 1):.1%}"
@@ -135,10 +159,17 @@ def main() -> None:
 
         print(
             f"{name:30} {share(seq, GO):>7} {share(seq, NO_GO):>9} {sizes(seq):>20} "
-            f"{share(fixed, GO):>8} {share(fixed, NO_GO):>11} {sizes(fixed).split(',')[0]:>16}"
+            f"{share(fixed, GO):>9} {share(fixed, NO_GO):>12} "
+            f"{share(full, GO) + ' / ' + share(full, NO_GO):>20}"
         )
     print(f"({args.runs} sequential runs, {args.fixed_runs} fixed-horizon runs per scenario; "
           f"{time.perf_counter() - clock:.0f} s)")  # fmt: skip
+    looks = ", ".join(map(str, LOOKS))
+    print(f"staged = today's fixed-horizon judge looked at after {looks} comparisons, signed at the first")
+    print("GO or NO-GO; full judge = every row (sequential included) at the end of the log")
+    for rate in (0.0, 0.001, 0.003):
+        print(f"valid fixed horizon for a GO on errors (true rate {rate:.1%}, budget 1%, 80% power): "
+              f"{valid_fixed_n(rate, TH.max_error_rate, TH.alpha)} comparisons")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -124,7 +124,8 @@ def test_the_certificate_is_required_unless_waived_with_a_reason(tmp_path):
     waived = judge_log(log, certificate_waiver="read-only pilot, no user data migrated")
     assert waived.verdict == GO and waived.metric("certificate").classification == OFF
     assert waived.signoff["certificate_waiver"] == "waived: read-only pilot, no user data migrated"
-    failed = judge_log(log, certificate=str(certificate(tmp_path, "FAIL", ("recall@10 0.41 in bucket tail",))))
+    bad = certificate(tmp_path, "FAIL", ("recall@10 0.41 in bucket tail",))
+    failed = judge_log(log, certificate=str(bad))
     assert failed.verdict == NO_GO
     assert "recall@10 0.41 in bucket tail" in failed.reasons[0]
 
@@ -149,14 +150,16 @@ def test_a_shadow_answering_empty_one_time_in_five_is_no_go(tmp_path):
 
 def test_latency_against_a_stated_budget(tmp_path):
     cert = str(certificate(tmp_path))
-    slow = [rec(i, p_ms=p, s_ms=s) for i, (p, s) in enumerate(zip(jitter(400, 1, 2.0), jitter(400, 2, 400.0)))]
+    pairs = zip(jitter(400, 1, 2.0), jitter(400, 2, 400.0), strict=True)
+    slow = [rec(i, p_ms=p, s_ms=s) for i, (p, s) in enumerate(pairs)]
     log = write(tmp_path / "slow.jsonl", slow)
     result = judge_log(log, certificate=cert)
     assert result.verdict == NO_GO and result.metric("sloP95").classification == FAIL
     assert result.metric("sloP95").unit == "ms"
     relaxed = judge_log(log, Thresholds(max_p95_ms=2000.0, max_p99_ms=3000.0), certificate=cert)
     assert relaxed.verdict == GO, relaxed.reasons
-    banded = judge_log(log, Thresholds(max_p95_ms=2000.0, max_p99_ms=3000.0, latency_band=1.0), certificate=cert)
+    budget = Thresholds(max_p95_ms=2000.0, max_p99_ms=3000.0, latency_band=1.0)
+    banded = judge_log(log, budget, certificate=cert)
     assert banded.verdict == NO_GO and banded.metric("latencyMs").classification == FAIL  # 200x > +100 %
     off = judge_log(log, Thresholds(max_p95_ms=0, max_p99_ms=0), certificate=cert)
     assert off.metric("sloP95").classification == OFF
@@ -202,8 +205,13 @@ def test_the_noise_floor_is_measured_and_moves_the_ideal(tmp_path):
     without = judge_log(log)
     assert without.metric("overlapAtK").classification == FAIL  # 0.65 against the ideal 1.0 - 25 %
     with_floor = judge_log(log, aa_log=str(aa_log))
-    assert with_floor.noise_floor.measured and with_floor.noise_floor.agreement["overlapAtK"] == pytest.approx(0.8)
-    assert with_floor.metric("overlapAtK").classification == PASS and with_floor.metric("overlapAtK").baseline == 0.8
+    assert with_floor.noise_floor.measured and with_floor.noise_floor.agreement[
+        "overlapAtK"
+    ] == pytest.approx(0.8)
+    assert (
+        with_floor.metric("overlapAtK").classification == PASS
+        and with_floor.metric("overlapAtK").baseline == 0.8
+    )
     assert with_floor.signoff["noise_floor"]["records"] == 200
     assert "not measured" in without.signoff["noise_floor"]["detail"]
 

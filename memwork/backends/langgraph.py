@@ -110,6 +110,7 @@ def _client(env: Mapping[str, str], url: str, api_key: str | None) -> JsonHttpCl
 
 class LangGraphBackend(BaseBackend):
     """The policy graph as a backend: ``resolve`` returns its ``policy`` (and the user's memories/goals)."""
+
     ranking = RANKING_POLICY
 
     declaration = DECLARATION

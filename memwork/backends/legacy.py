@@ -8,14 +8,13 @@ only memwork's own default SQLite file in the workspace is created on first use.
 
 from __future__ import annotations
 
-from memwork.contracts import RANKING_RECENCY
-
 import importlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar
 from memwork.backends.requests import validate
+from memwork.contracts import RANKING_RECENCY
 from memwork.db import parse_url
 from memwork.errors import UsageError
 from memwork.legacy.extractor import Extractor
@@ -58,6 +57,7 @@ def legacy_url_from_env(env: Mapping[str, str]) -> str:
 
 class LegacyConversationMemoryBackend(BaseBackend):
     """resolve = active memories; write = saveAndAnalyze; compact = analyzeUser."""
+
     ranking = RANKING_RECENCY
 
     declaration: ClassVar[Declaration | None] = DECLARATION

@@ -234,6 +234,7 @@ def summarise(session_id: str, texts: Sequence[str]) -> str:
 # ---- the backend ---------------------------------------------------------------------------------
 class LettaBackend(BaseBackend):
     """One Letta agent's archival memory, shared by many users, each scoped by an exact tag."""
+
     ranking = RANKING_POLICY
 
     declaration = DECLARATION

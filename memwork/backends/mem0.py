@@ -145,6 +145,7 @@ def _results(response: Any, what: str) -> tuple[list[Mapping[str, Any]], bool]:
 # ---- the backend ---------------------------------------------------------------------------------
 class Mem0Backend(BaseBackend):
     """Mem0 as the extraction backend: write stores raw turns, compact runs Mem0's extraction."""
+
     ranking = RANKING_SEMANTIC
 
     declaration = DECLARATION

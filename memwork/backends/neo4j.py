@@ -146,6 +146,7 @@ def write_statements(
 
 class Neo4jBackend(BaseBackend):
     """Behaviour graph over Neo4j's HTTP transactional endpoint; ``write`` only."""
+
     ranking = RANKING_POLICY
 
     declaration = DECLARATION

@@ -20,8 +20,6 @@ caller gave up on is cancelled by the server instead of holding a connection and
 
 from __future__ import annotations
 
-from memwork.contracts import RANKING_SEMANTIC
-
 import math
 import threading
 from collections.abc import Mapping
@@ -32,6 +30,7 @@ import numpy as np
 
 from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar, flag_var
 from memwork.checks import parse_bool
+from memwork.contracts import RANKING_SEMANTIC
 from memwork.db import ran_out_of_time
 from memwork.deadline import current_scope
 from memwork.embed import QueryModuleEmbedder
@@ -82,6 +81,7 @@ _COLUMNS = (
 
 class PgvectorBackend(BaseBackend):
     """Semantic memory in PostgreSQL + pgvector; ``resolve`` returns ``semanticMemories`` nearest first."""
+
     ranking = RANKING_SEMANTIC
 
     declaration = DECLARATION

@@ -424,6 +424,7 @@ class VectorSpace:
 
 class QdrantBackend(BaseBackend):
     """Semantic memory in a Qdrant collection; ``resolve`` returns ``semanticMemories`` nearest first."""
+
     ranking = RANKING_SEMANTIC
 
     declaration = DECLARATION

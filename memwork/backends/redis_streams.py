@@ -147,6 +147,7 @@ class _Scrubber:
 
 class RedisStreamsBackend(BaseBackend):
     """Event tracking in a Redis stream; ``write`` only."""
+
     ranking = RANKING_RECENCY
 
     declaration = DECLARATION

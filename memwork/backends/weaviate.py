@@ -141,6 +141,7 @@ def _client(env: Mapping[str, str], url: str, api_key: str | None) -> JsonHttpCl
 # ---- the backend ------------------------------------------------------------------------------
 class WeaviateBackend(BaseBackend):
     """Semantic memory in Weaviate; ``resolve`` returns the user's ``semanticMemories`` nearest first."""
+
     ranking = RANKING_SEMANTIC
 
     declaration = DECLARATION

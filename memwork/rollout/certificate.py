@@ -79,7 +79,8 @@ def read_certificate(value: str, field_name: str = "certificate") -> Certificate
         raise UsageError(field_name, value, f"not a JSON summary ({exc})") from exc
     if not isinstance(data, dict) or not isinstance(data.get("verdict"), str):
         raise UsageError(field_name, value, "has no verdict")
-    run = data.get("run") if isinstance(data.get("run"), dict) else {}
+    found = data.get("run")
+    run: dict[str, Any] = found if isinstance(found, dict) else {}
     run_id = str(run.get("run_id") or data.get("run_id") or "(no run id)")
     reasons = [str(r) for r in data.get("reasons") or [] if isinstance(r, str)]
     return Certificate(str(path), run_id, data["verdict"], _declared_digest(data), sha256_file(path), reasons)

@@ -8,7 +8,8 @@ The canary judge (``memwork canary judge``, the ``canary_signoff`` report) reads
   ``NaN``/``Infinity``, and every field the judge uses has its exact type: ``ok`` a JSON boolean (the
   string ``"false"`` is damage, never truthy); latencies finite numbers >= 0 (not strings, booleans
   or NaN); counts integers >= 0; ``ts`` an ISO 8601 time with a UTC offset; agreement figures
-  ``null`` or numbers in [0, 1]; ``startedAt``, when present, an ISO 8601 time like ``ts``. Anything else is a **damaged** line, counted with its reason.
+  ``null`` or numbers in [0, 1]; ``startedAt``, when present, an ISO 8601 time like ``ts``.
+  Anything else is a **damaged** line, counted with its reason.
   ``error`` is free text (or an object) and is never interpreted.
 * the last line of the live file without its newline is a record **still being written**: neither a
   comparison nor damage (a log is judged while the service appends to it).

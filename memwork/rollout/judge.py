@@ -407,7 +407,9 @@ def judge_agreement(name: str, values: list[float], th: Thresholds, ideal: float
         result.classification, how = FAIL, "below"
     else:
         result.classification, how = MARGINAL, "straddling"
-    result.detail = f"mean {mean:.3f}, CI {how} the threshold {threshold:.2f} (ideal {ideal:.3g} - {th.band:.0%})"
+    result.detail = (
+        f"mean {mean:.3f}, CI {how} the threshold {threshold:.2f} (ideal {ideal:.3g} - {th.band:.0%})"
+    )
     return result
 
 
@@ -543,9 +545,12 @@ def judge_slo(target: list[float], q: float, limit_ms: float, th: Thresholds) ->
     return result
 
 
-def warm_and_steady(records: Sequence[Comparison], warmup_s: float) -> tuple[list[Comparison], list[Comparison]]:
+def warm_and_steady(
+    records: Sequence[Comparison], warmup_s: float
+) -> tuple[list[Comparison], list[Comparison]]:
     """The records in the first ``warmup_s`` seconds after their service (re)started, and the rest."""
-    warm, steady = [], []
+    warm: list[Comparison] = []
+    steady: list[Comparison] = []
     for r in records:
         age = (r.ts - r.started_at).total_seconds() if r.started_at is not None else math.inf
         (warm if age < warmup_s else steady).append(r)
@@ -588,7 +593,8 @@ def judge_sequential(records: Sequence[Comparison], th: Thresholds, band: float 
     result = MetricResult("sequential", "sequential", INCREASE_IS_BAD, NODATA, len(records), len(records))
     result.required = False
     result.estimate = float(found.decided_at) if found.decided_at is not None else None
-    rates = "; ".join(f"{r['rate']} {r['hits']}/{r['n']} CS {r['cs'][0]:.3g}-{r['cs'][1]:.3g} (budget {r['budget']:g})"
+    rates = "; ".join(f"{r['rate']} {r['hits']}/{r['n']} CS {r['cs'][0]:.3g}-{r['cs'][1]:.3g} "
+                      f"(budget {r['budget']:g})"
                       for r in found.rates)  # fmt: skip
     if found.decision == sequential.NO_GO:
         result.classification = FAIL
@@ -609,7 +615,11 @@ def latency_band(kind: RolloutKind, th: Thresholds) -> tuple[float, bool, str]:
         return th.latency_band, True, f"latency_band {th.latency_band:.0%} set"
     if kind.agreement_decides:
         return th.band, True, f"backends rank alike: band {th.band:.0%}"
-    return th.band, False, "backends rank differently: relative latency shown, the SLO decides (latency_band 0)"
+    return (
+        th.band,
+        False,
+        "backends rank differently: relative latency shown, the SLO decides (latency_band 0)",
+    )
 
 
 def judge_pair(
@@ -754,7 +764,10 @@ def judge_certificate(kind: RolloutKind, certificate: Certificate | None, waiver
     if not kind.needs_certificate:
         result.role, result.required = SHOWN, False
         if certificate is None:
-            result.classification, result.detail = OFF, "not needed: the backends rank alike, agreement decides"
+            result.classification, result.detail = (
+                OFF,
+                "not needed: the backends rank alike, agreement decides",
+            )
     return result
 
 
@@ -777,7 +790,9 @@ def judge_pairs(
         base, shadow = pair.paired(_latency)
         latency = {"primary": base, "shadow": shadow}
         judged.append(
-            PairJudgement(pair.primary, pair.shadow, len(pair.records), metrics, verdict, reasons, latency, kind)
+            PairJudgement(
+                pair.primary, pair.shadow, len(pair.records), metrics, verdict, reasons, latency, kind
+            )
         )
     return judged
 
@@ -815,8 +830,9 @@ def noise_floor(log: ComparisonLog, source: str = "") -> NoiseFloor:
     p95_first, p95_again = stats.sample_quantile(first, 0.95), stats.sample_quantile(again, 0.95)
     spread = abs(p95_again / p95_first - 1) if p95_first > 0 else 0.0
     detail = (
-        f"A/A over {len(both)} repeated calls: overlap {agreement['overlapAtK']:.3f}, RBO {agreement['rbo']:.3f}, "
-        f"top-1 {agreement['top1Agree']:.3f}; p95 {p95_first:.1f} ms vs {p95_again:.1f} ms (spread {spread:.0%})"
+        f"A/A over {len(both)} repeated calls: overlap {agreement['overlapAtK']:.3f}, "
+        f"RBO {agreement['rbo']:.3f}, top-1 {agreement['top1Agree']:.3f}; "
+        f"p95 {p95_first:.1f} ms vs {p95_again:.1f} ms (spread {spread:.0%})"
     )
     return NoiseFloor(True, len(both), agreement, min(spread, 1.0), source, detail)
 

@@ -1,8 +1,9 @@
 """Which metrics decide a rollout: the kind of rollout follows from how the two backends rank.
 
-Every backend declares how ``resolve`` orders a user's memories (:attr:`memwork.contracts.BaseBackend.ranking`:
-``recency``, ``semantic`` or ``policy``). Agreement between two answers (overlap@k, RBO, top-1) says
-something about the target only when both backends try to return the same list:
+Every backend declares how ``resolve`` orders a user's memories
+(:attr:`memwork.contracts.BaseBackend.ranking`: ``recency``, ``semantic`` or ``policy``). Agreement
+between two answers (overlap@k, RBO, top-1) says something about the target only when both backends
+try to return the same list:
 
 ============  ===================================  ==================================================
 kind          when                                 what decides

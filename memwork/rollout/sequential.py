@@ -50,7 +50,9 @@ def prior_for(budget: float) -> tuple[float, float]:
     return 1.0, 3.0 / max(budget, 1e-6)
 
 
-def log_mixture(successes: np.ndarray | int, n: np.ndarray | int, p: float, prior: tuple[float, float]) -> Any:
+def log_mixture(
+    successes: np.ndarray | int, n: np.ndarray | int, p: float, prior: tuple[float, float]
+) -> Any:
     """log of the beta-binomial mixture martingale against the rate ``p`` after ``n`` trials with
     ``successes``: at least log(1 / alpha) means ``p`` is outside the confidence sequence."""
     a, b = prior
@@ -63,7 +65,9 @@ def log_mixture(successes: np.ndarray | int, n: np.ndarray | int, p: float, prio
     return betaln(a + s, b + m - s) - betaln(a, b) - s * math.log(p) - (m - s) * math.log1p(-p)
 
 
-def confidence_sequence(successes: int, n: int, alpha: float, prior: tuple[float, float]) -> tuple[float, float]:
+def confidence_sequence(
+    successes: int, n: int, alpha: float, prior: tuple[float, float]
+) -> tuple[float, float]:
     """The rates still compatible with ``successes`` in ``n`` at level ``alpha``, at any look."""
     if n == 0:
         return 0.0, 1.0
@@ -134,11 +138,15 @@ def rate_traces(
     ]
     for name, limit, budget in (("overP95Slo", max_p95_ms, 0.05), ("overP99Slo", max_p99_ms, 0.01)):
         if limit > 0:
-            traces.append(RateTrace(name, budget, [r.shadow.ok and r.shadow.latency_ms > limit for r in records]))
+            traces.append(
+                RateTrace(name, budget, [r.shadow.ok and r.shadow.latency_ms > limit for r in records])
+            )
     if band is not None:
         both = [r for r in records if r.both_ok]
         traces.append(
-            RateTrace("slowerThanBand", 0.5, [r.shadow.latency_ms > (1 + band) * r.primary.latency_ms for r in both])
+            RateTrace(
+                "slowerThanBand", 0.5, [r.shadow.latency_ms > (1 + band) * r.primary.latency_ms for r in both]
+            )
         )
     return traces
 
@@ -191,5 +199,8 @@ def judge_sequence(traces: list[RateTrace], alpha: float, min_samples: int = 20)
         return SequentialResult(GO, first_within, length, alpha, rates, [])
     rates = [t.at(len(t.hits), alpha) for t in traces]
     open_ = [r["rate"] for r in rates if r["decision"] == CONTINUE]
-    why = f"not decided after {length} comparisons: {', '.join(open_) or 'too few'} not yet proven within budget"
-    return SequentialResult(CONTINUE, None, length, alpha, rates, [why])
+    pending = ", ".join(open_) or "too few"
+    return SequentialResult(
+        CONTINUE, None, length, alpha, rates,
+        [f"not decided after {length} comparisons: {pending} not yet proven within budget"],
+    )  # fmt: skip
