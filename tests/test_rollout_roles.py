@@ -251,3 +251,25 @@ def test_the_judge_carries_the_sequential_row(tmp_path):
     short = judge_log(write(tmp_path / "s.jsonl", realistic(100)), certificate=str(certificate(tmp_path)))
     assert short.metric("sequential").classification == NODATA and short.metric("sequential").role == SHOWN
     assert short.verdict in (GO, INCONCLUSIVE)
+
+
+def test_the_judge_reports_its_metrics_as_gates(tmp_path):
+    from memwork.reports.gates import passed_sentence
+
+    log = write(tmp_path / "c.jsonl", realistic())
+    result = judge_log(log, Thresholds(max_p95_ms=300.0), certificate=str(certificate(tmp_path)),
+                       given_explicitly={"max_p95_ms": 300.0})  # fmt: skip
+    gates = {g["name"]: g for g in result.to_dict()["gates"]}
+    assert gates["overlapAtK"]["state"] == "off" and gates["overlapAtK"]["why"].startswith(
+        "shown, not deciding"
+    )
+    assert gates["sloP95"] | {"observed": None} == gates["sloP95"] | {
+        "state": "pass",
+        "threshold": 300.0,
+        "origin": "set",
+        "unit": "ms",
+        "comparison": "<=",
+        "observed": None,
+    }
+    assert gates["shadowErrors"]["origin"] == "default" and gates["certificate"]["state"] == "pass"
+    assert passed_sentence(result.to_dict()["gates"]).split(" gates")[0].split(" of ")[0].isdigit()

@@ -863,6 +863,8 @@ class Judgement:
     time_range: dict[str, Any] = field(default_factory=dict)
     certificate: dict[str, Any] | None = None
     sequential: dict[str, Any] = field(default_factory=dict)
+    #: the metrics as a report's gate strip (:mod:`memwork.rollout.gate_records`), set by the runner
+    gates: list[dict[str, Any]] = field(default_factory=list)
     #: which way the verdict was reached (the in-process gates' result says ``gates``)
     mode: ClassVar[str] = "judge"
 
@@ -903,6 +905,7 @@ class Judgement:
             "noise_floor": self.noise_floor.to_dict(),
             "certificate": self.certificate,
             "sequential": self.sequential,
+            "gates": self.gates,
             "signoff": self.signoff,
         }
 

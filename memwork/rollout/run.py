@@ -21,6 +21,7 @@ from memwork.redaction import describe_error, redact_url
 from memwork.rollout.app_canary import bearer_token, fetch_status, same_backend
 from memwork.rollout.certificate import read_certificate
 from memwork.rollout.comparisons import read_comparison_log
+from memwork.rollout.gate_records import judge_gates
 from memwork.rollout.gates import GateResult, SampleMigration, canary_env_for, run_gates
 from memwork.rollout.judge import Judgement, Thresholds, judge_comparisons, noise_floor, signoff_evidence
 from memwork.rollout.roles import declared_ranking
@@ -80,6 +81,7 @@ def judge_shadow_reads(parameters: SignoffParameters) -> Judgement:
         service=service,
         failures=[problem] if problem else [],
         parameters=parameters.as_given(),
+        given_explicitly=parameters.changed(),
     )
 
 
@@ -98,6 +100,7 @@ def judge_log(
     service: dict[str, Any] | None = None,
     failures: Iterable[str] = (),
     parameters: Mapping[str, Any] | None = None,
+    given_explicitly: Mapping[str, Any] | None = None,
 ) -> Judgement:
     """The whole judge over one comparison log: metrics, verdict, reasons and the sign-off.
 
@@ -106,9 +109,11 @@ def judge_log(
     ``certificate_waiver`` gives the reason it is waived; ``aa_log``: a comparison log of the
     baseline against itself, the noise floor; ``failures``: NO-GO reasons found elsewhere (the
     service's status could not be read); ``service``: what the sign-off records of the service;
-    ``parameters``: what the sign-off fingerprints (default: these arguments)."""
+    ``parameters``: what the sign-off fingerprints (default: these arguments); ``given_explicitly``:
+    the parameters set for this run (a gate's threshold origin is ``set`` for those, else ``default``)."""
     th = thresholds or Thresholds()
     th.check()
+    explicit = given_explicitly
     given = parameters
     if given is None:
         given = {"comparison_log": str(log), **asdict(th), "approver": approver,
@@ -135,6 +140,7 @@ def judge_log(
         certificate_waiver=certificate_waiver,
         ranking_of=declared_ranking,
     )
+    judgement.gates = [g.to_dict() for g in judge_gates(judgement, explicit or {})]
     evidence = signoff_evidence(judgement, str(log))
     if service is not None:
         evidence["service"] = service

@@ -93,6 +93,15 @@ class SignoffParameters:
     def as_given(self) -> dict[str, Any]:
         return asdict(self)
 
+    def changed(self) -> dict[str, Any]:
+        """The parameters whose value is not the documented default (a gate shows them as ``set``)."""
+        defaults = SignoffParameters()
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(defaults, f.name)
+        }
+
     def check(self) -> None:
         """Reject impossible settings (:class:`UsageError` naming the field) before anything is built,
         read or measured: the judge's when it judges, else the gates'."""
