@@ -64,7 +64,7 @@ import numpy as np
 
 from memwork.errors import UsageError
 from memwork.rollout import sequential, stats
-from memwork.rollout.comparisons import Comparison, ComparisonLog, Side
+from memwork.rollout.comparisons import Comparison, ComparisonLog, Side, request_key
 from memwork.rollout.roles import (
     AGREEMENT_METRICS,
     DECIDES,
@@ -582,7 +582,9 @@ def judge_sequential(records: Sequence[Comparison], th: Thresholds, band: float 
     (:mod:`memwork.rollout.sequential`): a breach proven at any look is a FAIL; not yet proven within
     every budget is shown (the stage needs more data), never a GO on its own."""
     traces = sequential.rate_traces(
-        sorted(records, key=lambda r: r.ts),
+        # in time order, ties by request id: the same comparisons give the same looks however the
+        # log's lines were ordered (merged, re-shipped)
+        sorted(records, key=lambda r: (r.ts, request_key(r.request_id))),
         max_error_rate=th.max_error_rate,
         max_underfill_rate=th.max_underfill_rate,
         max_p95_ms=th.max_p95_ms,
