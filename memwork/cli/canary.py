@@ -154,6 +154,51 @@ def app(
 @click.option(
     "--shadow-backend", default="", help="Judge only comparisons with this shadow (a log of several pairs)."
 )
+@click.option(
+    "--max-underfill-rate",
+    type=float,
+    default=0.01,
+    show_default=True,
+    help="Share of shadow answers with fewer items than the baseline's allowed.",
+)
+@click.option(
+    "--max-p95-ms", type=float, default=250.0, show_default=True, help="Shadow p95 SLO in ms (0: off)."
+)
+@click.option(
+    "--max-p99-ms", type=float, default=1000.0, show_default=True, help="Shadow p99 SLO in ms (0: off)."
+)
+@click.option(
+    "--latency-band",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Relative latency band; 0: --band when the backends rank alike, shown only when they differ.",
+)
+@click.option(
+    "--warmup-s",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds after a (re)start reported as warm-up, apart from the steady state.",
+)
+@click.option(
+    "--primary-ranking",
+    default="",
+    help="How the primary ranks (recency, semantic, policy); default: declared.",
+)
+@click.option("--shadow-ranking", default="", help="How the shadow ranks; default: as its backend declares.")
+@click.option(
+    "--certificate",
+    default="",
+    help="Migration certificate summary.json (default: --verification-summary): the quality gate when the "
+    "backends rank differently.",
+)
+@click.option(
+    "--certificate-waiver", default="", help="Why the certificate is waived (recorded in the sign-off)."
+)
+@click.option(
+    "--aa-log", default="", help="Comparison log of the baseline against itself (A/A): the noise floor."
+)
 @click.option("--approver", default="", help="Who signs off.")
 @click.option(
     "--health-summary", default="", help="summary.json (or run folder) of the health report relied on."
@@ -169,10 +214,12 @@ def judge(log: str, as_json: bool, **options: Any) -> None:
 
     Mann-Whitney U per metric in its bad direction with a +/-band practical-significance band, and
     only when the sample could detect a shift of the band (else NODATA); the latency tail (p95, p99)
-    by exact order-statistic bounds; cross-user memories, dimension mismatches and shadow errors over
-    budget fail on their own. Each line is read strictly: a repeated requestId counts once, damaged
-    lines past --max-damaged-share make it INCONCLUSIVE, and each primary/shadow backend pair is
-    judged on its own (a log of several pairs is never GO unless one is selected).
+    by exact order-statistic bounds; cross-user memories, dimension mismatches, shadow errors and
+    underfill over budget and a p95 / p99 past the SLO fail on their own. Between backends that rank
+    differently (legacy newest first -> pgvector nearest first) agreement is shown, never decides, and
+    the migration certificate is required unless waived. Each line is read strictly: a repeated
+    requestId counts once, damaged lines past --max-damaged-share make it INCONCLUSIVE, and each
+    primary/shadow backend pair is judged on its own (a log of several pairs is never GO unless one is selected).
 
     \b
     Example:
