@@ -219,7 +219,8 @@ def judge(log: str, as_json: bool, **options: Any) -> None:
     differently (legacy newest first -> pgvector nearest first) agreement is shown, never decides, and
     the migration certificate is required unless waived. Each line is read strictly: a repeated
     requestId counts once, damaged lines past --max-damaged-share make it INCONCLUSIVE, and each
-    primary/shadow backend pair is judged on its own (a log of several pairs is never GO unless one is selected).
+    primary/shadow backend pair is judged on its own (a log of several pairs is never GO unless one
+    is selected).
 
     \b
     Example:
