@@ -273,3 +273,21 @@ def test_the_judge_reports_its_metrics_as_gates(tmp_path):
     }
     assert gates["shadowErrors"]["origin"] == "default" and gates["certificate"]["state"] == "pass"
     assert passed_sentence(result.to_dict()["gates"]).split(" gates")[0].split(" of ")[0].isdigit()
+
+
+def test_the_cli_judge_takes_the_budget_and_the_certificate(tmp_path):
+    from click.testing import CliRunner
+
+    from memwork.cli import main
+
+    log = str(write(tmp_path / "c.jsonl", realistic()))
+    runner = CliRunner()
+    missing = runner.invoke(main, ["canary", "judge", "--log", log, "--json"])
+    assert missing.exit_code == 1 and "certificate: no migration certificate" in missing.output
+    waived = runner.invoke(main, ["canary", "judge", "--log", log, "--certificate-waiver", "pilot", "--json"])
+    assert waived.exit_code == 0, waived.output
+    assert json.loads(waived.output)["signoff"]["certificate_waiver"] == "waived: pilot"
+    tight = ["canary", "judge", "--log", log, "--certificate-waiver", "pilot", "--max-p95-ms", "5", "--json"]
+    assert runner.invoke(main, tight).exit_code == 1
+    bad = runner.invoke(main, ["canary", "judge", "--log", log, "--primary-ranking", "alphabetic"])
+    assert bad.exit_code == 2 and "primary_ranking='alphabetic'" in bad.output
