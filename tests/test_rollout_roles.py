@@ -188,9 +188,11 @@ def test_warm_up_errors_are_reported_apart_from_the_steady_state(tmp_path):
     cert = str(certificate(tmp_path))
     result = judge_log(write(tmp_path / "c.jsonl", records), certificate=cert)
     warm = result.metric("warmUp")
-    assert warm.role == SHOWN and warm.n_baseline == 30 and warm.estimate == 1.0
+    assert warm.role == SHOWN and warm.n_baseline == 10 and warm.estimate == 1.0  # first 10 calls of 30 s
     assert "1 shadow errors" in warm.detail
-    assert result.metric("shadowErrors").n_baseline == 370  # the steady state only
+    assert result.metric("shadowErrors").n_baseline == 390  # the steady state only
+    burst = realistic(400, started=T0 - timedelta(seconds=5))  # a burst right after a start
+    assert judge_log(write(tmp_path / "b.jsonl", burst), certificate=cert).metric("warmUp").n_baseline == 10
     assert result.verdict == GO, result.reasons
     apart = judge_log(write(tmp_path / "d.jsonl", records), Thresholds(warmup_s=0), certificate=cert)
     assert apart.metric("shadowErrors").n_baseline == 400

@@ -545,15 +545,28 @@ def judge_slo(target: list[float], q: float, limit_ms: float, th: Thresholds) ->
     return result
 
 
+#: warm-up ends after this many shadow calls of a start, even inside ``warmup_s`` (a short burst of
+#: traffic right after a start still has a steady state to judge)
+WARMUP_MAX_CALLS = 10
+
+
 def warm_and_steady(
     records: Sequence[Comparison], warmup_s: float
 ) -> tuple[list[Comparison], list[Comparison]]:
-    """The records in the first ``warmup_s`` seconds after their service (re)started, and the rest."""
-    warm: list[Comparison] = []
-    steady: list[Comparison] = []
-    for r in records:
-        age = (r.ts - r.started_at).total_seconds() if r.started_at is not None else math.inf
-        (warm if age < warmup_s else steady).append(r)
+    """The records of the warm-up after each (re)start of their service -- within ``warmup_s``
+    seconds and among its first :data:`WARMUP_MAX_CALLS` calls -- and the rest, in log order."""
+    seen: dict[Any, int] = {}
+    warm_ids: set[int] = set()
+    for r in sorted(records, key=lambda r: (r.ts, request_key(r.request_id))):
+        if r.started_at is None:
+            continue
+        age = (r.ts - r.started_at).total_seconds()
+        calls = seen.get(r.started_at, 0)
+        if age < warmup_s and calls < WARMUP_MAX_CALLS:
+            warm_ids.add(id(r))
+        seen[r.started_at] = calls + 1
+    warm = [r for r in records if id(r) in warm_ids]
+    steady = [r for r in records if id(r) not in warm_ids]
     return warm, steady
 
 
@@ -571,7 +584,8 @@ def judge_warmup(warm: Sequence[Comparison], records: Sequence[Comparison], th: 
     result.target = result.estimate = float(errors)
     p95 = f", shadow p95 {stats.sample_quantile(ms, 0.95):.1f} ms" if ms else ""
     result.detail = (
-        f"{len(warm)} answers in the first {th.warmup_s:g} s after a (re)start, judged apart: "
+        f"{len(warm)} answers in the first {th.warmup_s:g} s (at most {WARMUP_MAX_CALLS} calls) after a "
+        "(re)start, judged apart: "
         f"{errors} shadow errors{p95}"
     )
     return result
