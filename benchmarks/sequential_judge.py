@@ -124,6 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--fixed-runs", type=int, default=60)
+    parser.add_argument("--only", default="", help="Only the scenarios whose name contains this text.")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}; logs of {LENGTH} comparisons; alpha {TH.alpha:g}; "
           f"budgets errors {TH.max_error_rate:g}, underfill {TH.max_underfill_rate:g}, "
@@ -136,6 +137,8 @@ def main() -> None:
     print("-" * len(header))
     clock = time.perf_counter()
     for name, spec, alike in SCENARIOS:
+        if args.only and args.only not in name:
+            continue
         rng = np.random.default_rng(abs(hash(name)) % 2**32)
         seq: list[tuple[str, int | None]] = []
         fixed: list[tuple[str, int | None]] = []
