@@ -70,6 +70,12 @@ FLAG_RE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)*\Z")  #: environment variable
 Operation = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
+#: how a backend orders what ``resolve`` returns: newest first, nearest to the query first, or by its
+#: own rules (a hybrid score, a graph walk); see :attr:`BaseBackend.ranking`
+RANKING_RECENCY, RANKING_SEMANTIC, RANKING_POLICY = "recency", "semantic", "policy"
+RANKINGS = (RANKING_RECENCY, RANKING_SEMANTIC, RANKING_POLICY)
+
+
 @dataclass(frozen=True)
 class Availability:
     """Whether a backend can serve calls now; an unavailable backend always says why."""
@@ -169,6 +175,9 @@ class BaseBackend:
     role: ClassVar[str | None] = None
     flag: ClassVar[str | None] = None
     aliases: ClassVar[tuple[str, ...]] = ()
+    #: how ``resolve`` orders a user's memories (:data:`RANKINGS`): the rollout judge lets agreement
+    #: between two backends decide only when they rank alike (None: not declared, judged as alike)
+    ranking: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

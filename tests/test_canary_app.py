@@ -247,3 +247,34 @@ def test_forget_details_for_every_answer_shape():
     assert forget_detail({"ok": False}) == "forget answered ok=False"
     assert forget_detail({"ok": "true"}) == "forget answered ok='true'"  # a string is not true
     assert forget_detail([]) == "answer is not a JSON object: list"
+
+
+def test_cross_user_probes_state_the_upper_bound_on_the_leak_rate(service, legacy_url):
+    from memwork.rollout.app_canary import leak_upper_bound, probes_needed, run_leak_probes
+
+    probes = run_leak_probes(service, 40, token=TOKEN, max_leak_rate=0.001)
+    assert probes.answered == 40 and probes.leaks == 0 and probes.errors == 0
+    assert probes.verdict == "INCONCLUSIVE"  # 0 in 40 bounds the rate at ~7 %, not 0.1 %
+    assert "upper bound on the leak rate 7.2" in probes.sentence() and "about 2995" in probes.sentence()
+    assert canary_rows(legacy_url) == 0  # every probe user forgotten
+    assert run_leak_probes(service, 40, token=TOKEN, max_leak_rate=0.1).verdict == "GO"
+    assert abs(leak_upper_bound(0, 3000) - 3 / 3000) < 2e-5 and probes_needed(0.001) == 2995
+    assert leak_upper_bound(1, 3000) > 0.001
+
+    result = CliRunner().invoke(
+        main, ["canary", "app", "--base-url", service, "--token", TOKEN, "--probes", "30", "--json"]
+    )
+    assert result.exit_code == 3, result.output  # too few probes for the required bound: INCONCLUSIVE
+    assert json.loads(result.output)["leakProbes"]["probes_needed"] == 2995
+    bad = CliRunner().invoke(main, ["canary", "app", "--base-url", service, "--probes", "-1"])
+    assert bad.exit_code == 2 and "probes=-1" in bad.output
+
+
+def test_a_leak_is_an_item_of_anyone_but_the_asker():
+    from memwork.rollout.app_canary import LeakProbes, leaked
+
+    answer = {"ok": True, "memories": [{"userId": "a", "content": "mine"}, {"userId": "b", "content": "x"}],
+              "semanticMemories": [{"content": "code word cobalt-1"}]}  # fmt: skip
+    assert leaked(answer, "a", "cobalt-1") == ["(no userId)", "b"]
+    assert leaked({"memories": [{"userId": "a"}]}, "a", "cobalt-1") == []
+    assert LeakProbes(100, answered=100, leaks=1).verdict == "NO-GO"

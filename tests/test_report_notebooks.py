@@ -287,7 +287,8 @@ def test_the_canary_invariant_cell_fails_on_an_inconsistent_summary(tmp_path):
 
 
 def _judged_log(tmp_path, n=120, shadow_scale=1.0, name="comparisons.jsonl"):
-    """A comparison log in the service's schema: legacy primary, pgvector shadow, known latencies."""
+    """A comparison log in the service's schema: qdrant primary, pgvector shadow (both rank by
+    meaning: agreement decides), known latencies."""
     import numpy as np
     from test_canary_judge import comparison, write_log
 
@@ -329,7 +330,7 @@ def test_canary_judge_go_with_the_metric_table_and_both_latency_distributions(tm
     assert ">CI<" in judgement and ">PASS<" in judgement
     latency = _section(page, 'id="Resolve-latency-(ms)"').replace("<wbr/>", "").replace("<wbr>", "")
     # both backends' distributions: a row each, and the histogram + ECDF figure
-    assert ">legacy-conversation-memory<" in latency and ">pgvector<" in latency
+    assert ">qdrant<" in latency and ">pgvector<" in latency
     assert latency.count("data:image/png;base64,") == 1
     assert run.summary["signoff"]["approver"] == "ops@example.com"
     assert_readable(run)
@@ -399,7 +400,9 @@ def test_canary_judge_from_a_running_service_with_shadow_reads(tmp_path, migrati
 def test_the_judge_invariant_cell_fails_on_an_inconsistent_summary():
     cell = _assert_cell("canary_signoff")
     thresholds = {"band": 0.25, "confidence": 0.95, "min_samples": 20, "max_error_rate": 0.01,
-                  "max_damaged_share": 0.01}  # fmt: skip
+                  "max_damaged_share": 0.01, "max_underfill_rate": 0.01, "max_p95_ms": 250.0,
+                  "max_p99_ms": 1000.0, "latency_band": 0.0, "warmup_s": 30.0, "primary_ranking": "",
+                  "shadow_ranking": ""}  # fmt: skip
     metric = {"metric": "latencyMs", "classification": "PASS", "required": True, "estimate": 0.4,
               "ci_low": -0.1, "ci_high": 0.9, "n_baseline": 50, "n_target": 50}  # fmt: skip
     signoff = {

@@ -226,7 +226,7 @@ def test_sample_one_records_every_resolve_with_the_documented_schema(log_path: P
     first, second = records
     assert set(first) == {
         "ts", "requestId", "user", "k", "primary", "shadow", "overlapAtK", "rbo", "top1Agree",
-        "fewerThanK", "dimensionMismatch",
+        "fewerThanK", "dimensionMismatch", "startedAt",
     }  # fmt: skip
     assert (
         first["user"] == user_digest("TenantX")

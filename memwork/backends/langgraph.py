@@ -35,6 +35,7 @@ from typing import Any
 from memwork.backends.base import configuration_problems, reason_of
 from memwork.backends.payload import memory_item, only_user, user_id_of
 from memwork.contracts import (
+    RANKING_POLICY,
     Availability,
     BaseBackend,
     Declaration,
@@ -109,6 +110,8 @@ def _client(env: Mapping[str, str], url: str, api_key: str | None) -> JsonHttpCl
 
 class LangGraphBackend(BaseBackend):
     """The policy graph as a backend: ``resolve`` returns its ``policy`` (and the user's memories/goals)."""
+
+    ranking = RANKING_POLICY
 
     declaration = DECLARATION
 

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar
 from memwork.backends.requests import validate
+from memwork.contracts import RANKING_RECENCY
 from memwork.db import parse_url
 from memwork.errors import UsageError
 from memwork.legacy.extractor import Extractor
@@ -56,6 +57,8 @@ def legacy_url_from_env(env: Mapping[str, str]) -> str:
 
 class LegacyConversationMemoryBackend(BaseBackend):
     """resolve = active memories; write = saveAndAnalyze; compact = analyzeUser."""
+
+    ranking = RANKING_RECENCY
 
     declaration: ClassVar[Declaration | None] = DECLARATION
     #: its writes ask the commit gate of :mod:`memwork.deadline` before committing, so a write cut off at

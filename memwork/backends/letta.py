@@ -48,6 +48,7 @@ from urllib.parse import quote, urlsplit
 from memwork.backends.base import configuration_problems, reason_of
 from memwork.backends.payload import aware_time, memory_item, only_user, session_id_of, user_id_of
 from memwork.contracts import (
+    RANKING_POLICY,
     Availability,
     BaseBackend,
     Declaration,
@@ -233,6 +234,8 @@ def summarise(session_id: str, texts: Sequence[str]) -> str:
 # ---- the backend ---------------------------------------------------------------------------------
 class LettaBackend(BaseBackend):
     """One Letta agent's archival memory, shared by many users, each scoped by an exact tag."""
+
+    ranking = RANKING_POLICY
 
     declaration = DECLARATION
 

@@ -39,6 +39,7 @@ from urllib.parse import parse_qsl, urlsplit
 from memwork.backends.base import configuration_problems, reason_of
 from memwork.backends.payload import aware_time, session_id_of, user_id_of
 from memwork.contracts import (
+    RANKING_SEMANTIC,
     Availability,
     BaseBackend,
     Declaration,
@@ -145,6 +146,8 @@ def _results(response: Any, what: str) -> tuple[list[Mapping[str, Any]], bool]:
 # ---- the backend ---------------------------------------------------------------------------------
 class Mem0Backend(BaseBackend):
     """Mem0 as the extraction backend: write stores raw turns, compact runs Mem0's extraction."""
+
+    ranking = RANKING_SEMANTIC
 
     declaration = DECLARATION
 

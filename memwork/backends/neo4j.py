@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 from memwork.backends.base import configuration_problems, reason_of
 from memwork.backends.requests import validate
-from memwork.contracts import Availability, BaseBackend, Declaration, EnvVar, flag_var
+from memwork.contracts import RANKING_POLICY, Availability, BaseBackend, Declaration, EnvVar, flag_var
 from memwork.errors import BackendError
 from memwork.http import JsonHttpClient, settings_from_env
 from memwork.loggable import SERVER_SAID
@@ -146,6 +146,8 @@ def write_statements(
 
 class Neo4jBackend(BaseBackend):
     """Behaviour graph over Neo4j's HTTP transactional endpoint; ``write`` only."""
+
+    ranking = RANKING_POLICY
 
     declaration = DECLARATION
 

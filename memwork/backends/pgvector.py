@@ -30,6 +30,7 @@ import numpy as np
 
 from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar, flag_var
 from memwork.checks import parse_bool
+from memwork.contracts import RANKING_SEMANTIC
 from memwork.db import ran_out_of_time
 from memwork.deadline import current_scope
 from memwork.embed import QueryModuleEmbedder
@@ -80,6 +81,8 @@ _COLUMNS = (
 
 class PgvectorBackend(BaseBackend):
     """Semantic memory in PostgreSQL + pgvector; ``resolve`` returns ``semanticMemories`` nearest first."""
+
+    ranking = RANKING_SEMANTIC
 
     declaration = DECLARATION
 

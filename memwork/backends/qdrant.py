@@ -43,6 +43,7 @@ import numpy as np
 from memwork.backends.base import configuration_problems, reason_of
 from memwork.backends.payload import memory_item, only_user, user_id_of
 from memwork.contracts import (
+    RANKING_SEMANTIC,
     Availability,
     BaseBackend,
     Declaration,
@@ -423,6 +424,8 @@ class VectorSpace:
 
 class QdrantBackend(BaseBackend):
     """Semantic memory in a Qdrant collection; ``resolve`` returns ``semanticMemories`` nearest first."""
+
+    ranking = RANKING_SEMANTIC
 
     declaration = DECLARATION
 

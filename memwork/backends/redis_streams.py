@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from memwork.backends.base import configuration_problems, reason_of
 from memwork.backends.requests import validate
 from memwork.contracts import (
+    RANKING_RECENCY,
     Availability,
     BaseBackend,
     Declaration,
@@ -146,6 +147,8 @@ class _Scrubber:
 
 class RedisStreamsBackend(BaseBackend):
     """Event tracking in a Redis stream; ``write`` only."""
+
+    ranking = RANKING_RECENCY
 
     declaration = DECLARATION
 

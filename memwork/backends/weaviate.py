@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from memwork.backends.base import configuration_problems, reason_of
 from memwork.backends.payload import memory_item, only_user, user_id_of
 from memwork.contracts import (
+    RANKING_SEMANTIC,
     Availability,
     BaseBackend,
     Declaration,
@@ -140,6 +141,8 @@ def _client(env: Mapping[str, str], url: str, api_key: str | None) -> JsonHttpCl
 # ---- the backend ------------------------------------------------------------------------------
 class WeaviateBackend(BaseBackend):
     """Semantic memory in Weaviate; ``resolve`` returns the user's ``semanticMemories`` nearest first."""
+
+    ranking = RANKING_SEMANTIC
 
     declaration = DECLARATION
 

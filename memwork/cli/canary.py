@@ -41,6 +41,20 @@ token_option = click.option(
 )
 @click.option("--expect-backend", default=None, help="Fail unless MEMORY_BACKEND is this backend.")
 @click.option("--expect-selected-backend", default=None, help="Fail unless resolve selects this backend.")
+@click.option(
+    "--probes",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Cross-user probes to send (synthetic users asking each other's questions); ~3000 bound 0.1 %.",
+)
+@click.option(
+    "--max-leak-rate",
+    type=float,
+    default=0.001,
+    show_default=True,
+    help="Required 95 % upper bound on the cross-user leak rate (with --probes).",
+)
 @json_option
 def app(
     base_url: str,
@@ -49,19 +63,29 @@ def app(
     require_target_healthy: bool,
     expect_backend: str | None,
     expect_selected_backend: str | None,
+    probes: int,
+    max_leak_rate: float,
     as_json: bool,
 ) -> None:
     """Status expectations, then remember-recent -> sync -> resolve for a synthetic user, then forget it.
+    With ``--probes N``: N cross-user probes, and the 95 % upper bound on the leak rate they show
+    (0 leaks in N: about 3/N) against ``--max-leak-rate``.
 
-    Exit 1 listing every failed expectation.
+    Exit 1 listing every failed expectation or any leak; exit 3 when the probes were too few to reach
+    the required bound (INCONCLUSIVE).
 
     \b
     Example:
         memwork canary app --base-url http://127.0.0.1:8081 --require-enabled \\
             --require-target-healthy --expect-backend pgvector --expect-selected-backend pgvector
     """
-    from memwork.rollout.app_canary import run_app_canary
+    from memwork.errors import UsageError
+    from memwork.rollout.app_canary import run_app_canary, run_leak_probes
 
+    if probes < 0:
+        raise UsageError("probes", probes, "must be 0 (no probes) or more")
+    if not 0 < max_leak_rate < 1:
+        raise UsageError("max_leak_rate", max_leak_rate, "must be between 0 and 1 (0.001 = 0.1 %)")
     report = run_app_canary(
         base_url,
         token=token,
@@ -72,8 +96,22 @@ def app(
     )
     lines = [f"{'ok  ' if s.ok else 'FAIL'} {s.name}: {s.detail}" for s in report.steps]
     lines.append(f"canary user {report.userId} at {report.base_url}")
-    failure = None if report.ok else f"app canary failed: {'; '.join(report.failures)}"
-    emit_verdict(report.to_dict(), as_json, lines, failure)
+    failures = list(report.failures)
+    payload = report.to_dict()
+    leak = None
+    if probes:
+        leak = run_leak_probes(base_url, probes, token=token, max_leak_rate=max_leak_rate)
+        payload["leakProbes"] = leak.to_dict()
+        lines.append(
+            f"{ {'GO': 'ok  ', 'NO-GO': 'FAIL'}.get(leak.verdict, 'INCONCLUSIVE') } isolation: "
+            + leak.sentence()
+        )
+        if leak.verdict == "NO-GO":
+            failures.append(f"isolation: {leak.sentence()}")
+    failure = f"app canary failed: {'; '.join(failures)}" if failures else None
+    emit_verdict(payload, as_json, lines, failure)
+    if leak is not None and leak.verdict == "INCONCLUSIVE":
+        raise click.exceptions.Exit(3)
 
 
 @canary.command("judge")
@@ -116,6 +154,51 @@ def app(
 @click.option(
     "--shadow-backend", default="", help="Judge only comparisons with this shadow (a log of several pairs)."
 )
+@click.option(
+    "--max-underfill-rate",
+    type=float,
+    default=0.01,
+    show_default=True,
+    help="Share of shadow answers with fewer items than the baseline's allowed.",
+)
+@click.option(
+    "--max-p95-ms", type=float, default=250.0, show_default=True, help="Shadow p95 SLO in ms (0: off)."
+)
+@click.option(
+    "--max-p99-ms", type=float, default=1000.0, show_default=True, help="Shadow p99 SLO in ms (0: off)."
+)
+@click.option(
+    "--latency-band",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Relative latency band; 0: --band when the backends rank alike, shown only when they differ.",
+)
+@click.option(
+    "--warmup-s",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds after a (re)start reported as warm-up, apart from the steady state.",
+)
+@click.option(
+    "--primary-ranking",
+    default="",
+    help="How the primary ranks (recency, semantic, policy); default: declared.",
+)
+@click.option("--shadow-ranking", default="", help="How the shadow ranks; default: as its backend declares.")
+@click.option(
+    "--certificate",
+    default="",
+    help="Migration certificate summary.json (default: --verification-summary): the quality gate when the "
+    "backends rank differently.",
+)
+@click.option(
+    "--certificate-waiver", default="", help="Why the certificate is waived (recorded in the sign-off)."
+)
+@click.option(
+    "--aa-log", default="", help="Comparison log of the baseline against itself (A/A): the noise floor."
+)
 @click.option("--approver", default="", help="Who signs off.")
 @click.option(
     "--health-summary", default="", help="summary.json (or run folder) of the health report relied on."
@@ -131,10 +214,13 @@ def judge(log: str, as_json: bool, **options: Any) -> None:
 
     Mann-Whitney U per metric in its bad direction with a +/-band practical-significance band, and
     only when the sample could detect a shift of the band (else NODATA); the latency tail (p95, p99)
-    by exact order-statistic bounds; cross-user memories, dimension mismatches and shadow errors over
-    budget fail on their own. Each line is read strictly: a repeated requestId counts once, damaged
-    lines past --max-damaged-share make it INCONCLUSIVE, and each primary/shadow backend pair is
-    judged on its own (a log of several pairs is never GO unless one is selected).
+    by exact order-statistic bounds; cross-user memories, dimension mismatches, shadow errors and
+    underfill over budget and a p95 / p99 past the SLO fail on their own. Between backends that rank
+    differently (legacy newest first -> pgvector nearest first) agreement is shown, never decides, and
+    the migration certificate is required unless waived. Each line is read strictly: a repeated
+    requestId counts once, damaged lines past --max-damaged-share make it INCONCLUSIVE, and each
+    primary/shadow backend pair is judged on its own (a log of several pairs is never GO unless one
+    is selected).
 
     \b
     Example:

@@ -10,6 +10,7 @@ cannot be reached is one failed step naming why (the token never shown).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Mapping
@@ -334,3 +335,165 @@ def run_app_canary(
     finally:
         http.close()
     return report
+
+
+# ---- cross-user probes: isolation as a bound ------------------------------------------------------
+
+#: the 95 % upper bound on the cross-user leak rate a rollout must reach (0 leaks in ~3,000 probes)
+DEFAULT_MAX_LEAK_RATE = 0.001
+#: probe users per side; each pair writes near-identical memories and asks the other's question
+PROBE_PAIRS = 8
+PROBE_TOPICS = ("the payment service database migration", "the quarterly security review",
+                "the kubernetes liveness probes", "the vector index rebuild")  # fmt: skip
+
+
+def leak_upper_bound(leaks: int, probes: int, confidence: float = 0.95) -> float:
+    """The exact one-sided (Clopper-Pearson) upper bound on the leak rate: 0 in N gives about 3 / N."""
+    from scipy.stats import beta
+
+    if probes <= 0:
+        return 1.0
+    if leaks >= probes:
+        return 1.0
+    return float(beta.ppf(confidence, leaks + 1, probes - leaks))
+
+
+def probes_needed(max_rate: float, confidence: float = 0.95) -> int:
+    """Probes without a leak needed for the upper bound to reach ``max_rate`` (0.1 %: 2,995)."""
+    import math
+
+    return math.ceil(math.log(1 - confidence) / math.log1p(-max_rate))
+
+
+@dataclass
+class LeakProbes:
+    """N cross-user probes through the running service and the bound they give."""
+
+    probes: int
+    answered: int = 0
+    leaks: int = 0
+    errors: int = 0
+    max_leak_rate: float = DEFAULT_MAX_LEAK_RATE
+    confidence: float = 0.95
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def upper_bound(self) -> float:
+        return leak_upper_bound(self.leaks, self.answered, self.confidence)
+
+    @property
+    def verdict(self) -> str:
+        """NO-GO on any leak; GO when the bound is within the required rate; else INCONCLUSIVE."""
+        if self.leaks:
+            return "NO-GO"
+        return "GO" if self.answered and self.upper_bound <= self.max_leak_rate else "INCONCLUSIVE"
+
+    def sentence(self) -> str:
+        needed = probes_needed(self.max_leak_rate, self.confidence)
+        head = (
+            f"{self.leaks} cross-user leaks in {self.answered} answered probes ({self.probes} sent, "
+            f"{self.errors} failed): {self.confidence:.0%} upper bound on the leak rate "
+            f"{self.upper_bound:.3%}, required < {self.max_leak_rate:.3%}"
+        )
+        if self.verdict == "INCONCLUSIVE":
+            return f"{head}: not enough probes to show it (about {needed} without a leak are needed)"
+        return head
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "upper_bound": self.upper_bound, "verdict": self.verdict,
+                "probes_needed": probes_needed(self.max_leak_rate, self.confidence),
+                "sentence": self.sentence()}  # fmt: skip
+
+
+def probe_users(run: str, pairs: int = PROBE_PAIRS) -> list[tuple[str, str, str, str]]:
+    """Pairs of synthetic users with near-identical memories: (user a, text a, user b, text b)."""
+    out = []
+    for p in range(pairs):
+        topic = PROBE_TOPICS[p % len(PROBE_TOPICS)]
+        a, b = f"{CANARY_USER_PREFIX}{run}-p{p}a", f"{CANARY_USER_PREFIX}{run}-p{p}b"
+        out.append((a, f"I am responsible for {topic}; my code word is amber-{p}.",
+                    b, f"I am responsible for {topic}; my code word is cobalt-{p}."))  # fmt: skip
+    return out
+
+
+def _write_probe_memory(http: Any, user: str, text: str) -> None:
+    messages = [{"role": "user", "content": text}, {"role": "assistant", "content": "Noted."}]
+    body = {"userId": user, "sessionId": f"{user}-session", "messages": messages}
+    for path, keys in (
+        (WRITE_PATH, ("userId", "sessionId", "messages")),
+        (COMPACT_PATH, ("userId", "sessionId")),
+    ):
+        with contextlib.suppress(
+            Exception
+        ):  # a store that cannot write is still probed: a missing filter leaks
+            http.post_json(path, {k: body[k] for k in keys})
+
+
+def leaked(answer: Mapping[str, Any], asker: str, other_marker: str) -> list[str]:
+    """The items of ``asker``'s answer that belong to someone else: another userId, or (an item
+    without a userId) the other user's code word in its text."""
+    found = []
+    for item in answer_items(answer):
+        owner = item.get("userId")
+        text = " ".join(str(item.get(k) or "") for k in ("content", "text", "memory", "summary"))
+        if (owner is not None and owner != asker) or (owner is None and other_marker in text):
+            found.append(str(owner or "(no userId)"))
+    return found
+
+
+def run_leak_probes(
+    base_url: str,
+    probes: int,
+    *,
+    token: str = "",
+    max_leak_rate: float = DEFAULT_MAX_LEAK_RATE,
+    confidence: float = 0.95,
+    limit: int = 10,
+) -> LeakProbes:
+    """``probes`` resolves through the running service, each by one synthetic user with the question
+    of another that wrote a near-identical memory; an item of anyone but the asker is a leak. The
+    synthetic users are forgotten afterwards. The result states the upper bound on the leak rate."""
+    from memwork.errors import UsageError
+
+    if not 1 <= int(probes) <= 1_000_000:
+        raise UsageError("probes", probes, "must be from 1 to 1000000")
+    if not 0 < float(max_leak_rate) < 1:
+        raise UsageError("max_leak_rate", max_leak_rate, "must be between 0 and 1 (0.001 = 0.1 %)")
+    check_base_url(base_url)
+    token = bearer_token(token)
+    result = LeakProbes(int(probes), max_leak_rate=float(max_leak_rate), confidence=confidence)
+    users = probe_users(uuid.uuid4().hex[:8])
+    http = client(base_url, token)
+    try:
+        for a, text_a, b, text_b in users:
+            _write_probe_memory(http, a, text_a)
+            _write_probe_memory(http, b, text_b)
+        for i in range(result.probes):
+            a, text_a, b, text_b = users[i % len(users)]
+            asker, question, marker = (
+                (a, text_b, text_b.rsplit(" ", 1)[-1])
+                if i % 2 == 0
+                else (b, text_a, text_a.rsplit(" ", 1)[-1])
+            )
+            body = {"userId": asker, "sessionId": f"{asker}-session", "query": question, "limit": limit}
+            try:
+                answer = http.post_json(RESOLVE_PATH, body, idempotent=True)
+            except Exception:
+                result.errors += 1
+                continue
+            if not isinstance(answer, dict) or answer.get("ok") is not True:
+                result.errors += 1
+                continue
+            result.answered += 1
+            others = leaked(answer, asker, marker.rstrip("."))
+            if others:
+                result.leaks += 1
+                if len(result.examples) < 5:
+                    result.examples.append(f"probe {i}: {len(others)} item(s) of another user")
+    finally:
+        for a, _, b, _ in users:
+            for user in (a, b):
+                with contextlib.suppress(Exception):
+                    http.post_json(FORGET_PATH, {"userId": user})
+        http.close()
+    return result

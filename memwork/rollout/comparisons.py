@@ -8,7 +8,8 @@ The canary judge (``memwork canary judge``, the ``canary_signoff`` report) reads
   ``NaN``/``Infinity``, and every field the judge uses has its exact type: ``ok`` a JSON boolean (the
   string ``"false"`` is damage, never truthy); latencies finite numbers >= 0 (not strings, booleans
   or NaN); counts integers >= 0; ``ts`` an ISO 8601 time with a UTC offset; agreement figures
-  ``null`` or numbers in [0, 1]. Anything else is a **damaged** line, counted with its reason.
+  ``null`` or numbers in [0, 1]; ``startedAt``, when present, an ISO 8601 time like ``ts``.
+  Anything else is a **damaged** line, counted with its reason.
   ``error`` is free text (or an object) and is never interpreted.
 * the last line of the live file without its newline is a record **still being written**: neither a
   comparison nor damage (a log is judged while the service appends to it).
@@ -76,6 +77,7 @@ class Comparison:
     rbo: float | None
     top1_agree: float | None  # 1.0 / 0.0 (a boolean in the log) or None
     dimension_mismatch: bool
+    started_at: datetime | None = None  # when the service's shadow reader started (warm-up)
 
     @property
     def both_ok(self) -> bool:
@@ -218,6 +220,13 @@ def _timestamp(value: Any) -> datetime:
     return ts
 
 
+def _started(value: Any) -> datetime:
+    try:
+        return _timestamp(value)
+    except InvalidRecord as exc:
+        raise InvalidRecord(str(exc).replace("ts=", "startedAt=", 1)) from exc
+
+
 def _optional_fraction(record: Mapping[str, Any], key: str) -> float | None:
     value = _require(record, key, "")
     return None if value is None else _number(value, key, high=1.0)
@@ -274,6 +283,7 @@ def parse_record(record: Any) -> Comparison:
         rbo=_optional_fraction(record, "rbo"),
         top1_agree=top1,
         dimension_mismatch=mismatch is not None,
+        started_at=None if record.get("startedAt") is None else _started(record["startedAt"]),
     )
 
 

@@ -57,16 +57,29 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from memwork.errors import UsageError
-from memwork.rollout import stats
-from memwork.rollout.comparisons import Comparison, ComparisonLog, Side
+from memwork.rollout import sequential, stats
+from memwork.rollout.comparisons import Comparison, ComparisonLog, Side, request_key
+from memwork.rollout.roles import (
+    AGREEMENT_METRICS,
+    DECIDES,
+    SHOWN,
+    RankingOf,
+    RolloutKind,
+    check_ranking,
+    rollout_kind,
+    undeclared,
+)
 
-PASS, MARGINAL, FAIL, NODATA = "PASS", "MARGINAL", "FAIL", "NODATA"
+if TYPE_CHECKING:
+    from memwork.rollout.certificate import Certificate
+
+PASS, MARGINAL, FAIL, NODATA, OFF = "PASS", "MARGINAL", "FAIL", "NODATA", "OFF"
 GO, NO_GO, INCONCLUSIVE = "GO", "NO-GO", "INCONCLUSIVE"
 #: the exit code of each verdict (``memwork canary judge``, ``memwork report run canary_signoff``)
 EXIT_CODES = {GO: 0, NO_GO: 1, INCONCLUSIVE: 3}
@@ -88,6 +101,20 @@ class Thresholds:
     min_samples: int = 20
     max_error_rate: float = 0.01
     max_damaged_share: float = 0.01
+    #: the share of answers where the shadow returned fewer items than the baseline could (k or all)
+    max_underfill_rate: float = 0.01
+    #: the latency SLO of the shadow, in ms (0: that quantile is not gated)
+    max_p95_ms: float = 250.0
+    max_p99_ms: float = 1000.0
+    #: the relative latency band against the baseline; 0: ``band`` when the backends rank alike, not
+    #: gated (shown) when they rank differently -- a semantic target embeds each query, it is slower
+    #: than a recency list by design, and the SLO says what was agreed
+    latency_band: float = 0.0
+    #: answers in the first ``warmup_s`` seconds after the service (re)started are warm-up, apart
+    warmup_s: float = 30.0
+    #: how each side ranks, when not as its backend declares (recency, semantic, policy)
+    primary_ranking: str = ""
+    shadow_ranking: str = ""
 
     def check(self) -> None:
         """Impossible settings are usage errors, before the log is read."""
@@ -103,6 +130,16 @@ class Thresholds:
             raise UsageError(
                 "max_damaged_share", self.max_damaged_share, "must be from 0 to below 1 (0.01 = 1 %)"
             )
+        if not 0 <= float(self.max_underfill_rate) <= 1:
+            raise UsageError("max_underfill_rate", self.max_underfill_rate, "must be from 0 to 1")
+        for name in ("max_p95_ms", "max_p99_ms", "warmup_s"):
+            value = getattr(self, name)
+            if not 0 <= float(value) < math.inf:
+                raise UsageError(name, value, "must be 0 (off) or a positive number")
+        if not 0 <= float(self.latency_band) < 100:
+            raise UsageError("latency_band", self.latency_band, "must be 0 (by rollout kind) or positive")
+        check_ranking("primary_ranking", self.primary_ranking)
+        check_ranking("shadow_ranking", self.shadow_ranking)
 
     @property
     def alpha(self) -> float:
@@ -143,6 +180,8 @@ class MetricResult:
     detail: str = ""
     required: bool = True
     pair: str = LOG_WIDE  # "<primary> -> <shadow>", or "" for the log-wide metrics
+    role: str = DECIDES  # or "shown": in the table, never in the verdict (see memwork.rollout.roles)
+    unit: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {k: _rounded(v) for k, v in asdict(self).items()}
@@ -351,10 +390,11 @@ def judge_tail(baseline: list[float], target: list[float], q: float, th: Thresho
     return result
 
 
-def judge_agreement(name: str, values: list[float], th: Thresholds) -> MetricResult:
-    """Mean agreement against the ideal (1.0) less the band, by its bootstrap CI."""
+def judge_agreement(name: str, values: list[float], th: Thresholds, ideal: float = 1.0) -> MetricResult:
+    """Mean agreement against the ideal less the band, by its bootstrap CI. The ideal is 1.0, or the
+    baseline's agreement with itself (A/A) when the noise floor was measured."""
     result = MetricResult(name, "agreement", DECREASE_IS_BAD, NODATA, len(values), len(values))
-    result.baseline, result.threshold = 1.0, 1.0 - th.band
+    result.baseline, result.threshold = ideal, ideal - th.band
     if len(values) < th.min_samples:
         result.detail = f"{len(values)} comparisons, fewer than {th.min_samples}"
         return result
@@ -367,7 +407,9 @@ def judge_agreement(name: str, values: list[float], th: Thresholds) -> MetricRes
         result.classification, how = FAIL, "below"
     else:
         result.classification, how = MARGINAL, "straddling"
-    result.detail = f"mean {mean:.3f}, CI {how} the threshold {threshold:.2f} (ideal 1.0 - {th.band:.0%})"
+    result.detail = (
+        f"mean {mean:.3f}, CI {how} the threshold {threshold:.2f} (ideal {ideal:.3g} - {th.band:.0%})"
+    )
     return result
 
 
@@ -440,29 +482,214 @@ def _count(side: Side) -> float:
     return float(side.count)
 
 
-def judge_pair(pair: PairRecords, th: Thresholds) -> list[MetricResult]:
-    """Every metric of one backend pair, critical ones first."""
-    records = pair.records
+def judge_underfill(records: Sequence[Comparison], th: Thresholds) -> MetricResult:
+    """The share of answers in which the shadow answered (ok) but returned fewer items than the
+    baseline could -- ``min(k, primary count)`` -- against ``max_underfill_rate`` (critical): an
+    empty answer is not a fast answer."""
+    from scipy.stats import binomtest
+
+    both = [r for r in records if r.both_ok]
+    short = sum(r.shadow.count < min(r.k, r.primary.count) for r in both)
+    empty = sum(r.shadow.count == 0 < r.primary.count for r in both)
+    result = MetricResult("underfill", "critical", INCREASE_IS_BAD, NODATA, len(both), len(both))
+    result.baseline = result.threshold = th.max_underfill_rate
+    if not both:
+        result.detail = "no answer of both sides"
+        return result
+    rate = short / len(both)
+    ci = binomtest(short, len(both)).proportion_ci(th.confidence, method="wilson")
+    result.target = result.estimate = rate
+    result.ci_low, result.ci_high = float(ci.low), float(ci.high)
+    detail = (
+        f"{short} of {len(both)} shadow answers had fewer items than the baseline's ({empty} empty; "
+        f"{rate:.2%}; budget {th.max_underfill_rate:.2%})"
+    )
+    if rate > th.max_underfill_rate:
+        result.classification, result.detail = FAIL, detail
+    elif len(both) < th.min_samples:
+        result.detail = f"{detail}; fewer than {th.min_samples} answers"
+    else:
+        result.classification, result.detail = PASS, detail
+    return result
+
+
+def judge_slo(target: list[float], q: float, limit_ms: float, th: Thresholds) -> MetricResult:
+    """The shadow's ``q``-quantile latency against an absolute SLO in ms, by exact order-statistic
+    bounds: the upper bound within the SLO passes, the lower bound past it fails."""
+    label = f"p{q * 100:g}"
+    result = MetricResult(f"sloP{round(q * 100)}", "slo", INCREASE_IS_BAD, NODATA, 0, len(target))
+    result.unit = "ms"
+    result.required = q == TAIL_QUANTILES[0]
+    if limit_ms <= 0:
+        result.classification, result.required, result.role = OFF, False, SHOWN
+        result.detail = f"no {label} SLO set (max_{label}_ms 0)"
+        return result
+    result.threshold = result.baseline = float(limit_ms)
+    needed = max(int(th.min_samples), stats.smallest_bounded_size(q, th.alpha))
+    if len(target) < needed:
+        result.detail = f"{len(target)} shadow answers: at least {needed} needed to bound {label}"
+        return result
+    low, high = stats.quantile_bounds(target, q, th.alpha)
+    point = stats.sample_quantile(target, q)
+    result.target = result.estimate = point
+    result.ci_low, result.ci_high = low, high
+    shown = f"shadow {label} {point:.1f} ms (bounds {low or 0:.1f}-{high or 0:.1f} ms), SLO {limit_ms:g} ms"
+    if high is not None and high <= limit_ms:
+        result.classification, result.detail = PASS, f"{shown}: within"
+    elif low is not None and low > limit_ms:
+        result.classification, result.detail = FAIL, f"{shown}: proven past the SLO"
+    elif point > limit_ms:
+        result.classification, result.detail = MARGINAL, f"{shown}: past the SLO, not proven"
+    else:
+        result.classification, result.detail = MARGINAL, f"{shown}: within, but the bound reaches past it"
+    return result
+
+
+#: warm-up ends after this many shadow calls of a start, even inside ``warmup_s`` (a short burst of
+#: traffic right after a start still has a steady state to judge)
+WARMUP_MAX_CALLS = 10
+
+
+def warm_and_steady(
+    records: Sequence[Comparison], warmup_s: float
+) -> tuple[list[Comparison], list[Comparison]]:
+    """The records of the warm-up after each (re)start of their service -- within ``warmup_s``
+    seconds and among its first :data:`WARMUP_MAX_CALLS` calls -- and the rest, in log order."""
+    seen: dict[Any, int] = {}
+    warm_ids: set[int] = set()
+    for r in sorted(records, key=lambda r: (r.ts, request_key(r.request_id))):
+        if r.started_at is None:
+            continue
+        age = (r.ts - r.started_at).total_seconds()
+        calls = seen.get(r.started_at, 0)
+        if age < warmup_s and calls < WARMUP_MAX_CALLS:
+            warm_ids.add(id(r))
+        seen[r.started_at] = calls + 1
+    warm = [r for r in records if id(r) in warm_ids]
+    steady = [r for r in records if id(r) not in warm_ids]
+    return warm, steady
+
+
+def judge_warmup(warm: Sequence[Comparison], records: Sequence[Comparison], th: Thresholds) -> MetricResult:
+    """Warm-up, shown apart (never decides): its errors and latency, so one cold call after a restart
+    does not decide a stage and a slow start is still visible."""
+    result = MetricResult("warmUp", "warm-up", INCREASE_IS_BAD, PASS, len(warm), len(warm), role=SHOWN)
+    result.required, result.unit, result.threshold = False, "s", th.warmup_s
+    if not any(r.started_at is not None for r in records):
+        result.classification = NODATA
+        result.detail = "the log records no service start (startedAt): warm-up not separated"
+        return result
+    errors = sum(not r.shadow.ok for r in warm)
+    ms = [r.shadow.latency_ms for r in warm if r.shadow.ok]
+    result.target = result.estimate = float(errors)
+    p95 = f", shadow p95 {stats.sample_quantile(ms, 0.95):.1f} ms" if ms else ""
+    result.detail = (
+        f"{len(warm)} answers in the first {th.warmup_s:g} s (at most {WARMUP_MAX_CALLS} calls) after a "
+        "(re)start, judged apart: "
+        f"{errors} shadow errors{p95}"
+    )
+    return result
+
+
+def judge_sequential(records: Sequence[Comparison], th: Thresholds, band: float | None) -> MetricResult:
+    """The anytime-valid sequential judge over the steady-state comparisons in log order
+    (:mod:`memwork.rollout.sequential`): a breach proven at any look is a FAIL; not yet proven within
+    every budget is shown (the stage needs more data), never a GO on its own."""
+    traces = sequential.rate_traces(
+        # in time order, ties by request id: the same comparisons give the same looks however the
+        # log's lines were ordered (merged, re-shipped)
+        sorted(records, key=lambda r: (r.ts, request_key(r.request_id))),
+        max_error_rate=th.max_error_rate,
+        max_underfill_rate=th.max_underfill_rate,
+        max_p95_ms=th.max_p95_ms,
+        max_p99_ms=th.max_p99_ms,
+        band=band,
+    )
+    found = sequential.judge_sequence(traces, th.alpha, int(th.min_samples))
+    result = MetricResult("sequential", "sequential", INCREASE_IS_BAD, NODATA, len(records), len(records))
+    result.required = False
+    result.estimate = float(found.decided_at) if found.decided_at is not None else None
+    rates = "; ".join(f"{r['rate']} {r['hits']}/{r['n']} CS {r['cs'][0]:.3g}-{r['cs'][1]:.3g} "
+                      f"(budget {r['budget']:g})"
+                      for r in found.rates)  # fmt: skip
+    if found.decision == sequential.NO_GO:
+        result.classification = FAIL
+        result.detail = f"anytime-valid at {th.confidence:.0%}: " + "; ".join(found.reasons)
+    elif found.decision == sequential.GO:
+        result.classification = PASS
+        result.detail = f"every rate proven within budget at comparison {found.decided_at}: {rates}"
+    else:
+        result.role = SHOWN
+        result.detail = f"{found.reasons[0]} (shown; {rates})"
+    result.pair = LOG_WIDE
+    return result
+
+
+def latency_band(kind: RolloutKind, th: Thresholds) -> tuple[float, bool, str]:
+    """The relative latency band, whether it decides, and why."""
+    if th.latency_band > 0:
+        return th.latency_band, True, f"latency_band {th.latency_band:.0%} set"
+    if kind.agreement_decides:
+        return th.band, True, f"backends rank alike: band {th.band:.0%}"
+    return (
+        th.band,
+        False,
+        "backends rank differently: relative latency shown, the SLO decides (latency_band 0)",
+    )
+
+
+def judge_pair(
+    pair: PairRecords, th: Thresholds, noise: NoiseFloor | None = None, ranking_of: RankingOf = undeclared
+) -> tuple[list[MetricResult], RolloutKind]:
+    """Every metric of one backend pair, critical ones first, each with its role for the pair's kind
+    (:mod:`memwork.rollout.roles`); answers of the warm-up are apart from the steady state."""
+    kind = rollout_kind(pair.primary, pair.shadow, th.primary_ranking, th.shadow_ranking, ranking_of)
+    all_records = pair.records
+    warm, records = warm_and_steady(all_records, th.warmup_s)
+    steady = PairRecords(pair.primary, pair.shadow, records)
     by_request: dict[str, bool] = {}
-    for record in [*records, *pair.conflicts]:  # a flag in any copy of a request counts
+    for record in [*all_records, *pair.conflicts]:  # a flag in any copy of a request counts
         by_request[record.request_id] = by_request.get(record.request_id, False) or record.cross_user
-    mismatched = {r.request_id for r in [*records, *pair.conflicts] if r.dimension_mismatch}
-    base_ms, shadow_ms = pair.paired(_latency)
+    mismatched = {r.request_id for r in [*all_records, *pair.conflicts] if r.dimension_mismatch}
+    base_ms, shadow_ms = steady.paired(_latency)
+    answered_ms = [r.shadow.latency_ms for r in records if r.shadow.ok]
+    band, band_decides, band_why = latency_band(kind, th)
+    spread = noise.latency_spread if noise is not None and noise.measured else 0.0
+    lat_th = replace(th, band=band + spread)
+    latency = [
+        judge_two_sample("latencyMs", base_ms, shadow_ms, INCREASE_IS_BAD, lat_th),
+        *(judge_tail(base_ms, shadow_ms, q, lat_th) for q in TAIL_QUANTILES),
+    ]
+    for metric in latency:
+        metric.unit = "ms"
+        note = band_why + (f", widened by the A/A spread {spread:.0%}" if spread else "")
+        metric.detail = f"{metric.detail} [{note}]"
+        if not band_decides:
+            metric.role, metric.required = SHOWN, False
     metrics = [
-        judge_flag("crossUser", len(records), sum(by_request.values()), "a memory of another user"),
-        judge_flag("dimensionMismatch", len(records), len(mismatched), "an embedding dimension mismatch"),
+        judge_flag("crossUser", len(all_records), sum(by_request.values()), "a memory of another user"),
+        judge_flag("dimensionMismatch", len(all_records), len(mismatched), "an embedding dimension mismatch"),
         judge_error_rate(records, th),
-        judge_two_sample("latencyMs", base_ms, shadow_ms, INCREASE_IS_BAD, th),
-        *(judge_tail(base_ms, shadow_ms, q, th) for q in TAIL_QUANTILES),
-        judge_two_sample("resultCount", *pair.paired(_count), DECREASE_IS_BAD, th),
+        judge_underfill(records, th),
+        judge_slo(answered_ms, 0.95, th.max_p95_ms, th),
+        judge_slo(answered_ms, 0.99, th.max_p99_ms, th),
+        *latency,
+        judge_two_sample("resultCount", *steady.paired(_count), DECREASE_IS_BAD, th),
     ]
     both = [r for r in records if r.both_ok]
-    for name, value in (("overlapAtK", "overlap_at_k"), ("rbo", "rbo"), ("top1Agree", "top1_agree")):
+    for name, value in zip(AGREEMENT_METRICS, ("overlap_at_k", "rbo", "top1_agree"), strict=True):
         values = [getattr(r, value) for r in both]
-        metrics.append(judge_agreement(name, [v for v in values if v is not None], th))
+        ideal = noise.agreement.get(name, 1.0) if noise is not None and noise.measured else 1.0
+        metric = judge_agreement(name, [v for v in values if v is not None], th, ideal)
+        if not kind.agreement_decides:
+            metric.role, metric.required = SHOWN, False
+            metric.detail = f"{metric.detail}; shown, not decided: {kind.sentence()}"
+        metrics.append(metric)
+    metrics.append(judge_sequential(records, th, band if band_decides else None))
+    metrics.append(judge_warmup(warm, all_records, th))
     for metric in metrics:
         metric.pair = pair.label
-    return metrics
+    return metrics, kind
 
 
 # ---- the verdict ---------------------------------------------------------------------------------
@@ -484,6 +711,7 @@ def decide(
     labelled: bool = False,
 ) -> tuple[str, list[str]]:
     """NO-GO on any FAIL; else INCONCLUSIVE on a required NODATA or a MARGINAL; else GO."""
+    metrics = [m for m in metrics if m.role != SHOWN]
     failures = [reason_of(m, labelled) for m in metrics if m.classification == FAIL]
     failures += list(extra_failures)
     if failures:
@@ -510,6 +738,7 @@ class PairJudgement:
     verdict: str
     reasons: list[str]
     latency_ms: dict[str, list[float]]
+    kind: RolloutKind | None = None
 
     @property
     def label(self) -> str:
@@ -521,20 +750,115 @@ class PairJudgement:
             "shadow": self.shadow,
             "records": self.records,
             "verdict": self.verdict,
+            "rollout_kind": None if self.kind is None else self.kind.to_dict(),
         }
 
 
-def judge_pairs(pairs: list[PairRecords], th: Thresholds) -> list[PairJudgement]:
+def judge_certificate(kind: RolloutKind, certificate: Certificate | None, waiver: str) -> MetricResult:
+    """The quality gate of a rollout between backends that rank differently: the migration
+    certificate (required), or a waiver with its reason; between alike backends agreement decides and
+    the certificate, when given, is shown."""
+    result = MetricResult("certificate", "certificate", "must pass", NODATA, 0, 0)
+    if certificate is not None:
+        ref = f"run {certificate.run_id}, digest {certificate.digest or certificate.sha256[:16]}"
+        if certificate.passed:
+            result.classification = PASS
+            result.detail = f"migration certificate {certificate.verdict} ({ref})"
+        else:
+            why = "; ".join(certificate.reasons[:3]) or "no reasons given"
+            result.classification = FAIL
+            result.detail = f"migration certificate {certificate.verdict} ({ref}): {why}"
+    elif waiver.strip():
+        result.classification, result.role, result.required = OFF, SHOWN, False
+        result.detail = f"waived: {waiver.strip()}"
+    else:
+        result.classification = FAIL
+        result.detail = (
+            "no migration certificate (certificate or verification_summary): it is the quality gate when "
+            "the backends rank differently; waive only with a reason (certificate_waiver)"
+        )
+    if not kind.needs_certificate:
+        result.role, result.required = SHOWN, False
+        if certificate is None:
+            result.classification, result.detail = (
+                OFF,
+                "not needed: the backends rank alike, agreement decides",
+            )
+    return result
+
+
+def judge_pairs(
+    pairs: list[PairRecords],
+    th: Thresholds,
+    noise: NoiseFloor | None = None,
+    certificate: Certificate | None = None,
+    waiver: str = "",
+    ranking_of: RankingOf = undeclared,
+) -> list[PairJudgement]:
     judged = []
     for pair in pairs or [PairRecords(None, None)]:
-        metrics = judge_pair(pair, th)
+        metrics, kind = judge_pair(pair, th, noise, ranking_of)
+        if pair.shadow is not None:
+            gate = judge_certificate(kind, certificate, waiver)
+            gate.pair = pair.label
+            metrics.insert(0, gate)
         verdict, reasons = decide(metrics)
         base, shadow = pair.paired(_latency)
         latency = {"primary": base, "shadow": shadow}
         judged.append(
-            PairJudgement(pair.primary, pair.shadow, len(pair.records), metrics, verdict, reasons, latency)
+            PairJudgement(
+                pair.primary, pair.shadow, len(pair.records), metrics, verdict, reasons, latency, kind
+            )
         )
     return judged
+
+
+@dataclass
+class NoiseFloor:
+    """The baseline against itself (A/A: the same backend called twice): the disagreement and latency
+    spread repeated calls show with nothing changed. The judge measures agreement against the A/A
+    agreement instead of 1.0, and widens the relative latency band by the A/A spread."""
+
+    measured: bool = False
+    records: int = 0
+    agreement: dict[str, float] = field(default_factory=dict)
+    latency_spread: float = 0.0
+    source: str = ""
+    detail: str = "not measured: no A/A log given (aa_log)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: _rounded(v) if not isinstance(v, dict) else {a: _rounded(b) for a, b in v.items()}
+                for k, v in asdict(self).items()}  # fmt: skip
+
+
+def noise_floor(log: ComparisonLog, source: str = "") -> NoiseFloor:
+    """The noise floor of an A/A comparison log: mean agreement per metric and the relative p95
+    latency difference between the two calls of the same backend."""
+    both = [r for r in log.records if r.both_ok]
+    if len(both) < 2:
+        return NoiseFloor(source=source, records=len(both), detail=f"A/A log {source}: {len(both)} answers")
+    agreement = {}
+    for name, attr in zip(AGREEMENT_METRICS, ("overlap_at_k", "rbo", "top1_agree"), strict=True):
+        values = [v for v in (getattr(r, attr) for r in both) if v is not None]
+        agreement[name] = float(np.mean(values)) if values else 1.0
+    first = [r.primary.latency_ms for r in both]
+    again = [r.shadow.latency_ms for r in both]
+    p95_first, p95_again = stats.sample_quantile(first, 0.95), stats.sample_quantile(again, 0.95)
+    spread = abs(p95_again / p95_first - 1) if p95_first > 0 else 0.0
+    detail = (
+        f"A/A over {len(both)} repeated calls: overlap {agreement['overlapAtK']:.3f}, "
+        f"RBO {agreement['rbo']:.3f}, top-1 {agreement['top1Agree']:.3f}; "
+        f"p95 {p95_first:.1f} ms vs {p95_again:.1f} ms (spread {spread:.0%})"
+    )
+    return NoiseFloor(True, len(both), agreement, min(spread, 1.0), source, detail)
+
+
+def time_range(records: Sequence[Comparison]) -> dict[str, Any]:
+    """The first and last comparison judged (what a sign-off covers)."""
+    if not records:
+        return {"first": None, "last": None, "comparisons": 0}
+    times = [r.ts for r in records]
+    return {"first": min(times).isoformat(), "last": max(times).isoformat(), "comparisons": len(records)}
 
 
 @dataclass
@@ -551,6 +875,12 @@ class Judgement:
     log: dict[str, Any] = field(default_factory=dict)
     not_judged: list[dict[str, Any]] = field(default_factory=list)
     signoff: dict[str, Any] = field(default_factory=dict)
+    noise_floor: NoiseFloor = field(default_factory=NoiseFloor)
+    time_range: dict[str, Any] = field(default_factory=dict)
+    certificate: dict[str, Any] | None = None
+    sequential: dict[str, Any] = field(default_factory=dict)
+    #: the metrics as a report's gate strip (:mod:`memwork.rollout.gate_records`), set by the runner
+    gates: list[dict[str, Any]] = field(default_factory=list)
     #: which way the verdict was reached (the in-process gates' result says ``gates``)
     mode: ClassVar[str] = "judge"
 
@@ -587,6 +917,11 @@ class Judgement:
             "pairs": [p.to_dict() for p in self.pairs],
             "not_judged": self.not_judged,
             "metrics": [m.to_dict() for m in self.metrics],
+            "time_range": self.time_range,
+            "noise_floor": self.noise_floor.to_dict(),
+            "certificate": self.certificate,
+            "sequential": self.sequential,
+            "gates": self.gates,
             "signoff": self.signoff,
         }
 
@@ -599,12 +934,19 @@ def judge_comparisons(
     shadow_backend: str = "",
     failures: Iterable[str] = (),
     same_backend: SameBackend = operator.eq,
+    noise: NoiseFloor | None = None,
+    certificate: Certificate | None = None,
+    certificate_waiver: str = "",
+    ranking_of: RankingOf = undeclared,
 ) -> Judgement:
     """The verdict on a log already read: the log's quality, then each selected pair on its own.
-    ``failures``: NO-GO reasons found elsewhere (a failing input report, an unreadable service)."""
+    ``failures``: NO-GO reasons found elsewhere (a failing input report, an unreadable service);
+    ``noise``: the A/A noise floor; ``certificate`` / ``certificate_waiver``: the quality gate of a
+    rollout between backends that rank differently; ``ranking_of``: how a backend (by name) ranks
+    (:func:`memwork.rollout.roles.declared_ranking` reads the registry; default: undeclared)."""
     every = split_pairs(log)
     chosen = select_pairs(every, primary_backend, shadow_backend, same_backend)
-    judged = judge_pairs(chosen, th)
+    judged = judge_pairs(chosen, th, noise, certificate, certificate_waiver, ranking_of)
     quality = judge_log_quality(log, th)
     metrics = [quality, *(m for p in judged for m in p.metrics)]
     several = len(judged) > 1
@@ -630,6 +972,9 @@ def judge_comparisons(
             for p in every
             if p not in chosen
         ],
+        noise_floor=noise or NoiseFloor(),
+        time_range=time_range([r for p in chosen for r in p.records]),
+        certificate=None if certificate is None else certificate.to_dict(),
     )
 
 
@@ -647,6 +992,13 @@ def signoff_evidence(judgement: Judgement, log_path: str) -> dict[str, Any]:
         "log_quality": {k: v for k, v in log.items() if k not in ("files", "sha256")},
         "pairs": [p.to_dict() for p in judgement.pairs],
         "pairs_not_judged": judgement.not_judged,
+        "time_range_judged": judgement.time_range,
+        "noise_floor": judgement.noise_floor.to_dict(),
+        "certificate": judgement.certificate,
+        "certificate_waiver": next(
+            (m.detail for m in judgement.metrics if m.metric == "certificate" and m.classification == OFF), ""
+        ),
+        "sequential": judgement.sequential,
         "thresholds": asdict(th),
         "method": {
             "power": POWER,

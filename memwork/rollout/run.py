@@ -19,9 +19,12 @@ from typing import Any
 
 from memwork.redaction import describe_error, redact_url
 from memwork.rollout.app_canary import bearer_token, fetch_status, same_backend
+from memwork.rollout.certificate import read_certificate
 from memwork.rollout.comparisons import read_comparison_log
+from memwork.rollout.gate_records import judge_gates
 from memwork.rollout.gates import GateResult, SampleMigration, canary_env_for, run_gates
-from memwork.rollout.judge import Judgement, Thresholds, judge_comparisons, signoff_evidence
+from memwork.rollout.judge import Judgement, Thresholds, judge_comparisons, noise_floor, signoff_evidence
+from memwork.rollout.roles import declared_ranking
 from memwork.rollout.signoff import (
     INPUT_REPORTS,
     InputReport,
@@ -72,9 +75,13 @@ def judge_shadow_reads(parameters: SignoffParameters) -> Judgement:
         verification_summary=parameters.verification_summary,
         primary_backend=parameters.primary_backend,
         shadow_backend=parameters.shadow_backend,
+        certificate=parameters.certificate,
+        certificate_waiver=parameters.certificate_waiver,
+        aa_log=parameters.aa_log,
         service=service,
         failures=[problem] if problem else [],
         parameters=parameters.as_given(),
+        given_explicitly=parameters.changed(),
     )
 
 
@@ -87,32 +94,53 @@ def judge_log(
     verification_summary: str = "",
     primary_backend: str = "",
     shadow_backend: str = "",
+    certificate: str = "",
+    certificate_waiver: str = "",
+    aa_log: str = "",
     service: dict[str, Any] | None = None,
     failures: Iterable[str] = (),
     parameters: Mapping[str, Any] | None = None,
+    given_explicitly: Mapping[str, Any] | None = None,
 ) -> Judgement:
     """The whole judge over one comparison log: metrics, verdict, reasons and the sign-off.
 
-    ``failures``: NO-GO reasons found elsewhere (the service's status could not be read);
-    ``service``: what the sign-off records of the service; ``parameters``: what the sign-off
-    fingerprints (default: these arguments)."""
+    ``certificate``: the migration certificate (a summary.json or its run folder; default: the
+    ``verification_summary``), the quality gate when the backends rank differently, unless
+    ``certificate_waiver`` gives the reason it is waived; ``aa_log``: a comparison log of the
+    baseline against itself, the noise floor; ``failures``: NO-GO reasons found elsewhere (the
+    service's status could not be read); ``service``: what the sign-off records of the service;
+    ``parameters``: what the sign-off fingerprints (default: these arguments); ``given_explicitly``:
+    the parameters set for this run (a gate's threshold origin is ``set`` for those, else ``default``)."""
     th = thresholds or Thresholds()
     th.check()
+    explicit = given_explicitly
     given = parameters
     if given is None:
         given = {"comparison_log": str(log), **asdict(th), "approver": approver,
                  "health_summary": health_summary, "verification_summary": verification_summary,
-                 "primary_backend": primary_backend, "shadow_backend": shadow_backend}  # fmt: skip
+                 "primary_backend": primary_backend, "shadow_backend": shadow_backend,
+                 "certificate": certificate, "certificate_waiver": certificate_waiver,
+                 "aa_log": aa_log}  # fmt: skip
     named = {"health_summary": health_summary, "verification_summary": verification_summary}
     inputs = {name: read_input_report(name, named[name]) for name in INPUT_REPORTS}
+    cert = read_certificate(certificate, "certificate") if certificate else None
+    if cert is None and verification_summary:
+        cert = read_certificate(verification_summary, "verification_summary")
+    noise = noise_floor(read_comparison_log(aa_log), str(aa_log)) if aa_log else None
+    comparisons = read_comparison_log(log)
     judgement = judge_comparisons(
-        read_comparison_log(log),
+        comparisons,
         th,
         primary_backend=primary_backend,
         shadow_backend=shadow_backend,
         failures=[*failures, *input_failures(inputs)],
         same_backend=same_backend,
+        noise=noise,
+        certificate=cert,
+        certificate_waiver=certificate_waiver,
+        ranking_of=declared_ranking,
     )
+    judgement.gates = [g.to_dict() for g in judge_gates(judgement, explicit or {})]
     evidence = signoff_evidence(judgement, str(log))
     if service is not None:
         evidence["service"] = service

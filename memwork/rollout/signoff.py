@@ -70,6 +70,16 @@ class SignoffParameters:
     max_damaged_share: float = 0.01
     primary_backend: str = ""
     shadow_backend: str = ""
+    # what decides by rollout kind (memwork.rollout.roles), the budgets, warm-up and the noise floor
+    max_underfill_rate: float = 0.01
+    max_p99_ms: float = 1000.0
+    latency_band: float = 0.0  # 0: band when the backends rank alike, shown only when they differ
+    warmup_s: float = 30.0
+    primary_ranking: str = ""
+    shadow_ranking: str = ""
+    certificate: str = ""  # the migration certificate (default: verification_summary)
+    certificate_waiver: str = ""  # the reason the certificate is waived (recorded in the sign-off)
+    aa_log: str = ""  # a comparison log of the baseline against itself (A/A): the noise floor
 
     @property
     def judges_shadow_reads(self) -> bool:
@@ -82,6 +92,15 @@ class SignoffParameters:
 
     def as_given(self) -> dict[str, Any]:
         return asdict(self)
+
+    def changed(self) -> dict[str, Any]:
+        """The parameters whose value is not the documented default (a gate shows them as ``set``)."""
+        defaults = SignoffParameters()
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(defaults, f.name)
+        }
 
     def check(self) -> None:
         """Reject impossible settings (:class:`UsageError` naming the field) before anything is built,

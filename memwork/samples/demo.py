@@ -69,9 +69,23 @@ class DemoResult:
                 f"  {run['name']:<30} {run['verdict']:<12} {run['duration_s']:>6.1f} s  {run['html']}"
             )
             lines.extend(f"      - {reason}" for reason in run.get("reasons", [])[:5])
+        lines.extend(VERDICTS_MEANING)
         lines.append(f"  index: {self.index}")
         lines.append(f"  total {sum(self.timings.values()):.1f} s")
         return "\n".join(lines)
+
+
+#: what the demo's verdicts mean, printed after them
+VERDICTS_MEANING = (
+    "  what the verdicts mean:",
+    "    PASS / GO     every gate that decides passed: the report names them and their thresholds",
+    "    FAIL / NO-GO  a gate failed: the reasons name it -- do not roll out",
+    "    INCONCLUSIVE  too little data to decide (exit 3): let the shadow run longer, judge again",
+    "    INFO          a finding to review (the duplicate review), not a gate",
+    "  the shadow canary: legacy answers newest first, pgvector nearest first, so their agreement is",
+    "    shown and never decides; the backfill verification (the migration certificate), errors,",
+    "    cross-user memories, underfill and the latency SLO decide",
+)
 
 
 def _demo_exit_code(run: dict[str, Any]) -> int:

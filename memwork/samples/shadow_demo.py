@@ -4,9 +4,11 @@ Legacy answers the callers (phase 1 of the rollout: ``MEMORY_BACKEND=legacy``) a
 also sent to pgvector off the reply path (``MEMORY_SHADOW_BACKEND=pgvector``,
 ``MEMORY_SHADOW_SAMPLE=1``); the comparisons go to a log in the demo workspace, and the
 ``canary_signoff`` report judges that log against the running service (its status is recorded in the
-sign-off). Whatever the judge says -- GO, NO-GO or INCONCLUSIVE -- is the demo's finding, with its
-reasons: legacy ranks a user's memories by recency and pgvector by meaning, so the rank-agreement
-metrics show how differently the two answer the same users.
+sign-off). The traffic is what users send: a random memory of a user as the query, limit 10. Legacy
+ranks a user's memories by recency and pgvector by meaning, so the rank-agreement metrics are shown
+and never decide; the backfill verification (the migration certificate), shadow errors, cross-user
+memories, underfill and the latency SLO do. A correct migration ends on GO; whatever the judge says
+is the demo's finding, with its reasons.
 """
 
 from __future__ import annotations

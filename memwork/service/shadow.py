@@ -35,6 +35,8 @@ reads them with :func:`read_comparisons`)::
     top1Agree     the first ids are equal; null if both empty (false if only one is)
     fewerThanK    {primary, shadow}: that side returned fewer than k ids
     dimensionMismatch  null, or {side, dimensions} when an error says the embedding dimension differs
+    startedAt     ISO 8601 UTC time the service's shadow reader started (the judge sets the first
+                  seconds after a (re)start apart as warm-up); absent in logs of older versions
 
 Nothing of the request reaches the log but ``user`` (a digest) and ``k``: no user id, query,
 session id or message text, in any form, even when a backend's error echoes the request.
@@ -279,9 +281,10 @@ def compare(
     primary: SideResult,
     shadow: SideResult,
     sensitive: RequestValues | None = None,
+    started_at: str | None = None,
 ) -> dict[str, Any]:
     """One comparison-log record (schema in the module docstring); ``sensitive``: the request's values
-    (the user id is always among them)."""
+    (the user id is always among them); ``started_at``: when the shadow reader started."""
     values = sensitive if sensitive is not None else request_values({"userId": user_id})
     left, right = primary.record(user_id, k, values), shadow.record(user_id, k, values)
     a, b = left["ids"], right["ids"]
@@ -297,6 +300,7 @@ def compare(
         "top1Agree": top1_agree(a, b),
         "fewerThanK": {"primary": len(a) < k, "shadow": len(b) < k},
         "dimensionMismatch": dimension_mismatch(left["error"], right["error"]),
+        **({"startedAt": started_at} if started_at else {}),
     }
 
 
@@ -386,6 +390,7 @@ class ShadowReader:
     ) -> None:
         self.facade = facade
         self._chance = chance
+        self.started_at = datetime.now(UTC).isoformat()
         self.counters = {"sampled": 0, "recorded": 0, "dropped": 0, "errors": 0, "logErrors": 0}
         self._lock = threading.Lock()
         self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=settings.queue_size)
@@ -488,7 +493,7 @@ class ShadowReader:
         user_id = str(job.request.get("userId"))
         k = int(job.request.get("limit") or 1)
         sensitive = request_values(job.request)
-        self.log.append(compare(job.request_id, user_id, k, job.primary, shadow, sensitive))
+        self.log.append(compare(job.request_id, user_id, k, job.primary, shadow, sensitive, self.started_at))
         self._count("recorded")
 
     def drain(self, timeout_s: float = 5.0) -> bool:
