@@ -98,6 +98,17 @@ class VerdictError(CheckFailed):
         super().__init__(f"verdict {verdict}: {'; '.join(reasons) or 'no reason recorded'}")
 
 
+class VerdictInconclusive(VerdictError):
+    """A report could not decide (INCONCLUSIVE: too little data, a marginal result): a person decides.
+
+    Raised by the last cell instead of :class:`VerdictError`, so a scheduler running papermill can tell
+    it from a NO-GO by the exception name (``PapermillExecutionError.ename``, the last line papermill
+    prints) and map it to :data:`exit_code` 3, the code ``memwork report`` exits with.
+    """
+
+    exit_code = 3
+
+
 class BackendError(MemworkError):
     """A memory backend failed (raised only when fail-open is off)."""
 
