@@ -207,6 +207,30 @@ def attach_comparison(run: ReportRun, meta: dict[str, Any]) -> dict[str, Any]:
     return comparison
 
 
+def latest_summary(root: Path | str, report: str, parameters: Mapping[str, Any]) -> str:
+    """The summary.json of the newest earlier run of ``report`` on the same data ('' when none):
+    how a chain of runs (the demo, a scheduler) passes ``previous_summary`` on."""
+    runs = earlier_runs(Path(root), report, group_of(parameters), "~")  # "~" sorts after every run id
+    return str(Path(root) / runs[0]["run_id"] / "summary.json") if runs else ""
+
+
+def since_text(summary: Mapping[str, Any]) -> str:
+    """One line: is the previous run comparable, and how the key numbers moved since."""
+    comparison = summary.get("comparison") or {}
+    if not comparison or not comparison.get("previous"):
+        return "first run of this report on this data" if comparison else ""
+    moved = ", ".join(
+        f"{d['number']} {d['previous']:g} → {d['now']:g}" for d in comparison.get("delta") or []
+    )
+    if comparison.get("comparable"):
+        return f"since {comparison['previous']} (comparable): {moved or 'no key numbers'}"
+    why = "; ".join(comparison.get("why_not") or [])[:160]
+    against = comparison.get("previous_comparable")
+    return f"not comparable with {comparison['previous']} ({why})" + (
+        f"; since {against}: {moved}" if against else ""
+    )
+
+
 def _read(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -69,7 +69,10 @@ class DemoResult:
                 f"  {run['name']:<30} {run['verdict']:<12} {run['duration_s']:>6.1f} s  {run['html']}"
             )
             lines.extend(f"      - {reason}" for reason in run.get("reasons", [])[:5])
+            if run.get("since"):
+                lines.append(f"      {run['since']}")
         lines.append(f"  index: {self.index}")
+        lines.extend(VERDICTS_EXPLAINED)
         lines.append(f"  total {sum(self.timings.values()):.1f} s")
         return "\n".join(lines)
 
@@ -202,6 +205,12 @@ def _run_demo(
                                    "expected_dimensions": data["dimensions"]}),
     ]  # fmt: skip
     summaries: dict[str, str] = {}
+    from memwork.reports.history import latest_summary
+
+    # the demo chains its runs: the health report's trend is against the previous demo's
+    previous = latest_summary(out, "health_report", plans[0][1])
+    if previous:
+        plans[0][1]["previous_summary"] = previous
     for name, params in plans:
         say(f"running report {name}…")
         run = run_report(name, params, out, raise_on_error=False)
@@ -243,6 +252,17 @@ def _run_demo(
 
 
 def _run_row(run: Any) -> dict[str, Any]:
+    from memwork.reports.history import since_text
+
     row = run.to_dict()
     row["reasons"] = list(run.summary.get("reasons") or ([run.error] if run.error else []))
+    row["since"] = since_text(run.summary)
     return row
+
+
+#: printed after the runs: what each verdict means (README's first screen says the same)
+VERDICTS_EXPLAINED = (
+    "  verdicts: PASS/GO every gate on the report's gate strip passed (it says how many); FAIL/NO-GO a gate",
+    "  failed (the report names it at the top); INCONCLUSIVE too little data to decide, a person decides",
+    "  (exit 3); INFO the report decides nothing (the duplicate review lists pairs for you to judge).",
+)
