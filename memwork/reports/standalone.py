@@ -191,7 +191,7 @@ def finish(summary: dict[str, Any]) -> Path | None:
 
     finished = datetime.now(UTC)
     report = ReportRun(
-        run.name, run.run_dir.name, run.run_dir, run.parameters, run.started.isoformat("seconds")
+        run.name, run.run_dir.name, run.run_dir, run.parameters, run.started.isoformat(timespec="seconds")
     )
     report.finished_at = finished.isoformat(timespec="seconds")
     report.duration_s = (finished - run.started).total_seconds()
