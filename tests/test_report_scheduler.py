@@ -67,6 +67,7 @@ def test_a_scheduled_run_writes_summary_html_and_manifest_to_the_default_locatio
 
 def test_inconclusive_has_its_own_exception_name_a_scheduler_can_map(tmp_path):
     nb = nbformat.v4.new_notebook()
+    nb.metadata = nbformat.read(str(notebooks_dir() / "health_report.ipynb"), as_version=4).metadata
     params = nbformat.v4.new_code_cell('verdict: str = "PASS"  # the verdict to record')
     params.metadata["tags"] = ["parameters"]
     nb.cells = [
