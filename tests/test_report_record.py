@@ -245,3 +245,20 @@ def test_the_index_groups_runs_draws_trends_over_comparable_runs_and_refuses_the
     chain, _ = comparable_chain(health[1:])
     assert len(chain) == 3
     assert "<a href='20260102T000000000Z-health_report/health_report.html'>" in page
+
+
+def test_a_chain_of_runs_finds_its_previous_summary_and_says_how_numbers_moved(tmp_path):
+    from memwork.reports.history import latest_summary, since_text
+
+    store = {"store": "sqlite:///a.db"}
+    assert latest_summary(tmp_path, "health_report", store) == ""
+    _fake_run(tmp_path, "20260101T000000000Z-health_report", "health_report", store, {"health score": 80})
+    second = _fake_run(
+        tmp_path, "20260102T000000000Z-health_report", "health_report", store, {"health score": 83}
+    )
+    found = latest_summary(tmp_path, "health_report", {**store, "previous_summary": "x"})
+    assert found == str(tmp_path / "20260102T000000000Z-health_report" / "summary.json")
+    assert since_text({"comparison": second}) == (
+        "since 20260101T000000000Z-health_report (comparable): health score 80 → 83"
+    )
+    assert since_text({"comparison": {"previous": None}}) == "first run of this report on this data"
