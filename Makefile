@@ -29,7 +29,8 @@ test: lint
 	$(BIN)/pytest -q -n $(JOBS) -p no:cacheprovider
 	@# the report notebooks as tests (assert cells are the checks), in a throw-away workspace whose
 	@# embedded PostgreSQL (started by the notebooks' kernels, which nbval kills) is stopped afterwards
-	d=$$(mktemp -d /tmp/memwork-nbval.XXXXXX); MEMWORK_HOME=$$d $(BIN)/pytest -q -p no:cacheprovider \
+	@# (MEMWORK_REPORT_DIR=off: a notebook run outside `memwork report` writes no run folder)
+	d=$$(mktemp -d /tmp/memwork-nbval.XXXXXX); MEMWORK_HOME=$$d MEMWORK_REPORT_DIR=off $(BIN)/pytest -q -p no:cacheprovider \
 	  --nbval-lax notebooks/; rc=$$?; \
 	  MEMWORK_HOME=$$d $(BIN)/memwork pgvector url --stop >/dev/null 2>&1; rm -rf $$d; exit $$rc
 

@@ -209,8 +209,8 @@ def test_a_run_says_first_whether_the_previous_run_is_comparable_and_gives_the_d
 
 
 def test_fingerprints_differ_by_version_embedder_and_inputs():
-    a = fingerprint("r", {"k": 1, "fail_on_verdict": True}, {"inputs": {"rows": 600}}, "0.1.0")
-    b = fingerprint("r", {"k": 1}, {"inputs": {"rows": 601}, "embedder": "minilm"}, "0.2.0")
+    a = fingerprint("r", {"k": 1, "fail_on_verdict": True}, {"input_fingerprint": {"rows": 600}}, "0.1.0")
+    b = fingerprint("r", {"k": 1}, {"input_fingerprint": {"rows": 601}, "embedder": "minilm"}, "0.2.0")
     assert differences(a, a) == [] and differences(a, {**a, "parameters": {"k": 1}}) == []
     assert differences(b, a) == [
         "input rows: 600 → 601",

@@ -4,7 +4,7 @@ Two runs of a report are *comparable* when they were asked the same question of 
 the same tools: the same report, the same parameters (``fail_on_verdict`` and
 ``previous_summary`` aside: they change how a run ends or what it shows, not what it measures), the
 same memwork version, the same embedder, and the same input fingerprints a report records
-(row counts, checksums of a source: ``summary["inputs"]``). A delta or a trend is shown only
+(row counts, checksums of a source: ``summary["input_fingerprint"]``). A delta or a trend is shown only
 between comparable runs; otherwise the page says which of these differs, and refuses.
 
 A report's *group* is what it looked at (its store, source, log or service; see :func:`group_of`):
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 #: parameters that do not change what a run measures
 NOT_COMPARED = ("fail_on_verdict", "previous_summary", "approver", "review_file")
 #: parameters naming what a report looked at, in order of preference
-GROUP_PARAMETERS = ("store", "source_url", "pgvector_url", "comparison_log", "base_url")
+GROUP_PARAMETERS = ("comparison_log", "base_url", "store", "source_url", "pgvector_url")
 
 #: the numbers each report is followed by across runs (dotted paths into summary.json)
 KEY_NUMBERS: dict[str, tuple[tuple[str, str], ...]] = {
@@ -93,7 +93,7 @@ def fingerprint(report: str, parameters: Mapping[str, Any], summary: Mapping[str
         or parameters.get("expected_model")
         or ""
     )
-    inputs = summary.get("inputs") if isinstance(summary.get("inputs"), Mapping) else {}
+    inputs = summary.get("input_fingerprint") if isinstance(summary.get("input_fingerprint"), Mapping) else {}
     return {
         "report": report,
         "parameters": params,
