@@ -14,7 +14,8 @@ JOBS   ?= 2
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
+	@# setuptools' "Editable installation" notice is information, not a problem: kept off the first screen
+	PYTHONWARNINGS=ignore::UserWarning:setuptools.command.editable_wheel $(BIN)/pip install -q -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP)
