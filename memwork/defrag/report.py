@@ -74,9 +74,9 @@ class HealthReport:
 
     def gates(self) -> list[Any]:
         """The gates the verdict stands on: the health score against ``min_score`` (0: off)."""
-        from memwork.reports.gates import judged
+        from memwork.reports.gates import Origin, judged
 
-        origin = "set" if "min_score" in self.set_parameters else "default"
+        origin: Origin = "set" if "min_score" in self.set_parameters else "default"
         threshold = self.min_score if self.min_score > 0 else None
         why = "min_score 0 switches the gate off" if threshold is None else f"band {self.health.get('band')}"
         return [judged("health score", self.health["score"], threshold, ">=", origin=origin, why=why)]

@@ -143,7 +143,7 @@ def parse_waivers(text: str | Mapping[str, str] | None) -> dict[str, str]:
     return waivers
 
 
-_STATE_OF = {"PASS": "pass", "FAIL": "fail", "SKIP": "nodata", "NODATA": "nodata", "MARGINAL": "nodata"}
+_STATE_OF: dict[str, State] = {"PASS": "pass", "FAIL": "fail", "SKIP": "nodata", "NODATA": "nodata", "MARGINAL": "nodata"}
 
 
 def gates_of(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -170,7 +170,7 @@ def gates_of(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(m, Mapping):
             continue
         label = str(m.get("metric", "?")) + (f" ({m['pair']})" if m.get("pair") else "")
-        state: State = _STATE_OF.get(str(m.get("classification", "")).upper(), "nodata")  # type: ignore[assignment]
+        state: State = _STATE_OF.get(str(m.get("classification", "")).upper(), "nodata")
         if m.get("required") is False:
             state = "off"
         observed = m.get("estimate")
