@@ -1,7 +1,8 @@
 """Small domain exceptions. The CLI maps them to exit codes once, in ``memwork.cli``.
 
 Exit codes: 0 ok, 1 a check or verdict failed (:class:`CheckFailed`) or any other failure, 2 usage
-or input error -- only :class:`UsageError` and its subclasses, so a bug never looks like bad input.
+or input error -- only :class:`UsageError` and its subclasses, so a bug never looks like bad input --
+and 3 an undecided verdict (:class:`VerdictInconclusive`: INCONCLUSIVE, a person decides).
 Every domain exception memwork raises on purpose is defined here.
 """
 
