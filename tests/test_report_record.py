@@ -101,8 +101,21 @@ def test_the_canary_and_judge_shapes_become_strip_gates():
         {"metric": "rbo", "classification": "FAIL", "estimate": 0.29, "threshold": 0.8, "required": False},
         {"metric": "shadowErrors", "classification": "PASS", "estimate": 0.0, "threshold": 0.01},
     ]}  # fmt: skip
-    states = [(g["name"], g["state"]) for g in gates_of(judged_log)]
-    assert states == [("rbo", "off"), ("shadowErrors", "pass")]
+    states = [(g["name"], g["state"], g["comparison"]) for g in gates_of(judged_log)]
+    assert states == [("rbo", "off", "<="), ("shadowErrors", "pass", "<=")]
+    latency = {"metric": "latencyMs", "kind": "two-sample", "direction": "increase is bad", "relative": 0.9,
+               "estimate": 42.9, "threshold": 0.25, "classification": "FAIL",
+               "detail": "increase of 90%"}  # fmt: skip
+    recall = {"metric": "overlapAtK", "kind": "agreement", "direction": "decrease is bad", "estimate": 0.95,
+              "threshold": 0.75, "classification": "PASS"}  # fmt: skip
+    [lat, over] = gates_of({"metrics": [latency, recall]})
+    assert (lat["observed"], lat["comparison"], lat["unit"], lat["why"]) == (
+        0.9,
+        "<=",
+        "relative change",
+        "increase of 90%",
+    )
+    assert (over["observed"], over["comparison"], over["state"]) == (0.95, ">=", "pass")
 
 
 # ---- verdicts a scheduler can map -------------------------------------------------------------------

@@ -143,7 +143,13 @@ def parse_waivers(text: str | Mapping[str, str] | None) -> dict[str, str]:
     return waivers
 
 
-_STATE_OF: dict[str, State] = {"PASS": "pass", "FAIL": "fail", "SKIP": "nodata", "NODATA": "nodata", "MARGINAL": "nodata"}
+_STATE_OF: dict[str, State] = {
+    "PASS": "pass",
+    "FAIL": "fail",
+    "SKIP": "nodata",
+    "NODATA": "nodata",
+    "MARGINAL": "nodata",
+}
 
 
 def gates_of(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -173,15 +179,19 @@ def gates_of(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         state: State = _STATE_OF.get(str(m.get("classification", "")).upper(), "nodata")
         if m.get("required") is False:
             state = "off"
-        observed = m.get("estimate")
+        relative = m.get("relative") if m.get("kind") in ("two-sample", "tail") else None
+        observed = relative if isinstance(relative, (int, float)) else m.get("estimate")
+        direction = str(m.get("direction", ""))
         rows.append(
             Gate(
                 label,
                 state,
                 observed=observed if isinstance(observed, (int, float, str)) else None,
                 threshold=m.get("threshold") if isinstance(m.get("threshold"), (int, float, str)) else None,
-                unit=str(m.get("unit") or ""),
-                why="informational: does not decide" if state == "off" else str(m.get("classification", "")),
+                comparison=">=" if direction.startswith("decrease") else "<=",
+                unit="relative change" if relative is not None else str(m.get("unit") or ""),
+                why=("informational, does not decide: " if state == "off" else "")
+                + str(m.get("detail") or ""),
             ).to_dict()
         )
     return rows
