@@ -275,3 +275,18 @@ def test_a_chain_of_runs_finds_its_previous_summary_and_says_how_numbers_moved(t
         "since 20260101T000000000Z-health_report (comparable): health score 80 → 83"
     )
     assert since_text({"comparison": {"previous": None}}) == "first run of this report on this data"
+
+
+def test_an_input_report_is_compared_by_what_it_found_not_by_its_folder(tmp_path):
+    for name, score in (("a", 83), ("b", 83), ("c", 70)):
+        (tmp_path / name).mkdir()
+        summary = {"verdict": "PASS", "key_numbers": {"health score": score}}
+        (tmp_path / name / "summary.json").write_text(json.dumps(summary))
+
+    def fp(folder: str, port: int) -> dict:
+        params = {"health_summary": str(tmp_path / folder), "base_url": f"http://127.0.0.1:{port}"}
+        return fingerprint("canary_signoff", params, {}, "0.1.0")
+
+    assert differences(fp("b", 2), fp("a", 1)) == []  # a new run folder and port, the same finding
+    [why] = differences(fp("c", 1), fp("a", 1))
+    assert why.startswith("input health_summary:") and "83" in why and "70" in why

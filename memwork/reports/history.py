@@ -21,8 +21,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from memwork.reports.runner import ReportRun
 
-#: parameters that do not change what a run measures
-NOT_COMPARED = ("fail_on_verdict", "previous_summary", "approver", "review_file")
+#: parameters that do not change what a run measures (``base_url``: a restarted service gets a new port;
+#: the log it writes, ``comparison_log``, names what was judged)
+NOT_COMPARED = ("fail_on_verdict", "previous_summary", "approver", "review_file", "base_url")
+#: parameters naming another run's summary.json: compared by what that run found (its verdict and key
+#: numbers), not by its path -- every run has a new folder
+SUMMARY_PARAMETERS = ("health_summary", "verification_summary", "certificate")
 #: parameters naming what a report looked at, in order of preference
 GROUP_PARAMETERS = ("comparison_log", "base_url", "store", "source_url", "pgvector_url")
 
@@ -85,7 +89,9 @@ def group_of(parameters: Mapping[str, Any]) -> str:
 
 def fingerprint(report: str, parameters: Mapping[str, Any], summary: Mapping[str, Any], version: str) -> dict:
     """What must match for two runs to be comparable."""
-    params = {k: v for k, v in sorted(parameters.items()) if k not in NOT_COMPARED}
+    params = {
+        k: v for k, v in sorted(parameters.items()) if k not in NOT_COMPARED and k not in SUMMARY_PARAMETERS
+    }
     embedder = (
         summary.get("embedder")
         or _dig(summary, "health.embedding_model")
@@ -94,13 +100,26 @@ def fingerprint(report: str, parameters: Mapping[str, Any], summary: Mapping[str
         or ""
     )
     inputs = summary.get("input_fingerprint") if isinstance(summary.get("input_fingerprint"), Mapping) else {}
+    inputs = dict(inputs or {})
+    for name in SUMMARY_PARAMETERS:
+        if parameters.get(name):
+            inputs[name] = _found_by(str(parameters[name]))
     return {
         "report": report,
         "parameters": params,
         "memwork_version": version,
         "embedder": str(embedder),
-        "inputs": dict(inputs or {}),
+        "inputs": inputs,
     }
+
+
+def _found_by(path: str) -> Any:
+    """What the run behind a summary.json found: its verdict and key numbers (else the path)."""
+    folder = Path(path)
+    data = _read(folder / "summary.json" if folder.is_dir() else folder)
+    if not data:
+        return path
+    return {"verdict": data.get("verdict"), "key_numbers": data.get("key_numbers") or {}}
 
 
 def differences(now: Mapping[str, Any], before: Mapping[str, Any]) -> list[str]:
