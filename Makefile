@@ -14,7 +14,8 @@ JOBS   ?= 2
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[$(EXTRAS)]'
+	@# setuptools' "Editable installation" notice is information, not a problem: kept off the first screen
+	PYTHONWARNINGS=ignore::UserWarning:setuptools.command.editable_wheel $(BIN)/pip install -q -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,7 +30,8 @@ test: lint
 	$(BIN)/pytest -q -n $(JOBS) -p no:cacheprovider
 	@# the report notebooks as tests (assert cells are the checks), in a throw-away workspace whose
 	@# embedded PostgreSQL (started by the notebooks' kernels, which nbval kills) is stopped afterwards
-	d=$$(mktemp -d /tmp/memwork-nbval.XXXXXX); MEMWORK_HOME=$$d $(BIN)/pytest -q -p no:cacheprovider \
+	@# (MEMWORK_REPORT_DIR=off: a notebook run outside `memwork report` writes no run folder)
+	d=$$(mktemp -d /tmp/memwork-nbval.XXXXXX); MEMWORK_HOME=$$d MEMWORK_REPORT_DIR=off $(BIN)/pytest -q -p no:cacheprovider \
 	  --nbval-lax notebooks/; rc=$$?; \
 	  MEMWORK_HOME=$$d $(BIN)/memwork pgvector url --stop >/dev/null 2>&1; rm -rf $$d; exit $$rc
 

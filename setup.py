@@ -68,7 +68,9 @@ class SdistWithCommit(sdist):
 
 
 setup(
-    packages=[*find_packages(include=["memwork", "memwork.*"]), "memwork.notebooks"],
+    # memwork.embed_data holds no Python, only the embedder's tokenizer files: listed as a package so
+    # setuptools ships its data without warning that an importable folder would be left out
+    packages=[*find_packages(include=["memwork", "memwork.*"]), "memwork.embed_data", "memwork.notebooks"],
     package_dir={"memwork.notebooks": "notebooks"},
     cmdclass={"build_py": BuildPyWithCommit, "sdist": SdistWithCommit},
 )

@@ -1,7 +1,8 @@
 """Small domain exceptions. The CLI maps them to exit codes once, in ``memwork.cli``.
 
 Exit codes: 0 ok, 1 a check or verdict failed (:class:`CheckFailed`) or any other failure, 2 usage
-or input error -- only :class:`UsageError` and its subclasses, so a bug never looks like bad input.
+or input error -- only :class:`UsageError` and its subclasses, so a bug never looks like bad input --
+and 3 an undecided verdict (:class:`VerdictInconclusive`: INCONCLUSIVE, a person decides).
 Every domain exception memwork raises on purpose is defined here.
 """
 
@@ -96,6 +97,17 @@ class VerdictError(CheckFailed):
         self.verdict = verdict
         self.reasons = reasons
         super().__init__(f"verdict {verdict}: {'; '.join(reasons) or 'no reason recorded'}")
+
+
+class VerdictInconclusive(VerdictError):
+    """A report could not decide (INCONCLUSIVE: too little data, a marginal result): a person decides.
+
+    Raised by the last cell instead of :class:`VerdictError`, so a scheduler running papermill can tell
+    it from a NO-GO by the exception name (``PapermillExecutionError.ename``, the last line papermill
+    prints) and map it to :data:`exit_code` 3, the code ``memwork report`` exits with.
+    """
+
+    exit_code = 3
 
 
 class BackendError(MemworkError):

@@ -72,7 +72,8 @@ def test_debug_shows_the_traceback(failing_command, exc):
 
 
 def test_only_usage_errors_exit_2():
-    """The exit-code table in errors.py: 2 is UsageError's alone, every other memwork error is 1."""
+    """The exit-code table in errors.py: 2 is UsageError's alone, 3 an undecided verdict's, every other
+    memwork error is 1."""
 
     def subclasses(cls: type) -> list[type]:
         return [cls, *(s for sub in cls.__subclasses__() for s in subclasses(sub))]
@@ -80,6 +81,9 @@ def test_only_usage_errors_exit_2():
     for cls in subclasses(MemworkError):
         if cls.__name__ == "ReportExecutionError":
             continue  # per instance: 2 only when the failing cell raised a UsageError
+        if cls.__name__ == "VerdictInconclusive":
+            assert cls.exit_code == 3
+            continue
         assert cls.exit_code == (2 if issubclass(cls, UsageError) else 1), cls
 
 

@@ -43,7 +43,10 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     assert [r["verdict"] for r in second["runs"]] == [r["verdict"] for r in first.runs]
     assert second["data"]["active_items"] == first.data["active_items"]
     index = (tmp_path / "reports" / "index.html").read_text()
-    assert index.count("canary_signoff</a>") == 4  # two demo runs, each: in-process and shadow-read canary
+    # two demo runs, each: in-process and shadow-read canary, in two groups; the second runs link the first
+    assert index.count("canary_signoff</a></td><td><span class='v'") == 4
+    assert "(in-process canary)" in index and "(shadow reads judged)" in index
+    assert second["runs"][0]["since"].startswith("since ") and "(comparable)" in second["runs"][0]["since"]
 
 
 def _assert_readme_examples_find_the_demo_output(workspace):

@@ -453,6 +453,7 @@ def test_the_health_invariant_cell_fails_on_an_inconsistent_summary():
     good = {
         "verdict": "FAIL",
         "reasons": ["health: score 40 below 50"],
+        "gates": [{"name": "health score", "state": "fail", "observed": 40, "threshold": 50}],
         "band": health["band"],
         "health": health,
         "embedded_out_of_range": 1,

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
     from memwork.stores.base import Store
 
+#: the health report's default threshold: the lowest score of the "good" band (60); a store below it
+#: FAILs unless the run lowers ``min_score`` on purpose (0 switches the gate off, and the report says so)
+DEFAULT_MIN_SCORE = 60
 COVERAGE_KEYS = ("metadata_pct", "tags_pct", "links_pct", "embedding_pct", "high_confidence_pct")
 
 
@@ -45,6 +48,8 @@ class HealthReport:
     min_score: int
     previous: dict[str, Any] | None = None
     reasons: list[str] = field(default_factory=list)
+    #: parameters the run set explicitly (the others are at their documented defaults)
+    set_parameters: tuple[str, ...] = ()
 
     @property
     def health(self) -> dict[str, Any]:
@@ -68,6 +73,15 @@ class HealthReport:
             now = self.health.get("coverage", {}).get(key, 0.0)
             delta[key] = round(now - before.get("coverage", {}).get(key, 0.0), 2)
         return {"previous_score": before.get("score"), "score": self.health["score"], "delta": delta}
+
+    def gates(self) -> list[Any]:
+        """The gates the verdict stands on: the health score against ``min_score`` (0: off)."""
+        from memwork.reports.gates import Origin, judged
+
+        origin: Origin = "set" if "min_score" in self.set_parameters else "default"
+        threshold = self.min_score if self.min_score > 0 else None
+        why = "min_score 0 switches the gate off" if threshold is None else f"band {self.health.get('band')}"
+        return [judged("health score", self.health["score"], threshold, ">=", origin=origin, why=why)]
 
     @property
     def out_of_range(self) -> int:
@@ -150,6 +164,7 @@ class HealthReport:
         return {
             "verdict": self.verdict,
             "reasons": self.reasons,
+            "gates": [g.to_dict() for g in self.gates()],
             "store": self.store,
             "scope": self.scope,
             "health": self.health,
@@ -167,8 +182,9 @@ def health_report(
     scope: str | None = None,
     *,
     age_days: int = 90,
-    min_score: int = 0,
+    min_score: int = DEFAULT_MIN_SCORE,
     previous_summary: str = "",
+    set_parameters: tuple[str, ...] | list[str] = (),
 ) -> HealthReport:
     """Analyze, low-quality and archival listings, stubs and the optional trend, in one call.
 
@@ -192,7 +208,7 @@ def health_report(
     ]
     report = HealthReport(
         shown, scope, analysis, low, [e.to_dict() for e in archival], stubs, min_score,
-        load_summary(previous_summary) if previous_summary else None,
+        load_summary(previous_summary) if previous_summary else None, set_parameters=tuple(set_parameters),
     )  # fmt: skip
     if report.health["score"] < min_score:
         report.reasons.append(f"health: score {report.health['score']} below {min_score}")

@@ -56,8 +56,10 @@ def output_dir() -> Path:
     """The run folder under the report runner; a temp folder otherwise (never the repository)."""
     import os
 
-    target = os.environ.get(REPORT_DIR_ENV)
-    return Path(target) if target else Path(tempfile.mkdtemp(prefix="memwork-nb-"))
+    target = os.environ.get(REPORT_DIR_ENV, "")
+    if target and target.strip().lower() not in ("off", "none", "-"):
+        return Path(target)
+    return Path(tempfile.mkdtemp(prefix="memwork-nb-"))
 
 
 # ---- tables --------------------------------------------------------------------------------------
@@ -112,6 +114,7 @@ class Table:
         html_columns: tuple[str, ...] = (),
         limit: int | None = None,
         align_numbers: bool = True,
+        csv: str = "",
     ) -> None:
         import pandas as pd
 
@@ -121,6 +124,8 @@ class Table:
         self.empty = empty
         self.html_columns = set(html_columns)
         self.align_numbers = align_numbers
+        #: the whole table as CSV beside the report (written only when the table is cut)
+        self.csv_path = write_full_csv(frame, csv) if self.total > len(self.frame) else None
 
     def _cell(self, column: str, value: Any) -> str:
         if column in self.html_columns:
@@ -149,11 +154,15 @@ class Table:
             "<tr>" + "".join(self._cell(c, v) for c, v in zip(self.frame.columns, row, strict=True)) + "</tr>"
             for row in self.frame.itertuples(index=False, name=None)
         )
-        more = (
-            f"<p><em>first {len(self.frame)} of {self.total} rows</em></p>"
-            if self.total > len(self.frame)
-            else ""
-        )
+        more = ""
+        if self.total > len(self.frame):
+            whole = (
+                f" -- all {self.total} rows: <a href='{html.escape(self.csv_path.name)}'>"
+                f"{html.escape(self.csv_path.name)}</a>"
+                if self.csv_path is not None
+                else ""
+            )
+            more = f"<p><em>first {len(self.frame)} of {self.total} rows</em>{whole}</p>"
         return (
             f"<table class='dataframe mw-table'><thead><tr>{head}</tr></thead>"
             f"<tbody>{body}</tbody></table>{more}"
@@ -166,10 +175,41 @@ class Table:
 
 
 def table(
-    rows: Any, *, empty: str = "none", html_columns: tuple[str, ...] = (), limit: int | None = None
+    rows: Any,
+    *,
+    empty: str = "none",
+    html_columns: tuple[str, ...] = (),
+    limit: int | None = None,
+    csv: str = "",
 ) -> Table:
     """``rows`` (DataFrame, list of dicts) as a readable :class:`Table` for a notebook cell."""
-    return Table(rows, empty=empty, html_columns=html_columns, limit=limit)
+    return Table(rows, empty=empty, html_columns=html_columns, limit=limit, csv=csv)
+
+
+_CSV_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def write_full_csv(frame: Any, name: str = "") -> Path | None:
+    """A cut table written whole as ``<name>.csv`` in the run folder (None outside a run: nothing is
+    written by hand). Lists and dicts are spelled out as the table shows them."""
+    import os
+
+    target = os.environ.get(REPORT_DIR_ENV, "")
+    if not target or target.strip().lower() in ("off", "none", "-"):
+        return None
+    folder = Path(target)
+    stem = _CSV_NAME_RE.sub("_", name).strip("._") or "table"
+    path = folder / f"{stem}.csv"
+    n = 1
+    while not name and path.exists():
+        n += 1
+        path = folder / f"{stem}-{n}.csv"
+    plain = frame.copy()
+    for column in plain.columns:
+        if plain[column].map(lambda v: isinstance(v, (list, tuple, set, dict))).any():
+            plain[column] = plain[column].map(cell_text)
+    plain.to_csv(path, index=False)
+    return path
 
 
 def fields(mapping: dict[str, Any], *, name: str = "value", empty: str = "none") -> Table:
@@ -188,31 +228,71 @@ def human_bytes(n: float) -> str:
 
 
 # ---- figures --------------------------------------------------------------------------------------
-def show(fig: Figure) -> None:
-    """Display a matplotlib figure as an inline PNG and close it (works under any backend)."""
-    import matplotlib.pyplot as plt
-    from IPython.display import Image, display
+#: the attribute a figure carries its alt text in (set by the figure builders below)
+ALT_ATTRIBUTE = "_memwork_alt"
 
+
+def figure_alt(fig: Figure) -> str:
+    """The alt text a figure builder attached (its numbers in words), else its titles."""
+    alt = getattr(fig, ALT_ATTRIBUTE, "")
+    if alt:
+        return str(alt)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    return "; ".join(titles) or "figure"
+
+
+def show(fig: Figure, alt: str = "") -> None:
+    """Display a matplotlib figure as an inline PNG with alt text carrying its numbers, and close it
+    (works under any backend; the alt text makes the figure accessible and its numbers diffable)."""
+    import base64
+
+    import matplotlib.pyplot as plt
+    from IPython.display import HTML, display
+
+    text = alt or figure_alt(fig)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)
-    display(Image(data=buffer.getvalue(), format="png"))
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    display(HTML(f'<img src="data:image/png;base64,{data}" alt="{html.escape(text, quote=True)}">'))
+
+
+def _number(value: float) -> str:
+    return cell_text(float(value)) if not float(value).is_integer() else f"{int(value):,}"
 
 
 def bar_figure(
-    values: dict[str, float], title: str, *, xlabel: str = "", limit: float | None = None
+    values: dict[str, float],
+    title: str,
+    *,
+    xlabel: str = "",
+    ylabel: str = "",
+    limit: float | None = None,
+    unit: str = "",
 ) -> Figure:
-    """Horizontal bars, largest at top (coverage, distributions)."""
+    """Horizontal bars, largest at top (coverage, distributions), each labelled with its value; whole
+    numbers get whole ticks. Alt text: the title and every bar's value."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     labels = list(values)
     fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(labels), 2) + 1))
-    ax.barh(labels[::-1], [values[k] for k in labels][::-1], color="tab:blue")
+    bars = ax.barh(labels[::-1], [values[k] for k in labels][::-1], color="tab:blue")
+    ax.bar_label(bars, labels=[f"{_number(values[k])}{unit}" for k in labels][::-1], padding=3, fontsize=8)
     ax.set_title(title)
     ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if all(float(v).is_integer() for v in values.values()):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    top = max([float(v) for v in values.values()] or [0.0])
     if limit is not None:
         ax.set_xlim(0, limit)
+    elif top > 0:
+        ax.set_xlim(0, top * 1.15)  # room for the value labels
     fig.tight_layout()
+    numbers = ", ".join(f"{k} {_number(v)}{unit}" for k, v in values.items())
+    setattr(fig, ALT_ATTRIBUTE, f"{title}: {numbers}" if numbers else f"{title}: no values")
     return fig
 
 
@@ -224,18 +304,34 @@ def histogram_data(
     return {"counts": counts.tolist(), "edges": [round(float(e), 4) for e in edges]}
 
 
-def histograms_figure(series: dict[str, list[float]], threshold: float, *, title: str) -> Figure:
-    """One histogram per similarity kind, the threshold marked in each."""
+def histograms_figure(
+    series: dict[str, list[float]], threshold: float, *, title: str, xlabel: str = "similarity"
+) -> Figure:
+    """One histogram per similarity kind, the threshold marked, axes titled; a log count axis when
+    the counts span more than 20x, so the tail above the threshold stays visible. Alt text: per kind,
+    how many pairs in all and at or above the threshold."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(series), figsize=(4 * len(series), 3), squeeze=False)
-    for ax, (name, values) in zip(axes[0], series.items(), strict=True):
-        ax.hist([v for v in values if v is not None], bins=20, range=(0, 1), color="tab:blue")
+    fig, axes = plt.subplots(1, len(series), figsize=(4 * len(series), 3.2), squeeze=False)
+    alt = []
+    for ax, (name, raw) in zip(axes[0], series.items(), strict=True):
+        values = [v for v in raw if v is not None]
+        counts, _ = np.histogram(np.asarray(values, dtype=float), bins=20, range=(0, 1))
+        ax.hist(values, bins=20, range=(0, 1), color="tab:blue")
+        nonzero = counts[counts > 0]
+        log = bool(len(nonzero)) and nonzero.max() > 20 * nonzero.min()
+        if log:
+            ax.set_yscale("log")
         ax.axvline(threshold, color="tab:red", linestyle="--", label=f"threshold {threshold}")
-        ax.set_title(name)
+        above = sum(1 for v in values if v >= threshold)
+        ax.set_title(f"{name}: {above:,} of {len(values):,} at ≥ {threshold}", fontsize=9)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("pairs (log scale)" if log else "pairs")
         ax.legend(loc="upper left", fontsize=8)
+        alt.append(f"{name}: {len(values):,} pairs, {above:,} at or above {threshold}")
     fig.suptitle(title)
     fig.tight_layout()
+    setattr(fig, ALT_ATTRIBUTE, f"{title}. " + "; ".join(alt))
     return fig
 
 
@@ -280,7 +376,9 @@ def latency_figure(latency_ms: dict[str, list[float]], limit_ms: float | None = 
     if limit_ms is not None:
         ax.axvline(limit_ms, color="tab:red", linestyle="--", label=f"p95 limit {limit_ms} ms")
         ax.legend(loc="lower right", fontsize=8)
-    ax.set_xlabel("ms")
+    ax.set_xlabel("resolve latency (ms)")
     ax.set_title("resolve latency (whiskers: p5-p95)")
     fig.tight_layout()
+    medians = ", ".join(f"{n} median {float(np.median(latency_ms[n])):.1f} ms" for n in names)
+    setattr(fig, ALT_ATTRIBUTE, f"resolve latency per backend: {medians or 'none timed'}")
     return fig

@@ -107,3 +107,91 @@ def passed_sentence(gates: Iterable[Gate | Mapping[str, Any]]) -> str:
     text = f"{counts['pass']} of {counts['on']} gates passed"
     extra = [f"{counts[s]} {s}" for s in ("fail", "nodata", "off") if counts[s]]
     return f"{text} ({', '.join(extra)})" if extra else text
+
+
+def needs_input(
+    name: str, given: object, *, waived: Mapping[str, str] | None = None, what: str = "input"
+) -> Gate:
+    """A gate on an input another gate needs: ``pass`` when ``given``, else ``fail`` -- unless the run
+    waived it on purpose (``waived[name]`` holds the reason), then ``off`` with that reason."""
+    reason = (waived or {}).get(name, "").strip()
+    if given:
+        return Gate(name, "pass", "given", "required", "==", "default", "", f"{what} given")
+    if reason:
+        return Gate(name, "off", "missing", "required", "==", "set", "", f"waived: {reason}")
+    return Gate(name, "fail", "missing", "required", "==", "default", "", f"{what} missing and not waived")
+
+
+def parse_waivers(text: str | Mapping[str, str] | None) -> dict[str, str]:
+    """``"health_summary: no store yet; verification_summary: dry run"`` (or a dict) -> name -> reason.
+    A waiver without a reason is refused: waiving a gate is a decision someone must explain."""
+    if not text:
+        return {}
+    items = (
+        list(text.items())
+        if isinstance(text, Mapping)
+        else [tuple(part.split(":", 1)) if ":" in part else (part, "") for part in str(text).split(";")]
+    )
+    waivers: dict[str, str] = {}
+    for item in items:
+        name, reason = (str(item[0]).strip(), str(item[1]).strip() if len(item) > 1 else "")
+        if not name:
+            continue
+        if not reason:
+            raise UsageError("waive", name, "needs a reason: NAME: why it is waived")
+        waivers[name] = reason
+    return waivers
+
+
+_STATE_OF: dict[str, State] = {
+    "PASS": "pass",
+    "FAIL": "fail",
+    "SKIP": "nodata",
+    "NODATA": "nodata",
+    "MARGINAL": "nodata",
+}
+
+
+def gates_of(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every gate a summary.json records, in the :class:`Gate` shape, whichever way the report wrote
+    them: ``gates`` as Gate dicts; the in-process canary's ``{gate, status, detail}`` rows; the
+    shadow judge's ``metrics`` (a metric that is not required shows as ``off``: informational)."""
+    rows: list[dict[str, Any]] = []
+    for raw in summary.get("gates") or []:
+        if not isinstance(raw, Mapping):
+            continue
+        if "state" in raw:
+            rows.append({**Gate(str(raw.get("name", "?")), "off").to_dict(), **dict(raw)})
+            continue
+        status = str(raw.get("status", "")).upper()
+        rows.append(
+            Gate(
+                str(raw.get("gate", "?")),
+                _STATE_OF.get(status, "nodata") if status else "nodata",
+                observed=str(raw.get("detail", "")) or None,
+                why="input not given" if status == "SKIP" else "",
+            ).to_dict()
+        )
+    for m in summary.get("metrics") or []:
+        if not isinstance(m, Mapping):
+            continue
+        label = str(m.get("metric", "?")) + (f" ({m['pair']})" if m.get("pair") else "")
+        state: State = _STATE_OF.get(str(m.get("classification", "")).upper(), "nodata")
+        if m.get("required") is False:
+            state = "off"
+        relative = m.get("relative") if m.get("kind") in ("two-sample", "tail") else None
+        observed = relative if isinstance(relative, (int, float)) else m.get("estimate")
+        direction = str(m.get("direction", ""))
+        rows.append(
+            Gate(
+                label,
+                state,
+                observed=observed if isinstance(observed, (int, float, str)) else None,
+                threshold=m.get("threshold") if isinstance(m.get("threshold"), (int, float, str)) else None,
+                comparison=">=" if direction.startswith("decrease") else "<=",
+                unit="relative change" if relative is not None else str(m.get("unit") or ""),
+                why=("informational, does not decide: " if state == "off" else "")
+                + str(m.get("detail") or ""),
+            ).to_dict()
+        )
+    return rows

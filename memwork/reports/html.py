@@ -47,11 +47,126 @@ def external_references(page: str) -> list[str]:
     return [m.group(0) for m in EXTERNAL_REF_RE.finditer(page)]
 
 
+_COLOURS = {"PASS": "#1a7f37", "GO": "#1a7f37", "INFO": "#0969da", "INCONCLUSIVE": "#9a6700"}
+_STATE_COLOURS = {"pass": "#1a7f37", "fail": "#cf222e", "nodata": "#9a6700", "off": "#6e7781"}
+
+
+def _table(pairs: list[tuple[str, Any]]) -> str:
+    cells = "".join(
+        f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in pairs
+    )
+    return f"<table class='mw-prov'>{cells}</table>"
+
+
+def _value(value: Any, unit: str = "") -> str:
+    if value is None or value == "":
+        return "–"
+    if isinstance(value, float):
+        value = f"{value:.4g}"
+    return f"{value} {unit}".strip()
+
+
+def _signed(value: Any) -> str:
+    text = _value(value)
+    return f"+{text}" if isinstance(value, (int, float)) and value > 0 else text
+
+
+def verdict_sentence(verdict: str, gates: list[dict[str, Any]]) -> str:
+    """``PASS: 9 of 9 gates passed`` -- what a verdict stands on; a report without gates says so."""
+    from memwork.reports.gates import passed_sentence, tally
+
+    if not gates:
+        return f"{verdict}: this report records no gates (it informs, it does not decide)"
+    counts = tally(gates)
+    if counts["on"] == 0:
+        return f"{verdict}: every gate is off -- nothing was checked"
+    return f"{verdict}: {passed_sentence(gates)}"
+
+
+def gate_strip(gates: list[dict[str, Any]]) -> str:
+    """The gates as a strip: state, observed value, threshold, default or set, why."""
+    if not gates:
+        return "<p class='mw-nogates'>no gates recorded</p>"
+    rows = []
+    for g in gates:
+        state = str(g.get("state", "off"))
+        threshold = (
+            "off"
+            if state == "off" and g.get("threshold") is None
+            else _value(g.get("threshold"), g.get("unit", ""))
+        )
+        if threshold not in ("off", "–"):
+            threshold = f"{g.get('comparison', '')} {threshold}".strip()
+        origin = "–" if threshold in ("off", "–") else str(g.get("origin", "default"))
+        rows.append(
+            f"<tr class='mw-gate mw-{html.escape(state)}'><td>{html.escape(str(g.get('name')))}</td>"
+            f"<td><span class='mw-state' style='background:{_STATE_COLOURS.get(state, '#6e7781')}'>"
+            f"{html.escape(state.upper())}</span></td>"
+            f"<td>{html.escape(_value(g.get('observed'), g.get('unit', '')))}</td>"
+            f"<td>{html.escape(threshold)}</td><td>{html.escape(origin)}</td>"
+            f"<td>{html.escape(str(g.get('why') or ''))}</td></tr>"
+        )
+    return (
+        "<table class='mw-gates'><thead><tr><th>gate</th><th>state</th><th>observed</th><th>threshold</th>"
+        "<th>threshold is</th><th>why</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
+
+
+def comparison_block(comparison: dict[str, Any] | None) -> str:
+    """First whether the previous run is comparable, then the delta against the previous comparable run."""
+    if not comparison:
+        return ""
+    if not comparison.get("previous"):
+        return (
+            "<div class='mw-compare'><h3>Since the previous run</h3>"
+            "<p>first run of this report on this data: nothing to compare with</p></div>"
+        )
+
+    def link(run_id: Any, href: Any) -> str:
+        text = html.escape(str(run_id))
+        return f"<a href='{html.escape(str(href))}'>{text}</a>" if href else text
+
+    prev = link(comparison["previous"], comparison.get("previous_html"))
+    if comparison.get("comparable"):
+        head = (
+            f"<p><b>comparable</b> with the previous run {prev}: "
+            "same parameters, memwork version, embedder and inputs</p>"
+        )
+    else:
+        why = "".join(f"<li>{html.escape(str(w))}</li>" for w in comparison.get("why_not") or [])
+        head = (
+            f"<p><b>not comparable</b> with the previous run {prev}; no delta against it:</p><ul>{why}</ul>"
+        )
+        if comparison.get("previous_comparable"):
+            other = link(comparison["previous_comparable"], comparison.get("previous_comparable_html"))
+            head += f"<p>delta below against the previous comparable run {other}</p>"
+        else:
+            head += "<p>no earlier comparable run: no delta</p>"
+    rows = comparison.get("delta") or []
+    body = "".join(
+        f"<tr><td>{html.escape(str(r['number']))}</td><td>{_value(r['previous'])}</td>"
+        f"<td>{_value(r['now'])}</td><td>{_signed(r['delta'])}</td></tr>"
+        for r in rows
+    )
+    table = (
+        "<table class='mw-delta'><thead><tr><th>number</th><th>previous</th><th>now</th>"
+        "<th>delta</th></tr></thead>"
+        f"<tbody>{body}</tbody></table>"
+        if rows
+        else ""
+    )
+    return f"<div class='mw-compare'><h3>Since the previous run</h3>{head}{table}</div>"
+
+
 def provenance_block(meta: dict[str, Any]) -> str:
-    """The header an approver reads first: verdict, parameters, timings, versions, commit."""
+    """The header an approver reads first: verdict and what it stands on (the gate strip), the reasons,
+    the comparison with the previous run, then the run and its parameters (every one, default or set)."""
+    from memwork.reports.gates import gates_of
+
     verdict = str(meta.get("verdict") or "UNKNOWN")
-    colours = {"PASS": "#1a7f37", "GO": "#1a7f37", "INFO": "#0969da", "INCONCLUSIVE": "#9a6700"}
-    colour = colours.get(verdict, "#cf222e")
+    colour = _COLOURS.get(verdict, "#cf222e")
+    summary = meta.get("summary") or {"gates": meta.get("gates")}
+    gates = gates_of(summary) if isinstance(summary, dict) else []
     rows = [
         ("report", meta.get("name")),
         ("run", meta.get("run_id")),
@@ -61,6 +176,8 @@ def provenance_block(meta: dict[str, Any]) -> str:
         ("memwork", meta.get("memwork_version") or (meta.get("versions") or {}).get("memwork")),
         ("git commit (memwork)", meta.get("git_commit")),
     ]
+    if meta.get("runner"):
+        rows.append(("run by", meta["runner"]))
     if meta.get("working_folder_commit"):
         rows.append(("working folder commit", meta["working_folder_commit"]))
     if meta.get("error"):
@@ -73,28 +190,27 @@ def provenance_block(meta: dict[str, Any]) -> str:
         if reasons
         else ""
     )
-
-    def table(pairs: list[tuple[str, Any]]) -> str:
-        cells = "".join(
-            f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in pairs
-        )
-        return f"<table class='mw-prov'>{cells}</table>"
-
-    params = sorted((meta.get("parameters") or {}).items())
-    versions = sorted((meta.get("versions") or {}).items())
-    slow = meta.get("cell_timings") or []
-    timings = [(f"cell {c['index']}", f"{c['duration_s']:.2f} s") for c in slow[:5]]
+    given = meta.get("parameters") or {}
+    declared = meta.get("declared") or {}
+    params = [(k, f"{v}  (set)") for k, v in sorted(given.items())]
+    params += [(k, f"{v!r}  (default)") for k, v in sorted(declared.items()) if k not in given]
     return f"""
 <section class="mw-provenance">
 <style>
-.mw-provenance {{font-family: system-ui, sans-serif; border: 1px solid #d0d7de; border-radius: 6px;
-  padding: 12px 16px; margin: 12px 24px; background: #f6f8fa;}}
+.mw-provenance, .mw-footer {{font-family: system-ui, sans-serif; border: 1px solid #d0d7de;
+  border-radius: 6px; padding: 12px 16px; margin: 12px 24px; background: #f6f8fa;}}
 .mw-provenance h1 {{font-size: 20px; margin: 0 0 8px 0;}}
 .mw-verdict {{display: inline-block; padding: 2px 10px; border-radius: 4px; color: #fff;
-  background: {colour}; font-weight: 600;}}
+  background: {colour}; font-weight: 600; white-space: nowrap;}}
+.mw-sentence {{font-size: 16px; font-weight: 600; margin: 4px 0 8px 0;}}
 .mw-cols {{display: flex; flex-wrap: wrap; gap: 24px;}}
 .mw-prov th {{text-align: left; padding-right: 12px; font-weight: 600; vertical-align: top;}}
 .mw-prov td {{font-family: ui-monospace, monospace; word-break: break-all;}}
+.mw-gates, .mw-delta {{border-collapse: collapse; background: #fff; margin: 4px 0 8px 0;}}
+.mw-gates td, .mw-gates th, .mw-delta td, .mw-delta th {{border-bottom: 1px solid #d0d7de; padding: 3px 10px;
+  text-align: left; vertical-align: top;}}
+.mw-state {{color: #fff; padding: 0 6px; border-radius: 3px; font-weight: 600; font-size: 12px;}}
+.mw-off td {{color: #6e7781;}}
 .mw-reasons {{border-left: 4px solid {colour}; padding: 0 12px; margin: 8px 0; background: #fff;}}
 .mw-reasons li {{font-family: ui-monospace, monospace;}}
 /* report tables: text reads left to right (the lab template right-aligns every cell) */
@@ -102,12 +218,29 @@ def provenance_block(meta: dict[str, Any]) -> str:
 </style>
 <h1>memwork report: {html.escape(str(meta.get("name")))}
  <span class="mw-verdict">{html.escape(verdict)}</span></h1>
+<p class="mw-sentence">{html.escape(verdict_sentence(verdict, gates))}</p>
 {reason_block}
+<h3>Gates</h3>
+{gate_strip(gates)}
+{comparison_block(meta.get("comparison"))}
 <div class="mw-cols">
-<div><h3>Run</h3>{table(rows)}</div>
-<div><h3>Parameters</h3>{table(params) if params else "<p>defaults</p>"}</div>
-<div><h3>Versions</h3>{table(versions)}</div>
-<div><h3>Slowest cells</h3>{table(timings) if timings else "<p>-</p>"}</div>
+<div><h3>Run</h3>{_table(rows)}</div>
+<div><h3>Parameters</h3>{_table(params) if params else "<p>none</p>"}</div>
+</div>
+</section>
+"""
+
+
+def footer_block(meta: dict[str, Any]) -> str:
+    """Below the findings: package versions and the slowest cells (provenance, not the verdict)."""
+    versions = sorted((meta.get("versions") or {}).items())
+    slow = meta.get("cell_timings") or []
+    timings = [(f"cell {c['index']}", f"{c['duration_s']:.2f} s") for c in slow[:5]]
+    return f"""
+<section class="mw-footer">
+<div class="mw-cols">
+<div><h3>Versions</h3>{_table(versions)}</div>
+<div><h3>Slowest cells</h3>{_table(timings) if timings else "<p>-</p>"}</div>
 </div>
 </section>
 """
@@ -127,8 +260,14 @@ def render_html(nb: nbformat.NotebookNode, meta: dict[str, Any], *, show_code: b
     body = strip_external(body)
     title = html.escape(f"memwork report: {meta.get('name')} ({meta.get('run_id')})")
     body = re.sub(r"<title>.*?</title>", f"<title>{title}</title>", body, count=1, flags=re.DOTALL)
-    match = re.search(r"<body[^>]*>", body)
     header = provenance_block(meta)
+    footer = footer_block(meta)
+    end = body.rfind("</body>")
+    if end >= 0:
+        body = body[:end] + footer + body[end:]
+    else:
+        body += footer
+    match = re.search(r"<body[^>]*>", body)
     if match:
         return body[: match.end()] + header + body[match.end() :]
     return header + body

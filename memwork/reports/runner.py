@@ -30,8 +30,8 @@ from typing import Any
 
 import nbformat
 
-from memwork.provenance import folder_commit, memwork_version
 from memwork.errors import ReportExecutionError, ReportInputRefused, UsageError, is_usage_error_name
+from memwork.provenance import folder_commit, memwork_version
 from memwork.reports.html import render_html
 from memwork.reports.kernel import KERNEL_NAME, kernel_environment
 from memwork.reports.params import bind_parameters, read_parameters
@@ -253,7 +253,7 @@ def _execute(
             request_save_on_cell_execute=False,
         )
     except PapermillExecutionError as exc:
-        if exc.ename == "VerdictError":
+        if exc.ename in ("VerdictError", "VerdictInconclusive"):
             return None
         return CellFailure(exc.cell_index, exc.exec_count, exc.ename, scrubber.text(_one_line(exc.evalue)))
     finally:
@@ -317,7 +317,8 @@ def run_report(
         raise ReportInputRefused(report_name, failure.ename, failure.evalue)
     if failure:
         run.failure, run.error_name, run.error = failure, failure.ename, failure.text
-    _finish_artifacts(run, notebook, show_code=show_code, workdir=workdir)
+    defaults = {k: p.default for k, p in declared.items() if k != GATE_PARAMETER}
+    _finish_artifacts(run, notebook, show_code=show_code, workdir=workdir, declared=defaults)
     if index:
         from memwork.reports.index import build_index  # index reads the runner's folder layout
 
@@ -356,7 +357,9 @@ def _discard_run(run_dir: Path, created: list[Path]) -> None:
             return
 
 
-def _finish_artifacts(run: ReportRun, source: Path, *, show_code: bool, workdir: Path) -> None:
+def _finish_artifacts(
+    run: ReportRun, source: Path, *, show_code: bool, workdir: Path, declared: dict[str, Any] | None = None
+) -> None:
     """summary.json (synthesised when the notebook died first), HTML, then the manifest."""
     run.summary = run.scrubber.data(_read_summary(run.summary_path))
     if run.error:
@@ -380,7 +383,11 @@ def _finish_artifacts(run: ReportRun, source: Path, *, show_code: bool, workdir:
         "working_folder_commit": folder_commit(workdir),
         "python_executable": sys.executable,
         "cell_timings": _cell_timings(nb),
+        "declared": declared or {},
     }
+    from memwork.reports.history import attach_comparison
+
+    attach_comparison(run, meta)
     page = run.scrubber.text(render_html(run.scrubber.notebook(nb), meta, show_code=show_code))
     run.html_path.write_text(page, encoding="utf-8")
     write_manifest(run, meta)

@@ -75,6 +75,9 @@ def call_with_parameters(function: Callable[..., T], namespace: Mapping[str, Any
     parameters cell declares them, the library function's signature names the ones it takes.
     A keyword the namespace lacks keeps the function's default.
     """
+    from memwork.reports.standalone import begin
+
+    begin(dict(namespace))  # an unknown parameter name is refused; plain papermill gets a run folder
     names = [
         p.name
         for p in inspect.signature(function).parameters.values()

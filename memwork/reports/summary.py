@@ -1,9 +1,12 @@
 """How a notebook hands its machine-readable result to the runner: :func:`record`.
 
 The runner sets ``MEMWORK_REPORT_DIR`` for the kernel; :func:`record` writes ``summary.json`` there.
-Outside the runner (JupyterLab, nbval) nothing is written, so running a notebook by hand never
-litters the repository. The last cell of every notebook calls :func:`gate_on_verdict`, so a
-scheduler running papermill directly sees FAIL / NO-GO as a non-zero exit.
+Run by plain papermill (a scheduler), the notebook's validation cell opens a run folder of its own at
+the documented default location (:mod:`memwork.reports.standalone`) and sets the variable. Opened in
+JupyterLab, or with ``MEMWORK_REPORT_DIR=off`` (nbval), nothing is written. The last cell of every
+notebook calls :func:`gate_on_verdict`, so a scheduler running papermill directly sees FAIL / NO-GO
+as :class:`~memwork.errors.VerdictError` and INCONCLUSIVE as
+:class:`~memwork.errors.VerdictInconclusive` (a distinct name to map to exit status 3).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memwork.errors import UsageError, VerdictError
+from memwork.errors import UsageError, VerdictError, VerdictInconclusive
 
 REPORT_DIR_ENV = "MEMWORK_REPORT_DIR"
 SUMMARY_FILE = "summary.json"
@@ -57,23 +60,30 @@ def record(summary: dict[str, Any]) -> dict[str, Any]:
     from memwork.reports.secrets import Scrubber
 
     data = Scrubber.from_env().data(_plain({**summary, "verdict": verdict}))
-    target = os.environ.get(REPORT_DIR_ENV)
-    if target:
+    target = os.environ.get(REPORT_DIR_ENV, "")
+    if target and target.strip().lower() not in ("off", "none", "-"):
         path = Path(target) / SUMMARY_FILE
         path.write_text(json.dumps(data, indent=2, ensure_ascii=False, sort_keys=False), encoding="utf-8")
     return data
 
 
 def gate_on_verdict(summary: dict[str, Any], fail_on_verdict: bool = True) -> None:
-    """Raise :class:`VerdictError` for a failing verdict when ``fail_on_verdict``.
+    """Raise :class:`VerdictError` for a failing verdict (FAIL, NO-GO) and :class:`VerdictInconclusive`
+    for INCONCLUSIVE when ``fail_on_verdict``.
 
-    Called last, after every artifact is written (returns nothing, so the cell shows nothing).
-    ``memwork report`` passes ``fail_on_verdict=False`` and derives its exit code (1) from
-    summary.json instead.
+    Called last. Run by plain papermill, it first writes the run's HTML, manifest and index
+    (:func:`memwork.reports.standalone.finish`). ``memwork report`` passes ``fail_on_verdict=False``
+    and derives its exit code (1, or 3 for INCONCLUSIVE) from summary.json instead.
     """
+    from memwork.reports import standalone
+
+    standalone.finish(summary)
     verdict = str(summary.get("verdict", "")).upper()
-    if fail_on_verdict and verdict in (*FAILING_VERDICTS, *UNDECIDED_VERDICTS):  # undecided never passes
-        raise VerdictError(verdict, [str(r) for r in summary.get("reasons") or []])
+    reasons = [str(r) for r in summary.get("reasons") or []]
+    if fail_on_verdict and verdict in UNDECIDED_VERDICTS:  # undecided never passes, nor fails
+        raise VerdictInconclusive(verdict, reasons)
+    if fail_on_verdict and verdict in FAILING_VERDICTS:
+        raise VerdictError(verdict, reasons)
 
 
 def load_summary(path: Path | str, *, name: str = "summary") -> dict[str, Any]:

@@ -56,7 +56,7 @@ class SignoffParameters:
     # the reports the verdict relies on, and who signs
     health_summary: str = ""
     verification_summary: str = ""
-    min_health_score: int = 0
+    min_health_score: int = 60  # the health report's own default (the "good" band); 0: any score
     require_inputs: bool = False
     approver: str = ""
     # the judge of shadow reads: which log (or service), its thresholds, which backend pair

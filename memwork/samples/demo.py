@@ -69,6 +69,8 @@ class DemoResult:
                 f"  {run['name']:<30} {run['verdict']:<12} {run['duration_s']:>6.1f} s  {run['html']}"
             )
             lines.extend(f"      - {reason}" for reason in run.get("reasons", [])[:5])
+            if run.get("since"):
+                lines.append(f"      {run['since']}")
         lines.extend(VERDICTS_MEANING)
         lines.append(f"  index: {self.index}")
         lines.append(f"  total {sum(self.timings.values()):.1f} s")
@@ -78,7 +80,8 @@ class DemoResult:
 #: what the demo's verdicts mean, printed after them
 VERDICTS_MEANING = (
     "  what the verdicts mean:",
-    "    PASS / GO     every gate that decides passed: the report names them and their thresholds",
+    "    PASS / GO     every gate that decides passed: the report's gate strip names each, its threshold",
+    "                  and whether that is the default, and says how many passed",
     "    FAIL / NO-GO  a gate failed: the reasons name it -- do not roll out",
     "    INCONCLUSIVE  too little data to decide (exit 3): let the shadow run longer, judge again",
     "    INFO          a finding to review (the duplicate review), not a gate",
@@ -216,6 +219,12 @@ def _run_demo(
                                    "expected_dimensions": data["dimensions"]}),
     ]  # fmt: skip
     summaries: dict[str, str] = {}
+    from memwork.reports.history import latest_summary
+
+    # the demo chains its runs: the health report's trend is against the previous demo's
+    previous = latest_summary(out, "health_report", plans[0][1])
+    if previous:
+        plans[0][1]["previous_summary"] = previous
     for name, params in plans:
         say(f"running report {name}…")
         run = run_report(name, params, out, raise_on_error=False)
@@ -257,6 +266,12 @@ def _run_demo(
 
 
 def _run_row(run: Any) -> dict[str, Any]:
+    from memwork.reports.history import since_text
+
     row = run.to_dict()
     row["reasons"] = list(run.summary.get("reasons") or ([run.error] if run.error else []))
+    row["since"] = since_text(run.summary)
     return row
+
+
+#: printed after the runs: what each verdict means (README's first screen says the same)
