@@ -12,6 +12,8 @@ Gates (each PASS or FAIL, with its reasons):
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -129,12 +131,25 @@ class Certificate:
         failed = ", ".join(g for g, v in self.gates.items() if v)
         return f"Not certified: {kinds or 'no bad rows'}; failed gates: {failed}."
 
+    def reasons(self) -> list[str]:
+        """Every failed gate's reasons, each prefixed by its gate (what a rollout's judge names)."""
+        return [f"{gate}: {reason}" for gate, found in self.gates.items() for reason in found]
+
     def summary(self) -> dict[str, Any]:
+        """``summary.json``: the verdict, its reasons and everything measured, with a ``digest`` (the
+        SHA-256 of the rest, timings left out) a sign-off can reference."""
+        body = self._summary_body()
+        measured = {k: v for k, v in body.items() if k != "timings"}
+        canonical = json.dumps(measured, sort_keys=True, default=str, separators=(",", ":"))
+        return body | {"digest": "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()}
+
+    def _summary_body(self) -> dict[str, Any]:
         r = self.rows
         return {
             "run_id": self.run_id,
             "table": self.table,
             "verdict": self.verdict,
+            "reasons": self.reasons(),
             "claim": self.claim(),
             "gates": {g: {"verdict": "FAIL" if v else "PASS", "reasons": v} for g, v in self.gates.items()},
             "rows": {
