@@ -77,7 +77,9 @@ def _damage(m):
         conn.execute(
             f"UPDATE {m.table} SET content = content || ' (edited)' WHERE source_memory_id = %s", (changed,)
         )
-        owner = conn.execute(f"SELECT user_id FROM {m.table} WHERE source_memory_id = %s", (moved,)).fetchone()
+        owner = conn.execute(
+            f"SELECT user_id FROM {m.table} WHERE source_memory_id = %s", (moved,)
+        ).fetchone()
         other = next(u for u in users if u != owner[0])
         conn.execute(f"UPDATE {m.table} SET user_id = %s WHERE source_memory_id = %s", (other, moved))
         conn.execute(
@@ -90,7 +92,9 @@ def _damage(m):
             f"SELECT user_id, content, embedding, embedding_model, 'not-in-source' FROM {m.table} LIMIT 1"
         )
     with get_engine(m.source_url).begin() as sconn:
-        sconn.execute(text("UPDATE h5_user_memory_items SET status = 'archived' WHERE id = :k"), {"k": archived})
+        sconn.execute(
+            text("UPDATE h5_user_memory_items SET status = 'archived' WHERE id = :k"), {"k": archived}
+        )
     return {
         missing: "write",
         changed: "write",
@@ -131,7 +135,9 @@ def test_repair_clears_every_failed_key_and_a_second_certificate_passes(migratio
 
 def test_a_row_owned_by_another_source_is_quarantined_not_overwritten(migration):
     with _pg(migration) as conn:
-        taken = conn.execute(f"SELECT source_memory_id FROM {migration.table} ORDER BY 1 LIMIT 1").fetchone()[0]
+        taken = conn.execute(f"SELECT source_memory_id FROM {migration.table} ORDER BY 1 LIMIT 1").fetchone()[
+            0
+        ]
         conn.execute(
             f"UPDATE {migration.table} SET content = 'theirs', "
             "metadata = jsonb_build_object('_memworkSource', %s::text) WHERE source_memory_id = %s",
@@ -179,8 +185,19 @@ def test_cli_dry_run_apply_json_and_unknown_run(migration):
 
     applied = CliRunner().invoke(
         main,
-        ["import", "--from", "legacy-mysql", "--set", f"MEMORY_BACKFILL_MYSQL_URL={migration.source_url}",
-         "--to", migration.dest_url, "--repair", first.run_id, "--apply", "--json"],
+        [
+            "import",
+            "--from",
+            "legacy-mysql",
+            "--set",
+            f"MEMORY_BACKFILL_MYSQL_URL={migration.source_url}",
+            "--to",
+            migration.dest_url,
+            "--repair",
+            first.run_id,
+            "--apply",
+            "--json",
+        ],
         catch_exceptions=False,
     )
     assert applied.exit_code == 0, applied.output
@@ -205,7 +222,15 @@ def test_bad_input_is_refused_before_anything_is_written(migration):
         run_repair(failed.run_id, wrong)
     result = CliRunner().invoke(
         main,
-        ["backfill", "--mysql-url", migration.source_url, "--to", migration.dest_url,
-         "--repair", failed.run_id, "--resume"],
+        [
+            "backfill",
+            "--mysql-url",
+            migration.source_url,
+            "--to",
+            migration.dest_url,
+            "--repair",
+            failed.run_id,
+            "--resume",
+        ],
     )
     assert result.exit_code == 2 and "resume" in result.output

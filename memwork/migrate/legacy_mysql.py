@@ -193,7 +193,7 @@ def _fetch_rows(conn: Connection, query: Any) -> list[Row]:
         rows = [dict(row) for row in conn.execute(query).mappings()]
         conn.rollback()
         return typing.cast("list[Row]", rows)
-    compiled = query.compile(dialect=conn.dialect)
+    compiled = query.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None  # an open connection
     cur = dbapi.cursor()
@@ -215,7 +215,8 @@ def rows_by_id(conn: Connection, ids: list[str]) -> dict[str, tuple[str, Row]]:
         chunk = ids[start : start + ID_CHUNK]
         query = select(*_SOURCE_COLUMNS, memory_items.c.status).where(memory_items.c.id.in_(chunk))
         for row in _fetch_rows(conn, query):
-            status = str(row.pop("status"))
+            fields = typing.cast("dict[str, Any]", row)
+            status = str(fields.pop("status"))
             found[str(row["id"])] = (status, row)
     return found
 

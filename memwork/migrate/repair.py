@@ -216,7 +216,7 @@ def plan_repair(run_id: str, options: ImportOptions) -> RepairPlan:
             if tables != [options.table]:
                 raise UsageError("table", options.table, f"run {run_id} certified {', '.join(tables)}")
             plan = RepairPlan(
-                run_id, options.table, source.name, key, owner, redact_url(url), None, options=options
+                run_id, options.table, source.name, key, owner, redact_url(url) or "", None, options=options
             )
             by_key = _group(failures, plan)
             _decide(plan, by_key, source, pg)
@@ -242,8 +242,9 @@ def apply_repair(plan: RepairPlan) -> RepairReport:
     run_id = report.repair_run_id or ""
     started = time.perf_counter()
     embedder = _embedder(options.embedder, plan) if plan.keys("write") else None
-    with pg_connect(destination_url(options), autocommit=True) as pg, import_lock(
-        pg, plan.table, plan.source_key
+    with (
+        pg_connect(destination_url(options), autocommit=True) as pg,
+        import_lock(pg, plan.table, plan.source_key),
     ):
         rejects: list[Reject] = []
         with pg.transaction():
@@ -322,9 +323,7 @@ def _decide(plan: RepairPlan, by_key: dict[str, dict[str, Any]], source: Source,
             gone = "not in the source" if status is None else f"{status} at the source"
             action, reason = "delete", f"{gone}: the destination row is deleted"
         entry = by_key[key]
-        plan.items.append(
-            RepairItem(key, entry["kinds"], entry["user"], action, status, who, reason)
-        )
+        plan.items.append(RepairItem(key, entry["kinds"], entry["user"], action, status, who, reason))
 
 
 def _owners(pg: Any, table: str, keys: list[str]) -> dict[str, str]:
@@ -389,7 +388,14 @@ def _write(
         good, vectors, failed = row_embedder.embed(good) if good else ([], np.zeros((0, dimensions)), [])
         batch = Batch(good, vectors, screened + more + failed, PageMark(None, None, False, len(good)))
         _, page_rejects, _ = write_batch(
-            pg, plan.table, batch, embedder.model_id, None, owner=plan.owner, clear_rejects=True, run_id=run_id
+            pg,
+            plan.table,
+            batch,
+            embedder.model_id,
+            None,
+            owner=plan.owner,
+            clear_rejects=True,
+            run_id=run_id,
         )
         refused = {r.id for r in page_rejects}
         report.written += [row["id"] for row in good if row["id"] not in refused]
