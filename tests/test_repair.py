@@ -17,12 +17,12 @@ from click.testing import CliRunner
 from sqlalchemy import text
 
 from memwork.certify import CertifyOptions, certify
+from memwork.certify.repair import apply_repair, plan_repair, read_repairs, run_repair
 from memwork.cli import main
 from memwork.db import get_engine
 from memwork.errors import UsageError
 from memwork.migrate.backfill import legacy_options
 from memwork.migrate.quarantine import read_rejects
-from memwork.migrate.repair import apply_repair, plan_repair, read_repairs, run_repair
 from memwork.samples.legacy import generate_legacy_items
 from memwork.samples.migration import build_migration
 

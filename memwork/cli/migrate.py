@@ -149,8 +149,8 @@ def import_command(
 def repair_and_print(run_id: str, options: Any, as_json: bool) -> None:
     """``--repair RUN_ID`` (``import`` and ``backfill``): plan or apply, print, exit 3 when rows
     another source owns were (or would be) quarantined."""
+    from memwork.certify.repair import run_repair, shown_items
     from memwork.migrate.ownership import OWNED_ELSEWHERE_EXIT
-    from memwork.migrate.repair import run_repair, shown_items
 
     for name, value in (
         ("resume", options.resume),
