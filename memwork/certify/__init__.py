@@ -8,6 +8,7 @@ catches what it claims (:func:`~memwork.certify.selftest.self_test`).
 * :mod:`~memwork.certify.vectors` -- vectors against their model, the index against the query;
 * :mod:`~memwork.certify.retrieval` -- recall@k and underfill by user size;
 * :mod:`~memwork.certify.failures` -- the failures table and ``summary.json``;
+* :mod:`~memwork.certify.repair` -- re-copy exactly the keys a run recorded as failed;
 * :mod:`~memwork.certify.certificate` -- :func:`certify`, the one call.
 """
 

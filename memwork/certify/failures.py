@@ -66,16 +66,19 @@ def store_failures(
 
 
 def read_failures(conn: psycopg.Connection[Any], run_id: str) -> list[dict[str, Any]]:
-    """The failures a run recorded (key order); empty when the table does not exist."""
+    """The failures a run recorded (key order, each with its ``table``); empty when the table does
+    not exist."""
     exists = conn.execute("SELECT to_regclass(%s)", (FAILURES_TABLE,)).fetchone()
     if not exists or exists[0] is None:
         return []
     cur = conn.execute(
-        f"SELECT key, kind, user_id, fields FROM {quote_identifier(FAILURES_TABLE)} "
+        f"SELECT key, kind, user_id, fields, target_table FROM {quote_identifier(FAILURES_TABLE)} "
         "WHERE run_id = %s ORDER BY key, kind",
         (run_id,),
     )
-    return [{"key": k, "kind": kind, "user": u, "fields": f} for k, kind, u, f in cur.fetchall()]
+    return [
+        {"key": k, "kind": kind, "user": u, "fields": f, "table": t} for k, kind, u, f, t in cur.fetchall()
+    ]
 
 
 def write_summary(path: Path, summary: dict[str, Any]) -> Path:

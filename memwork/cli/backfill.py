@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from memwork.cli.migrate import page_size_option, run_and_print
+from memwork.cli.migrate import page_size_option, repair_and_print, repair_option, run_and_print
 from memwork.cli.options import apply_option, json_option
 from memwork.cli.pgvector import pg_url_option, table_option
 from memwork.errors import UsageError
@@ -29,6 +29,7 @@ MYSQL_URL_ENV = "MEMORY_BACKFILL_MYSQL_URL"
 @click.option("--embedding-module", default=None, help="Module exporting embed_memory(memory) or a default.")
 @click.option("--prune-inactive", is_flag=True, help="Delete rows whose source is archived or deleted.")
 @click.option("--create-schema", is_flag=True, help="Create the destination table when it is missing.")
+@repair_option
 @json_option
 def backfill_command(
     apply: bool,
@@ -44,6 +45,7 @@ def backfill_command(
     embedding_module: str | None,
     prune_inactive: bool,
     create_schema: bool,
+    repair_run_id: str | None,
     as_json: bool,
 ) -> None:
     """Copy active h5_user_memory_items into pgvector: `memwork import --from legacy-mysql` under
@@ -58,7 +60,9 @@ def backfill_command(
         MEMORY_BACKFILL_MYSQL_URL=mysql://... memwork backfill --limit 100
         MEMORY_BACKFILL_MYSQL_URL=mysql://... MEMORY_PGVECTOR_DATABASE_URL=postgresql://... \\
             memwork backfill --apply --embedder minilm --resume
+        memwork backfill --repair cert-20260601T120000-ab12cd --apply
     """
+    from memwork.embed import MemoryModuleEmbedder
     from memwork.migrate.backfill import Cursor, legacy_options
 
     if embedder_spec and embedding_module:
@@ -85,9 +89,11 @@ def backfill_command(
     )
     options.create_schema = create_schema
     options.validate()  # usage errors before a (maybe large) model loads
+    if repair_run_id is not None:  # the embedder defaults to the table's model (hash-N)
+        options.embedder = MemoryModuleEmbedder(embedding_module) if embedding_module else embedder_spec
+        repair_and_print(repair_run_id, options, as_json)
+        return
     if apply and embedding_module:
-        from memwork.embed import MemoryModuleEmbedder
-
         options.embedder = MemoryModuleEmbedder(embedding_module)
     elif apply and not embedder_spec:
         raise UsageError("embedder", None, "--apply needs --embedder SPEC or --embedding-module PATH")

@@ -122,6 +122,8 @@ def certify_command(
         fields = ", ".join(bad["fields"]) if bad["fields"] else ""
         lines.append(f"  {bad['kind']:<16} {bad['key']}  user {bad['user']}  {fields}")
     failed = [g for g, reasons in cert.gates.items() if reasons]
+    if cert.failures():
+        lines.append(f"repair (dry run first): memwork backfill --repair {cert.run_id} [--apply]")
     emit_verdict(summary, as_json, lines, f"certificate FAIL: {', '.join(failed)}" if failed else None)
 
 

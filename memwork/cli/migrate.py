@@ -33,6 +33,17 @@ def _set_option(f: F) -> F:
     )(f)
 
 
+def repair_option(f: F) -> F:
+    """``--repair RUN_ID``: re-copy exactly the keys a certificate run recorded as failed."""
+    return click.option(
+        "--repair",
+        "repair_run_id",
+        default=None,
+        metavar="RUN_ID",
+        help="Re-copy exactly the keys certificate run RUN_ID recorded as failed (dry run unless --apply).",
+    )(f)
+
+
 def page_size_option(default: int) -> Any:
     """Records per page: ``--page-size`` everywhere (``--batch-size`` kept as its alias)."""
     return click.option(
@@ -77,6 +88,7 @@ def parse_settings(settings: tuple[str, ...]) -> dict[str, str]:
 @click.option(
     "--prune-inactive", is_flag=True, help="Delete this source's rows it holds as archived or deleted."
 )
+@repair_option
 @_set_option
 @json_option
 def import_command(
@@ -91,6 +103,7 @@ def import_command(
     embedder_spec: str | None,
     create_schema: bool,
     prune_inactive: bool,
+    repair_run_id: str | None,
     settings: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -100,10 +113,12 @@ def import_command(
     from the environment; --set overrides them. Applying is checkpointed per page and idempotent;
     --resume continues a killed run. An id another source holds in the table is quarantined, never
     overwritten, and the run exits 3 (its own rows are done; a person decides about the others).
+    --repair RUN_ID re-copies (or deletes) exactly the keys `memwork certify` run RUN_ID named.
 
     \b
     Example:
         MEMORY_QDRANT_URL=http://localhost:6333 memwork import --from qdrant
+        memwork import --from legacy-mysql --repair cert-20260601T120000-ab12cd --apply
         memwork import --from redis-streams --apply --embedder hash:384 --create-schema \\
             --to postgresql://localhost/memwork --resume
         memwork import --from legacy-mysql --set MEMORY_BACKFILL_MYSQL_URL=mysql://... \\
@@ -125,7 +140,52 @@ def import_command(
         create_schema=create_schema,
         prune_inactive=prune_inactive,
     )
+    if repair_run_id is not None:
+        repair_and_print(repair_run_id, options, as_json)
+        return
     run_and_print(options, as_json)
+
+
+def repair_and_print(run_id: str, options: Any, as_json: bool) -> None:
+    """``--repair RUN_ID`` (``import`` and ``backfill``): plan or apply, print, exit 3 when rows
+    another source owns were (or would be) quarantined."""
+    from memwork.certify.repair import run_repair, shown_items
+    from memwork.migrate.ownership import OWNED_ELSEWHERE_EXIT
+
+    for name, value in (
+        ("resume", options.resume),
+        ("limit", options.limit),
+        ("cursor", options.cursor),
+        ("prune_inactive", options.prune_inactive),
+        ("create_schema", options.create_schema),
+    ):
+        if value:
+            raise UsageError(name, value, "cannot be combined with --repair (it copies the failed keys only)")
+    report = run_repair(run_id, options).to_dict()
+    if as_json:
+        emit_json(report)
+    else:
+        click.echo(
+            f"repair ({report['mode']}) of certificate run {report['certificateRunId']}  "
+            f"table: {report['table']}  source: {report['sourceKey']}"
+        )
+        click.echo(f"planned: {report['planned']}  model: {report['model']}")
+        for line in shown_items(report):
+            click.echo(line)
+        for skipped in report["skipped"]:
+            click.echo(f"  skipped    {skipped['key']}  [{skipped['kind']}]  {skipped['reason']}")
+        if report["mode"] == "apply":
+            click.echo(
+                f"written: {len(report['written'])}  deleted: {len(report['deleted'])}  "
+                f"quarantined: {len(report['quarantined'])}  repair run: {report['repairRunId']}"
+            )
+            click.echo("run `memwork certify` again to see the keys cleared")
+        else:
+            click.echo("dry run: nothing written; --apply writes")
+        for note in report["notes"]:
+            click.echo(f"note: {note}")
+    if report["ownedElsewhere"]:
+        raise click.exceptions.Exit(OWNED_ELSEWHERE_EXIT)
 
 
 def run_and_print(options: Any, as_json: bool) -> None:

@@ -182,12 +182,18 @@ def read_batch(conn: Connection, cursor: Cursor | None, size: int) -> list[Row]:
         .order_by(memory_items.c.updated_at, memory_items.c.id)
         .limit(size)
     )
+    return _fetch_rows(conn, query)
+
+
+def _fetch_rows(conn: Connection, query: Any) -> list[Row]:
+    """Run ``query`` (columns of :data:`_SOURCE_COLUMNS`) as the writer's text rows, then end the
+    read transaction."""
     if conn.dialect.name not in ("mysql", "mariadb"):
         # SQLite and others: SQLAlchemy's result processing turns stored text back into datetimes/JSON.
         rows = [dict(row) for row in conn.execute(query).mappings()]
         conn.rollback()
         return typing.cast("list[Row]", rows)
-    compiled = query.compile(dialect=conn.dialect)
+    compiled = query.compile(dialect=conn.dialect, compile_kwargs={"render_postcompile": True})
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None  # an open connection
     cur = dbapi.cursor()
@@ -199,6 +205,20 @@ def read_batch(conn: Connection, cursor: Cursor | None, size: int) -> list[Row]:
         cur.close()
         dbapi.rollback()
     return typing.cast("list[Row]", rows)  # the columns of _SOURCE_COLUMNS, as text
+
+
+def rows_by_id(conn: Connection, ids: list[str]) -> dict[str, tuple[str, Row]]:
+    """``{id: (status, row)}`` of the rows of ``ids`` the table holds, whatever their status (a
+    repair re-copies exactly the keys a certificate named; an id absent here is gone at the source)."""
+    found: dict[str, tuple[str, Row]] = {}
+    for start in range(0, len(ids), ID_CHUNK):
+        chunk = ids[start : start + ID_CHUNK]
+        query = select(*_SOURCE_COLUMNS, memory_items.c.status).where(memory_items.c.id.in_(chunk))
+        for row in _fetch_rows(conn, query):
+            fields = typing.cast("dict[str, Any]", row)
+            status = str(fields.pop("status"))
+            found[str(row["id"])] = (status, row)
+    return found
 
 
 def last_cursor(conn: Connection, cursor: Cursor | None, limit: int | None) -> Cursor | None:
@@ -311,6 +331,13 @@ class LegacyMySQLSource:
             select(t.id, t.updated_at).where(t.status != "active", t.id > after).order_by(t.id).limit(size)
         )
         return {row[0]: row[1] for row in self.connection().execute(query)}
+
+    def rows_by_id(self, ids: list[str]) -> dict[str, tuple[str, Row]]:
+        """``{id: (status, row)}`` of ``ids`` (any status), the writer's text rows (a repair)."""
+        from memwork.db import mysql_errors
+
+        with mysql_errors(self.url):
+            return rows_by_id(self.connection(), ids)
 
     def present_ids(self, ids: list[str]) -> set[str]:
         """Which of ``ids`` the table holds at all (any status): the orphan count."""

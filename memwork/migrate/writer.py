@@ -154,7 +154,7 @@ class BatchWriter:
                     rows_read=mark.rows_read,
                     run_id=self.checkpoint.run_id,
                 )
-                written, rejects, self.checkpoint = write_batch(
+                written, rejects, stored = write_batch(
                     self.pg,
                     self.table,
                     batch,
@@ -163,6 +163,8 @@ class BatchWriter:
                     owner=self.owner,
                     clear_rejects=self.has_rejects,
                 )
+                assert stored is not None  # a page's checkpoint is always stored
+                self.checkpoint = stored
                 self.has_rejects = self.has_rejects or bool(rejects)
                 self.committed(batch, written, rejects, self.checkpoint)
         except BaseException as exc:  # handed to the caller's thread
@@ -218,11 +220,12 @@ def write_batch(
     table: str,
     batch: Batch,
     model_id: str,
-    checkpoint: ImportCheckpoint,
+    checkpoint: ImportCheckpoint | None,
     *,
     owner: str,
     clear_rejects: bool = False,
-) -> tuple[int, list[Reject], ImportCheckpoint]:
+    run_id: str | None = None,
+) -> tuple[int, list[Reject], ImportCheckpoint | None]:
     """Upsert the page as ``owner``'s rows and commit it with its rejects and ``checkpoint`` (the
     page's mark already applied; its rows written are added here); returns (rows written, rejects,
     the checkpoint committed).
@@ -232,7 +235,8 @@ def write_batch(
     tried whole first (inside a savepoint); an error that blames the values is retried row by row,
     each row in its own savepoint, so one poison row costs only itself. A row's own
     ``embedding_model`` key, when present, overrides ``model_id`` (vectors kept from a source carry
-    their model)."""
+    their model). ``checkpoint`` None: a write outside the import's paging (a repair, whose own
+    ``run_id`` then marks its rejects) -- the import's checkpoint is left as it is."""
     rejects = list(batch.rejects)
     with pg.transaction(), pg.cursor() as cur:
         written: list[Row] = []
@@ -253,9 +257,11 @@ def write_batch(
         if clear_rejects and written:
             clear_written_rejects(cur, table, written, source_key=owner)
         if rejects:
-            store_rejects(cur, table, rejects, checkpoint.run_id or "", source_key=owner)
-        checkpoint = checkpoint.with_written(len(written))
-        store_import_checkpoint(cur, checkpoint)
+            marked = run_id or (checkpoint.run_id if checkpoint is not None else None) or ""
+            store_rejects(cur, table, rejects, marked, source_key=owner)
+        if checkpoint is not None:
+            checkpoint = checkpoint.with_written(len(written))
+            store_import_checkpoint(cur, checkpoint)
     # leaving pg.transaction() commits; the stage table empties itself ON COMMIT
     return len(written), rejects, checkpoint
 
