@@ -41,6 +41,13 @@ SLOW_FILES = {
     "test_embed_agreement.py",
     "test_embedded_pg_keep.py",
     "test_store_atomic.py",
+    # papermill kernels, subprocess pytest runs, a browser, or the real model over a whole sample
+    "test_report_runner.py",
+    "test_report_scheduler.py",
+    "test_store_missing.py",
+    "test_scaffold.py",
+    "test_html_render.py",
+    "test_unreadable_merges.py",
 }
 
 
