@@ -89,8 +89,15 @@ def legacy_url(request):
     return url
 
 
+#: a deadline no loaded machine misses: these tests are about behaviour, not deadlines (tests that are
+#: about deadlines pass their own ``MEMORY_BACKEND_TIMEOUT_MS``)
+PATIENT_MS = "60000"
+
+
 def make(legacy_url, **env):
-    return facade_from_env({"MEMORY_LEGACY_DATABASE_URL": legacy_url, **env})
+    return facade_from_env(
+        {"MEMORY_LEGACY_DATABASE_URL": legacy_url, "MEMORY_BACKEND_TIMEOUT_MS": PATIENT_MS, **env}
+    )
 
 
 WRITE = {
