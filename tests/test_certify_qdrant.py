@@ -1,0 +1,285 @@
+"""The certificate of a semantic source: Qdrant in local mode -> pgvector.
+
+Import with the source's vectors kept, certify PASS with the retrieval-preservation claim (the same
+queries on Qdrant's own search and on the destination's production path, per sampled user);
+damage the copy, certify FAIL naming the keys, ``import --repair RUN_ID`` as a dry run (nothing
+written) then ``--apply``, certify PASS again. A source without ``records_by_id`` is repaired
+through a filtered listing; a re-embedded copy is repaired with the table's model. Bad lines of
+``queries.jsonl`` exit 2 naming the field and value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+from click.testing import CliRunner
+from qdrant_client import QdrantClient, models
+
+from memwork.certify import CertifyOptions, certify
+from memwork.certify.preserved import bootstrap_ci, lower_bound, read_queries, sample_users
+from memwork.certify.repair import plan_repair, run_repair
+from memwork.cli import main
+from memwork.errors import UsageError
+from memwork.migrate.run import ImportOptions, run_import
+
+COLLECTION = "memind_memory"
+DIM = 8
+#: users of 1, 4, 9, 16, 25 and 40 memories (sizes across the buckets a sample must span)
+SIZES = {"u-tiny": 1, "u-small": 4, "u-mid": 9, "u-16": 16, "u-25": 25, "u-big": 40}
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Iterator[Path]:
+    shm = Path("/dev/shm")
+    scratch = (
+        Path(tempfile.mkdtemp(prefix="memwork-qcert-", dir=shm)) if os.access(shm, os.W_OK) else tmp_path
+    )
+    path = scratch / "store"
+    client = QdrantClient(path=str(path))
+    client.create_collection(
+        COLLECTION, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE)
+    )
+    rng = np.random.default_rng(17)
+    points, n = [], 0
+    for user, size in SIZES.items():
+        for i in range(size):
+            n += 1
+            points.append(
+                models.PointStruct(
+                    id=n,
+                    vector=[float(x) for x in rng.normal(size=DIM)],
+                    payload={
+                        "user_id": user,
+                        "content": f"memory {i} of {user}",
+                        "created_at": 1767323045 + n,
+                        "metadata": {"n": n},
+                    },
+                )
+            )
+    client.upsert(COLLECTION, points)
+    client.close()
+    yield path
+    if scratch != tmp_path:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _env(storage: Path) -> dict[str, str]:
+    return {
+        "MEMORY_QDRANT_URL": f"local:{storage}",
+        "MEMORY_QDRANT_COLLECTION": COLLECTION,
+        "MEMORY_QDRANT_EMBEDDING_MODEL": "qdrant-test-8",
+    }
+
+
+def _import(storage: Path, pg_url: str, **kw) -> None:
+    options = ImportOptions("qdrant", env=_env(storage), database_url=pg_url, apply=True, create_schema=True)
+    for name, value in kw.items():
+        setattr(options, name, value)
+    report = run_import(options)
+    assert report.rows_written == sum(SIZES.values()), report.to_dict()
+
+
+def _certify(storage: Path, pg_url: str, **kw):
+    options = dict(source="qdrant", source_env=_env(storage), k=5, leaf=4, vector_sample=0, preserved_users=4)
+    return certify(CertifyOptions("", pg_url, **(options | kw)))
+
+
+def _pg(pg_url: str):
+    from memwork.db.embedded import ensure
+
+    return psycopg.connect(ensure(pg_url, create=True).libpq, autocommit=True)
+
+
+def _snapshot(pg_url: str):
+    with _pg(pg_url) as conn:
+        return conn.execute(
+            "SELECT source_memory_id, user_id, content, embedding::text, embedding_model "
+            "FROM memory_embeddings ORDER BY 1"
+        ).fetchall()
+
+
+def _damage(pg_url: str) -> dict[str, str]:
+    """A missing row (u-big), changed content (u-25), a row moved to another user (u-16)."""
+    with _pg(pg_url) as conn:
+        first = {
+            user: conn.execute(
+                "SELECT min(source_memory_id::int)::text FROM memory_embeddings WHERE user_id = %s", (user,)
+            ).fetchone()[0]
+            for user in ("u-big", "u-25", "u-16")
+        }
+        conn.execute("DELETE FROM memory_embeddings WHERE source_memory_id = %s", (first["u-big"],))
+        conn.execute(
+            "UPDATE memory_embeddings SET content = content || '!' WHERE source_memory_id = %s",
+            (first["u-25"],),
+        )
+        conn.execute(
+            "UPDATE memory_embeddings SET user_id = 'u-tiny' WHERE source_memory_id = %s", (first["u-16"],)
+        )
+    return {first["u-big"]: "missing", first["u-25"]: "changed", first["u-16"]: "user-changed"}
+
+
+def test_qdrant_copy_certified_damaged_repaired_and_certified_again(storage, pg_url, tmp_path):
+    _import(storage, pg_url, vectors="keep")
+    clean = _certify(storage, pg_url)
+    assert clean.verdict == "PASS", clean.reasons()
+    preserved = clean.preserved
+    assert preserved is not None and preserved.query_source == "content"
+    sampled = {u.user for u in preserved.users}
+    assert {"u-tiny", "u-16", "u-big"} <= sampled  # smallest, median and largest always sampled
+    assert all(u.overlap == 1.0 and u.rbo == pytest.approx(1.0) for u in preserved.users)
+    assert "overlap@5 >= 0.95 for >=" in clean.claim() and f"({len(sampled)} of {len(sampled)} sampled" in (
+        clean.claim()
+    )
+    before = _snapshot(pg_url)
+
+    planted = _damage(pg_url)
+    damaged = _certify(storage, pg_url, run_id="cert-qdrant-damaged")
+    assert damaged.verdict == "FAIL"
+    named = {f["key"]: f["kind"] for f in damaged.failures()}
+    assert {k: named.get(k) for k in planted} == planted
+    assert damaged.gates["rows"]
+
+    env_args = [f"--set={k}={v}" for k, v in _env(storage).items()]
+    base = ["import", "--from", "qdrant", "--to", pg_url, *env_args, "--repair", "cert-qdrant-damaged"]
+    dry = CliRunner().invoke(main, [*base, "--json"])
+    assert dry.exit_code == 0, dry.output
+    plan = json.loads(dry.output)
+    assert plan["mode"] == "dry-run" and plan["planned"]["write"] == 3
+    assert _snapshot(pg_url) != before  # the dry run wrote nothing: still damaged
+    applied = CliRunner().invoke(main, [*base, "--apply", "--json"])
+    assert applied.exit_code == 0, applied.output
+    assert sorted(json.loads(applied.output)["written"]) == sorted(planted)
+
+    assert _snapshot(pg_url) == before  # the source's own vectors and model, back exactly
+    again = _certify(storage, pg_url)
+    assert again.verdict == "PASS", again.reasons()
+
+
+class ListingOnly:
+    """A source that can only list (no records_by_id, no search): repair falls back to the listing."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.name = inner, inner.name
+
+    @property
+    def key(self) -> str:
+        return self.inner.key
+
+    def read_page(self, cursor, size):
+        return self.inner.read_page(cursor, size)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_source_without_fetch_by_id_is_repaired_through_its_listing(storage, pg_url):
+    from memwork.backends.qdrant import source_from_env
+
+    _import(storage, pg_url, vectors="reembed", embedder="hash:8")
+    planted = _damage(pg_url)
+    source = ListingOnly(source_from_env(_env(storage)))
+    try:
+        cert = certify(
+            CertifyOptions("", pg_url, source=source, k=5, leaf=4, vector_sample=0, run_id="cert-listing")
+        )
+        assert cert.verdict == "FAIL" and cert.preserved is None  # it cannot search
+        assert {f["key"] for f in cert.failures()} >= set(planted)
+        options = ImportOptions(source, database_url=pg_url)
+        plan = plan_repair("cert-listing", options)
+        assert plan.fetched_by == "listing" and sorted(plan.keys("write")) == sorted(planted)
+        assert plan.model == "hash-8" and not plan.kept  # re-embedded copy: the table's model writes
+        options.apply = True
+        report = run_repair("cert-listing", options)
+        assert sorted(report.written) == sorted(planted)
+        again = certify(CertifyOptions("", pg_url, source=source, k=5, leaf=4, vector_sample=50))
+        assert again.verdict == "PASS", again.reasons()
+    finally:
+        source.close()
+
+
+def test_retrieval_drift_fails_the_preserved_gate_naming_the_user(storage, pg_url):
+    """Vectors scrambled within one user: rows still equal, the user's answers no longer the source's."""
+    _import(storage, pg_url, vectors="keep")
+    with _pg(pg_url) as conn:
+        conn.execute(
+            "UPDATE memory_embeddings AS d SET embedding = s.embedding FROM memory_embeddings AS s "
+            "WHERE d.user_id = 'u-big' AND s.user_id = 'u-big' "
+            "AND s.source_memory_id::int = d.source_memory_id::int "
+            "+ CASE WHEN d.source_memory_id::int % 2 = 0 THEN -1 ELSE 1 END"
+        )
+    cert = _certify(storage, pg_url, retrieval=False)
+    assert not cert.gates["rows"]
+    preserved = cert.preserved
+    assert preserved is not None
+    big = next(u for u in preserved.users if u.user == "u-big")
+    assert not big.passed and big.overlap < 0.95 and big.overlap_ci[0] <= big.overlap <= big.overlap_ci[1]
+    assert cert.gates["preserved"] and "u-big" in cert.gates["preserved"][0]
+    assert preserved.worst()[0].user == "u-big"
+    assert preserved.to_dict()["worst_users"][0]["user"] == "u-big"
+
+
+def test_queries_file_drives_both_sides_and_checks_expected_ids(storage, pg_url, tmp_path):
+    _import(storage, pg_url, vectors="keep")
+    with _pg(pg_url) as conn:
+        vector, key = conn.execute(
+            "SELECT embedding::text, source_memory_id FROM memory_embeddings WHERE user_id = 'u-mid' LIMIT 1"
+        ).fetchone()
+    lines = [
+        {"user": "u-mid", "vector": json.loads(vector), "expected": [key]},
+        {"user": "u-big", "vector": [1.0] * DIM},
+    ]
+    path = tmp_path / "queries.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    cert = _certify(storage, pg_url, queries=path)
+    preserved = cert.preserved
+    assert preserved is not None and preserved.query_source == "file"
+    assert {u.user for u in preserved.users} == {"u-mid", "u-big"}
+    assert next(u for u in preserved.users if u.user == "u-mid").expected_found == 1.0
+    assert cert.verdict == "PASS", cert.reasons()
+    assert cert.retrieval is not None and sum(b.queries for b in cert.retrieval.buckets.values()) == 2
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "value"),
+    [
+        ('{"query": "x"}', "queries.jsonl:2 user", "None"),
+        ('{"user": "u", "vector": [1, "a"]}', "queries.jsonl:2 vector", '[1, "a"]'),
+        ('{"user": "u"}', "queries.jsonl:2 query", "None"),
+        ('{"user": "u", "query": "x", "expected": "k1"}', "queries.jsonl:2 expected", '"k1"'),
+        ("not json", "queries.jsonl:2", "not json"),
+    ],
+)
+def test_a_bad_queries_line_exits_2_naming_field_and_value(tmp_path, line, field, value):
+    path = tmp_path / "queries.jsonl"
+    path.write_text('{"user": "u", "query": "fine"}\n' + line + "\n")
+    with pytest.raises(UsageError) as caught:
+        read_queries(path)
+    assert caught.value.field == field
+    result = CliRunner().invoke(
+        main,
+        ["certify", "--from", "qdrant", "--to", "pg://embedded", "--queries", str(path)],
+        env={"MEMORY_QDRANT_URL": "http://127.0.0.1:1"},
+    )
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert field in result.output and value in result.output
+
+
+def test_the_statistics():
+    """Clopper-Pearson: 20 of 20 passing bounds the share at 0.05 ** (1/20) at 95 %; 299 of 299 at 0.99."""
+    assert lower_bound(20, 20) == pytest.approx(0.05 ** (1 / 20))
+    assert lower_bound(299, 299) > 0.99 > lower_bound(298, 298)
+    assert lower_bound(0, 10) == 0.0
+    low, high = bootstrap_ci([0.8, 1.0, 1.0, 0.9])
+    assert 0.8 <= low <= 0.925 <= high <= 1.0
+    assert bootstrap_ci([0.5]) == (0.5, 0.5)
+    sizes = {f"u{i}": i for i in range(1, 101)}
+    chosen = sample_users(sizes, 10, seed=1)
+    assert len(chosen) == 10 and {"u1", "u51", "u100"} <= set(chosen)
