@@ -283,3 +283,48 @@ def test_the_statistics():
     sizes = {f"u{i}": i for i in range(1, 101)}
     chosen = sample_users(sizes, 10, seed=1)
     assert len(chosen) == 10 and {"u1", "u51", "u100"} <= set(chosen)
+
+
+def test_a_reembedding_between_two_pgvector_tables_is_measured_per_side_model(sqlite_url, pg_url):
+    """pgvector as the searching source: the old table (hash-16) against its re-embedded copy; the
+    sampled content is embedded by each side's own model. The same model on both sides agrees fully."""
+    from memwork.backends.pgvector import PgvectorBackend
+    from memwork.certify.preserved import Side, measure_preservation, pgvector_search
+    from memwork.embed import HashEmbedder
+    from memwork.samples.migration import build_migration
+
+    old = build_migration(sqlite_url, pg_url, n_users=6, items_per_user=12, dimensions=16, table="mem_old")
+    build_migration(old.source_url, pg_url, n_users=6, items_per_user=12, dimensions=32, table="mem_new")
+    sides = {name: PgvectorBackend(pg_url, table=name) for name in ("mem_old", "mem_new")}
+    try:
+        with _pg(pg_url) as conn:
+            from pgvector.psycopg import register_vector
+
+            register_vector(conn)
+            same = measure_preservation(
+                conn,
+                "mem_old",
+                Side(pgvector_search(sides["mem_old"]), HashEmbedder(16)),
+                Side(pgvector_search(sides["mem_old"]), HashEmbedder(16)),
+                k=5,
+                users=4,
+            )
+            moved = measure_preservation(
+                conn,
+                "mem_new",
+                Side(pgvector_search(sides["mem_old"]), HashEmbedder(16)),
+                Side(pgvector_search(sides["mem_new"]), HashEmbedder(32)),
+                k=5,
+                users=4,
+                min_overlap=1.0,
+            )
+    finally:
+        for backend in sides.values():
+            backend.close()
+    assert len(same.users) >= 3 and all(u.passed and u.overlap == 1.0 for u in same.users)
+    assert not same.problems and "of users (" in same.claim()
+    assert {u.user for u in moved.users} == {u.user for u in same.users}  # the same sampled users
+    for user in moved.users:
+        assert 0.0 <= user.overlap_ci[0] <= user.overlap <= user.overlap_ci[1] <= 1.0
+        assert user.passed == (user.overlap >= 1.0)
+    assert bool(moved.problems) == any(not u.passed for u in moved.users)
