@@ -128,12 +128,18 @@ def _damage(pg_url: str) -> dict[str, str]:
 
 def test_qdrant_copy_certified_damaged_repaired_and_certified_again(storage, pg_url, tmp_path):
     _import(storage, pg_url, vectors="keep")
+    with _pg(pg_url) as conn:  # the table is shared: another source's user is not this one's to sample
+        conn.execute(
+            "INSERT INTO memory_embeddings (user_id, content, embedding, embedding_model, source_memory_id, "
+            "metadata) SELECT 'z-other', content, embedding, embedding_model, 'other-1', "
+            """'{"_memworkSource": "qdrant:http://elsewhere/c"}' FROM memory_embeddings LIMIT 1"""
+        )
     clean = _certify(storage, pg_url)
     assert clean.verdict == "PASS", clean.reasons()
     preserved = clean.preserved
     assert preserved is not None and preserved.query_source == "content"
     sampled = {u.user for u in preserved.users}
-    assert {"u-tiny", "u-16", "u-big"} <= sampled  # smallest, median and largest always sampled
+    assert {"u-tiny", "u-16", "u-big"} <= sampled and "z-other" not in sampled  # smallest, median, largest
     assert all(u.overlap == 1.0 and u.rbo == pytest.approx(1.0) for u in preserved.users)
     assert "overlap@5 >= 0.95 for >=" in clean.claim() and f"({len(sampled)} of {len(sampled)} sampled" in (
         clean.claim()

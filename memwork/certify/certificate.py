@@ -370,7 +370,7 @@ def _certify(options: CertifyOptions, opened: Any, queries: list[Query] | None) 
         preserved = None
         if options.preserved and callable(getattr(opened, "search", None)):
             started = time.perf_counter()
-            preserved = _preserved(conn, options, opened, embedder, queries)
+            preserved = _preserved(conn, options, opened, embedder, queries, owner)
             timings["preserved"] = round(time.perf_counter() - started, 3)
         cert = Certificate(
             run_id, options.table, rows, vectors, retrieval, timings=timings, preserved=preserved
@@ -399,7 +399,12 @@ def _recall_queries(queries: list[Query] | None, embedder: Embedder | None) -> l
 
 
 def _preserved(
-    conn: Any, options: CertifyOptions, opened: Any, embedder: Embedder | None, queries: list[Query] | None
+    conn: Any,
+    options: CertifyOptions,
+    opened: Any,
+    embedder: Embedder | None,
+    queries: list[Query] | None,
+    owner: str,
 ) -> PreservationReport:
     """The source's own search against the destination's production path, per sampled user."""
     from memwork.backends.pgvector import DEFAULT_EF_SEARCH, PgvectorBackend
@@ -426,6 +431,7 @@ def _preserved(
             min_overlap=options.min_overlap,
             min_share=options.min_user_share,
             seed=options.seed,
+            owner=owner,
         )
     finally:
         backend.close()

@@ -251,18 +251,20 @@ def measure_preservation(
     min_overlap: float = 0.95,
     min_share: float | None = None,
     seed: int = 0,
+    owner: str | None = None,
 ) -> PreservationReport:
     """The same queries on both sides per sampled user (users and content read from the destination
-    ``table`` through ``conn``); see the module docstring for the statistics and the gate."""
-    from memwork.certify.retrieval import user_sizes
+    ``table`` through ``conn``; with ``owner``, only the rows that source wrote there -- a table
+    shared by several sources is sampled over this one's users); see the module docstring for the
+    statistics and the gate."""
     from memwork.service.shadow import overlap_at_k, rbo
 
     report = PreservationReport(k, min_overlap, min_share, "file" if queries else "content")
-    sizes = user_sizes(conn, table)
+    sizes = _sizes(conn, table, owner)
     plan = (
         list(queries)
         if queries
-        else _content_queries(conn, table, sample_users(sizes, users, seed), queries_per_user, seed)
+        else _content_queries(conn, table, sample_users(sizes, users, seed), queries_per_user, seed, owner)
     )
     by_user: dict[str, list[tuple[float, float, float | None]]] = {}
     skipped: dict[str, int] = {}
@@ -334,8 +336,21 @@ def _vectors(query: Query, source: Side, dest: Side) -> tuple[np.ndarray, np.nda
     return "a text query needs an embedder for each side (--embedder, --source-embedder)"
 
 
+def _owned(owner: str | None) -> str:
+    from memwork.migrate.ownership import owner_sql
+
+    return "" if owner is None else f" AND {owner_sql('d')} = %(owner)s"
+
+
+def _sizes(conn: psycopg.Connection[Any], table: str, owner: str | None) -> dict[str, int]:
+    """Rows per user in the destination (this owner's only, when given)."""
+    t = quote_identifier(table)
+    sql = f"SELECT user_id, count(*) FROM {t} AS d WHERE true{_owned(owner)} GROUP BY 1"
+    return {str(u): int(n) for u, n in conn.execute(sql, {"owner": owner})}
+
+
 def _content_queries(
-    conn: psycopg.Connection[Any], table: str, users: list[str], per_user: int, seed: int
+    conn: psycopg.Connection[Any], table: str, users: list[str], per_user: int, seed: int, owner: str | None
 ) -> list[Query]:
     """A few stored rows of each user as queries: their content (or, in a copy that kept the
     source's vectors, their stored vector, which is of both sides' model)."""
@@ -345,8 +360,9 @@ def _content_queries(
     out: list[Query] = []
     for user in users:
         rows = conn.execute(
-            f"SELECT content, embedding FROM {t} WHERE user_id = %s ORDER BY md5(id::text || %s) LIMIT %s",
-            (user, str(seed), per_user),
+            f"SELECT content, embedding FROM {t} AS d WHERE user_id = %(user)s{_owned(owner)} "
+            "ORDER BY md5(id::text || %(seed)s) LIMIT %(n)s",
+            {"user": user, "seed": str(seed), "n": per_user, "owner": owner},
         ).fetchall()
         out += [
             Query(user, str(content), tuple(float(x) for x in as_array(vector))) for content, vector in rows
