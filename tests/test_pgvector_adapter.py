@@ -256,10 +256,13 @@ def half_reembedded(pg_url):
     return pg_url
 
 
-@pytest.mark.parametrize("search", ["auto", "exact", "hnsw"])
-def test_a_resolve_never_mixes_two_models(half_reembedded, search):
-    """Unconfigured: the user's main model answers (the nearer old-model rows are left out, counted)."""
-    backend = PgvectorBackend(half_reembedded, search=search)
+@pytest.mark.parametrize(
+    ("search", "exact_max"), [("auto", 5000), ("auto", 2), ("exact", 5000), ("hnsw", 5000)]
+)
+def test_a_resolve_never_mixes_two_models(half_reembedded, search, exact_max):
+    """Unconfigured: the user's main model answers (the nearer old-model rows are left out, counted);
+    ``auto`` above its exact cap takes the HNSW path, guarded the same way."""
+    backend = PgvectorBackend(half_reembedded, search=search, exact_max=exact_max)
     try:
         found = backend.resolve({"userId": "alice", "embedding": [1.0, 0.0, 0.0], "limit": 10})
         counters = backend.counters()
@@ -269,7 +272,7 @@ def test_a_resolve_never_mixes_two_models(half_reembedded, search):
     assert [m["id"] for m in memories] == ["new-1", "new-2", "new-3"]
     assert {m["embeddingModel"] for m in memories} == {"model-b"}
     assert counters["resolves"] == 1
-    if search != "hnsw":  # the exact statement counts what it left out
+    if search == "exact" or (search == "auto" and exact_max > 5):  # the exact statement counts them
         assert counters["guardedResolves"] == 1 and counters["otherModelRowsLeftOut"] == 2
 
 
