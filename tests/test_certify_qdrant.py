@@ -334,3 +334,49 @@ def test_a_reembedding_between_two_pgvector_tables_is_measured_per_side_model(sq
         assert 0.0 <= user.overlap_ci[0] <= user.overlap <= user.overlap_ci[1] <= 1.0
         assert user.passed == (user.overlap >= 1.0)
     assert bool(moved.problems) == any(not u.passed for u in moved.users)
+
+
+def test_a_reembedded_copy_is_queried_through_each_sides_model(tmp_path, pg_url):
+    """Qdrant vectors of hash-8 re-embedded as hash-16: a stored vector is never sent to the other
+    side; without --source-embedder the gate says why it could not measure, with it each side embeds
+    the sampled content with its own model."""
+    from memwork.embed import HashEmbedder
+
+    path = tmp_path / "store"
+    client = QdrantClient(path=str(path))
+    client.create_collection(
+        COLLECTION, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE)
+    )
+    words = ["coffee", "tea", "dark", "mode", "paris", "berlin", "cat", "dog", "blue", "red"]
+    rng = np.random.default_rng(3)
+    contents = [" ".join(rng.choice(words, size=3)) + f" {n}" for n in range(60)]
+    vectors = HashEmbedder(DIM).embed(contents)
+    client.upsert(
+        COLLECTION,
+        [
+            models.PointStruct(
+                id=n + 1,
+                vector=[float(x) for x in vectors[n]],
+                payload={"user_id": f"u{n % 4}", "content": contents[n], "created_at": 1767323045 + n},
+            )
+            for n in range(60)
+        ],
+    )
+    client.close()
+    env = {**_env(path), "MEMORY_QDRANT_EMBEDDING_MODEL": f"hash-{DIM}"}
+    report = run_import(
+        ImportOptions(
+            "qdrant", env=env, database_url=pg_url, apply=True, create_schema=True,
+            vectors="reembed", embedder="hash:16",
+        )
+    )  # fmt: skip
+    assert report.rows_written == 60 and report.model == "hash-16"
+    options = dict(source="qdrant", source_env=env, k=5, leaf=4, vector_sample=20, retrieval=False)
+    blind = certify(CertifyOptions("", pg_url, **options))
+    assert blind.preserved is not None and not blind.preserved.users
+    assert "re-embedded (hash-8 -> hash-16)" in blind.preserved.notes[0]
+    assert blind.gates["preserved"] and not blind.gates["rows"] and not blind.gates["vectors"]
+    both = certify(CertifyOptions("", pg_url, source_embedder=f"hash:{DIM}", min_overlap=0.0, **options))
+    assert both.preserved is not None and len(both.preserved.users) == 4
+    assert all(0.0 <= u.overlap <= 1.0 for u in both.preserved.users)
+    assert both.verdict == "PASS", both.reasons()

@@ -422,8 +422,8 @@ def _preserved(
         return measure_preservation(
             conn,
             options.table,
-            Side(opened.search, source_model),
-            Side(pgvector_search(backend), embedder),
+            Side(opened.search, source_model, _source_model(opened)),
+            Side(pgvector_search(backend), embedder, _dest_model(conn, options.table, owner)),
             k=options.k,
             users=options.preserved_users,
             queries_per_user=options.queries_per_user,
@@ -435,6 +435,26 @@ def _preserved(
         )
     finally:
         backend.close()
+
+
+def _source_model(opened: Any) -> str | None:
+    """The model id of the source's own vectors, from its first record (None: it gives none)."""
+    from memwork.migrate.rows import model_of
+
+    page = opened.read_page(None, 1)
+    first = next((r for r in page.records if r.vector is not None), None)
+    return None if first is None else model_of(first, opened.name)
+
+
+def _dest_model(conn: Any, table: str, owner: str) -> str | None:
+    """The model of the vectors this source's rows were written with."""
+    from memwork.migrate.ownership import owner_sql
+
+    found = conn.execute(
+        f"SELECT embedding_model FROM {quote_identifier(table)} AS d WHERE {owner_sql('d')} = %s LIMIT 1",
+        (owner,),
+    ).fetchone()
+    return None if found is None or found[0] is None else str(found[0])
 
 
 def _sample_keys(conn: Any, table: str, n: int, seed: int) -> list[str]:

@@ -232,10 +232,13 @@ def sample_users(sizes: dict[str, int], n: int, seed: int) -> list[str]:
 
 @dataclass
 class Side:
-    """One side's search and the model its query text is embedded with (None: vectors only)."""
+    """One side's search, the model its query text is embedded with (None: vectors only), and the
+    model id of its stored vectors (None: unknown) -- a vector query of one model is never sent to a
+    side of another."""
 
     search: Search
     embedder: Embedder | None = None
+    model: str | None = None
 
 
 def measure_preservation(
@@ -330,6 +333,11 @@ def _vectors(query: Query, source: Side, dest: Side) -> tuple[np.ndarray, np.nda
     one, else its vector as it is on both -- or why it cannot be run."""
     if query.text is not None and source.embedder is not None and dest.embedder is not None:
         return source.embedder.embed([query.text])[0], dest.embedder.embed([query.text])[0]
+    if query.vector is not None and None not in (source.model, dest.model) and source.model != dest.model:
+        return (
+            f"the copy was re-embedded ({source.model} -> {dest.model}): a query is embedded by each "
+            "side's model (--source-embedder and --embedder)"
+        )
     if query.vector is not None:
         vector = np.asarray(query.vector, dtype=np.float32)
         return vector, vector

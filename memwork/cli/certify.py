@@ -60,6 +60,7 @@ def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
     help="queries.jsonl: user, query text or vector, optional expected ids (default: sampled content).",
 )
 @click.option("--source-embedder", default=None, help="The source's model, for text queries on its side.")
+@click.option("--no-preserved", is_flag=True, help="Skip querying the source's own search (--from).")
 @click.option(
     "--min-overlap", type=float, default=0.95, show_default=True, help="Per-user overlap@k to pass."
 )
@@ -89,6 +90,7 @@ def certify_command(
     settings: tuple[str, ...],
     queries_file: Path | None,
     source_embedder: str | None,
+    no_preserved: bool,
     min_overlap: float,
     min_user_share: float | None,
     self_test: bool,
@@ -151,6 +153,7 @@ def certify_command(
             source_env=_source_env(source_name, settings),
             queries=queries_file,
             source_embedder=source_embedder,
+            preserved=not no_preserved,
             min_overlap=min_overlap,
             min_user_share=min_user_share,
         )
