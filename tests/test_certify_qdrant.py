@@ -159,6 +159,7 @@ def test_qdrant_copy_certified_damaged_repaired_and_certified_again(storage, pg_
     assert dry.exit_code == 0, dry.output
     plan = json.loads(dry.output)
     assert plan["mode"] == "dry-run" and plan["planned"]["write"] == 3
+    assert plan["fetchedBy"] == "records_by_id" and plan["keptVectors"] == 3  # the source's own vectors
     assert _snapshot(pg_url) != before  # the dry run wrote nothing: still damaged
     applied = CliRunner().invoke(main, [*base, "--apply", "--json"])
     assert applied.exit_code == 0, applied.output
@@ -380,3 +381,20 @@ def test_a_reembedded_copy_is_queried_through_each_sides_model(tmp_path, pg_url)
     assert both.preserved is not None and len(both.preserved.users) == 4
     assert all(0.0 <= u.overlap <= 1.0 for u in both.preserved.users)
     assert both.verdict == "PASS", both.reasons()
+
+
+def test_records_by_id_fetches_exactly_the_named_points(storage):
+    from memwork.backends.qdrant import source_from_env
+
+    source = source_from_env(_env(storage))
+    try:
+        found = source.records_by_id(
+            ["1", "2", "999999", "not-an-id", "00000000-0000-0000-0000-000000000001"]
+        )
+        assert sorted(found) == ["1", "2"]
+        assert found["1"].user_id == "u-tiny" and found["1"].vector is not None
+        assert found["2"].model == "qdrant-test-8"
+        assert source.search("u-small", found["2"].vector, 2)[0] == "2"
+        assert set(source.search("u-small", found["2"].vector, 10)) == {"2", "3", "4", "5"}
+    finally:
+        source.close()

@@ -154,6 +154,8 @@ class RepairReport:
             "sourceKey": p.source_key,
             "destination": p.destination,
             "model": p.model,
+            "fetchedBy": p.fetched_by,
+            "keptVectors": len(p.kept),
             "planned": p.counts(),
             "items": [item.to_dict() for item in p.items],
             "skipped": p.skipped,
