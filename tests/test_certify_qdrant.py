@@ -398,3 +398,22 @@ def test_records_by_id_fetches_exactly_the_named_points(storage):
         assert set(source.search("u-small", found["2"].vector, 10)) == {"2", "3", "4", "5"}
     finally:
         source.close()
+
+
+def test_min_user_share_gates_on_the_lower_bound_not_the_point_estimate():
+    from memwork.certify.preserved import PreservationReport, UserAgreement, _judge
+
+    def report(min_share, passed=10, failed=0):
+        users = [UserAgreement(f"p{i}", 5, 3, 1.0, (1.0, 1.0), 1.0, (1.0, 1.0), True) for i in range(passed)]
+        users += [
+            UserAgreement(f"f{i}", 5, 3, 0.5, (0.4, 0.6), 0.6, (0.5, 0.7), False) for i in range(failed)
+        ]
+        found = PreservationReport(10, 0.95, min_share, "content", users=users)
+        _judge(found)
+        return found
+
+    assert report(0.99).problems  # 10 of 10 bound the share at 74 %: not >= 99 %
+    assert not report(0.7).problems
+    assert "f0 (0.50)" in report(None, failed=1).problems[0]  # default: any failing user fails, named
+    assert not report(0.5, passed=30, failed=1).problems  # a tolerated share
+    assert report(None).claim().startswith("overlap@10 >= 0.95 for >= 74.1% of users (10 of 10 sampled")
