@@ -252,6 +252,7 @@ def test_queries_file_drives_both_sides_and_checks_expected_ids(storage, pg_url,
     assert next(u for u in preserved.users if u.user == "u-mid").expected_found == 1.0
     assert cert.verdict == "PASS", cert.reasons()
     assert cert.retrieval is not None and sum(b.queries for b in cert.retrieval.buckets.values()) == 2
+    assert cert.retrieval.expected == {"queries": 1, "expected": 1, "found": 1, "share": 1.0, "missed": []}
 
 
 @pytest.mark.parametrize(
@@ -417,3 +418,45 @@ def test_min_user_share_gates_on_the_lower_bound_not_the_point_estimate():
     assert "f0 (0.50)" in report(None, failed=1).problems[0]  # default: any failing user fails, named
     assert not report(0.5, passed=30, failed=1).problems  # a tolerated share
     assert report(None).claim().startswith("overlap@10 >= 0.95 for >= 74.1% of users (10 of 10 sampled")
+
+
+def test_a_legacy_copy_takes_the_queries_file_for_recall_and_expected_ids(sqlite_url, pg_url, tmp_path):
+    """A source that cannot search: no preservation measured; the file's queries still drive recall@k
+    and the expected ids the production path misses are named."""
+    from memwork.samples.migration import build_migration
+
+    m = build_migration(sqlite_url, pg_url, n_users=4, items_per_user=8, dimensions=16)
+    with _pg(pg_url) as conn:
+        user, key = conn.execute(
+            f"SELECT user_id, source_memory_id FROM {m.table} ORDER BY source_memory_id LIMIT 1"
+        ).fetchone()
+        content = conn.execute(
+            f"SELECT content FROM {m.table} WHERE source_memory_id = %s", (key,)
+        ).fetchone()[0]
+    path = tmp_path / "queries.jsonl"
+    path.write_text(json.dumps({"user": user, "query": content, "expected": [key, "never-there"]}) + "\n")
+    result = CliRunner().invoke(
+        main,
+        [
+            "certify",
+            "--source-url",
+            m.source_url,
+            "--to",
+            pg_url,
+            "--queries",
+            str(path),
+            "--json",
+            "-k",
+            "3",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["preserved"] is None
+    assert summary["retrieval"]["expected"] == {
+        "queries": 1,
+        "expected": 2,
+        "found": 1,
+        "share": 0.5,
+        "missed": [[user, "never-there"]],
+    }

@@ -383,18 +383,19 @@ def _certify(options: CertifyOptions, opened: Any, queries: list[Query] | None) 
     return cert
 
 
-def _recall_queries(queries: list[Query] | None, embedder: Embedder | None) -> list[tuple[str, Any]] | None:
-    """The file's queries as (user, vector) for recall@k: a text query needs the table's model."""
+def _recall_queries(queries: list[Query] | None, embedder: Embedder | None) -> list[Any] | None:
+    """The file's queries as (user, vector, expected ids) for recall@k: a text query needs the
+    table's model (else its vector is taken as it is)."""
     import numpy as np
 
     if not queries:
         return None
     out = []
     for q in queries:
-        if q.vector is not None:
-            out.append((q.user, np.asarray(q.vector, dtype=np.float32)))
-        elif embedder is not None and q.text is not None:
-            out.append((q.user, embedder.embed([q.text])[0]))
+        if embedder is not None and q.text is not None:
+            out.append((q.user, embedder.embed([q.text])[0], q.expected))
+        elif q.vector is not None:
+            out.append((q.user, np.asarray(q.vector, dtype=np.float32), q.expected))
     return out or None
 
 
