@@ -285,6 +285,9 @@ def test_the_statistics():
     assert lower_bound(20, 20) == pytest.approx(0.05 ** (1 / 20))
     assert lower_bound(299, 299) > 0.99 > lower_bound(298, 298)
     assert lower_bound(0, 10) == 0.0
+    from memwork.certify.preserved import users_needed
+
+    assert users_needed(0.99) == 299 and users_needed(0.9) == 29
     low, high = bootstrap_ci([0.8, 1.0, 1.0, 0.9])
     assert 0.8 <= low <= 0.925 <= high <= 1.0
     assert bootstrap_ci([0.5]) == (0.5, 0.5)
@@ -413,7 +416,7 @@ def test_min_user_share_gates_on_the_lower_bound_not_the_point_estimate():
         _judge(found)
         return found
 
-    assert report(0.99).problems  # 10 of 10 bound the share at 74 %: not >= 99 %
+    assert "it takes 299 sampled users, all passing" in report(0.99).problems[0]  # 10 of 10: >= 74 %
     assert not report(0.7).problems
     assert "f0 (0.50)" in report(None, failed=1).problems[0]  # default: any failing user fails, named
     assert not report(0.5, passed=30, failed=1).problems  # a tolerated share

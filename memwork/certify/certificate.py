@@ -92,9 +92,9 @@ class CertifyOptions:
         if not isinstance(self.min_overlap, int | float) or not 0 <= self.min_overlap <= 1:
             raise UsageError("min_overlap", self.min_overlap, "must be a number from 0 to 1")
         if self.min_user_share is not None and (
-            not isinstance(self.min_user_share, int | float) or not 0 < self.min_user_share <= 1
+            not isinstance(self.min_user_share, int | float) or not 0 < self.min_user_share < 1
         ):
-            raise UsageError("min_user_share", self.min_user_share, "must be a number above 0, at most 1")
+            raise UsageError("min_user_share", self.min_user_share, "must be a number above 0, below 1")
         if isinstance(self.preserved_users, bool) or not isinstance(self.preserved_users, int):
             raise UsageError("preserved_users", self.preserved_users, "must be a positive integer")
         if self.preserved_users < 1:
@@ -439,11 +439,12 @@ def _preserved(
 
 
 def _source_model(opened: Any) -> str | None:
-    """The model id of the source's own vectors, from its first record (None: it gives none)."""
+    """The model id of the source's own vectors, from its first record (None: it names none -- then
+    a stored vector is taken to be of the copy's model)."""
     from memwork.migrate.rows import model_of
 
     page = opened.read_page(None, 1)
-    first = next((r for r in page.records if r.vector is not None), None)
+    first = next((r for r in page.records if r.vector is not None and r.model), None)
     return None if first is None else model_of(first, opened.name)
 
 

@@ -25,6 +25,7 @@ source, or the destination).
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -205,6 +206,13 @@ def lower_bound(successes: int, trials: int, confidence: float = CONFIDENCE) -> 
     return float(beta.ppf(1 - confidence, successes, trials - successes + 1))
 
 
+def users_needed(share: float, confidence: float = CONFIDENCE) -> int:
+    """The fewest sampled users, all passing, whose lower bound reaches ``share`` (299 for 99 %)."""
+    if share >= 1:
+        raise UsageError("min_user_share", share, "no sample bounds a share of 100 % from below")
+    return math.ceil(math.log(1 - confidence) / math.log(share))
+
+
 def bootstrap_ci(
     values: Sequence[float], *, seed: int = 0, confidence: float = CONFIDENCE
 ) -> tuple[float, float]:
@@ -310,11 +318,16 @@ def _judge(report: PreservationReport) -> None:
     failed = [u for u in report.users if not u.passed]
     bound = report.share_lower_bound
     if not report.users:
-        report.problems.append("preserved: no sampled user could be queried on both sides")
+        why = f" ({report.notes[0]})" if report.notes else ""
+        report.problems.append(f"preserved: no sampled user could be queried on both sides{why}")
     elif report.min_share is not None and bound is not None and bound < report.min_share:
+        detail = (
+            f"failing: {_named(failed)}"
+            if failed
+            else f"it takes {users_needed(report.min_share)} sampled users, all passing"
+        )
         report.problems.append(
-            f"preserved: {report.claim()}; the target is >= {report.min_share:.1%} "
-            f"(worst: {_named(failed or report.worst())})"
+            f"preserved: {report.claim()}; the target is >= {report.min_share:.1%} ({detail})"
         )
     elif report.min_share is None and failed:
         report.problems.append(

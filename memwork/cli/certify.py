@@ -62,6 +62,9 @@ def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--source-embedder", default=None, help="The source's model, for text queries on its side.")
 @click.option("--no-preserved", is_flag=True, help="Skip querying the source's own search (--from).")
 @click.option(
+    "--preserved-users", type=int, default=30, show_default=True, help="Users sampled for the preservation."
+)
+@click.option(
     "--min-overlap", type=float, default=0.95, show_default=True, help="Per-user overlap@k to pass."
 )
 @click.option(
@@ -91,6 +94,7 @@ def certify_command(
     queries_file: Path | None,
     source_embedder: str | None,
     no_preserved: bool,
+    preserved_users: int,
     min_overlap: float,
     min_user_share: float | None,
     self_test: bool,
@@ -154,6 +158,7 @@ def certify_command(
             queries=queries_file,
             source_embedder=source_embedder,
             preserved=not no_preserved,
+            preserved_users=preserved_users,
             min_overlap=min_overlap,
             min_user_share=min_user_share,
         )
@@ -169,6 +174,7 @@ def certify_command(
     failed = [g for g, reasons in cert.gates.items() if reasons]
     if cert.preserved is not None:
         lines.append(f"preserved: {cert.preserved.claim()}")
+        lines += [f"  note: {note}" for note in cert.preserved.notes]
     if cert.failures():
         again = f"import --from {source_name}" if source_name else "backfill"
         lines.append(f"repair (dry run first): memwork {again} --repair {cert.run_id} [--apply]")
