@@ -223,3 +223,100 @@ def test_auto_falls_back_to_hnsw_above_the_exact_cap(seeded):
     finally:
         backend.close()
     assert [m["id"] for m in result["semanticMemories"]] == ["a-near", "a-mid", "a-far"]
+
+
+# ---- the mixed-model guard ------------------------------------------------------------------------
+def _seed_models(url: str, rows: list[tuple[str, str, list[float], str]]) -> None:
+    with psycopg.connect(url) as conn:
+        register_vector(conn)
+        for user_id, source_id, vector, model in rows:
+            conn.execute(
+                "INSERT INTO memory_embeddings "
+                "(user_id, content, embedding, embedding_model, source_memory_id) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                (user_id, f"content of {source_id}", np.asarray(vector, dtype=np.float32), model, source_id),
+            )
+
+
+@pytest.fixture
+def half_reembedded(pg_url):
+    """alice: three rows of the new model, two (nearer to the query) still of the old one."""
+    ensure_schema(pg_url, "memory_embeddings", 3, create_vector_index=True)
+    _seed_models(
+        pg_url,
+        [
+            ("alice", "new-1", [1.0, 0.2, 0.0], "model-b"),
+            ("alice", "new-2", [0.0, 1.0, 0.0], "model-b"),
+            ("alice", "new-3", [0.0, 0.0, 1.0], "model-b"),
+            ("alice", "old-1", [1.0, 0.0, 0.0], "model-a"),
+            ("alice", "old-2", [1.0, 0.01, 0.0], "model-a"),
+            ("bob", "bob-1", [1.0, 0.0, 0.0], "model-a"),
+        ],
+    )
+    return pg_url
+
+
+@pytest.mark.parametrize(
+    ("search", "exact_max"), [("auto", 5000), ("auto", 2), ("exact", 5000), ("hnsw", 5000)]
+)
+def test_a_resolve_never_mixes_two_models(half_reembedded, search, exact_max):
+    """Unconfigured: the user's main model answers (the nearer old-model rows are left out, counted);
+    ``auto`` above its exact cap takes the HNSW path, guarded the same way."""
+    backend = PgvectorBackend(half_reembedded, search=search, exact_max=exact_max)
+    try:
+        found = backend.resolve({"userId": "alice", "embedding": [1.0, 0.0, 0.0], "limit": 10})
+        counters = backend.counters()
+    finally:
+        backend.close()
+    memories = found["semanticMemories"]
+    assert [m["id"] for m in memories] == ["new-1", "new-2", "new-3"]
+    assert {m["embeddingModel"] for m in memories} == {"model-b"}
+    assert counters["resolves"] == 1
+    if search == "exact" or (search == "auto" and exact_max > 5):  # the exact statement counts them
+        assert counters["guardedResolves"] == 1 and counters["otherModelRowsLeftOut"] == 2
+
+
+@pytest.mark.parametrize("search", ["exact", "hnsw"])
+def test_the_configured_model_answers_and_the_others_are_counted_in_status(half_reembedded, search):
+    env = {
+        **FULL_ENV,
+        "MEMORY_PGVECTOR_DATABASE_URL": half_reembedded,
+        "MEMORY_PGVECTOR_MODEL": "model-a",
+        "MEMORY_PGVECTOR_SEARCH": search,
+    }
+    backend = from_env(env)
+    try:
+        alice = backend.resolve({"userId": "alice", "embedding": [1.0, 0.0, 0.0], "limit": 10})
+        bob = backend.resolve({"userId": "bob", "embedding": [1.0, 0.0, 0.0], "limit": 10})
+        status = backend.model_status()
+    finally:
+        backend.close()
+    assert [m["id"] for m in alice["semanticMemories"]] == ["old-1", "old-2"]
+    assert [m["id"] for m in bob["semanticMemories"]] == ["bob-1"]
+    assert status == {
+        "model": "model-a",
+        "configured": True,
+        "models": {"model-a": 3, "model-b": 3},
+        "other_model_rows": 3,
+        "mixed_model_users": 1,
+    }
+
+
+def test_a_configured_model_the_user_lacks_answers_nothing(half_reembedded):
+    backend = PgvectorBackend(half_reembedded, model="model-c")
+    try:
+        assert backend.resolve({"userId": "alice", "embedding": [1, 0, 0]})["semanticMemories"] == []
+        assert backend.model_status()["other_model_rows"] == 6
+    finally:
+        backend.close()
+
+
+def test_the_guard_counters_show_in_the_facade_status(half_reembedded):
+    from memwork.facade.facade import _counters  # each backend row of status() carries them
+
+    backend = PgvectorBackend(half_reembedded)
+    try:
+        backend.resolve({"userId": "alice", "embedding": [1, 0, 0]})
+        assert _counters(backend)["counters"]["otherModelRowsLeftOut"] == 2
+    finally:
+        backend.close()

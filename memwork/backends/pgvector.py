@@ -16,6 +16,14 @@ also counts them, and only for a user above the cap falls back to hnsw.
 Under a call's deadline (:mod:`memwork.deadline`) the wait for a pooled connection is bounded by the
 time left, and the search by ``statement_timeout`` (set for its transaction only), so a search the
 caller gave up on is cancelled by the server instead of holding a connection and a worker.
+
+One embedding generation per answer (the mixed-model guard): a resolve never returns rows of two
+``embedding_model`` ids. With ``MEMORY_PGVECTOR_MODEL`` set it answers from that model's rows only;
+unset, from the model that holds most of the user's rows (ties: the smaller id), chosen in the same
+statement (the exact path) or from the user's first :data:`PICK_SAMPLE` rows (the HNSW path) -- a
+user half re-embedded gets one consistent surface, never a blend of two vector spaces whose
+distances do not compare. Rows left out are counted (:meth:`PgvectorBackend.counters`), and
+:meth:`PgvectorBackend.model_status` counts the table's rows of other models (``other_model_rows``).
 """
 
 from __future__ import annotations
@@ -48,9 +56,12 @@ MAX_LIMIT = 1000
 DEFAULT_EXACT_MAX = 5000
 DEFAULT_EF_SEARCH = 100
 SEARCH_STRATEGIES = ("auto", "exact", "hnsw")
+#: unconfigured model on the HNSW path: the user's model is the most common among this many rows
+PICK_SAMPLE = 1000
 FLAG_VAR = "MEMORY_VECTOR_ENABLED"
 URL_VAR = "MEMORY_PGVECTOR_DATABASE_URL"
 MODULE_VAR = "MEMORY_PGVECTOR_EMBEDDING_MODULE"
+MODEL_VAR = "MEMORY_PGVECTOR_MODEL"
 
 DECLARATION = Declaration(
     name="pgvector",
@@ -63,6 +74,7 @@ DECLARATION = Declaration(
         EnvVar(MODULE_VAR, "embedding module", required=True),
         EnvVar("MEMORY_PGVECTOR_TABLE", default=EMBEDDINGS_TABLE),
         EnvVar("MEMORY_PGVECTOR_POOL_MAX", default=str(DEFAULT_POOL_MAX)),
+        EnvVar(MODEL_VAR, "the embedding_model a resolve answers from (default: the user's main one)"),
     ),
     database_url_var=URL_VAR,
     mapping=(
@@ -98,8 +110,10 @@ class PgvectorBackend(BaseBackend):
         ef_search: int = DEFAULT_EF_SEARCH,
         unavailable: list[str] | None = None,
         timeout: float = 5.0,
+        model: str | None = None,
     ) -> None:
         self.database_url = database_url
+        self.model = model or None
         self.table = check_identifier(table)
         self.pool_max = pool_max
         self.query_embedder = query_embedder
@@ -112,6 +126,7 @@ class PgvectorBackend(BaseBackend):
             self._unavailable.append(f"{URL_VAR} is not set")
         self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
         self._lock = threading.Lock()
+        self._guarded = {"resolves": 0, "guardedResolves": 0, "otherModelRowsLeftOut": 0}
 
     # ---- contract -------------------------------------------------------------------------------
     def availability(self) -> Availability:
@@ -132,6 +147,37 @@ class PgvectorBackend(BaseBackend):
         vector = self._query_vector(request)
         rows = self._search(user_id, vector, limit)
         return {"semanticMemories": [_memory(row) for row in rows]}
+
+    def counters(self) -> dict[str, Any]:
+        """The mixed-model guard since start: resolves, those that left rows of another model out,
+        and how many rows they left out (exact path; the HNSW path counts answers only)."""
+        with self._lock:
+            return {"model": self.model, **self._guarded}
+
+    def model_status(self) -> dict[str, Any]:
+        """Rows per ``embedding_model`` and, against the configured model (else the table's main
+        one), ``other_model_rows`` and the users holding rows of two models. One scan of the table:
+        an operator's question, never on the resolve path."""
+        if self._unavailable:
+            raise BackendError(f"pgvector unavailable: {'; '.join(self._unavailable)}")
+        table = quote_identifier(self.table)
+        with self._get_pool().connection() as conn:
+            models = {
+                m: int(n)
+                for m, n in conn.execute(f"SELECT embedding_model, count(*) FROM {table} GROUP BY 1")
+            }
+            mixed = conn.execute(
+                f"SELECT count(*) FROM (SELECT user_id FROM {table} GROUP BY 1 "
+                "HAVING count(DISTINCT coalesce(embedding_model, '')) > 1) AS u"
+            ).fetchone()
+        main = self.model or max(models, key=lambda m: (models[m], m is not None), default=None)
+        return {
+            "model": main,
+            "configured": self.model is not None,
+            "models": {str(m): n for m, n in models.items()},
+            "other_model_rows": sum(n for m, n in models.items() if m != main),
+            "mixed_model_users": int(mixed[0]) if mixed else 0,
+        }
 
     def close(self) -> None:
         with self._lock:
@@ -187,12 +233,12 @@ class PgvectorBackend(BaseBackend):
                     budget_ms = ceil(scope.check() * 1000)
                     conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{budget_ms}ms",))
                 if self.search == "hnsw":
-                    return _hnsw_search(conn, table, user_id, vector, limit, self.ef_search)
+                    return self._guard(_hnsw_search(conn, table, user_id, vector, limit, self))
                 cap = None if self.search == "exact" else self.exact_max
-                rows = _exact_search(conn, table, user_id, vector, limit, cap)
+                rows = _exact_search(conn, table, user_id, vector, limit, cap, self.model)
                 if rows is None:  # auto: the user has more than exact_max rows
-                    return _hnsw_search(conn, table, user_id, vector, limit, self.ef_search)
-                return rows
+                    return self._guard(_hnsw_search(conn, table, user_id, vector, limit, self))
+                return self._guard(rows)
         except Exception as exc:  # psycopg and pool errors become one backend error
             if isinstance(exc, UsageError | BackendError):
                 raise
@@ -203,6 +249,23 @@ class PgvectorBackend(BaseBackend):
                 ) from exc
             raise BackendError(f"pgvector resolve failed: {type(exc).__name__}: {exc}") from exc
 
+    def _guard(self, rows: list[tuple]) -> list[tuple]:
+        """Count the resolve and the other-model rows its statement left out (column 13)."""
+        left_out = int(rows[0][13] or 0) if rows and len(rows[0]) > 13 else 0
+        with self._lock:
+            self._guarded["resolves"] += 1
+            self._guarded["guardedResolves"] += left_out > 0
+            self._guarded["otherModelRowsLeftOut"] += left_out
+        return rows
+
+
+def _model_pick(rows: str, model_param: str) -> str:
+    """SQL for the one model an answer comes from: the configured one, else the most common in ``rows``."""
+    return (
+        f"SELECT coalesce({model_param}::text, (SELECT embedding_model FROM {rows} "
+        "GROUP BY 1 ORDER BY count(*) DESC, 1 NULLS LAST LIMIT 1))"
+    )
+
 
 def _configure_connection(conn: psycopg.Connection[Any]) -> None:
     from pgvector.psycopg import register_vector
@@ -211,21 +274,38 @@ def _configure_connection(conn: psycopg.Connection[Any]) -> None:
 
 
 def _exact_search(
-    conn: psycopg.Connection[Any], table: str, user_id: str, vector: np.ndarray, limit: int, cap: int | None
+    conn: psycopg.Connection[Any],
+    table: str,
+    user_id: str,
+    vector: np.ndarray,
+    limit: int,
+    cap: int | None,
+    model: str | None = None,
 ) -> list[tuple] | None:
     """Exact k-NN over the user's rows (btree on ``user_id``); the CTE keeps HNSW out of the plan.
 
     With ``cap`` (``auto``), one statement both searches and counts up to ``cap + 1`` rows; None
     means the user has more than ``cap`` rows and the caller should use the HNSW path instead.
+    Only the rows of one model answer (``model``, else the user's most common one); column 13
+    counts the user's rows of other models left out.
     """
     capped = "" if cap is None else "LIMIT %(cap)s"
     sql = (
         f"WITH mine AS MATERIALIZED (SELECT {_COLUMNS}, embedding FROM {table} "
-        f"WHERE user_id = %(user)s {capped}) "
-        f"SELECT {_COLUMNS}, embedding <=> %(vector)s AS distance, (SELECT count(*) FROM mine) AS n "
-        f"FROM mine ORDER BY distance, id LIMIT %(limit)s"
+        f"WHERE user_id = %(user)s {capped}), "
+        f"pick AS MATERIALIZED ({_model_pick('mine', '%(model)s')} AS model) "
+        f"SELECT {_COLUMNS}, embedding <=> %(vector)s AS distance, (SELECT count(*) FROM mine) AS n, "
+        "(SELECT count(*) FROM mine WHERE embedding_model IS DISTINCT FROM (SELECT model FROM pick)) "
+        "FROM mine WHERE embedding_model IS NOT DISTINCT FROM (SELECT model FROM pick) "
+        "ORDER BY distance, id LIMIT %(limit)s"
     )
-    params = {"user": user_id, "vector": vector, "limit": limit, "cap": None if cap is None else cap + 1}
+    params = {
+        "user": user_id,
+        "vector": vector,
+        "limit": limit,
+        "cap": None if cap is None else cap + 1,
+        "model": model,
+    }
     rows = conn.execute(sql, params).fetchall()
     if cap is not None and rows and rows[0][12] > cap:
         return None
@@ -233,20 +313,34 @@ def _exact_search(
 
 
 def _hnsw_search(
-    conn: psycopg.Connection[Any], table: str, user_id: str, vector: np.ndarray, limit: int, ef_search: int
+    conn: psycopg.Connection[Any],
+    table: str,
+    user_id: str,
+    vector: np.ndarray,
+    limit: int,
+    backend: PgvectorBackend,
 ) -> list[tuple]:
-    """HNSW with pgvector 0.8 iterative scans; relaxed order is re-sorted exactly outside."""
+    """HNSW with pgvector 0.8 iterative scans; relaxed order is re-sorted exactly outside.
+
+    The model filter sits inside the iterative scan (it keeps scanning until ``limit`` rows of the
+    model pass), chosen first: the configured model, else the most common of the user's first
+    :data:`PICK_SAMPLE` rows."""
     conn.execute(
         "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
         "set_config('hnsw.ef_search', %s, true)",
-        (str(ef_search),),
+        (str(backend.ef_search),),
     )
+    model = backend.model
+    if model is None:
+        sample = f"(SELECT embedding_model FROM {table} WHERE user_id = %s LIMIT {PICK_SAMPLE}) AS s"
+        found = conn.execute(_model_pick(sample, "%s"), (None, user_id)).fetchone()
+        model = found[0] if found else None
     sql = (
         f"WITH near AS MATERIALIZED (SELECT {_COLUMNS}, embedding <=> %s AS distance FROM {table} "
-        f"WHERE user_id = %s ORDER BY embedding <=> %s LIMIT %s) "
+        f"WHERE user_id = %s AND embedding_model IS NOT DISTINCT FROM %s ORDER BY embedding <=> %s LIMIT %s) "
         f"SELECT * FROM near ORDER BY distance, id"
     )
-    return conn.execute(sql, (vector, user_id, vector, limit)).fetchall()
+    return conn.execute(sql, (vector, user_id, model, vector, limit)).fetchall()
 
 
 def _memory(row: tuple) -> dict[str, Any]:
@@ -332,6 +426,7 @@ def from_env(env: Mapping[str, str]) -> PgvectorBackend:
     pool_max = _int_setting(env, "MEMORY_PGVECTOR_POOL_MAX", DEFAULT_POOL_MAX, problems)
     exact_max = _int_setting(env, "MEMORY_PGVECTOR_EXACT_MAX", DEFAULT_EXACT_MAX, problems)
     ef_search = _int_setting(env, "MEMORY_PGVECTOR_EF_SEARCH", DEFAULT_EF_SEARCH, problems)
+    model = (env.get(MODEL_VAR) or "").strip() or None
     search = (env.get("MEMORY_PGVECTOR_SEARCH") or "auto").strip().lower()
     if search not in SEARCH_STRATEGIES:
         problems.append(f"MEMORY_PGVECTOR_SEARCH={search!r} must be one of {', '.join(SEARCH_STRATEGIES)}")
@@ -353,4 +448,5 @@ def from_env(env: Mapping[str, str]) -> PgvectorBackend:
         exact_max=exact_max,
         ef_search=ef_search,
         unavailable=problems,
+        model=model,
     )

@@ -49,6 +49,7 @@ from memwork.contracts import (
     Declaration,
     EnvVar,
     Page,
+    SourceRecord,
     flag_var,
     require,
     source_records,
@@ -642,6 +643,21 @@ def encode_cursor(point_id: object) -> str:
     raise BackendError(f"{NAME}: unexpected point id {point_id!r} (neither an integer nor a UUID)")
 
 
+#: ids per ``retrieve`` call of :meth:`QdrantSource.records_by_id`
+RETRIEVE_CHUNK = 500
+
+
+def _point_key(text: str) -> int | str | None:
+    """A point id as Qdrant takes it: a whole number or a UUID; None for anything else (no point
+    can have that id: it is not asked for, and counts as absent)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        return None
+
+
 def decode_cursor(cursor: str) -> int | str:
     """The point id a cursor of :func:`encode_cursor` names; a UsageError for anything else."""
     kind, sep, value = cursor.partition(":")
@@ -704,6 +720,51 @@ class QdrantSource:
         )
         records = source_records([self._fields(point) for point in points])
         return Page(records, None if next_offset is None else encode_cursor(next_offset))
+
+    def records_by_id(self, ids: list[str]) -> dict[str, SourceRecord]:
+        """The records of ``ids`` the collection holds (``retrieve``; an absent id is simply left
+        out): a repair re-copies exactly the keys a certificate named without listing everything."""
+        wanted = [key for key in map(_point_key, ids) if key is not None]
+        with_vectors: bool | list[str] = [self.vector_name] if self.vector_name else True
+        found: dict[str, SourceRecord] = {}
+        for start in range(0, len(wanted), RETRIEVE_CHUNK):
+            chunk = wanted[start : start + RETRIEVE_CHUNK]
+            points = self._retrieve(chunk, with_vectors)
+            for record in source_records([self._fields(point) for point in points]):
+                found[record.id] = record
+        return found
+
+    def _retrieve(self, ids: list[int | str], with_vectors: bool | list[str]) -> list[Any]:
+        found: list[Any] = self._connection.call(
+            "retrieve",
+            lambda c: c.retrieve(self.collection, ids=ids, with_payload=True, with_vectors=with_vectors),
+            retries=2,
+        )
+        return found
+
+    def search(self, user_id: str, vector: Sequence[float], k: int) -> list[str]:
+        """The ids of the user's ``k`` nearest points (the collection's own metric): what a
+        certificate compares the destination's answers with."""
+        from qdrant_client import models
+
+        user_only = models.Filter(
+            must=[models.FieldCondition(key=self.fields.user, match=models.MatchValue(value=user_id))]
+        )
+        query = [float(x) for x in vector]
+        response = self._connection.call(
+            "query_points",
+            lambda c: c.query_points(
+                self.collection,
+                query=query,
+                using=self.vector_name,
+                query_filter=user_only,
+                limit=k,
+                with_payload=False,
+                with_vectors=False,
+            ),
+            retries=2,
+        )
+        return [str(point.id) for point in response.points]
 
     def close(self) -> None:
         self._connection.close()

@@ -7,6 +7,8 @@ catches what it claims (:func:`~memwork.certify.selftest.self_test`).
 * :mod:`~memwork.certify.rows` -- per-user checksums, bisection to single rows, per-field diffs;
 * :mod:`~memwork.certify.vectors` -- vectors against their model, the index against the query;
 * :mod:`~memwork.certify.retrieval` -- recall@k and underfill by user size;
+* :mod:`~memwork.certify.preserved` -- the source's own search against the destination's, per user;
+* :mod:`~memwork.certify.listing` -- a source without SQL checksummed through its listing;
 * :mod:`~memwork.certify.failures` -- the failures table and ``summary.json``;
 * :mod:`~memwork.certify.repair` -- re-copy exactly the keys a run recorded as failed;
 * :mod:`~memwork.certify.certificate` -- :func:`certify`, the one call.

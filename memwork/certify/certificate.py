@@ -7,7 +7,13 @@ Gates (each PASS or FAIL, with its reasons):
   row is critical whatever the tolerance;
 * ``vectors`` -- wrong-dimension / other-model / swapped / stale vectors, users with two model ids;
 * ``index`` -- pgvector version, ANN index operator class vs the resolve query's distance, HNSW settings;
-* ``retrieval`` -- per size bucket recall@k and underfill (skipped when ``retrieval=False``).
+* ``retrieval`` -- per size bucket recall@k and underfill (skipped when ``retrieval=False``);
+* ``preserved`` -- for a source that can search (``source`` with a ``search`` method): the same
+  queries on both sides per sampled user, overlap@k and RBO, and the claim
+  (:mod:`memwork.certify.preserved`).
+
+The source is the legacy SQL table at ``source_url`` (checksums in SQL), or any migration source
+(``source``: a registry name with ``source_env``, or a Source), checksummed through its listing.
 """
 
 from __future__ import annotations
@@ -16,11 +22,13 @@ import hashlib
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memwork.certify.failures import store_failures, write_summary
+from memwork.certify.preserved import PreservationReport, Query, read_queries
 from memwork.certify.retrieval import RetrievalReport, measure_retrieval
 from memwork.certify.rows import CRITICAL_KINDS, RowsReport, compare_rows
 from memwork.certify.sides import SOURCE_TABLE, DestSide, SourceSide
@@ -61,6 +69,14 @@ class CertifyOptions:
     run_id: str | None = None
     record_failures: bool = True
     output_dir: Path | None = None
+    source: Any = None  #: a source name or Source (None: the legacy table at ``source_url``)
+    source_env: Mapping[str, str] = field(default_factory=dict)  #: the source's variables
+    queries: Path | str | None = None  #: ``queries.jsonl`` (else queries sampled from content)
+    preserved: bool = True  #: compare with the source's own search when it has one
+    preserved_users: int = 30
+    source_embedder: Embedder | str | None = None  #: the source's model, for text queries
+    min_overlap: float = 0.95
+    min_user_share: float | None = None  #: None: every sampled user must pass
 
     def check(self) -> None:
         check_identifier(self.table)
@@ -73,6 +89,16 @@ class CertifyOptions:
             raise UsageError(
                 "vector_sample", self.vector_sample, "must be a non-negative integer or None (all)"
             )
+        if not isinstance(self.min_overlap, int | float) or not 0 <= self.min_overlap <= 1:
+            raise UsageError("min_overlap", self.min_overlap, "must be a number from 0 to 1")
+        if self.min_user_share is not None and (
+            not isinstance(self.min_user_share, int | float) or not 0 < self.min_user_share < 1
+        ):
+            raise UsageError("min_user_share", self.min_user_share, "must be a number above 0, below 1")
+        if isinstance(self.preserved_users, bool) or not isinstance(self.preserved_users, int):
+            raise UsageError("preserved_users", self.preserved_users, "must be a positive integer")
+        if self.preserved_users < 1:
+            raise UsageError("preserved_users", self.preserved_users, "must be a positive integer")
         if not isinstance(self.leaf, int) or self.leaf < 1:
             raise UsageError("leaf", self.leaf, "must be a positive integer")
         for kind, allowed in self.tolerances.items():
@@ -93,6 +119,7 @@ class Certificate:
     retrieval: RetrievalReport | None
     gates: dict[str, list[str]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    preserved: PreservationReport | None = None
 
     @property
     def verdict(self) -> str:
@@ -126,6 +153,7 @@ class Certificate:
                     if self.retrieval
                     else "."
                 )
+                + (f" Against the source's own search: {self.preserved.claim()}." if self.preserved else "")
             )
         kinds = ", ".join(f"{n} {k}" for k, n in r.by_kind().items())
         failed = ", ".join(g for g, v in self.gates.items() if v)
@@ -188,6 +216,7 @@ class Certificate:
                 "notes": self.vectors.notes,
             },
             "retrieval": self.retrieval.to_dict() if self.retrieval else None,
+            "preserved": self.preserved.to_dict() if self.preserved else None,
             "timings": self.timings,
         }
 
@@ -247,26 +276,48 @@ def _rejected_keys(conn: Any, table: str) -> set[str]:
 
 def certify(options: CertifyOptions) -> Certificate:
     """Run every gate, record the failures (table + ``summary.json``), return the certificate."""
+    options.check()
+    queries = read_queries(options.queries) if options.queries is not None else None
+    if options.source is None:
+        return _certify(options, None, queries)
+    from memwork.migrate.run import resolve_source
+
+    opened = resolve_source(options.source, options.source_env)
+    try:
+        return _certify(options, opened, queries)
+    finally:
+        if isinstance(options.source, str):  # opened here: closed here (a Source given stays open)
+            opened.close()
+
+
+def _certify(options: CertifyOptions, opened: Any, queries: list[Query] | None) -> Certificate:
     from pgvector.psycopg import register_vector
 
+    from memwork.certify.listing import ListingSide, source_listing
     from memwork.db import pg_connect
+    from memwork.migrate.ownership import owner_of
+    from memwork.migrate.run import stored_key
 
-    options.check()
     run_id = options.run_id or f"cert-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
     timings: dict[str, float] = {}
-    source = SourceSide(options.source_url, options.source_table)
+    source: SourceSide | ListingSide
+    if opened is None:
+        source, owner = SourceSide(options.source_url, options.source_table), options.owner
+    else:  # a migration source: checksummed through its listing, its rows owned by its key
+        key = stored_key(opened)
+        source, owner = ListingSide(source_listing(opened, key)), owner_of(opened.name, key)
     started = time.perf_counter()
     mark = source.high_water_mark()
     with pg_connect(options.dest_url, autocommit=True) as conn:
         register_vector(conn)
-        dest = DestSide(conn, options.table, options.owner)
+        dest = DestSide(conn, options.table, owner)
         rows = compare_rows(
             source,
             dest,
             leaf=options.leaf,
             high_water_mark=mark,
             rejects=_rejected_keys(conn, options.table),
-            checkpoint_cursor=_checkpoint_cursor(conn, options.table),
+            checkpoint_cursor=_checkpoint_cursor(conn, options.table) if opened is None else None,
         )
         timings["rows"] = round(time.perf_counter() - started, 3)
         started = time.perf_counter()
@@ -313,15 +364,99 @@ def certify(options: CertifyOptions) -> Certificate:
                 ef_search=options.ef_search,
                 min_recall=options.min_recall,
                 max_underfill=options.max_underfill,
+                queries=_recall_queries(queries, embedder),
             )
             timings["retrieval"] = round(time.perf_counter() - started, 3)
-        cert = Certificate(run_id, options.table, rows, vectors, retrieval, timings=timings)
+        preserved = None
+        if options.preserved and callable(getattr(opened, "search", None)):
+            started = time.perf_counter()
+            preserved = _preserved(conn, options, opened, embedder, queries, owner)
+            timings["preserved"] = round(time.perf_counter() - started, 3)
+        cert = Certificate(
+            run_id, options.table, rows, vectors, retrieval, timings=timings, preserved=preserved
+        )
         cert.gates = _gates(cert, options)
         if options.record_failures and cert.failures():
             store_failures(conn, run_id, options.table, cert.failures())
     if options.output_dir is not None:
         write_summary(Path(options.output_dir) / "summary.json", cert.summary())
     return cert
+
+
+def _recall_queries(queries: list[Query] | None, embedder: Embedder | None) -> list[Any] | None:
+    """The file's queries as (user, vector, expected ids) for recall@k: a text query needs the
+    table's model (else its vector is taken as it is)."""
+    import numpy as np
+
+    if not queries:
+        return None
+    out = []
+    for q in queries:
+        if embedder is not None and q.text is not None:
+            out.append((q.user, embedder.embed([q.text])[0], q.expected))
+        elif q.vector is not None:
+            out.append((q.user, np.asarray(q.vector, dtype=np.float32), q.expected))
+    return out or None
+
+
+def _preserved(
+    conn: Any,
+    options: CertifyOptions,
+    opened: Any,
+    embedder: Embedder | None,
+    queries: list[Query] | None,
+    owner: str,
+) -> PreservationReport:
+    """The source's own search against the destination's production path, per sampled user."""
+    from memwork.backends.pgvector import DEFAULT_EF_SEARCH, PgvectorBackend
+    from memwork.certify.preserved import Side, measure_preservation, pgvector_search
+
+    spec = options.source_embedder
+    source_model = load_embedder(spec) if isinstance(spec, str) else spec
+    backend = PgvectorBackend(
+        options.dest_url,
+        table=options.table,
+        search=options.search,
+        ef_search=options.ef_search or DEFAULT_EF_SEARCH,
+    )
+    try:
+        return measure_preservation(
+            conn,
+            options.table,
+            Side(opened.search, source_model, _source_model(opened)),
+            Side(pgvector_search(backend), embedder, _dest_model(conn, options.table, owner)),
+            k=options.k,
+            users=options.preserved_users,
+            queries_per_user=options.queries_per_user,
+            queries=queries,
+            min_overlap=options.min_overlap,
+            min_share=options.min_user_share,
+            seed=options.seed,
+            owner=owner,
+        )
+    finally:
+        backend.close()
+
+
+def _source_model(opened: Any) -> str | None:
+    """The model id of the source's own vectors, from its first record (None: it names none -- then
+    a stored vector is taken to be of the copy's model)."""
+    from memwork.migrate.rows import model_of
+
+    page = opened.read_page(None, 1)
+    first = next((r for r in page.records if r.vector is not None and r.model), None)
+    return None if first is None else model_of(first, opened.name)
+
+
+def _dest_model(conn: Any, table: str, owner: str) -> str | None:
+    """The model of the vectors this source's rows were written with."""
+    from memwork.migrate.ownership import owner_sql
+
+    found = conn.execute(
+        f"SELECT embedding_model FROM {quote_identifier(table)} AS d WHERE {owner_sql('d')} = %s LIMIT 1",
+        (owner,),
+    ).fetchone()
+    return None if found is None or found[0] is None else str(found[0])
 
 
 def _sample_keys(conn: Any, table: str, n: int, seed: int) -> list[str]:
@@ -363,4 +498,6 @@ def _gates(cert: Certificate, options: CertifyOptions) -> dict[str, list[str]]:
     gates = {"rows": rows_reasons, "vectors": vector_reasons, "index": list(cert.vectors.index_problems)}
     if cert.retrieval is not None:
         gates["retrieval"] = list(cert.retrieval.problems)
+    if cert.preserved is not None:
+        gates["preserved"] = list(cert.preserved.problems)
     return gates

@@ -2,7 +2,12 @@
 
 The certificate (:func:`memwork.certify.certify`) keeps every bad row in ``memwork_certify_failures``
 under its run id. :func:`plan_repair` reads those keys, fetches exactly them from the source by id
-(``rows_by_id``: the legacy table has it) and decides, per key:
+and decides, per key. Fetching by id is an optional capability of a source, tried in this order:
+``rows_by_id(ids) -> {id: (status, row)}`` (the legacy table: the writer's rows, any status),
+``records_by_id(ids) -> {id: SourceRecord}`` (Qdrant: ``retrieve``; a record held is active), else a
+filtered listing (every page read once, the named ids kept). Records become rows exactly as an
+import converts them, and a record whose vector is of the model the import wrote keeps it (an import
+with ``--vectors keep``); the others are embedded. Per key:
 
 * ``write`` -- the source row is active: re-upserted through the migration's own writer
   (:func:`memwork.migrate.writer.write_batch`), embedded by the same model as the table's rows, so a
@@ -52,14 +57,14 @@ from memwork.migrate.quarantine import (
     probe_embedder,
     store_rejects,
 )
-from memwork.migrate.rows import unscoped
+from memwork.migrate.rows import convert_record, kept_vectors, model_of, unscoped
 from memwork.migrate.run import ImportOptions, destination_url, resolve_source, stored_key
 from memwork.redaction import redact_text, redact_url
 
 if TYPE_CHECKING:
     import psycopg
 
-    from memwork.contracts import Row, Source
+    from memwork.contracts import Row, Source, SourceRecord
 
 REPAIRS_TABLE = "memwork_repairs"
 
@@ -112,6 +117,10 @@ class RepairPlan:
     skipped: list[dict[str, Any]] = field(default_factory=list)
     options: ImportOptions | None = field(default=None, repr=False)
     rows: dict[str, Row] = field(default_factory=dict, repr=False)  #: the source rows to write
+    #: the source records behind ``rows`` (a record source) and the keys whose vector is kept
+    records: dict[str, SourceRecord] = field(default_factory=dict, repr=False)
+    kept: set[str] = field(default_factory=set, repr=False)
+    fetched_by: str = "rows_by_id"  #: how the source was asked: rows_by_id, records_by_id or listing
 
     def keys(self, action: str) -> list[str]:
         return [item.key for item in self.items if item.action == action]
@@ -145,6 +154,8 @@ class RepairReport:
             "sourceKey": p.source_key,
             "destination": p.destination,
             "model": p.model,
+            "fetchedBy": p.fetched_by,
+            "keptVectors": len(p.kept),
             "planned": p.counts(),
             "items": [item.to_dict() for item in p.items],
             "skipped": p.skipped,
@@ -191,8 +202,8 @@ def read_repairs(conn: psycopg.Connection[Any], certificate_run_id: str) -> list
 def plan_repair(run_id: str, options: ImportOptions) -> RepairPlan:
     """The keys certificate run ``run_id`` recorded as failed, each with its action; writes nothing.
 
-    An unknown run id (no failures recorded under it), a run that certified another table, or a
-    source that cannot fetch records by id is a usage error."""
+    An unknown run id (no failures recorded under it) or a run that certified another table is a
+    usage error."""
     from memwork.certify.failures import read_failures
     from memwork.db import pg_connect
 
@@ -203,8 +214,6 @@ def plan_repair(run_id: str, options: ImportOptions) -> RepairPlan:
     source = resolve_source(options.source, options.env)
     try:
         key = check_source_key(stored_key(source))
-        if not callable(getattr(source, "rows_by_id", None)):
-            raise UsageError("repair", run_id, f"source {source.name} cannot fetch records by id")
         owner = owner_of(source.name, key)
         with pg_connect(url, autocommit=True) as pg:
             failures = read_failures(pg, run_id)
@@ -221,6 +230,7 @@ def plan_repair(run_id: str, options: ImportOptions) -> RepairPlan:
             by_key = _group(failures, plan)
             _decide(plan, by_key, source, pg)
             plan.model = _table_model(pg, options.table, key)
+            plan.kept = _kept(plan, source.name)
     finally:
         source.close()
     return plan
@@ -241,7 +251,7 @@ def apply_repair(plan: RepairPlan) -> RepairReport:
     report = RepairReport("apply", plan, repair_run_id=_new_repair_id())
     run_id = report.repair_run_id or ""
     started = time.perf_counter()
-    embedder = _embedder(options.embedder, plan) if plan.keys("write") else None
+    embedder = _embedder(options.embedder, plan) if _to_embed(plan) else None
     with (
         pg_connect(destination_url(options), autocommit=True) as pg,
         import_lock(pg, plan.table, plan.source_key),
@@ -253,7 +263,7 @@ def apply_repair(plan: RepairPlan) -> RepairReport:
             lock_ddl(pg)
             ensure_rejects_table(pg)
             pg.execute(repairs_table_sql())
-        if embedder is not None:
+        if plan.keys("write"):
             dimensions = table_dimensions(pg, plan.table)
             pg.commit()
             assert dimensions is not None  # certified, so it exists
@@ -275,7 +285,7 @@ def run_repair(run_id: str, options: ImportOptions) -> RepairReport:
     plan = plan_repair(run_id, options)
     if options.apply:
         return apply_repair(plan)
-    if plan.keys("write"):
+    if _to_embed(plan):
         _embedder(options.embedder, plan)  # a missing or mismatched embedder is bad input now, too
     report = RepairReport("dry-run", plan)
     if plan.keys("quarantine"):
@@ -300,9 +310,63 @@ def _group(failures: list[dict[str, Any]], plan: RepairPlan) -> dict[str, dict[s
     return by_key
 
 
+def held_by_id(source: Source, keys: list[str], page_size: int = 1000) -> tuple[dict[str, Any], str]:
+    """``{id: (status, row or SourceRecord)}`` of the ``keys`` the source holds, and how it was
+    asked: ``rows_by_id``, ``records_by_id`` (each record active) or a filtered listing."""
+    from memwork.migrate.source import iter_pages
+
+    by_rows = getattr(source, "rows_by_id", None)
+    if callable(by_rows):
+        return dict(by_rows(keys)), "rows_by_id"
+    by_records = getattr(source, "records_by_id", None)
+    if callable(by_records):
+        found = by_records(keys)
+        return {str(k): ("active", r) for k, r in found.items() if str(k) in set(keys)}, "records_by_id"
+    wanted, held = set(keys), {}
+    for page, _ in iter_pages(source, None, page_size):
+        for record in page.records:
+            if str(record.id) in wanted:
+                held[str(record.id)] = ("active", record)
+    return held, "listing"
+
+
+def _as_rows(plan: RepairPlan, held: dict[str, Any]) -> dict[str, tuple[str | None, Row | None]]:
+    """Records converted as an import converts them (a record it cannot convert is not active: it
+    was quarantined, so its destination row goes); the records kept for their vectors."""
+    now = datetime.now(UTC)
+    out: dict[str, tuple[str | None, Row | None]] = {}
+    for key, (status, item) in held.items():
+        if isinstance(item, dict):
+            out[key] = (status, item)  # type: ignore[assignment]
+            continue
+        row = convert_record(item, plan.source_key, now)
+        if isinstance(row, dict):
+            out[key] = (status, row)
+            plan.records[key] = item
+        else:
+            out[key] = ("unconvertible", None)
+    return out
+
+
+def _kept(plan: RepairPlan, source_name: str) -> set[str]:
+    """The ``write`` keys whose source vector is of the model the import wrote: kept, not embedded."""
+    return {
+        key
+        for key in plan.keys("write")
+        if key in plan.records
+        and plan.records[key].vector is not None
+        and model_of(plan.records[key], source_name) == plan.model
+    }
+
+
+def _to_embed(plan: RepairPlan) -> bool:
+    return any(key not in plan.kept for key in plan.keys("write"))
+
+
 def _decide(plan: RepairPlan, by_key: dict[str, dict[str, Any]], source: Source, pg: Any) -> None:
     keys = sorted(by_key)
-    held: dict[str, tuple[str, Row]] = source.rows_by_id(keys)  # type: ignore[attr-defined]
+    found, plan.fetched_by = held_by_id(source, keys)
+    held = _as_rows(plan, found)
     owners = _owners(pg, plan.table, keys)
     for key in keys:
         status, row = held.get(key, (None, None))
@@ -368,30 +432,29 @@ def _embedder(spec: Embedder | str | None, plan: RepairPlan) -> Embedder:
 def _write(
     pg: Any,
     plan: RepairPlan,
-    embedder: Embedder,
+    embedder: Embedder | None,
     dimensions: int,
     page_size: int,
     run_id: str,
     report: RepairReport,
 ) -> list[Reject]:
     """The ``write`` keys through the migration's writer, a page at a time (its checkpoint untouched)."""
-    import numpy as np
 
     from memwork.migrate.writer import Batch, PageMark, write_batch
 
     rows = [plan.rows[key] for key in plan.keys("write")]
-    row_embedder = RowEmbedder(embedder, dimensions)
+    row_embedder = RowEmbedder(embedder, dimensions) if embedder is not None else None
     rejects: list[Reject] = []
     for start in range(0, len(rows), page_size):
         good, screened = unscoped(rows[start : start + page_size])
         good, more = precheck(good)
-        good, vectors, failed = row_embedder.embed(good) if good else ([], np.zeros((0, dimensions)), [])
+        good, vectors, failed = _vectors(plan, good, row_embedder, dimensions)
         batch = Batch(good, vectors, screened + more + failed, PageMark(None, None, False, len(good)))
         _, page_rejects, _ = write_batch(
             pg,
             plan.table,
             batch,
-            embedder.model_id,
+            embedder.model_id if embedder is not None else plan.model or "",
             None,
             owner=plan.owner,
             clear_rejects=True,
@@ -401,6 +464,24 @@ def _write(
         report.written += [row["id"] for row in good if row["id"] not in refused]
         rejects += page_rejects
     return rejects
+
+
+def _vectors(
+    plan: RepairPlan, rows: list[Row], row_embedder: RowEmbedder | None, dimensions: int
+) -> tuple[list[Row], Any, list[Reject]]:
+    """The page's vectors: the source's own for the kept keys, the model's embedding for the rest
+    (kept rows first; each row keeps its vector's model)."""
+    import numpy as np
+
+    kept = [row for row in rows if row["id"] in plan.kept]
+    fresh = [row for row in rows if row["id"] not in plan.kept]
+    good, vectors, rejects = kept_vectors(kept, plan.records, dimensions, plan.source, plan.table)
+    if fresh:
+        assert row_embedder is not None  # _to_embed(plan) made one
+        more, embedded, failed = row_embedder.embed(fresh)
+        good, rejects = good + more, rejects + failed
+        vectors = np.vstack([vectors, embedded]) if len(vectors) else embedded
+    return good, vectors, rejects
 
 
 def _delete(pg: Any, plan: RepairPlan, run_id: str, report: RepairReport) -> list[Reject]:

@@ -8,7 +8,9 @@ the exact k-th distance (ties between equal vectors are not misses). An *underfi
 than k rows although the user has at least k.
 
 Queries: from ``queries`` (user, vector) when given -- e.g. captured from production -- otherwise the
-stored content of a few sampled rows of each sampled user, embedded with the model.
+stored content of a few sampled rows of each sampled user, embedded with the model. A query given as
+(user, vector, expected ids) also counts how many of its expected ids the production path returns in
+its top k (``expected``: a measurement, not a gate -- the ids were right for the old store).
 """
 
 from __future__ import annotations
@@ -66,12 +68,15 @@ class RetrievalReport:
     k: int = 10
     buckets: dict[str, BucketResult] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    #: queries with expected ids: {"queries", "expected", "found", "share", "missed": [[user, id], ...]}
+    expected: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "k": self.k,
             "buckets": {k: v.to_dict() for k, v in self.buckets.items()},
             "problems": self.problems,
+            "expected": self.expected,
         }
 
 
@@ -105,7 +110,7 @@ def measure_retrieval(
     ef_search: int | None = None,
     min_recall: float = 0.95,
     max_underfill: float = 0.0,
-    queries: Sequence[tuple[str, np.ndarray]] | None = None,
+    queries: Sequence[tuple[str, np.ndarray] | tuple[str, np.ndarray, Sequence[str]]] | None = None,
 ) -> RetrievalReport:
     """Per size bucket: recall@k of the production path vs exact, and underfill."""
     from memwork.backends.pgvector import DEFAULT_EF_SEARCH, DEFAULT_EXACT_MAX, PgvectorBackend
@@ -117,7 +122,7 @@ def measure_retrieval(
     for user, n in sorted(sizes.items()):
         by_bucket.setdefault(bucket_name(n), []).append(user)
     rng = random.Random(seed)
-    plan: list[tuple[str, np.ndarray]] = list(queries or [])
+    plan: list[Any] = list(queries or [])
     if not plan:
         for users in by_bucket.values():
             chosen = rng.sample(users, min(users_per_bucket, len(users)))
@@ -144,12 +149,15 @@ def measure_retrieval(
         ef_search=ef_search or DEFAULT_EF_SEARCH,
     )
     per_user: dict[str, list[int]] = {}
+    expected: dict[str, Any] = {"queries": 0, "expected": 0, "found": 0, "missed": []}
     try:
-        for user, vector in plan:
+        for user, vector, *wanted in plan:
             result = report.buckets.setdefault(bucket_name(sizes.get(user, 0)), BucketResult())
             answer = backend.resolve({"userId": user, "embedding": vector.tolist(), "limit": k})[
                 "semanticMemories"
             ]
+            if wanted and wanted[0]:
+                _expected(expected, user, list(wanted[0]), [str(m["id"]) for m in answer])
             exact = _exact(conn, t, user, vector, k)
             kth = exact[-1] if exact else 0.0
             hits = sum(1 for m in answer if m["distance"] is not None and m["distance"] <= kth + TIE_EPSILON)
@@ -165,6 +173,9 @@ def measure_retrieval(
             tally[1] += len(exact)
     finally:
         backend.close()
+    if expected["queries"]:
+        expected["share"] = round(expected["found"] / expected["expected"], 4)
+        report.expected = expected
     for user, (hits, total) in per_user.items():
         result = report.buckets[bucket_name(sizes.get(user, 0))]
         result.sampled_users += 1
@@ -180,3 +191,13 @@ def measure_retrieval(
                 f"had fewer than {k} rows"
             )
     return report
+
+
+def _expected(tally: dict[str, Any], user: str, wanted: list[str], answer: list[str]) -> None:
+    """Count one query's expected ids found in the production answer (the first 20 misses named)."""
+    found = set(answer) & set(wanted)
+    tally["queries"] += 1
+    tally["expected"] += len(wanted)
+    tally["found"] += len(found)
+    room = 20 - len(tally["missed"])
+    tally["missed"] += [[user, key] for key in wanted if key not in found][: max(room, 0)]

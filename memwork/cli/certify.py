@@ -46,6 +46,34 @@ def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
 )
 @click.option("--run-id", default=None, help="Run id for the failures table (default: generated).")
 @click.option(
+    "--from",
+    "source_name",
+    default=None,
+    help="Certify a copy of this migration source (qdrant, ...; its own variables) instead of --source-url.",
+)
+@click.option("--set", "settings", multiple=True, metavar="VAR=VALUE", help="Override a source variable.")
+@click.option(
+    "--queries",
+    "queries_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="queries.jsonl: user, query text or vector, optional expected ids (default: sampled content).",
+)
+@click.option("--source-embedder", default=None, help="The source's model, for text queries on its side.")
+@click.option("--no-preserved", is_flag=True, help="Skip querying the source's own search (--from).")
+@click.option(
+    "--preserved-users", type=int, default=30, show_default=True, help="Users sampled for the preservation."
+)
+@click.option(
+    "--min-overlap", type=float, default=0.95, show_default=True, help="Per-user overlap@k to pass."
+)
+@click.option(
+    "--min-user-share",
+    type=float,
+    default=None,
+    help="Fail when the 95 % lower bound of the share of passing users is below this (default: any fail).",
+)
+@click.option(
     "--self-test", is_flag=True, help="Plant every damage kind in a scratch copy and show each caught."
 )
 @json_option
@@ -61,6 +89,14 @@ def certify_command(
     tolerances: tuple[str, ...],
     output_dir: Path | None,
     run_id: str | None,
+    source_name: str | None,
+    settings: tuple[str, ...],
+    queries_file: Path | None,
+    source_embedder: str | None,
+    no_preserved: bool,
+    preserved_users: int,
+    min_overlap: float,
+    min_user_share: float | None,
     self_test: bool,
     as_json: bool,
 ) -> None:
@@ -68,21 +104,27 @@ def certify_command(
 
     Checksums are computed in both databases per user and bad buckets bisected to single rows;
     vectors are re-embedded with their model; the ANN index is checked against the resolve query;
-    recall@k and underfill are measured per user size. Failures go to the destination's
-    ``memwork_certify_failures`` table and ``summary.json``; exit 1 on FAIL.
+    recall@k and underfill are measured per user size. With --from, the source is any migration
+    source, checksummed through its listing; one that can search (qdrant) is also queried like the
+    destination per sampled user (overlap@k, RBO, and a stated claim). Failures go to the
+    destination's ``memwork_certify_failures`` table and ``summary.json``; exit 1 on FAIL.
 
     \b
     Example:
         memwork certify --source-url mysql://root@127.0.0.1/app --database-url pg://embedded --output out/
         memwork certify --source-url sqlite:///legacy.db --database-url pg://embedded --self-test
+        memwork certify --from qdrant --set MEMORY_QDRANT_URL=local:/data/q --to pg://embedded \\
+            --queries queries.jsonl
     """
     from memwork.certify import CertifyOptions, certify
 
-    if not source_url:
-        raise UsageError("source_url", source_url, f"is required (--source-url or {SOURCE_URL_ENV})")
+    if not source_url and not source_name:
+        raise UsageError("source_url", source_url, f"is required (--source-url, {SOURCE_URL_ENV} or --from)")
     if not database_url:
         raise UsageError("database_url", database_url, "is required (--database-url)")
     if self_test:
+        if not source_url:
+            raise UsageError("source_url", source_url, "--self-test plants damage in a legacy table copy")
         from memwork.certify.selftest import self_test as run_self_test
 
         result = run_self_test(source_url, database_url, table=table)
@@ -101,7 +143,7 @@ def certify_command(
         return
     cert = certify(
         CertifyOptions(
-            source_url,
+            source_url or "",
             database_url,
             table=table,
             embedder=embedder_spec,
@@ -111,6 +153,14 @@ def certify_command(
             tolerances=_tolerances(tolerances),
             run_id=run_id,
             output_dir=output_dir,
+            source=source_name,
+            source_env=_source_env(source_name, settings),
+            queries=queries_file,
+            source_embedder=source_embedder,
+            preserved=not no_preserved,
+            preserved_users=preserved_users,
+            min_overlap=min_overlap,
+            min_user_share=min_user_share,
         )
     )
     summary = cert.summary()
@@ -122,9 +172,25 @@ def certify_command(
         fields = ", ".join(bad["fields"]) if bad["fields"] else ""
         lines.append(f"  {bad['kind']:<16} {bad['key']}  user {bad['user']}  {fields}")
     failed = [g for g, reasons in cert.gates.items() if reasons]
+    if cert.preserved is not None:
+        lines.append(f"preserved: {cert.preserved.claim()}")
+        lines += [f"  note: {note}" for note in cert.preserved.notes]
     if cert.failures():
-        lines.append(f"repair (dry run first): memwork backfill --repair {cert.run_id} [--apply]")
+        again = f"import --from {source_name}" if source_name else "backfill"
+        lines.append(f"repair (dry run first): memwork {again} --repair {cert.run_id} [--apply]")
     emit_verdict(summary, as_json, lines, f"certificate FAIL: {', '.join(failed)}" if failed else None)
+
+
+def _source_env(source_name: str | None, settings: tuple[str, ...]) -> dict[str, str]:
+    """The source's variables: the environment, ``--set`` over it (only with ``--from``)."""
+    if not source_name:
+        if settings:
+            raise UsageError("set", settings[0], "only with --from (the source's own variables)")
+        return {}
+    from memwork.cli.migrate import parse_settings
+    from memwork.migrate.run import environment
+
+    return environment(parse_settings(settings))
 
 
 commands: list = [certify_command]

@@ -310,6 +310,7 @@ class MemoryFacade:
             "reason": avail.reason,
             "supports": supports_of(backend),
             "origin": self.registry.origin(backend_name(backend)),
+            **_counters(backend),
         }
 
     def status(self) -> dict[str, Any]:
@@ -341,6 +342,12 @@ class MemoryFacade:
         self.registry.close()
         if self._owns_pool:
             self.pool.close()
+
+
+def _counters(backend: Backend) -> dict[str, Any]:
+    """A backend's own running counters (the pgvector mixed-model guard's), when it keeps any."""
+    counters = getattr(backend, "counters", None)
+    return {"counters": counters()} if callable(counters) else {}
 
 
 class FacadeCall:
