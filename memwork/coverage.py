@@ -178,10 +178,14 @@ def embed_entries(embedder: Embedder, entries: Sequence[Entry]) -> None:
         return
     texts = [e.content for e in entries]
     vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
-    scores = coverage_of(embedder, texts)
+    attach_vectors(embedder.model_id, entries, vectors, coverage_of(embedder, texts))
+
+
+def attach_vectors(model_id: str, entries: Sequence[Entry], vectors: np.ndarray, scores: np.ndarray) -> None:
+    """Give each entry its vector (made by ``model_id``), marked by its coverage score."""
     for entry, vector, score in zip(entries, vectors, scores, strict=True):
         entry.embedding = vector
-        mark(entry, embedder.model_id, float(score))
+        mark(entry, model_id, float(score))
 
 
 def out_of_range(entry: Entry) -> bool:

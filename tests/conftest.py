@@ -51,6 +51,23 @@ SLOW_FILES = {
 }
 
 
+_OWN_CACHE: list[str] = []  #: the sample-vector cache this process made (removed when the session ends)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One sample-vector cache for the session, shared by the xdist workers (they inherit the
+    controller's environment) and the report kernels: a generated sample is embedded once per run, and
+    a run never reads a cache an earlier run left on the machine."""
+    if not os.environ.get("MEMWORK_CACHE_DIR"):
+        os.environ["MEMWORK_CACHE_DIR"] = tempfile.mkdtemp(prefix="memwork-test-cache-")
+        _OWN_CACHE.append(os.environ["MEMWORK_CACHE_DIR"])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for path in _OWN_CACHE:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the slow files; the fast loop leaves out every ``slow`` test."""
     for item in items:

@@ -161,6 +161,7 @@ def _person_env(folder):
     (folder / "DIR").mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "MEMWORK_"))}
     env["MEMWORK_HOME"] = str(folder / "home")
+    env["MEMWORK_CACHE_DIR"] = os.environ["MEMWORK_CACHE_DIR"]  # the machine's, not a memory setting
     return env
 
 

@@ -197,7 +197,11 @@ print(json.dumps({"missing": missing, "memwork": memwork.__file__, "notebooks": 
     outside = tmp_path / "project"
     outside.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMWORK_", "VIRTUAL_ENV", "PYTHON"))}
-    env.update(MEMWORK_HOME=str(tmp_path / "home"), PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    env.update(
+        MEMWORK_HOME=str(tmp_path / "home"),
+        MEMWORK_CACHE_DIR=os.environ["MEMWORK_CACHE_DIR"],
+        PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+    )
     facts = json.loads(_run([str(python), "-c", check], cwd=outside, env=env).stdout)
     assert facts["missing"] == []
     assert facts["memwork"].startswith(str(site)) and facts["notebooks"].startswith(str(site))

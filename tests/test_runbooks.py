@@ -37,8 +37,10 @@ def walk_test(test):
 
 def _base_env() -> dict[str, str]:
     """A reader's terminal: the machine's environment without any memory or memwork configuration
-    (no MEMORY_*, no MEMWORK_* -- not even the test's workspace: the walk's folder holds it)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "MEMWORK_"))}
+    (no MEMORY_*, no MEMWORK_* -- not even the test's workspace: the walk's folder holds it), but for
+    the session's sample-vector cache, a property of the machine rather than of any memory setting."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "MEMWORK_"))}
+    return env | {"MEMWORK_CACHE_DIR": os.environ["MEMWORK_CACHE_DIR"]}
 
 
 @pytest.fixture

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from memwork.coverage import embed_entries
+from memwork.coverage import attach_vectors
 from memwork.embed import Embedder, HashEmbedder
 from memwork.entry import Entry, utcnow, validate_scope
+from memwork.samples.cache import embed_cached
 
 # ---- vocabulary -----------------------------------------------------------------------------------
 DOMAINS: dict[str, list[str]] = {
@@ -385,7 +386,11 @@ def _link_related(rng: random.Random, by_scope: dict[str, list[Entry]]) -> None:
 
 def _embed(entries: list[Entry], embedder: Embedder, rng: random.Random) -> None:
     """Embed ~98% of the non-stub entries, each vector marked when out of the model's range."""
-    embed_entries(embedder, [e for e in entries if not e.is_stub and rng.random() >= 0.02])
+    chosen = [e for e in entries if not e.is_stub and rng.random() >= 0.02]
+    if not chosen:
+        return
+    vectors, scores = embed_cached(embedder, [e.content for e in chosen])
+    attach_vectors(embedder.model_id, chosen, vectors, scores)
 
 
 def _slug(text: str) -> str:
