@@ -30,8 +30,9 @@ test: lint
 	$(BIN)/pytest -q -n $(JOBS) -p no:cacheprovider
 	@# the report notebooks as tests (assert cells are the checks), in a throw-away workspace whose
 	@# embedded PostgreSQL (started by the notebooks' kernels, which nbval kills) is stopped afterwards
-	@# (MEMWORK_REPORT_DIR=off: a notebook run outside `memwork report` writes no run folder)
-	d=$$(mktemp -d /tmp/memwork-nbval.XXXXXX); MEMWORK_HOME=$$d MEMWORK_REPORT_DIR=off $(BIN)/pytest -q -p no:cacheprovider \
+	@# (MEMWORK_REPORT_DIR=off: a notebook run outside `memwork report` writes no run folder; the sample
+	@# vectors are cached in that workspace too, so no run reads what an earlier one left)
+	d=$$(mktemp -d /tmp/memwork-nbval.XXXXXX); MEMWORK_HOME=$$d MEMWORK_CACHE_DIR=$$d/cache MEMWORK_REPORT_DIR=off $(BIN)/pytest -q -p no:cacheprovider \
 	  --nbval-lax notebooks/; rc=$$?; \
 	  MEMWORK_HOME=$$d $(BIN)/memwork pgvector url --stop >/dev/null 2>&1; rm -rf $$d; exit $$rc
 
