@@ -249,5 +249,20 @@ class DestSide:
         return out
 
     def unkeyed(self) -> int:
-        """Rows without a source id: they can match nothing in the source."""
-        return int(self._run(f"SELECT count(*) FROM {self.quoted} WHERE source_memory_id IS NULL", [])[0][0])
+        """This owner's rows without a source id: they can match nothing in the source."""
+        sql = (
+            f"SELECT count(*) FROM {self.quoted} WHERE source_memory_id IS NULL "
+            f"AND {owner_sql(self.quoted)} = %s"
+        )
+        return int(self._run(sql, [self.owner])[0][0])
+
+    def stamps(self, keys: list[str]) -> dict[str, tuple[Any, Any]]:
+        """``created_at``/``updated_at`` of this owner's rows ``keys`` (for records that gave none)."""
+        out: dict[str, tuple[Any, Any]] = {}
+        for chunk in _chunks(sorted(keys)):
+            sql = (
+                f"SELECT source_memory_id, created_at, updated_at FROM {self.quoted} "
+                f"WHERE source_memory_id = ANY(%s) AND {owner_sql(self.quoted)} = %s"
+            )
+            out.update({str(k): (c, u) for k, c, u in self._run(sql, [list(chunk), self.owner])})
+        return out
