@@ -50,7 +50,7 @@ from memwork.certify.vectors import (
     check_labels,
     check_source_vectors,
 )
-from memwork.checks import dimension
+from memwork.checks import dimension, unit
 from memwork.contracts import Source
 from memwork.embed import Embedder, HashEmbedder, load_embedder
 from memwork.errors import UsageError
@@ -64,6 +64,7 @@ from memwork.migrate.checkpoint import (
 from memwork.migrate.legacy_mysql import MYSQL_URL_ENV
 from memwork.migrate.legacy_mysql import SOURCE_NAME as LEGACY_SOURCE
 from memwork.migrate.ownership import owner_of, owner_sql
+from memwork.migrate.quarantine import printable, read_rejects
 from memwork.migrate.run import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
@@ -136,10 +137,8 @@ class CertifyOptions:
             raise UsageError("page_size", self.page_size, f"must be from 1 to {MAX_PAGE_SIZE}")
         if self.expected_dimensions is not None:
             dimension("expected_dimensions", self.expected_dimensions)
-        for name in ("min_recall", "max_underfill"):  # above 1: a gate that cannot pass (tests use it)
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 10:
-                raise UsageError(name, value, "must be a number from 0 to 1")
+        unit("min_recall", self.min_recall)
+        unit("max_underfill", self.max_underfill)
         for name in ("users_per_bucket", "queries_per_user"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -403,10 +402,16 @@ def _exists(conn: Any, table: str) -> bool:
     return bool(found and found[0] is not None)
 
 
+class _Printable(set[str]):
+    """Reject ids as the rejects table stores them (:func:`~memwork.migrate.quarantine.printable`:
+    a NUL in an id is written ``\\x00``), asked with the source's raw keys."""
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(printable(key))
+
+
 def _rejected_keys(conn: Any, table: str, source_key: str | None) -> dict[str, dict[str, Any]]:
     """The rejects recorded for ``table`` (of ``source_key`` only, when given), by id."""
-    from memwork.migrate.quarantine import read_rejects
-
     return {str(r["id"]): r for r in read_rejects(conn, table, source_key)}
 
 
@@ -472,14 +477,10 @@ def _certify(
             dest,
             leaf=options.leaf,
             high_water_mark=mark,
-            rejects=set(rejects),
+            rejects=_Printable(rejects),
             checkpoint_cursor=cursor,
         )
-        cert.quarantined = [
-            rejects[b.key] | {"id": b.key}
-            for b in cert.rows.bad
-            if b.kind == "quarantined" and b.key in rejects
-        ]
+        cert.quarantined = [rejects[printable(b.key)] for b in cert.rows.bad if b.kind == "quarantined"]
         timings["rows"] = round(time.perf_counter() - started, 3)
         started = time.perf_counter()
         cert.vectors_mode = (
@@ -492,7 +493,14 @@ def _certify(
 
         check_index(conn, options.table, options.k, options.ef_search or DEFAULT_EF_SEARCH, cert.vectors)
         timings["vectors"] = round(time.perf_counter() - started, 3)
-        if options.retrieval:
+        odd = [f.key for f in cert.vectors.findings if f.kind == "wrong-dimension"]
+        if options.retrieval and odd:
+            cert.retrieval = RetrievalReport(k=options.k)
+            cert.retrieval.problems.append(
+                f"not measured: {len(odd)} vector(s) of another dimension (e.g. {odd[0]}) make every "
+                "search of their users fail"
+            )
+        elif options.retrieval:
             started = time.perf_counter()
             cert.retrieval = measure_retrieval(
                 conn,
