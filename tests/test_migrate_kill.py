@@ -24,7 +24,7 @@ from import_harness import (
 from memwork.contracts import SourceRecord
 from memwork.errors import ImportRunning
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.migrate.verify import VerifyOptions, verify
+from memwork.certify import CertifyOptions, certify
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -88,5 +88,5 @@ def test_a_second_import_of_the_same_source_is_refused_while_the_first_runs(pg_u
             assert first.poll() is None
     _out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
-    result = verify(VerifyOptions(source=FileSource(path, "file:two-at-once"), database_url=pg_url))
-    assert result.verdict == "PASS" and result.dest_rows == 200, result.reasons
+    result = certify(CertifyOptions(dest_url=pg_url, source=FileSource(path, "file:two-at-once")))
+    assert result.verdict == "PASS" and result.rows.dest_rows == 200, result.reasons()

@@ -41,14 +41,16 @@ def store_failures(
     """Insert the run's failures (``key``, ``kind``, ``user``, ``fields``); returns how many."""
     from memwork.pgvector.schema import lock_ddl
 
+    from memwork.migrate.quarantine import printable
+
     rows = [
         (
             run_id,
             table,
-            str(f["key"]),
+            printable(str(f["key"])),  # a NUL (PostgreSQL text cannot hold it) written as \x00
             str(f["kind"]),
-            f.get("user"),
-            json.dumps(f.get("fields") or {}, default=str),
+            None if f.get("user") is None else printable(str(f["user"])),
+            json.dumps(f.get("fields") or {}, default=str).replace("\\u0000", "\\\\x00"),
         )
         for f in failures
     ]
