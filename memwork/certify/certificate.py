@@ -179,6 +179,7 @@ class Certificate:
     timings: dict[str, float] = field(default_factory=dict)
     source: str = LEGACY_SOURCE
     source_key: str = LEGACY_SOURCE
+    source_spec: str = LEGACY_SOURCE  #: what ``--from`` names (a registered name or ``module:PATH``)
     vectors_mode: str = "reembed"  #: keep (the source's vectors) or reembed, as the migration did
     declared_dimensions: int | None = None
     quarantined: list[dict[str, Any]] = field(default_factory=list)  #: this source's rejects still missing
@@ -229,7 +230,7 @@ class Certificate:
             return None
         if self.source == LEGACY_SOURCE:
             return f"memwork backfill --repair {self.run_id}"
-        return f"memwork import --from {self.source} --repair {self.run_id}"
+        return f"memwork import --from {self.source_spec} --repair {self.run_id}"
 
     def gate_strip(self) -> list[dict[str, Any]]:
         """Each gate in the shape the reports draw (:class:`memwork.reports.gates.Gate`: name, state,
@@ -456,6 +457,7 @@ def _certify(
         cert = Certificate(
             run_id, options.table, RowsReport(), VectorReport(), None, source=name, source_key=key
         )
+        cert.source_spec = options.source if isinstance(options.source, str) else name
         cert.declared_dimensions = declared or None
         cert.thresholds = _thresholds(options)
         listing: RecordListing | None = None
