@@ -293,6 +293,7 @@ class Certificate:
                 "dest": r.dest_rows,
                 "dest_unkeyed": r.dest_unkeyed,
                 "by_kind": r.by_kind(),
+                "bad": len(r.bad),
                 "bad_users": r.bad_users[:MAX_LISTED],
                 "first_bad": [b.to_dict() for b in r.bad[:MAX_LISTED]],
                 "high_water_mark": r.high_water_mark,
@@ -319,6 +320,7 @@ class Certificate:
                 "mode": self.vectors_mode,
                 "declared_dimensions": self.declared_dimensions,
                 "checked": self.vectors.checked,
+                "bad": len(self.vectors.findings),
                 "models": self.vectors.models,
                 "dimensions": self.vectors.dimensions,
                 "mixed_model_users": self.vectors.mixed_model_users,
@@ -327,6 +329,11 @@ class Certificate:
                 "notes": self.vectors.notes,
             },
             "retrieval": self.retrieval.to_dict() if self.retrieval else None,
+            "recall_per_bucket": {
+                name: round(b.recall, 4)
+                for name, b in (self.retrieval.buckets.items() if self.retrieval else [])
+                if b.recall is not None
+            },
             "timings": self.timings,
         }
 
