@@ -47,14 +47,15 @@ SampleMigration = Callable[[], Any]
 
 
 def parse_tolerances(text: str) -> dict[str, int]:
-    """``"missing=3, changed=1"`` -> ``{"missing": 3, "changed": 1}`` (empty: none tolerated)."""
+    """``"missing:3, changed:1"`` (or ``missing=3``) -> ``{"missing": 3, "changed": 1}`` (empty: none
+    tolerated)."""
     out: dict[str, int] = {}
     for part in (p.strip() for p in text.replace(";", ",").split(",")):
         if not part:
             continue
-        kind, sep, number = part.partition("=")
+        kind, sep, number = part.replace(":", "=", 1).partition("=")
         if not sep or not number.strip().isdigit() or not kind.strip():
-            raise UsageError("tolerances", text, "must be KIND=N[, KIND=N ...], e.g. missing=3")
+            raise UsageError("tolerances", text, "must be KIND:N[, KIND:N ...], e.g. missing:3")
         out[kind.strip()] = int(number)
     return out
 
