@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import update
 
+from memwork.certify import CertifyOptions, certify
 from memwork.cli import main
 from memwork.db import get_engine
 from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
 from memwork.migrate.backfill import legacy_options, load_checkpoint, load_rejects, run_backfill
-from memwork.certify import CertifyOptions, certify
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 

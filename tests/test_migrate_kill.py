@@ -21,10 +21,10 @@ from import_harness import (
     write_source_file,
 )
 
+from memwork.certify import CertifyOptions, certify
 from memwork.contracts import SourceRecord
 from memwork.errors import ImportRunning
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.certify import CertifyOptions, certify
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 

@@ -11,11 +11,11 @@ import psycopg
 import pytest
 from import_harness import ListSource
 
+from memwork.certify import CertifyOptions, certify
 from memwork.contracts import Page, SourceRecord
 from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.certify import CertifyOptions, certify
 from memwork.pgvector.schema import ensure_schema
 
 pytestmark = [pytest.mark.services]

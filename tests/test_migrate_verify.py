@@ -59,7 +59,15 @@ def test_damage_is_named_by_id_and_by_user(pg_url):
         ("user-changed", "m0002"),
     ]
     text = "\n".join(cert.reasons())
-    for needle in ("missing: 2", "m0001", "extra: 1", "m9999", "changed: 1", "m0009", "CRITICAL user-changed"):
+    for needle in (
+        "missing: 2",
+        "m0001",
+        "extra: 1",
+        "m9999",
+        "changed: 1",
+        "m0009",
+        "CRITICAL user-changed",
+    ):
         assert needle in text, text
     # m0002 moved from 'tenantx ' to 'tenantx', two 'tenantx' rows deleted, a 'TenantX' row added
     differing = {u: (t.source, t.dest) for u, t in cert.rows.users.items() if not t.ok}

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from import_harness import ListSource
 
+from memwork.certify import CertifyOptions, certify
 from memwork.cli import main
 from memwork.contracts import SourceRecord
 from memwork.embed import HashEmbedder
@@ -25,7 +26,6 @@ from memwork.migrate.checkpoint import LEGACY_CHECKPOINT_TABLE
 from memwork.migrate.legacy_mysql import Cursor, LegacyMySQLSource
 from memwork.migrate.quarantine import load_rejects
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.certify import CertifyOptions, certify
 from memwork.pgvector.schema import ensure_schema
 from memwork.plugins import source_names
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
@@ -69,7 +69,9 @@ def _verification(mysql_url: str, pg_url: str, table: str) -> dict:
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     # what names the run or the table differs; everything measured is the same
-    return {k: v for k, v in data.items() if k not in ("timings", "table", "run_id", "digest", "claim", "repair")}
+    return {
+        k: v for k, v in data.items() if k not in ("timings", "table", "run_id", "digest", "claim", "repair")
+    }
 
 
 def test_the_legacy_table_is_a_registered_source():

@@ -12,10 +12,10 @@ import nbformat
 import papermill
 import pytest
 
+from memwork.certify import parameters as verify
 from memwork.db import pg_connect
 from memwork.defrag.review import read_review_csv
 from memwork.errors import ReportInputRefused, UsageError
-from memwork.certify import parameters as verify
 from memwork.reports import list_reports, notebooks_dir, read_parameters, run_report
 from memwork.rollout import gates
 from memwork.rollout.run import run_signoff
@@ -74,7 +74,7 @@ def test_one_call_notebook_parameters_are_checked_by_the_library(tmp_path):
         verify.verify_from_parameters(verify.VerifyParameters(pgvector_url="pg://embedded"))
     with pytest.raises(UsageError, match="range_size=0"):
         verify.verify_from_parameters(verify.VerifyParameters(range_size=0))
-    with pytest.raises(UsageError, match="min_recall=1.5"):
+    with pytest.raises(UsageError, match=r"min_recall=1\.5"):
         verify.verify_from_parameters(verify.VerifyParameters(min_recall=1.5))
     with pytest.raises(ReportInputRefused) as info:  # the same check, in the notebook: exit 2
         run_report("backfill_verification", {"k": 0}, tmp_path)

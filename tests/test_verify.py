@@ -64,7 +64,7 @@ def test_damaged_destination_fails_and_names_each_damage(migration):
     assert cert.verdict == "FAIL"
     named = {(b.key, b.kind) for b in cert.rows.bad}
     assert named == {(removed, "missing"), (changed, "changed")}
-    assert [b.fields for b in cert.rows.bad if b.kind == "changed"][0].keys() == {"content"}
+    assert next(b.fields for b in cert.rows.bad if b.kind == "changed").keys() == {"content"}
     text = " | ".join(cert.reasons())
     for expected in ("rows: missing: 1", removed, "rows: changed: 1", changed, "vectors: wrong-dimension: 1"):
         assert expected in text, text

@@ -39,9 +39,8 @@ def store_failures(
     conn: psycopg.Connection[Any], run_id: str, table: str, failures: Iterable[dict[str, Any]]
 ) -> int:
     """Insert the run's failures (``key``, ``kind``, ``user``, ``fields``); returns how many."""
-    from memwork.pgvector.schema import lock_ddl
-
     from memwork.migrate.quarantine import printable
+    from memwork.pgvector.schema import lock_ddl
 
     rows = [
         (
