@@ -128,3 +128,20 @@ def test_verify_from_parameters_builds_a_sample_when_no_url_is_given():
         run(range_size=0)
     with pytest.raises(UsageError, match="tolerances='missing'"):
         run(tolerances="missing")
+
+
+def test_verify_certify_and_import_verify_are_one_command():
+    """One command under three names: the same options and the same call."""
+    import click
+    from click.testing import CliRunner
+
+    from memwork.cli import main
+
+    ctx = click.Context(main)
+    verify, *aliases = (main.get_command(ctx, n) for n in ("verify", "certify", "import-verify"))
+    assert all(a.callback is verify.callback and a.params is verify.params for a in aliases)
+    opts = {o for p in verify.params for o in p.opts}
+    for old in ("--source-url", "--database-url", "--sample-size", "--range-size", "--batch-size"):
+        assert old in opts, old  # the flags of both earlier verifications still parse
+    refused = CliRunner().invoke(main, ["verify", "--from", "qdrant", "--to", "pg://embedded", "--self-test"])
+    assert refused.exit_code == 2 and "legacy-mysql copy only" in refused.output

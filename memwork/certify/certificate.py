@@ -95,7 +95,9 @@ class CertifyOptions:
     env: Mapping[str, str] = field(default_factory=dict)
     page_size: int = DEFAULT_PAGE_SIZE  #: records per page of a listed source
     owner: str | None = None  #: default: the owner the source writes its rows as
-    embedder: Embedder | str | None = None  #: default: derived from the table's single ``hash-N`` model id
+    embedder: Embedder | str | None = (
+        None  #: default: from the rows' model id (``hash-N``, or a model memwork loads)
+    )
     expected_dimensions: int | None = None  #: default: the column's declared dimension
     expected_model: str | None = None  #: default: the embedder's model id
     vector_sample: int | None = 200  #: None: every row
@@ -376,7 +378,10 @@ def _embedder(spec: Embedder | str | None, models: dict[str, int]) -> Embedder |
     top = max(real, key=lambda m: models[m]) if real else None
     if top and top.startswith("hash-") and top[5:].isdigit():
         return HashEmbedder(int(top[5:]))
-    return None
+    try:  # a model id that names a model memwork can load (all-MiniLM-L6-v2): that model
+        return load_embedder(top) if top else None
+    except UsageError:
+        return None
 
 
 def _checkpoint_cursor(conn: Any, table: str) -> str | None:
