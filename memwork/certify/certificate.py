@@ -639,6 +639,10 @@ def _gates(cert: Certificate, options: CertifyOptions) -> dict[str, list[str]]:
         kinds.setdefault(f.kind, []).append(f.key)
     for kind, keys in sorted(kinds.items()):
         vector_reasons.append(f"{kind}: {len(keys)} vector(s), e.g. {', '.join(keys[:5])}")
+    real = {m: n for m, n in cert.vectors.models.items() if m != "(none)"}
+    if len(real) > 1 and cert.vectors_mode != "keep":  # re-embedded: one model for the whole copy
+        counts = ", ".join(f"{m}: {n} row(s)" for m, n in sorted(real.items()))
+        vector_reasons.append(f"models: {len(real)} model ids in one re-embedded copy ({counts})")
     if cert.vectors.mixed_model_users:
         vector_reasons.append(
             f"mixed-models: {len(cert.vectors.mixed_model_users)} user(s) with two model ids, "

@@ -35,7 +35,7 @@ def gate_rows(cert: Certificate) -> list[dict[str, Any]]:
             "observed": _rounded(g["observed"]),
             "threshold": "" if g["threshold"] is None else f"{g['comparison']} {_rounded(g['threshold'])}",
             "unit": g["unit"],
-            "reasons": "; ".join(cert.gates.get(g["name"], [])) or g["why"],
+            "why it failed, or what it checks": "; ".join(cert.gates.get(g["name"], [])) or g["why"],
         }
         for g in cert.gate_strip()
     ]
