@@ -58,6 +58,9 @@ def test_damage_is_named_by_id_and_by_user(pg_url):
         ("missing", "m0004"),
         ("user-changed", "m0002"),
     ]
+    fields = {b.key: b.fields for b in cert.rows.bad}
+    assert fields["m0009"] == {"content": {"source": "memory number 9 about topic 0", "dest": "tampered"}}
+    assert fields["m0002"] == {"user": {"source": "tenantx ", "dest": "tenantx"}}
     text = "\n".join(cert.reasons())
     for needle in (
         "missing: 2",
