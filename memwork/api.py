@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
+    from memwork.certify import Certificate
     from memwork.contracts import Source
     from memwork.defrag.actions import ActionResult
     from memwork.defrag.findings import Pair
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
     from memwork.embed import Embedder
     from memwork.facade.facade import MemoryFacade
     from memwork.migrate.run import MigrationReport
-    from memwork.migrate.verify import Verification
     from memwork.reports.runner import ReportRun
     from memwork.stores.base import Store
 
@@ -274,10 +274,10 @@ def verify_import(
     page_size: int | None = None,
     allow_quarantined: bool = False,
     env: Mapping[str, str] | None = None,
-) -> Verification:
-    """Is the copy at ``to`` faithful to ``source``? (``memwork import-verify``): counts per user,
-    missing, extra and changed ids, quarantined rows and vectors; ``.verdict`` is PASS or FAIL and
-    ``.reasons`` says why."""
+) -> Certificate:
+    """Is the copy at ``to`` faithful to ``source``? (``memwork verify``): the migration certificate --
+    each bad row by id, kind, user and field, vectors against their model or the source's, the index,
+    retrieval per user size; ``.verdict`` is PASS or FAIL and ``.reasons()`` says why, gate by gate."""
     options = _given(table=table, page_size=page_size)
     return _run_verify(source, to=to, env=env, allow_quarantined=allow_quarantined, **options)
 
@@ -293,12 +293,12 @@ def _run_import(
 
 def _run_verify(
     source: str | Source, *, to: str | None, env: Mapping[str, str] | None, **options: Any
-) -> Verification:
-    """The one call into :mod:`memwork.migrate` for a verification (re-point it here if it moves)."""
+) -> Certificate:
+    """The one call into :mod:`memwork.certify` for a verification (re-point it here if it moves)."""
+    from memwork.certify import CertifyOptions, certify
     from memwork.migrate.run import environment
-    from memwork.migrate.verify import VerifyOptions, verify
 
-    return verify(VerifyOptions(source=source, env=environment(env), database_url=to, **options))
+    return certify(CertifyOptions(dest_url=to, source=source, env=environment(env), **options))
 
 
 # ---- reports -----------------------------------------------------------------------------------------

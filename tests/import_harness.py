@@ -380,7 +380,13 @@ def damage_and_verify(env: Mapping[str, str], source_name: str, pg_url: str, *, 
     result = verified.json
     assert result["verdict"] == "FAIL"
     reasons = "\n".join(result["reasons"])
-    assert changed in result["changedIds"] and changed in reasons, reasons
-    assert deleted in result["missingIds"] and deleted in reasons, reasons
-    assert extra in result["extraIds"] and extra in reasons, reasons
+    assert changed in named(result, "changed") and changed in reasons, reasons
+    assert deleted in named(result, "missing") and deleted in reasons, reasons
+    assert extra in named(result, "extra") and extra in reasons, reasons
+    assert result["repair"].startswith(f"memwork import --from {source_name} --repair ")
     return Damage(changed, deleted, extra, result)
+
+
+def named(summary: Mapping[str, Any], kind: str) -> list[str]:
+    """The keys a verification's ``summary.json`` names as bad rows of ``kind`` (first 50)."""
+    return [b["key"] for b in summary["rows"]["first_bad"] if b["kind"] == kind]

@@ -106,7 +106,7 @@ COMMANDS = {
     "run_action": (("defrag", "merge-duplicates"), set()),
     "undo": (("defrag", "undo"), set()),
     "import_source": (("import",), {"env"}),
-    "verify_import": (("import-verify",), {"env"}),
+    "verify_import": (("verify",), {"env"}),
 }
 
 
@@ -281,8 +281,8 @@ def test_import_then_verify_on_postgres(pg_url):
     )
     assert report.rows_written == 25 and report.pages == 3
     verification = memwork.verify_import(ListSource(records), to=pg_url)
-    assert verification.verdict == "PASS", verification.reasons
-    assert verification.source_rows == verification.dest_rows == 25
+    assert verification.verdict == "PASS", verification.reasons()
+    assert verification.rows.source_rows == verification.rows.dest_rows == 25
 
 
 def test_the_design_notes_place_every_unit():

@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import update
 
+from memwork.certify import CertifyOptions, certify
 from memwork.cli import main
 from memwork.db import get_engine
 from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.legacy.schema import memory_items
 from memwork.migrate.backfill import legacy_options, load_checkpoint, load_rejects, run_backfill
-from memwork.migrate.verify import VerifyOptions, verify
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
@@ -65,13 +65,14 @@ def _dest_ids(pg_url):
 
 
 def _verify(mysql_url, pg_url, **kw):
-    return verify(
-        VerifyOptions(
-            "legacy-mysql",
-            {"MEMORY_BACKFILL_MYSQL_URL": mysql_url},
-            pg_url,
+    return certify(
+        CertifyOptions(
+            source="legacy-mysql",
+            env={"MEMORY_BACKFILL_MYSQL_URL": mysql_url},
+            dest_url=pg_url,
             expected_dimensions=DIMS,
-            sample_size=0,
+            vector_sample=0,
+            retrieval=False,
             **kw,
         )
     )
@@ -100,13 +101,12 @@ def test_poison_rows_are_quarantined_listed_and_picked_up_again_once_fixed(mysql
 
     result = _verify(mysql_url, dest)
     assert result.verdict == "FAIL"
-    assert result.missing_count == result.changed_count == 0 and not result.missing_ids
-    assert (result.quarantined_count, result.quarantined_missing) == (4, 4)
+    assert result.rows.by_kind() == {"quarantined": 4}  # not missing, not changed
     assert {q["id"]: q["reason"] for q in result.quarantined} == reasons
-    assert [r for r in result.reasons if not r.startswith("quarantined: 4 row(s)")] == []
-    assert result.missing_count + result.quarantined_missing + result.dest_distinct == result.source_rows
+    assert [r for r in result.reasons() if not r.startswith("rows: quarantined: 4 row(s)")] == []
+    assert len(result.quarantined) + result.rows.dest_rows == result.rows.source_rows
     accepted = _verify(mysql_url, dest, allow_quarantined=True)
-    assert accepted.verdict == "PASS" and accepted.quarantined_count == 4
+    assert accepted.verdict == "PASS" and len(accepted.quarantined) == 4
     assert any(n.startswith("quarantined: 4") for n in accepted.notes)
 
     # fixed at the source (which moves updated_at): the next --resume copies them, clears the rejects

@@ -88,7 +88,7 @@ def _import(storage: Path, pg_url: str, **kw) -> None:
 
 
 def _certify(storage: Path, pg_url: str, **kw):
-    options = dict(source="qdrant", source_env=_env(storage), k=5, leaf=4, vector_sample=0, preserved_users=4)
+    options = dict(source="qdrant", env=_env(storage), k=5, leaf=4, vector_sample=0, preserved_users=4)
     return certify(CertifyOptions("", pg_url, **(options | kw)))
 
 
@@ -376,7 +376,7 @@ def test_a_reembedded_copy_is_queried_through_each_sides_model(tmp_path, pg_url)
         )
     )  # fmt: skip
     assert report.rows_written == 60 and report.model == "hash-16"
-    options = dict(source="qdrant", source_env=env, k=5, leaf=4, vector_sample=20, retrieval=False)
+    options = dict(source="qdrant", env=env, k=5, leaf=4, vector_sample=20, retrieval=False)
     blind = certify(CertifyOptions("", pg_url, **options))
     assert blind.preserved is not None and not blind.preserved.users
     assert "re-embedded (hash-8 -> hash-16)" in blind.preserved.notes[0]

@@ -21,10 +21,10 @@ from import_harness import (
     write_source_file,
 )
 
+from memwork.certify import CertifyOptions, certify
 from memwork.contracts import SourceRecord
 from memwork.errors import ImportRunning
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.migrate.verify import VerifyOptions, verify
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -55,12 +55,12 @@ def test_file_source_killed_mid_import_resumes_and_verifies(pg_url, tmp_path):
     run = kill_resume_verify(env, FILE_SOURCE, pg_url, expected_ids=ids, kill_after_rows=300)
     assert 300 <= run.killed_at_rows < 1000
     assert run.resume["rowsWritten"] == 1000 - run.killed_at_rows  # the resume wrote only the rest
-    assert run.verification["sourceRows"] == run.verification["destRows"] == 1000
-    assert run.verification["sourceUsers"] == 10 and run.verification["models"] == {"test-model-8": 1000}
+    rows = run.verification["rows"]
+    assert rows["source"] == rows["dest"] == 1000 and rows["by_kind"] == {}
+    assert run.verification["vectors"]["models"] == {"test-model-8": 1000}
 
     damage = damage_and_verify(env, FILE_SOURCE, pg_url)
-    assert damage.verification["missingCount"] == 1 and damage.verification["extraCount"] == 1
-    assert damage.verification["changedCount"] == 1
+    assert damage.verification["rows"]["by_kind"] == {"changed": 1, "extra": 1, "missing": 1}
 
 
 def test_a_second_import_of_the_same_source_is_refused_while_the_first_runs(pg_url, tmp_path):
@@ -88,5 +88,5 @@ def test_a_second_import_of_the_same_source_is_refused_while_the_first_runs(pg_u
             assert first.poll() is None
     _out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
-    result = verify(VerifyOptions(source=FileSource(path, "file:two-at-once"), database_url=pg_url))
-    assert result.verdict == "PASS" and result.dest_rows == 200, result.reasons
+    result = certify(CertifyOptions(dest_url=pg_url, source=FileSource(path, "file:two-at-once")))
+    assert result.verdict == "PASS" and result.rows.dest_rows == 200, result.reasons()

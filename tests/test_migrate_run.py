@@ -11,11 +11,11 @@ import psycopg
 import pytest
 from import_harness import ListSource
 
+from memwork.certify import CertifyOptions, certify
 from memwork.contracts import Page, SourceRecord
 from memwork.embed import HashEmbedder
 from memwork.errors import UsageError
 from memwork.migrate.run import ImportOptions, run_import
-from memwork.migrate.verify import VerifyOptions, verify
 from memwork.pgvector.schema import ensure_schema
 
 pytestmark = [pytest.mark.services]
@@ -57,6 +57,11 @@ def rows(pg_url: str, table: str = "memory_embeddings") -> list[tuple]:
             f"metadata, created_at, updated_at, embedding::text, embedding_model FROM {table} "
             "ORDER BY source_memory_id"
         ).fetchall()
+
+
+def verify(source, pg_url: str, **kw):
+    """The one verification of ``source``'s copy (retrieval sampled small: these tables are tiny)."""
+    return certify(CertifyOptions(dest_url=pg_url, source=source, users_per_bucket=3, **kw))
 
 
 def tables(pg_url: str) -> list[str]:
@@ -106,9 +111,9 @@ def test_apply_keeps_ids_users_timestamps_metadata_vectors_and_reapply_is_idempo
 
     again = run_import(options)  # a second full apply: same rows, nothing doubled
     assert again.rows_written == 53 and rows(pg_url) == stored
-    result = verify(VerifyOptions(source=source, database_url=pg_url))
-    assert result.verdict == "PASS", result.reasons
-    assert result.source_users == result.dest_users == 3
+    result = verify(source, pg_url)
+    assert result.verdict == "PASS", result.reasons()
+    assert len(result.rows.users) == 3 and all(t.ok for t in result.rows.users.values())
 
 
 def test_missing_timestamps_become_the_run_start(pg_url):
@@ -183,11 +188,11 @@ def test_odd_rows_are_quarantined_and_the_rest_written(pg_url):
     assert "7 dimensions" in reasons["m0003"] and "non-finite" in reasons["m0005"]
     assert "none" in reasons["m0007"] and "NUL" in reasons["m0009"]
     assert "m0003" not in [r[0] for r in rows(pg_url)]
-    result = verify(VerifyOptions(source=source, database_url=pg_url))
-    assert result.verdict == "FAIL" and result.quarantined_count == 6
-    assert any(r.startswith("quarantined: 6") and "m0003" in r for r in result.reasons)
-    lenient = verify(VerifyOptions(source=source, database_url=pg_url, allow_quarantined=True))
-    assert lenient.verdict == "PASS", lenient.reasons
+    result = verify(source, pg_url)
+    assert result.verdict == "FAIL" and len(result.quarantined) == 6
+    assert any(r.startswith("rows: quarantined: 6") and "m0003" in r for r in result.reasons())
+    lenient = verify(source, pg_url, allow_quarantined=True)
+    assert lenient.verdict == "PASS", lenient.reasons()
 
 
 def test_reembed_needs_an_embedder_and_embeds_content(pg_url):
@@ -201,8 +206,9 @@ def test_reembed_needs_an_embedder_and_embeds_content(pg_url):
     embedder = HashEmbedder(16)
     for row in rows(pg_url):
         assert np.allclose(json.loads(row[9]), embedder.embed_one(row[2]), atol=1e-6) and row[10] == "hash-16"
-    result = verify(VerifyOptions(source=source, database_url=pg_url))
-    assert result.verdict == "PASS" and result.vectors == "reembed", result.reasons
+    result = verify(source, pg_url)
+    assert result.verdict == "PASS" and result.vectors_mode == "reembed", result.reasons()
+    assert result.vectors.checked == 25 and result.vectors.findings == []  # each its model's embedding
 
 
 def test_reembed_replaces_a_sources_vectors_when_asked(pg_url):
@@ -226,10 +232,10 @@ def test_two_sources_share_a_table_and_never_overwrite_each_other(pg_url):
     assert "alpha:one" in report_b.quarantined[0]["reason"]
     stored = {r[0]: r for r in rows(pg_url)}
     assert len(stored) == 50 and stored["a0001"][1] == "u1"  # alpha's row untouched
-    assert verify(VerifyOptions(source=a, database_url=pg_url)).verdict == "PASS"
-    result_b = verify(VerifyOptions(source=b, database_url=pg_url))
-    assert result_b.verdict == "FAIL" and result_b.quarantined_count == 1  # the collision is named
-    assert result_b.extra_count == 0  # alpha's rows are not beta's "extra"
+    assert verify(a, pg_url).verdict == "PASS"
+    result_b = verify(b, pg_url)
+    assert result_b.verdict == "FAIL" and len(result_b.quarantined) == 1  # the collision is named
+    assert result_b.rows.by_kind() == {"quarantined": 1}  # alpha's rows are not beta's "extra"
     # both checkpoints live side by side in one table
     with psycopg.connect(pg_url) as conn:
         keys = conn.execute(
@@ -271,8 +277,8 @@ def test_a_source_key_with_a_url_password_is_never_stored_or_reported(pg_url):
             "FROM memwork_import_checkpoints) FROM memory_embeddings"
         ).fetchone()[0]
     assert "hunter2" not in dumped and "db.example:6333/memind_memory" in dumped
-    result = verify(VerifyOptions(source=source, database_url=pg_url))
-    assert result.verdict == "PASS" and "hunter2" not in json.dumps(result.to_dict())
+    result = verify(source, pg_url)
+    assert result.verdict == "PASS" and "hunter2" not in json.dumps(result.summary(), default=str)
 
 
 class FlakySource(ListSource):
@@ -303,4 +309,4 @@ def test_a_source_failing_mid_listing_stops_the_run_and_resume_finishes_it(pg_ur
     options.resume = True
     report = run_import(options)
     assert report.start_cursor == "30" and report.rows_written == 20 and len(rows(pg_url)) == 50
-    assert verify(VerifyOptions(source=source, database_url=pg_url)).verdict == "PASS"
+    assert verify(source, pg_url).verdict == "PASS"

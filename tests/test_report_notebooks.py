@@ -12,10 +12,10 @@ import nbformat
 import papermill
 import pytest
 
+from memwork.certify import parameters as verify
 from memwork.db import pg_connect
 from memwork.defrag.review import read_review_csv
 from memwork.errors import ReportInputRefused, UsageError
-from memwork.migrate import verify
 from memwork.reports import list_reports, notebooks_dir, read_parameters, run_report
 from memwork.rollout import gates
 from memwork.rollout.run import run_signoff
@@ -74,6 +74,8 @@ def test_one_call_notebook_parameters_are_checked_by_the_library(tmp_path):
         verify.verify_from_parameters(verify.VerifyParameters(pgvector_url="pg://embedded"))
     with pytest.raises(UsageError, match="range_size=0"):
         verify.verify_from_parameters(verify.VerifyParameters(range_size=0))
+    with pytest.raises(UsageError, match=r"min_recall=1\.5"):
+        verify.verify_from_parameters(verify.VerifyParameters(min_recall=1.5))
     with pytest.raises(ReportInputRefused) as info:  # the same check, in the notebook: exit 2
         run_report("backfill_verification", {"k": 0}, tmp_path)
     assert info.value.ename == "UsageError" and info.value.exit_code == 2 and "k=0" in info.value.evalue
@@ -175,7 +177,10 @@ def _verification(migration, tmp_path):
 def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
     intact = _verification(migration, tmp_path)
     assert intact.verdict == "PASS" and intact.exit_code == 0
-    assert intact.summary["sourceRows"] == migration.active and intact.summary["reasons"] == []
+    assert intact.summary["rows"]["source"] == migration.active and intact.summary["reasons"] == []
+    assert [g["state"] for g in intact.summary["gates"]] == ["pass"] * 4
+    assert intact.summary["claim"].startswith(f"All {migration.active} active legacy-mysql rows")
+    assert not (intact.run_dir / "bad_rows.csv").exists() and intact.summary["repair"] is None
     assert_readable(intact)
     with pg_connect(migration.dest_url, autocommit=True) as conn:
         ids = [r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1")]
@@ -193,8 +198,16 @@ def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
         )
     damaged = _verification(migration, tmp_path)
     assert damaged.verdict == "FAIL" and damaged.exit_code == 1
-    assert damaged.summary["missingIds"] == [ids[0]] and damaged.summary["changedIds"] == [ids[10]]
-    assert any(r.startswith("dimensions:") for r in damaged.summary["reasons"])
+    named = {(b["key"], b["kind"]) for b in damaged.summary["rows"]["first_bad"]}
+    assert named == {(ids[0], "missing"), (ids[10], "changed")}
+    assert any(r.startswith("vectors: wrong-dimension: 1") for r in damaged.summary["reasons"])
+    assert damaged.summary["repair"] == f"memwork backfill --repair {damaged.summary['run_id']}"
+    # the per-field diffs of every failure beside the HTML, linked from the page's repair section
+    diffs = (damaged.run_dir / "bad_rows.csv").read_text(encoding="utf-8")
+    assert f"{ids[10]},changed" in diffs and "content" in diffs and "tampered" in diffs
+    assert f"{ids[20]},wrong-dimension" in diffs
+    page = damaged.html_path.read_text(encoding="utf-8")
+    assert "bad_rows.csv" in page and damaged.summary["repair"] in page
     assert_readable(damaged)  # every reason in the HTML header
 
 

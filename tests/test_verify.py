@@ -1,25 +1,26 @@
-"""The one verification of the legacy table's migration against real embedded PostgreSQL + pgvector,
-from SQLite and MariaDB (the source ``legacy-mysql``, read through the source)."""
+"""The one verification (the migration certificate) of the legacy table's migration against real
+embedded PostgreSQL + pgvector, from SQLite and MariaDB (the source ``legacy-mysql``)."""
 
 from __future__ import annotations
 
 import pytest
 
+from memwork.certify import CertifyOptions, certify
+from memwork.certify.parameters import VerifyParameters, verify_from_parameters
 from memwork.db import pg_connect
 from memwork.errors import UsageError
-from memwork.migrate.verify import VerifyOptions, VerifyParameters, verify, verify_from_parameters
-from memwork.migrate.verify_checks import range_checksums, row_digest
 from memwork.samples.migration import build_migration
 
 
-def _options(m, **kw) -> VerifyOptions:
-    return VerifyOptions(
-        "legacy-mysql",
-        {"MEMORY_BACKFILL_MYSQL_URL": m.source_url},
-        m.dest_url,
+def _options(m, **kw) -> CertifyOptions:
+    base = {"users_per_bucket": 4, "queries_per_user": 2}
+    return CertifyOptions(
+        source="legacy-mysql",
+        env={"MEMORY_BACKFILL_MYSQL_URL": m.source_url},
+        dest_url=m.dest_url,
         table=m.table,
         expected_dimensions=m.dimensions,
-        **kw,
+        **(base | kw),
     )
 
 
@@ -28,15 +29,17 @@ def migration(pg_url, sqlite_url):
     return build_migration(sqlite_url, pg_url, n_users=4, items_per_user=30, dimensions=16, seed=3)
 
 
-def test_intact_destination_passes_every_check(migration):
-    result = verify(_options(migration, range_size=20, sample_size=20, k=5))
-    assert result.verdict == "PASS", result.reasons
-    assert result.source_rows == migration.active == result.dest_distinct
-    assert result.missing_count == result.extra_count == result.changed_count == 0
-    assert len(result.ranges) > 3 and not result.mismatched_ranges
-    assert result.dimensions == {"16": migration.active} and result.models == {"hash-16": migration.active}
-    assert result.recall_at_k is not None and result.recall_at_k >= 0.9
-    assert result.self_retrieval is not None and result.self_retrieval >= 0.9
+def test_intact_destination_passes_every_gate(migration):
+    cert = certify(_options(migration, leaf=20, k=5))
+    assert cert.verdict == "PASS", cert.reasons()
+    assert cert.rows.source_rows == migration.active == cert.rows.dest_rows
+    assert cert.rows.bad == [] and cert.rows.buckets_compared == 0
+    assert cert.vectors.dimensions == {"16": migration.active}
+    assert cert.vectors.models == {"hash-16": migration.active}
+    assert cert.vectors.checked > 0 and cert.vectors.findings == []
+    assert cert.retrieval is not None
+    assert all(b.recall is not None and b.recall >= 0.9 for b in cert.retrieval.buckets.values() if b.queries)
+    assert [g["state"] for g in cert.summary()["gates"]] == ["pass"] * 4
 
 
 def test_damaged_destination_fails_and_names_each_damage(migration):
@@ -57,15 +60,18 @@ def test_damaged_destination_fails_and_names_each_damage(migration):
         conn.execute(
             "UPDATE memory_embeddings SET embedding = '[1,2,3]' WHERE source_memory_id = %s", (reshaped,)
         )
-    result = verify(_options(migration, range_size=20, sample_size=10, k=5))
-    assert result.verdict == "FAIL"
-    assert result.missing_ids == [removed] and result.changed_ids == [changed] and result.extra_ids == []
-    text = " | ".join(result.reasons)
-    for expected in ("count:", "missing: 1", removed, "changed: 1", changed, "checksum:", "dimensions:"):
-        assert expected in text
-    assert result.dimensions["3"] == 1
-    assert "not of dimension 16 (dimension 3: 1 row)" in text and "{" not in text  # read by people
-    assert len(result.mismatched_ranges) == 2  # the two ranges holding the removed and changed rows
+    cert = certify(_options(migration, leaf=20, k=5))
+    assert cert.verdict == "FAIL"
+    named = {(b.key, b.kind) for b in cert.rows.bad}
+    assert named == {(removed, "missing"), (changed, "changed")}
+    assert next(b.fields for b in cert.rows.bad if b.kind == "changed").keys() == {"content"}
+    text = " | ".join(cert.reasons())
+    for expected in ("rows: missing: 1", removed, "rows: changed: 1", changed, "vectors: wrong-dimension: 1"):
+        assert expected in text, text
+    assert reshaped in text and cert.vectors.dimensions["3"] == 1
+    assert "retrieval: not measured: 1 vector(s) of another dimension" in text  # a search would fail
+    assert "{" not in text  # read by people
+    assert cert.rows.bad_users == sorted({b.user for b in cert.rows.bad})
 
 
 def test_zero_vectors_mixed_models_and_extra_rows_are_reasons(migration):
@@ -82,33 +88,27 @@ def test_zero_vectors_mixed_models_and_extra_rows_are_reasons(migration):
             "WHERE id = %s",
             (first + 2,),
         )
-    result = verify(_options(migration, sample_size=5))
-    text = " | ".join(result.reasons)
-    assert "1 zero vectors" in text and "mixed embedding models (hash-16: " in text
-    assert "other-model: 1 row" in text and "{" not in text
-    assert result.extra_ids == ["zzz-extra"] and "extra: 1" in text
+    cert = certify(_options(migration, vector_sample=5, retrieval=False))
+    text = " | ".join(cert.reasons())
+    assert "vectors: zero-vector: 1 vector(s)" in text and "vectors: mixed-models: 1 user(s)" in text
+    assert "vectors: other-model: 1 vector(s)" in text and "{" not in text
+    assert [(b.key, b.kind) for b in cert.rows.bad] == [("zzz-extra", "extra")] and "rows: extra: 1" in text
 
 
 def test_from_mariadb(pg_url, mysql_url):
     m = build_migration(mysql_url, pg_url, n_users=3, items_per_user=20, dimensions=8, seed=5)
-    assert verify(_options(m, sample_size=10, k=5)).verdict == "PASS"
-
-
-def test_range_checksums_locate_a_change_without_scanning_other_ranges():
-    source = {f"id{i:03d}": row_digest([f"id{i:03d}", "u", f"text {i}", "fact"]) for i in range(100)}
-    dest = dict(source)
-    dest["id042"] = row_digest(["id042", "u", "tampered", "fact"])
-    ranges = range_checksums(source, dest, 10)
-    assert [r.index for r in ranges if not r.ok] == [4]
+    assert certify(_options(m, k=5)).verdict == "PASS"
 
 
 def test_bad_options_are_usage_errors():
     with pytest.raises(UsageError, match="k=0"):
-        VerifyOptions("legacy-mysql", {}, "pg://embedded", k=0).check()
+        CertifyOptions(dest_url="pg://embedded", k=0).check()
     with pytest.raises(UsageError, match="min_recall"):
-        VerifyOptions("legacy-mysql", {}, "pg://embedded", min_recall=1.5).check()
+        CertifyOptions(dest_url="pg://embedded", min_recall=1.5).check()
     with pytest.raises(UsageError, match="table"):
-        VerifyOptions("legacy-mysql", {}, "pg://embedded", table="x; drop").check()
+        CertifyOptions(dest_url="pg://embedded", table="x; drop").check()
+    with pytest.raises(UsageError, match="page_size"):
+        CertifyOptions(source="qdrant", page_size=0).check()
 
 
 def test_verify_from_parameters_builds_a_sample_when_no_url_is_given():
@@ -117,10 +117,31 @@ def test_verify_from_parameters_builds_a_sample_when_no_url_is_given():
     def run(**kw):
         return verify_from_parameters(VerifyParameters(**kw), sample_migration=build_migration)
 
-    result = run(sample_size=5, k=3, range_size=50)
-    assert result.verdict == "PASS", result.reasons
-    assert result.notes[0].startswith("built a sample migration:") and result.source_rows > 0
+    cert = run(sample_size=5, k=3, range_size=50, users_per_bucket=2)
+    assert cert.verdict == "PASS", cert.reasons()
+    assert cert.notes[0].startswith("built a sample migration:") and cert.rows.source_rows > 0
     with pytest.raises(UsageError, match="source_url=''"):
         run(pgvector_url="pg://embedded")
     with pytest.raises(UsageError, match="expected_dimensions=20000"):
         run(expected_dimensions=20000)
+    with pytest.raises(UsageError, match="range_size=0"):
+        run(range_size=0)
+    with pytest.raises(UsageError, match="tolerances='missing'"):
+        run(tolerances="missing")
+
+
+def test_verify_certify_and_import_verify_are_one_command():
+    """One command under three names: the same options and the same call."""
+    import click
+    from click.testing import CliRunner
+
+    from memwork.cli import main
+
+    ctx = click.Context(main)
+    verify, *aliases = (main.get_command(ctx, n) for n in ("verify", "certify", "import-verify"))
+    assert all(a.callback is verify.callback and a.params is verify.params for a in aliases)
+    opts = {o for p in verify.params for o in p.opts}
+    for old in ("--source-url", "--database-url", "--sample-size", "--range-size", "--batch-size"):
+        assert old in opts, old  # the flags of both earlier verifications still parse
+    refused = CliRunner().invoke(main, ["verify", "--from", "qdrant", "--to", "pg://embedded", "--self-test"])
+    assert refused.exit_code == 2 and "legacy-mysql copy only" in refused.output

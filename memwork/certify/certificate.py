@@ -1,19 +1,32 @@
-"""The migration certificate: one call that checks rows, vectors, the index and retrieval, keeps every
-failure, and states its verdict with each gate.
+"""The migration certificate -- the one verification of a migration (``memwork verify``, alias
+``certify`` and ``import-verify``): one call that checks rows, vectors, the index and retrieval for any
+source of the one pipeline, keeps every failure, and states its verdict with each gate.
+
+The source side: the legacy table (``legacy-mysql``) through SQL checksums in its own database
+(:class:`~memwork.certify.sides.SourceSide`); every other source through its listing
+(:class:`~memwork.certify.listing.ListingSide`) of its records mapped by the importer's own code
+(:class:`~memwork.certify.listing.RecordListing`). The destination side is the rows that source owns
+(:func:`memwork.migrate.ownership.owner_of`), so other sources sharing the table are never "extra".
 
 Gates (each PASS or FAIL, with its reasons):
 
-* ``rows`` -- bad rows per kind against the tolerances (``max_<kind>``, default 0); a ``user-changed``
-  row is critical whatever the tolerance;
-* ``vectors`` -- wrong-dimension / other-model / swapped / stale vectors, users with two model ids;
+* ``rows`` -- bad rows per kind against the tolerances (``max_<kind>``, default 0; ``allow_quarantined``
+  tolerates every quarantined row); a ``user-changed`` row is critical whatever the tolerance;
+* ``vectors`` -- the declared dimension against ``expected_dimensions``; wrong-dimension / null / zero /
+  NaN vectors; vectors not their model's embedding of their content (other-model / swapped / stale),
+  or, when the migration kept the source's vectors, not the source's (source-vector / other-model);
+  users with two model ids;
 * ``index`` -- pgvector version, ANN index operator class vs the resolve query's distance, HNSW settings;
-* ``retrieval`` -- per size bucket recall@k and underfill (skipped when ``retrieval=False``);
-* ``preserved`` -- for a source that can search (``source`` with a ``search`` method): the same
-  queries on both sides per sampled user, overlap@k and RBO, and the claim
-  (:mod:`memwork.certify.preserved`).
+* ``retrieval`` -- per size bucket recall@k of the production search path against exact search within
+  the user, and underfill (skipped when ``retrieval=False``);
+* ``preserved`` -- for a source that can search (a Source with a ``search`` method): the same queries
+  on both sides per sampled user, overlap@k and RBO, and the claim (:mod:`memwork.certify.preserved`).
 
-The source is the legacy SQL table at ``source_url`` (checksums in SQL), or any migration source
-(``source``: a registry name with ``source_env``, or a Source), checksummed through its listing.
+What the verification before the certificate measured is covered: ANN recall@k on a global sample is the
+``retrieval`` gate, measured per user the way users query; self-retrieval (a memory's own text, embedded
+again, finds it among its user's top k) follows from the ``vectors`` gate (each sampled vector *is* its
+content's embedding, so exact search ranks it first) and the ``retrieval`` gate (the production path
+returns the exact top k).
 """
 
 from __future__ import annotations
@@ -28,32 +41,68 @@ from pathlib import Path
 from typing import Any
 
 from memwork.certify.failures import store_failures, write_summary
+from memwork.certify.listing import ListingSide, RecordListing
 from memwork.certify.preserved import PreservationReport, Query, read_queries
 from memwork.certify.retrieval import RetrievalReport, measure_retrieval
 from memwork.certify.rows import CRITICAL_KINDS, RowsReport, compare_rows
-from memwork.certify.sides import SOURCE_TABLE, DestSide, SourceSide
-from memwork.certify.vectors import VectorReport, check_embeddings, check_index, check_labels
+from memwork.certify.sides import SOURCE_TABLE, DestSide, RowSource, SourceSide
+from memwork.certify.vectors import (
+    VectorReport,
+    check_embeddings,
+    check_index,
+    check_labels,
+    check_source_vectors,
+)
+from memwork.checks import dimension, unit
+from memwork.contracts import Source
 from memwork.embed import Embedder, HashEmbedder, load_embedder
 from memwork.errors import UsageError
 from memwork.identifiers import check_identifier, quote_identifier
-from memwork.migrate.checkpoint import CHECKPOINT_TABLE, LEGACY_CHECKPOINT_TABLE, decode_cursor
+from memwork.migrate.checkpoint import (
+    CHECKPOINT_TABLE,
+    LEGACY_CHECKPOINT_TABLE,
+    decode_cursor,
+    read_import_checkpoint,
+)
+from memwork.migrate.legacy_mysql import MYSQL_URL_ENV
 from memwork.migrate.legacy_mysql import SOURCE_NAME as LEGACY_SOURCE
-from memwork.migrate.ownership import LEGACY_OWNER as BACKFILL_OWNER
-from memwork.pgvector.schema import EMBEDDINGS_TABLE
+from memwork.migrate.ownership import owner_of, owner_sql
+from memwork.migrate.quarantine import printable, read_rejects
+from memwork.migrate.run import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    ImportOptions,
+    destination_url,
+    resolve_source,
+    stored_key,
+)
+from memwork.pgvector.schema import EMBEDDINGS_TABLE, table_dimensions
+from memwork.redaction import redact_url
 
 MAX_LISTED = 50
 
 
 @dataclass
 class CertifyOptions:
-    """What to certify and how strictly (defaults: zero tolerance, vectors on a sample of 200)."""
+    """What to certify and how strictly (defaults: zero tolerance, vectors on a sample of 200).
 
-    source_url: str
-    dest_url: str
+    ``source`` is a registered source name, ``module:PATH`` or a Source; ``env`` its variables.
+    ``source_url`` is the legacy table's database (default ``MEMORY_BACKFILL_MYSQL_URL`` of ``env``);
+    ``dest_url`` the destination (default ``MEMORY_PGVECTOR_DATABASE_URL``, else ``pg://embedded``)."""
+
+    source_url: str | None = None
+    dest_url: str | None = None
     table: str = EMBEDDINGS_TABLE
     source_table: str = SOURCE_TABLE
-    owner: str = BACKFILL_OWNER
-    embedder: Embedder | str | None = None  #: default: derived from the table's single ``hash-N`` model id
+    source: str | Source = LEGACY_SOURCE
+    env: Mapping[str, str] = field(default_factory=dict)
+    page_size: int = DEFAULT_PAGE_SIZE  #: records per page of a listed source
+    owner: str | None = None  #: default: the owner the source writes its rows as
+    embedder: Embedder | str | None = (
+        None  #: default: from the rows' model id (``hash-N``, or a model memwork loads)
+    )
+    expected_dimensions: int | None = None  #: default: the column's declared dimension
+    expected_model: str | None = None  #: default: the embedder's model id
     vector_sample: int | None = 200  #: None: every row
     k: int = 10
     retrieval: bool = True
@@ -64,13 +113,12 @@ class CertifyOptions:
     min_recall: float = 0.95
     max_underfill: float = 0.0
     tolerances: dict[str, int] = field(default_factory=dict)  #: kind -> rows allowed (default 0)
+    allow_quarantined: bool = False  #: quarantined rows are listed either way; True: not a failure
     leaf: int = 256
     seed: int = 0
     run_id: str | None = None
     record_failures: bool = True
     output_dir: Path | None = None
-    source: Any = None  #: a source name or Source (None: the legacy table at ``source_url``)
-    source_env: Mapping[str, str] = field(default_factory=dict)  #: the source's variables
     queries: Path | str | None = None  #: ``queries.jsonl`` (else queries sampled from content)
     preserved: bool = True  #: compare with the source's own search when it has one
     preserved_users: int = 30
@@ -79,16 +127,21 @@ class CertifyOptions:
     min_user_share: float | None = None  #: None: every sampled user must pass
 
     def check(self) -> None:
+        """Every impossible setting as one usage error naming it, before any I/O."""
         check_identifier(self.table)
         check_identifier(self.source_table)
         if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= 1000:
             raise UsageError("k", self.k, "must be an integer from 1 to 1000")
         if self.vector_sample is not None and (
-            not isinstance(self.vector_sample, int) or self.vector_sample < 0
+            isinstance(self.vector_sample, bool)
+            or not isinstance(self.vector_sample, int)
+            or self.vector_sample < 0
         ):
             raise UsageError(
                 "vector_sample", self.vector_sample, "must be a non-negative integer or None (all)"
             )
+        if isinstance(self.leaf, bool) or not isinstance(self.leaf, int) or self.leaf < 1:
+            raise UsageError("leaf", self.leaf, "must be a positive integer")
         if not isinstance(self.min_overlap, int | float) or not 0 <= self.min_overlap <= 1:
             raise UsageError("min_overlap", self.min_overlap, "must be a number from 0 to 1")
         if self.min_user_share is not None and (
@@ -99,13 +152,39 @@ class CertifyOptions:
             raise UsageError("preserved_users", self.preserved_users, "must be a positive integer")
         if self.preserved_users < 1:
             raise UsageError("preserved_users", self.preserved_users, "must be a positive integer")
-        if not isinstance(self.leaf, int) or self.leaf < 1:
-            raise UsageError("leaf", self.leaf, "must be a positive integer")
+        if isinstance(self.page_size, bool) or not isinstance(self.page_size, int):
+            raise UsageError("page_size", self.page_size, "must be an integer")
+        if not 1 <= self.page_size <= MAX_PAGE_SIZE:
+            raise UsageError("page_size", self.page_size, f"must be from 1 to {MAX_PAGE_SIZE}")
+        if self.expected_dimensions is not None:
+            dimension("expected_dimensions", self.expected_dimensions)
+        unit("min_recall", self.min_recall)
+        unit("max_underfill", self.max_underfill)
+        for name in ("users_per_bucket", "queries_per_user"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise UsageError(name, value, "must be a non-negative integer")
         for kind, allowed in self.tolerances.items():
             if kind in CRITICAL_KINDS and allowed:
                 raise UsageError(f"max_{kind}", allowed, "a row served to another user is never tolerated")
             if not isinstance(allowed, int) or allowed < 0:
                 raise UsageError(f"max_{kind}", allowed, "must be a non-negative integer")
+
+    @property
+    def legacy(self) -> bool:
+        """The legacy table: checksummed by SQL in its own database."""
+        return self.source == LEGACY_SOURCE
+
+    def resolved_source_url(self) -> str:
+        url = self.source_url or self.env.get(MYSQL_URL_ENV, "")
+        if not url:
+            raise UsageError(
+                "source_url", url, f"is required for {LEGACY_SOURCE} (--source-url or {MYSQL_URL_ENV})"
+            )
+        return url
+
+    def resolved_dest_url(self) -> str:
+        return destination_url(ImportOptions(source="-", env=self.env, database_url=self.dest_url))
 
 
 @dataclass
@@ -119,6 +198,14 @@ class Certificate:
     retrieval: RetrievalReport | None
     gates: dict[str, list[str]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    source: str = LEGACY_SOURCE
+    source_key: str = LEGACY_SOURCE
+    source_spec: str = LEGACY_SOURCE  #: what ``--from`` names (a registered name or ``module:PATH``)
+    vectors_mode: str = "reembed"  #: keep (the source's vectors) or reembed, as the migration did
+    declared_dimensions: int | None = None
+    quarantined: list[dict[str, Any]] = field(default_factory=list)  #: this source's rejects still missing
+    notes: list[str] = field(default_factory=list)
+    thresholds: dict[str, Any] = field(default_factory=dict)
     preserved: PreservationReport | None = None
 
     @property
@@ -146,8 +233,9 @@ class Certificate:
         r = self.rows
         if self.verdict == "PASS":
             return (
-                f"All {r.source_rows:,} active source rows of {len(r.users):,} users are in {self.table} "
-                f"field for field up to the high-water mark {r.high_water_mark}, with their model's vectors"
+                f"All {r.source_rows:,} active {self.source} rows of {len(r.users):,} users are in "
+                f"{self.table} field for field up to the high-water mark {r.high_water_mark}, with "
+                + ("the source's own vectors" if self.vectors_mode == "keep" else "their model's vectors")
                 + (
                     ", and every size bucket meets its recall and underfill targets."
                     if self.retrieval
@@ -158,6 +246,52 @@ class Certificate:
         kinds = ", ".join(f"{n} {k}" for k, n in r.by_kind().items())
         failed = ", ".join(g for g, v in self.gates.items() if v)
         return f"Not certified: {kinds or 'no bad rows'}; failed gates: {failed}."
+
+    def repair_command(self) -> str | None:
+        """The command that re-copies exactly the failed keys (a dry run; ``--apply`` writes)."""
+        if not self.failures():
+            return None
+        if self.source == LEGACY_SOURCE:
+            return f"memwork backfill --repair {self.run_id}"
+        return f"memwork import --from {self.source_spec} --repair {self.run_id}"
+
+    def gate_strip(self) -> list[dict[str, Any]]:
+        """Each gate in the shape the reports draw (:class:`memwork.reports.gates.Gate`: name, state,
+        observed, threshold, comparison, origin, unit, why), ``off`` for a gate not run."""
+        t = self.thresholds
+        out = []
+        for name, why in GATE_WHY.items():
+            if name not in self.gates:
+                off = (
+                    "not run (the source cannot search)"
+                    if name == "preserved"
+                    else "not run (retrieval=False)"
+                )
+                out.append(_gate(name, "off", None, None, "<=", "default", "", off))
+                continue
+            state = "fail" if self.gates[name] else "pass"
+            if name == "rows":
+                observed = sum(self.rows.by_kind().values()) + self.rows.dest_unkeyed
+                allowed = sum(t.get("tolerances", {}).values())
+                gate = _gate(name, state, observed, allowed, "<=", _origin(t, "tolerances"), "bad rows", why)
+            elif name == "vectors":
+                observed = len(self.vectors.findings) + len(self.vectors.mixed_model_users)
+                gate = _gate(name, state, observed, 0, "<=", "default", "bad vectors", why)
+            elif name == "index":
+                observed = len(self.vectors.index_problems)
+                gate = _gate(name, state, observed, 0, "<=", "default", "problems", why)
+            elif name == "preserved" and self.preserved is not None:
+                gate = _preserved_gate(self.preserved, state, why)
+            else:
+                recalls = [b.recall for b in (self.retrieval.buckets.values() if self.retrieval else [])]
+                known = [x for x in recalls if x is not None]
+                worst = round(min(known), 4) if known else None
+                gate = _gate(
+                    name, state, worst, t.get("min_recall"), ">=", _origin(t, "min_recall"),
+                    "worst bucket recall@k", f"{why}; underfill <= {t.get('max_underfill', 0)}",
+                )  # fmt: skip
+            out.append(gate)
+        return out
 
     def reasons(self) -> list[str]:
         """Every failed gate's reasons, each prefixed by its gate (what a rollout's judge names)."""
@@ -176,15 +310,20 @@ class Certificate:
         return {
             "run_id": self.run_id,
             "table": self.table,
+            "source": self.source,
+            "source_key": self.source_key,
             "verdict": self.verdict,
             "reasons": self.reasons(),
             "claim": self.claim(),
-            "gates": {g: {"verdict": "FAIL" if v else "PASS", "reasons": v} for g, v in self.gates.items()},
+            "repair": self.repair_command(),
+            "gates": [g | {"reasons": self.gates.get(g["name"], [])} for g in self.gate_strip()],
+            "notes": self.notes,
             "rows": {
                 "source": r.source_rows,
                 "dest": r.dest_rows,
                 "dest_unkeyed": r.dest_unkeyed,
                 "by_kind": r.by_kind(),
+                "bad": len(r.bad),
                 "bad_users": r.bad_users[:MAX_LISTED],
                 "first_bad": [b.to_dict() for b in r.bad[:MAX_LISTED]],
                 "high_water_mark": r.high_water_mark,
@@ -194,6 +333,7 @@ class Certificate:
                 "round_trips": r.round_trips,
                 "buckets_compared": r.buckets_compared,
                 "notes": r.notes[:MAX_LISTED],
+                "quarantined": self.quarantined[:MAX_LISTED],
             },
             "users": {
                 u: {
@@ -207,7 +347,10 @@ class Certificate:
                 if not t.ok
             },
             "vectors": {
+                "mode": self.vectors_mode,
+                "declared_dimensions": self.declared_dimensions,
                 "checked": self.vectors.checked,
+                "bad": len(self.vectors.findings),
                 "models": self.vectors.models,
                 "dimensions": self.vectors.dimensions,
                 "mixed_model_users": self.vectors.mixed_model_users,
@@ -217,8 +360,55 @@ class Certificate:
             },
             "retrieval": self.retrieval.to_dict() if self.retrieval else None,
             "preserved": self.preserved.to_dict() if self.preserved else None,
+            "recall_per_bucket": {
+                name: round(b.recall, 4)
+                for name, b in (self.retrieval.buckets.items() if self.retrieval else [])
+                if b.recall is not None
+            },
             "timings": self.timings,
         }
+
+
+#: each gate, and what it stands for (the report's gate strip)
+GATE_WHY = {
+    "rows": "every active source row in the destination field for field, per user (bad rows by kind)",
+    "vectors": "each vector its model's embedding of its content (or the source's own), one model a user",
+    "index": "the ANN index serves the resolve query's distance; pgvector and HNSW settings",
+    "retrieval": "recall@k of the production search path vs exact search, per user size bucket",
+    "preserved": "the source's own search and the destination's agree (overlap@k) for the sampled users",
+}
+
+
+def _preserved_gate(p: PreservationReport, state: str, why: str) -> dict[str, Any]:
+    """By default every sampled user must pass (observed: the share that did); with ``min_share`` the
+    95 % lower bound on the share of passing users must reach it."""
+    if p.min_share is None:
+        share = round(p.passed_users / len(p.users), 4) if p.users else None
+        unit = f"share of sampled users with overlap@{p.k} >= {p.min_overlap:g}"
+        return _gate("preserved", state, share, 1.0, ">=", "default", unit, why)
+    bound = round(p.share_lower_bound, 4) if p.share_lower_bound is not None else None
+    unit = f"95 % lower bound on the share of users with overlap@{p.k} >= {p.min_overlap:g}"
+    return _gate("preserved", state, bound, p.min_share, ">=", "set", unit, why)
+
+
+def _origin(thresholds: Mapping[str, Any], name: str) -> str:
+    return "set" if name in thresholds.get("set", ()) else "default"
+
+
+def _gate(
+    name: str, state: str, observed: Any, threshold: Any, comparison: str, origin: str, unit: str, why: str
+) -> dict[str, Any]:
+    """A gate as :class:`memwork.reports.gates.Gate` records it (built here: certify imports no report)."""
+    return {
+        "name": name,
+        "state": state,
+        "observed": observed,
+        "threshold": threshold,
+        "comparison": comparison,
+        "origin": origin,
+        "unit": unit,
+        "why": why,
+    }
 
 
 def _embedder(spec: Embedder | str | None, models: dict[str, int]) -> Embedder | None:
@@ -230,7 +420,10 @@ def _embedder(spec: Embedder | str | None, models: dict[str, int]) -> Embedder |
     top = max(real, key=lambda m: models[m]) if real else None
     if top and top.startswith("hash-") and top[5:].isdigit():
         return HashEmbedder(int(top[5:]))
-    return None
+    try:  # a model id that names a model memwork can load (all-MiniLM-L6-v2): that model
+        return load_embedder(top) if top else None
+    except UsageError:
+        return None
 
 
 def _checkpoint_cursor(conn: Any, table: str) -> str | None:
@@ -264,96 +457,114 @@ def _exists(conn: Any, table: str) -> bool:
     return bool(found and found[0] is not None)
 
 
-def _rejected_keys(conn: Any, table: str) -> set[str]:
-    from memwork.migrate.quarantine import read_rejects
+class _Printable(set[str]):
+    """Reject ids as the rejects table stores them (:func:`~memwork.migrate.quarantine.printable`:
+    a NUL in an id is written ``\\x00``), asked with the source's raw keys."""
 
-    try:
-        return {str(r["id"]) for r in read_rejects(conn, table)}
-    except Exception:  # no rejects table: nothing was quarantined
-        conn.rollback()
-        return set()
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(printable(key))
+
+
+def _rejected_keys(conn: Any, table: str, source_key: str | None) -> dict[str, dict[str, Any]]:
+    """The rejects recorded for ``table`` (of ``source_key`` only, when given), by id."""
+    return {str(r["id"]): r for r in read_rejects(conn, table, source_key)}
 
 
 def certify(options: CertifyOptions) -> Certificate:
     """Run every gate, record the failures (table + ``summary.json``), return the certificate."""
     options.check()
+    run_id = options.run_id or f"cert-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+    dest_url = options.resolved_dest_url()
     queries = read_queries(options.queries) if options.queries is not None else None
-    if options.source is None:
-        return _certify(options, None, queries)
-    from memwork.migrate.run import resolve_source
-
-    opened = resolve_source(options.source, options.source_env)
+    if options.legacy:
+        source_url = options.resolved_source_url()
+        side = SourceSide(source_url, options.source_table)
+        return _certify(options, run_id, dest_url, None, side, queries)
+    source = resolve_source(options.source, options.env)
     try:
-        return _certify(options, opened, queries)
+        return _certify(options, run_id, dest_url, source, None, queries)
     finally:
-        if isinstance(options.source, str):  # opened here: closed here (a Source given stays open)
-            opened.close()
+        if isinstance(options.source, str):  # opened here, closed here (a Source given stays open)
+            source.close()
 
 
-def _certify(options: CertifyOptions, opened: Any, queries: list[Query] | None) -> Certificate:
+def _certify(
+    options: CertifyOptions,
+    run_id: str,
+    dest_url: str,
+    source: Source | None,
+    sql_side: SourceSide | None,
+    queries: list[Query] | None = None,
+) -> Certificate:
+    """The gates of one source: ``sql_side`` (the legacy table) or ``source`` read through its listing."""
     from pgvector.psycopg import register_vector
 
-    from memwork.certify.listing import ListingSide, source_listing
     from memwork.db import pg_connect
-    from memwork.migrate.ownership import owner_of
-    from memwork.migrate.run import stored_key
 
-    run_id = options.run_id or f"cert-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
+    name = LEGACY_SOURCE if source is None else source.name
+    key = LEGACY_SOURCE if source is None else stored_key(source)
+    owner = options.owner or owner_of(name, key)
     timings: dict[str, float] = {}
-    source: SourceSide | ListingSide
-    if opened is None:
-        source, owner = SourceSide(options.source_url, options.source_table), options.owner
-    else:  # a migration source: checksummed through its listing, its rows owned by its key
-        key = stored_key(opened)
-        source, owner = ListingSide(source_listing(opened, key)), owner_of(opened.name, key)
-    started = time.perf_counter()
-    mark = source.high_water_mark()
-    with pg_connect(options.dest_url, autocommit=True) as conn:
+    with pg_connect(dest_url, autocommit=True) as conn:
+        declared = table_dimensions(conn, options.table)
+        if declared is None:
+            raise UsageError("table", options.table, f"does not exist in {redact_url(dest_url)}")
         register_vector(conn)
         dest = DestSide(conn, options.table, owner)
-        rows = compare_rows(
-            source,
+        checkpoint = read_import_checkpoint(conn, options.table, key)
+        cert = Certificate(
+            run_id, options.table, RowsReport(), VectorReport(), None, source=name, source_key=key
+        )
+        cert.source_spec = options.source if isinstance(options.source, str) else name
+        cert.declared_dimensions = declared or None
+        cert.thresholds = _thresholds(options)
+        listing: RecordListing | None = None
+        side: RowSource
+        if source is None:
+            assert sql_side is not None
+            side = sql_side
+            cursor = _checkpoint_cursor(conn, options.table)
+        else:
+            listing = RecordListing(source, key, options.page_size, stamps=dest.stamps)
+            side, cursor = ListingSide(listing), None
+            if checkpoint is None:
+                cert.notes.append(f"no migration checkpoint for {key} in {options.table}")
+        started = time.perf_counter()
+        mark = side.high_water_mark()
+        rejects = _rejected_keys(conn, options.table, None if source is None else key)
+        cert.rows = compare_rows(
+            side,
             dest,
             leaf=options.leaf,
             high_water_mark=mark,
-            rejects=_rejected_keys(conn, options.table),
-            checkpoint_cursor=_checkpoint_cursor(conn, options.table) if opened is None else None,
+            rejects=_Printable(rejects),
+            checkpoint_cursor=cursor,
         )
+        cert.quarantined = [rejects[printable(b.key)] for b in cert.rows.bad if b.kind == "quarantined"]
         timings["rows"] = round(time.perf_counter() - started, 3)
         started = time.perf_counter()
-        vectors = VectorReport()
-        declared = conn.execute(
-            "SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'embedding'",
-            (quote_identifier(options.table),),
-        ).fetchone()
-        models = {
-            str(m): int(n)
-            for m, n in conn.execute(
-                "SELECT coalesce(embedding_model, '(none)'), count(*) "
-                f"FROM {quote_identifier(options.table)} GROUP BY 1"
-            )
-        }
-        embedder = _embedder(options.embedder, models)
-        if embedder is None:
-            vectors.notes.append("vectors: no embedder given and none derivable from the model ids")
-        else:
-            dims = int(declared[0]) if declared and declared[0] and declared[0] > 0 else embedder.dimension
-            check_labels(conn, options.table, embedder.model_id, dims, vectors)
-            keys = None
-            if options.vector_sample is not None:
-                keys = _sample_keys(conn, options.table, options.vector_sample, options.seed)
-                keys += [b.key for b in rows.bad if b.kind in ("changed", "user-changed")]
-            check_embeddings(conn, options.table, embedder, keys, vectors)
+        cert.vectors_mode = (
+            checkpoint.vectors
+            if checkpoint is not None and checkpoint.vectors
+            else ("reembed" if source is None else "keep")
+        )
+        embedder = _check_vectors(conn, options, cert, owner, declared, listing, source)
         from memwork.backends.pgvector import DEFAULT_EF_SEARCH
 
-        check_index(conn, options.table, options.k, options.ef_search or DEFAULT_EF_SEARCH, vectors)
+        check_index(conn, options.table, options.k, options.ef_search or DEFAULT_EF_SEARCH, cert.vectors)
         timings["vectors"] = round(time.perf_counter() - started, 3)
-        retrieval = None
-        if options.retrieval:
+        odd = [f.key for f in cert.vectors.findings if f.kind == "wrong-dimension"]
+        if options.retrieval and odd:
+            cert.retrieval = RetrievalReport(k=options.k)
+            cert.retrieval.problems.append(
+                f"not measured: {len(odd)} vector(s) of another dimension (e.g. {odd[0]}) make every "
+                "search of their users fail"
+            )
+        elif options.retrieval:
             started = time.perf_counter()
-            retrieval = measure_retrieval(
+            cert.retrieval = measure_retrieval(
                 conn,
-                options.dest_url,
+                dest_url,
                 options.table,
                 embedder=embedder,
                 k=options.k,
@@ -367,14 +578,11 @@ def _certify(options: CertifyOptions, opened: Any, queries: list[Query] | None) 
                 queries=_recall_queries(queries, embedder),
             )
             timings["retrieval"] = round(time.perf_counter() - started, 3)
-        preserved = None
-        if options.preserved and callable(getattr(opened, "search", None)):
+        if options.preserved and source is not None and callable(getattr(source, "search", None)):
             started = time.perf_counter()
-            preserved = _preserved(conn, options, opened, embedder, queries, owner)
+            cert.preserved = _preserved(conn, options, dest_url, source, embedder, queries, owner)
             timings["preserved"] = round(time.perf_counter() - started, 3)
-        cert = Certificate(
-            run_id, options.table, rows, vectors, retrieval, timings=timings, preserved=preserved
-        )
+        cert.timings = timings
         cert.gates = _gates(cert, options)
         if options.record_failures and cert.failures():
             store_failures(conn, run_id, options.table, cert.failures())
@@ -402,6 +610,7 @@ def _recall_queries(queries: list[Query] | None, embedder: Embedder | None) -> l
 def _preserved(
     conn: Any,
     options: CertifyOptions,
+    dest_url: str,
     opened: Any,
     embedder: Embedder | None,
     queries: list[Query] | None,
@@ -414,7 +623,7 @@ def _preserved(
     spec = options.source_embedder
     source_model = load_embedder(spec) if isinstance(spec, str) else spec
     backend = PgvectorBackend(
-        options.dest_url,
+        dest_url,
         table=options.table,
         search=options.search,
         ef_search=options.ef_search or DEFAULT_EF_SEARCH,
@@ -459,17 +668,80 @@ def _dest_model(conn: Any, table: str, owner: str) -> str | None:
     return None if found is None or found[0] is None else str(found[0])
 
 
-def _sample_keys(conn: Any, table: str, n: int, seed: int) -> list[str]:
-    """A reproducible sample of keys chosen in the database (hash order), never a full read."""
+def _thresholds(options: CertifyOptions) -> dict[str, Any]:
+    tolerances = dict(options.tolerances)
+    if options.allow_quarantined:
+        tolerances["quarantined"] = max(tolerances.get("quarantined", 0), 10**9)
+    defaults = CertifyOptions()
+    changed = [n for n in ("min_recall", "max_underfill") if getattr(options, n) != getattr(defaults, n)]
+    return {
+        "tolerances": options.tolerances,
+        "allowed": tolerances,
+        "min_recall": options.min_recall,
+        "max_underfill": options.max_underfill,
+        "set": changed + (["tolerances"] if options.tolerances or options.allow_quarantined else []),
+    }
+
+
+def _check_vectors(
+    conn: Any,
+    options: CertifyOptions,
+    cert: Certificate,
+    owner: str,
+    declared: int,
+    listing: RecordListing | None,
+    source: Source | None,
+) -> Embedder | None:
+    """The vectors gate's measurements; returns the embedder retrieval queries with (None: stored vectors)."""
+    vectors = cert.vectors
+    t = quote_identifier(options.table)
+    models = {
+        str(m): int(n)
+        for m, n in conn.execute(
+            f"SELECT coalesce(embedding_model, '(none)'), count(*) FROM {t} "
+            f"WHERE {owner_sql(t)} = %s GROUP BY 1",
+            (owner,),
+        )
+    }
+    keep = cert.vectors_mode == "keep"
+    embedder = None if keep and options.embedder is None else _embedder(options.embedder, models)
+    dims = options.expected_dimensions or declared or (embedder.dimension if embedder else 0)
+    if options.expected_dimensions and declared and declared != options.expected_dimensions:
+        vectors.notes.append(
+            f"dimensions: column is vector({declared}), expected {options.expected_dimensions}"
+        )
+        cert.thresholds["declared_mismatch"] = (declared, options.expected_dimensions)
+    model_id = options.expected_model or (None if keep or embedder is None else embedder.model_id)
+    if dims:
+        check_labels(conn, options.table, model_id, dims, vectors, owner=owner)
+    keys = None
+    if options.vector_sample is not None:
+        keys = _sample_keys(conn, options.table, options.vector_sample, options.seed, owner)
+        keys += [b.key for b in cert.rows.bad if b.kind in ("changed", "user-changed")]
+    if keep and listing is not None and source is not None:
+        check_source_vectors(
+            conn, options.table, listing.records(), source.name, None if keys is None else set(keys), vectors,
+            owner=owner,
+        )  # fmt: skip
+        cert.notes.append(f"vectors kept from {source.name}: each compared with the source record's")
+    elif embedder is None:
+        vectors.notes.append("vectors: no embedder given and none derivable from the model ids")
+    else:
+        check_embeddings(conn, options.table, embedder, keys, vectors, owner=owner)
+    return embedder
+
+
+def _sample_keys(conn: Any, table: str, n: int, seed: int, owner: str) -> list[str]:
+    """A reproducible sample of ``owner``'s keys chosen in the database (hash order), never a full read."""
     if n <= 0:
         return []
     t = quote_identifier(table)
     return [
         str(r[0])
         for r in conn.execute(
-            f"SELECT source_memory_id FROM {t} WHERE source_memory_id IS NOT NULL "
+            f"SELECT source_memory_id FROM {t} WHERE source_memory_id IS NOT NULL AND {owner_sql(t)} = %s "
             "ORDER BY md5(source_memory_id || %s) LIMIT %s",
-            (str(seed), n),
+            (owner, str(seed), n),
         )
     ]
 
@@ -477,19 +749,28 @@ def _sample_keys(conn: Any, table: str, n: int, seed: int) -> list[str]:
 def _gates(cert: Certificate, options: CertifyOptions) -> dict[str, list[str]]:
     rows_reasons: list[str] = []
     for kind, n in sorted(cert.rows.by_kind().items(), key=lambda kv: (kv[0] not in CRITICAL_KINDS, kv[0])):
-        allowed = 0 if kind in CRITICAL_KINDS else options.tolerances.get(kind, 0)
+        allowed = 0 if kind in CRITICAL_KINDS else cert.thresholds["allowed"].get(kind, 0)
         if n > allowed:
             ids = ", ".join(b.key for b in cert.rows.bad if b.kind == kind)[:200]
             critical = "CRITICAL " if kind in CRITICAL_KINDS else ""
             rows_reasons.append(f"{critical}{kind}: {n} row(s) (allowed {allowed}), e.g. {ids}")
+        elif kind == "quarantined":
+            cert.notes.append(f"quarantined: {n} row(s) the migration could not write, tolerated")
     if cert.rows.dest_unkeyed:
         rows_reasons.append(f"extra: {cert.rows.dest_unkeyed} destination row(s) without a source id")
     vector_reasons: list[str] = []
+    if "declared_mismatch" in cert.thresholds:
+        declared, expected = cert.thresholds.pop("declared_mismatch")
+        vector_reasons.append(f"dimensions: column is vector({declared}), expected {expected}")
     kinds: dict[str, list[str]] = {}
     for f in cert.vectors.findings:
         kinds.setdefault(f.kind, []).append(f.key)
     for kind, keys in sorted(kinds.items()):
         vector_reasons.append(f"{kind}: {len(keys)} vector(s), e.g. {', '.join(keys[:5])}")
+    real = {m: n for m, n in cert.vectors.models.items() if m != "(none)"}
+    if len(real) > 1 and cert.vectors_mode != "keep":  # re-embedded: one model for the whole copy
+        counts = ", ".join(f"{m}: {n} row(s)" for m, n in sorted(real.items()))
+        vector_reasons.append(f"models: {len(real)} model ids in one re-embedded copy ({counts})")
     if cert.vectors.mixed_model_users:
         vector_reasons.append(
             f"mixed-models: {len(cert.vectors.mixed_model_users)} user(s) with two model ids, "

@@ -39,16 +39,17 @@ def store_failures(
     conn: psycopg.Connection[Any], run_id: str, table: str, failures: Iterable[dict[str, Any]]
 ) -> int:
     """Insert the run's failures (``key``, ``kind``, ``user``, ``fields``); returns how many."""
+    from memwork.migrate.quarantine import printable
     from memwork.pgvector.schema import lock_ddl
 
     rows = [
         (
             run_id,
             table,
-            str(f["key"]),
+            printable(str(f["key"])),  # a NUL (PostgreSQL text cannot hold it) written as \x00
             str(f["kind"]),
-            f.get("user"),
-            json.dumps(f.get("fields") or {}, default=str),
+            None if f.get("user") is None else printable(str(f["user"])),
+            json.dumps(_storable(f.get("fields") or {}), default=str),
         )
         for f in failures
     ]
@@ -63,6 +64,17 @@ def store_failures(
                 rows,
             )
     return len(rows)
+
+
+def _storable(value: Any) -> Any:
+    """``value`` with every NUL in its text written ``\\x00`` (jsonb cannot hold ``\\u0000``)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\\x00")
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(v) for v in value]
+    return value
 
 
 def read_failures(conn: psycopg.Connection[Any], run_id: str) -> list[dict[str, Any]]:

@@ -6,6 +6,10 @@ destination stores them), hashing each row with :func:`~memwork.certify.canonica
 streams by: only per-bucket sums are kept, never the rows. A source cannot checksum itself, so each
 question costs one listing; the bisection still asks O(log n) of them per bad user, and a clean
 verification costs one listing of the source and one checksum pass in PostgreSQL.
+
+:class:`RecordListing` is that listing for every registered source but the legacy table (whose SQL
+side is :class:`~memwork.certify.sides.SourceSide`): the source's records mapped by the importer's own
+code, so the certificate compares what the importer should have written with what it did.
 """
 
 from __future__ import annotations
@@ -13,37 +17,13 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memwork.certify.canonical import canonical_timestamp, hash_parts, row_hash
 from memwork.certify.sides import Bucket, Checksum
-
-if TYPE_CHECKING:
-    from memwork.contracts import Source
+from memwork.contracts import Source, SourceRecord
 
 Listing = Callable[[], Iterable[Mapping[str, Any]]]
-LISTING_PAGE = 1000
-
-
-def source_listing(source: Source, key: str, *, page_size: int = LISTING_PAGE) -> Listing:
-    """A migration source's whole listing (:func:`~memwork.migrate.source.iter_pages`) as the rows an
-    import writes (:func:`~memwork.migrate.rows.convert_record` under the source ``key``), so both
-    sides hash the same text. A record the import could not convert is left out (it was quarantined,
-    and the certificate counts quarantined keys apart); a record without any timestamp is stamped
-    with the listing's time, as the import stamped it with its own -- such a source is reported
-    ``changed`` on ``created_at``."""
-    from memwork.migrate.rows import convert_record
-    from memwork.migrate.source import iter_pages
-
-    def listing() -> Iterator[Mapping[str, Any]]:
-        now = datetime.now(UTC)
-        for page, _ in iter_pages(source, None, page_size):
-            for record in page.records:
-                row = convert_record(record, key, now)
-                if isinstance(row, Mapping):
-                    yield row
-
-    return listing
 
 
 class ListingSide:
@@ -114,3 +94,67 @@ class ListingSide:
 
 def _md5(key: str) -> str:
     return hashlib.md5(key.encode("utf-8")).hexdigest()
+
+
+# ---- a registered source's records, mapped exactly as the importer writes them ---------------------
+class RecordListing:
+    """Every record of a :class:`~memwork.contracts.Source`, read page by page from the start on each
+    call, as the destination row the importer writes for it (:func:`memwork.migrate.rows.convert_record`,
+    the importer's own mapping, with the last record of an id in a page kept as the importer keeps it).
+
+    A record the importer could not convert is listed by its id alone (so it is *missing*, and
+    *quarantined* when the rejects table holds it). A record without any timestamp is written with the
+    run's start time, which the source does not know: those two fields are taken from the destination
+    row (``stamps``, asked once per page for such keys) and so never differ."""
+
+    def __init__(
+        self,
+        source: Source,
+        source_key: str,
+        page_size: int,
+        stamps: Callable[[list[str]], dict[str, tuple[Any, Any]]] | None = None,
+    ) -> None:
+        self.source, self.source_key, self.page_size = source, source_key, page_size
+        self.stamps = stamps
+        self._filled: dict[str, tuple[Any, Any]] = {}
+        self._asked: set[str] = set()
+
+    def records(self) -> Iterator[list[SourceRecord]]:
+        """Each page's records, from the first page to the end."""
+        from memwork.migrate.source import iter_pages
+
+        for page, _cursor in iter_pages(self.source, None, self.page_size):
+            yield list(page.records)
+
+    def __call__(self) -> Iterator[dict[str, Any]]:
+        from memwork.migrate.rows import convert_record, last_of_each_id
+
+        for records in self.records():
+            pairs = last_of_each_id([(convert_record(r, self.source_key, _NO_TIME), r) for r in records])
+            rows = [self._row(item, record) for item, record in pairs]
+            self._fill_stamps(rows)
+            yield from rows
+
+    def _row(self, item: Any, record: SourceRecord) -> dict[str, Any]:
+        from memwork.migrate.quarantine import Reject
+
+        if isinstance(item, Reject):
+            return {"id": item.id, "user_id": str(getattr(record, "user_id", "") or ""), "content": None}
+        row = dict(item)
+        if record.created_at is None and record.updated_at is None:
+            row["created_at"] = row["updated_at"] = None
+            row["_unstamped"] = True
+        return row
+
+    def _fill_stamps(self, rows: list[dict[str, Any]]) -> None:
+        wanted = [r["id"] for r in rows if r.get("_unstamped") and r["id"] not in self._asked]
+        if wanted and self.stamps is not None:
+            self._filled.update(self.stamps(wanted))
+            self._asked.update(wanted)
+        for row in rows:
+            if row.pop("_unstamped", False) and row["id"] in self._filled:
+                row["created_at"], row["updated_at"] = self._filled[row["id"]]
+
+
+#: the importer's ``now`` for a record without timestamps; replaced by the destination's (see above)
+_NO_TIME = datetime(2000, 1, 1, tzinfo=UTC)

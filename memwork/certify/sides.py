@@ -68,6 +68,11 @@ class RowSource(Protocol):
     def changed_after(self, mark: str | None) -> int: ...
 
 
+def _unstorable(text: str | None) -> bool:
+    """A key or user PostgreSQL text cannot hold (a NUL): no destination row has it."""
+    return text is not None and "\x00" in text
+
+
 def _chunks(keys: Sequence[str], size: int = 1000) -> Iterator[Sequence[str]]:
     for i in range(0, len(keys), size):
         yield keys[i : i + size]
@@ -207,6 +212,8 @@ class DestSide:
         return self.conn.execute(sql, params).fetchall()
 
     def checksums(self, bucket: Bucket) -> dict[str, Checksum]:
+        if _unstorable(bucket.user):
+            return {}
         where, params = self._where(bucket)
         group = "user_id" if bucket.user is None else f"left(md5(source_memory_id), {len(bucket.prefix) + 1})"
         sql = (
@@ -228,12 +235,14 @@ class DestSide:
         return int(n), int(a), int(b)
 
     def row_hashes(self, bucket: Bucket) -> dict[str, str]:
+        if _unstorable(bucket.user):
+            return {}
         where, params = self._where(bucket)
         sql = f"SELECT source_memory_id, md5({pg_row_text()}) FROM {self.quoted} WHERE {where}"
         return {str(k): str(m) for k, m in self._run(sql, params)}
 
     def rows(self, keys: Iterable[str]) -> dict[str, dict[str, Any]]:
-        keys = sorted(set(keys))
+        keys = sorted(k for k in set(keys) if not _unstorable(k))
         columns = ", ".join(f"{c}::text AS {c}" if c == "metadata" else c for c in _ROW_COLUMNS)
         out: dict[str, dict[str, Any]] = {}
         for chunk in _chunks(keys):
@@ -249,5 +258,20 @@ class DestSide:
         return out
 
     def unkeyed(self) -> int:
-        """Rows without a source id: they can match nothing in the source."""
-        return int(self._run(f"SELECT count(*) FROM {self.quoted} WHERE source_memory_id IS NULL", [])[0][0])
+        """This owner's rows without a source id: they can match nothing in the source."""
+        sql = (
+            f"SELECT count(*) FROM {self.quoted} WHERE source_memory_id IS NULL "
+            f"AND {owner_sql(self.quoted)} = %s"
+        )
+        return int(self._run(sql, [self.owner])[0][0])
+
+    def stamps(self, keys: list[str]) -> dict[str, tuple[Any, Any]]:
+        """``created_at``/``updated_at`` of this owner's rows ``keys`` (for records that gave none)."""
+        out: dict[str, tuple[Any, Any]] = {}
+        for chunk in _chunks(sorted(k for k in keys if not _unstorable(k))):
+            sql = (
+                f"SELECT source_memory_id, created_at, updated_at FROM {self.quoted} "
+                f"WHERE source_memory_id = ANY(%s) AND {owner_sql(self.quoted)} = %s"
+            )
+            out.update({str(k): (c, u) for k, c, u in self._run(sql, [list(chunk), self.owner])})
+        return out

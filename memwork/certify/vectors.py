@@ -1,8 +1,11 @@
 """Vectors: the right model, the right text, the right index.
 
-* :func:`check_labels` (whole table, in SQL) -- every vector's dimension is the model's
-  (``wrong-dimension``) and every row's ``embedding_model`` is the configured one (``other-model``);
-  users whose rows come from two model ids are listed (``mixed-models``).
+* :func:`check_labels` (one owner's rows, in SQL) -- every vector's dimension is the model's
+  (``wrong-dimension``), every row's ``embedding_model`` is the configured one (``other-model``), no
+  vector is NULL, all zero or NaN (``null-vector``, ``zero-vector``, ``nan-vector``); users whose
+  rows come from two model ids are listed (``mixed-models``).
+* :func:`check_source_vectors` (when the migration kept the source's vectors) -- each stored vector
+  and model id is the source record's (``source-vector``, ``other-model``).
 * :func:`check_embeddings` (a sample plus the keys the row comparison flagged, or every row) -- each
   stored vector equals the recorded model's embedding of the stored content: exact within
   :data:`~memwork.certify.canonical.VECTOR_ATOL` for the hash embedder, cosine >= 0.999 for a real
@@ -17,6 +20,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -65,48 +69,131 @@ def _exact(embedder: Embedder) -> bool:
     return embedder.model_id.startswith("hash-")
 
 
+def _owned(owner: str | None, alias: str = "d") -> tuple[str, list[Any]]:
+    """``AND <the row is owner's>`` (nothing for the whole table) and its parameters."""
+    from memwork.migrate.ownership import owner_sql
+
+    return ("", []) if owner is None else (f" AND {owner_sql(alias)} = %s", [owner])
+
+
 def check_labels(
-    conn: psycopg.Connection[Any], table: str, model_id: str, dimensions: int, report: VectorReport
+    conn: psycopg.Connection[Any],
+    table: str,
+    model_id: str | None,
+    dimensions: int,
+    report: VectorReport,
+    *,
+    owner: str | None = None,
 ) -> None:
-    """Whole table, in SQL: dimensions, model ids, users with two model ids."""
-    t = quote_identifier(table)
+    """``owner``'s rows (None: the whole table), in SQL: dimensions, model ids (``model_id`` None: each
+    row's model is checked against its source's instead), null/zero/NaN vectors, users with two model
+    ids."""
+    t = f"{quote_identifier(table)} AS d"
+    own, params = _owned(owner)
+    where = "WHERE TRUE" + own
     report.dimensions = {
         str(d): int(n)
-        for d, n in conn.execute(f"SELECT vector_dims(embedding), count(*) FROM {t} GROUP BY 1 ORDER BY 1")
+        for d, n in conn.execute(
+            f"SELECT vector_dims(embedding), count(*) FROM {t} {where} GROUP BY 1 ORDER BY 1", params
+        )
     }
     report.models = {
         str(m): int(n)
         for m, n in conn.execute(
-            f"SELECT coalesce(embedding_model, '(none)'), count(*) FROM {t} GROUP BY 1 ORDER BY 1"
+            f"SELECT coalesce(embedding_model, '(none)'), count(*) FROM {t} {where} GROUP BY 1 ORDER BY 1",
+            params,
         )
     }
     for key, user, dims in conn.execute(
         f"SELECT source_memory_id, user_id, vector_dims(embedding) FROM {t} "
-        f"WHERE vector_dims(embedding) <> %s ORDER BY 1 LIMIT {MAX_LISTED}",
-        (dimensions,),
+        f"WHERE vector_dims(embedding) <> %s{own} ORDER BY 1 LIMIT {MAX_LISTED}",
+        (dimensions, *params),
     ):
         report.findings.append(
             VectorFinding(
                 str(key), "wrong-dimension", user, {"dimensions": {"expected": dimensions, "dest": dims}}
             )
         )
-    for key, user, model in conn.execute(
-        f"SELECT source_memory_id, user_id, embedding_model FROM {t} "
-        f"WHERE embedding_model IS DISTINCT FROM %s ORDER BY 1 LIMIT {MAX_LISTED}",
-        (model_id,),
-    ):
-        report.findings.append(
-            VectorFinding(
-                str(key), "other-model", user, {"embedding_model": {"expected": model_id, "dest": model}}
+    if model_id is not None:
+        for key, user, model in conn.execute(
+            f"SELECT source_memory_id, user_id, embedding_model FROM {t} "
+            f"WHERE embedding_model IS DISTINCT FROM %s{own} ORDER BY 1 LIMIT {MAX_LISTED}",
+            (model_id, *params),
+        ):
+            report.findings.append(
+                VectorFinding(
+                    str(key), "other-model", user, {"embedding_model": {"expected": model_id, "dest": model}}
+                )
             )
-        )
+    unusable = (
+        "CASE WHEN embedding IS NULL THEN 'null-vector' WHEN vector_norm(embedding) = 0 THEN 'zero-vector' "
+        "WHEN vector_norm(embedding) IN ('NaN'::float8, 'Infinity'::float8) THEN 'nan-vector' END"
+    )
+    for key, user, kind in conn.execute(
+        f"SELECT source_memory_id, user_id, k FROM (SELECT source_memory_id, user_id, {unusable} AS k "
+        f"FROM {t} {where}) x WHERE k IS NOT NULL ORDER BY 1 LIMIT {MAX_LISTED}",
+        params,
+    ):
+        report.findings.append(VectorFinding(str(key), str(kind), user, {"vector": {"dest": kind}}))
     report.mixed_model_users = [
         str(u)
         for (u,) in conn.execute(
-            f"SELECT user_id FROM {t} GROUP BY user_id "
-            "HAVING count(DISTINCT coalesce(embedding_model, '')) > 1 ORDER BY 1"
+            f"SELECT user_id FROM {t} {where} GROUP BY user_id "
+            "HAVING count(DISTINCT coalesce(embedding_model, '')) > 1 ORDER BY 1",
+            params,
         )
     ]
+
+
+def check_source_vectors(
+    conn: psycopg.Connection[Any],
+    table: str,
+    pages: Iterable[list[Any]],
+    source_name: str,
+    keys: set[str] | None,
+    report: VectorReport,
+    *,
+    owner: str | None = None,
+) -> None:
+    """Vectors the migration kept from the source: each stored vector is the source record's (within
+    :data:`~memwork.certify.canonical.VECTOR_ATOL`, else ``source-vector``) under the model id the
+    source names (else ``other-model``). Streamed a page of records at a time against the same keys'
+    destination rows; ``keys`` limits it to a sample (None: every record)."""
+    from memwork.migrate.rows import model_of
+
+    t = f"{quote_identifier(table)} AS d"
+    own, params = _owned(owner)
+    for records in pages:
+        wanted = {
+            str(r.id): r
+            for r in records
+            if getattr(r, "vector", None) is not None and (keys is None or str(r.id) in keys)
+        }
+        if not wanted:
+            continue
+        rows = conn.execute(
+            f"SELECT source_memory_id, user_id, embedding_model, embedding FROM {t} "
+            f"WHERE source_memory_id = ANY(%s){own}",
+            (sorted(wanted), *params),
+        ).fetchall()
+        for key, user, model, embedding in rows:
+            record = wanted[str(key)]
+            report.checked += 1
+            expected_model = model_of(record, source_name)
+            if model != expected_model:
+                fields = {"embedding_model": {"source": expected_model, "dest": model}}
+                report.findings.append(VectorFinding(str(key), "other-model", user, fields))
+                continue
+            try:
+                want = np.asarray(record.vector, dtype=np.float32)
+            except (TypeError, ValueError):
+                continue  # the importer quarantined it; the rows gate names it
+            got = as_array(embedding) if embedding is not None else None
+            if got is None or got.shape != want.shape:
+                continue  # named by check_labels
+            if not np.allclose(got, want, atol=VECTOR_ATOL):
+                fields = {"vector": {"cosine_to_source_vector": _cosine(got, want)}}
+                report.findings.append(VectorFinding(str(key), "source-vector", user, fields))
 
 
 def check_embeddings(
@@ -117,13 +204,16 @@ def check_embeddings(
     report: VectorReport,
     *,
     batch: int = 512,
+    owner: str | None = None,
 ) -> None:
-    """Each listed key's (``None``: every row's) stored vector against the model's embedding of its content.
+    """Each listed key's (``None``: every row's of ``owner``) stored vector against the model's
+    embedding of its content.
 
     Only rows with the model's dimension and model id are compared (the others are already named)."""
     t = quote_identifier(table)
-    where = "vector_dims(embedding) = %s AND embedding_model = %s"
-    params: list[Any] = [embedder.dimension, embedder.model_id]
+    own, owned = _owned(owner, t)
+    where = "vector_dims(embedding) = %s AND embedding_model = %s" + own
+    params: list[Any] = [embedder.dimension, embedder.model_id, *owned]
     if keys is not None:
         where += " AND source_memory_id = ANY(%s)"
         params.append(sorted(set(keys)))

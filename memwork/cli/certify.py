@@ -1,4 +1,6 @@
-"""CLI command ``certify``: the migration certificate of a legacy -> pgvector copy -- parse, call, print."""
+"""CLI command ``verify`` (aliases ``certify`` and ``import-verify``): the migration certificate of any
+source's copy in pgvector -- parse, call, print. One command, one options set (:class:`CertifyOptions`),
+one result (the certificate) and one ``summary.json``."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from memwork.cli.migrate import page_size_option, parse_settings
 from memwork.cli.options import emit_verdict, json_option
 from memwork.cli.pgvector import pg_url_option, table_option
 from memwork.errors import UsageError
@@ -24,34 +27,73 @@ def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
-@click.command("certify")
+@click.command("verify")
+@click.option(
+    "--from",
+    "source",
+    default="legacy-mysql",
+    show_default=True,
+    help="Source: legacy-mysql, qdrant, weaviate, mem0, letta, langgraph, redis-streams (or module:PATH).",
+)
 @click.option(
     "--source-url",
     envvar=SOURCE_URL_ENV,
     show_envvar=True,
-    help="Source legacy table: mysql://... or sqlite:///...",
+    help="legacy-mysql's database: mysql://... or sqlite:///...",
 )
 @pg_url_option
 @table_option
+@page_size_option(200)
 @click.option("--embedder", "embedder_spec", default=None, help="hash[:DIM], minilm or module:PATH.")
+@click.option("--expected-dimensions", type=int, default=None, help="FAIL unless the column has it.")
+@click.option("--expected-model", default=None, help="FAIL unless every row has this model id.")
 @click.option(
-    "--vector-sample", type=int, default=200, show_default=True, help="Rows whose vectors are re-embedded."
+    "--vector-sample",
+    "--sample-size",
+    "vector_sample",
+    type=int,
+    default=200,
+    show_default=True,
+    help="Rows whose vectors are checked against their model (or source); alias --sample-size.",
 )
-@click.option("--all-vectors", is_flag=True, help="Re-embed and compare every row's vector.")
+@click.option("--all-vectors", is_flag=True, help="Check every row's vector.")
 @click.option("-k", "k", type=int, default=10, show_default=True, help="Results per retrieval query.")
 @click.option("--no-retrieval", is_flag=True, help="Skip the per-bucket recall and underfill measurement.")
+@click.option("--users-per-bucket", type=int, default=20, show_default=True, help="Users sampled per bucket.")
+@click.option("--min-recall", type=float, default=0.95, show_default=True, help="FAIL below, per bucket.")
+@click.option("--max-underfill", type=float, default=0.0, show_default=True, help="FAIL above, per bucket.")
 @click.option("--max", "tolerances", multiple=True, help="Rows of a kind tolerated, e.g. --max missing=3.")
+@click.option("--allow-quarantined", is_flag=True, help="Quarantined rows are listed but not a FAIL.")
+@click.option(
+    "--leaf",
+    "--range-size",
+    "leaf",
+    type=int,
+    default=256,
+    show_default=True,
+    help="Rows per bucket compared row by row after bisection; alias --range-size.",
+)
+@click.option(
+    "--min-self-retrieval",
+    type=float,
+    default=None,
+    hidden=True,
+    help="Accepted for old scripts: self-retrieval is covered by the vectors and retrieval gates.",
+)
 @click.option(
     "--output", "output_dir", type=click.Path(path_type=Path), default=None, help="Folder for summary.json."
 )
 @click.option("--run-id", default=None, help="Run id for the failures table (default: generated).")
 @click.option(
-    "--from",
-    "source_name",
-    default=None,
-    help="Certify a copy of this migration source (qdrant, ...; its own variables) instead of --source-url.",
+    "--self-test", is_flag=True, help="Plant every damage kind in a scratch copy and show each caught."
 )
-@click.option("--set", "settings", multiple=True, metavar="VAR=VALUE", help="Override a source variable.")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="VAR=VALUE",
+    help="Override a source variable (repeatable), e.g. --set MEMORY_QDRANT_URL=http://...",
+)
 @click.option(
     "--queries",
     "queries_file",
@@ -60,7 +102,7 @@ def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
     help="queries.jsonl: user, query text or vector, optional expected ids (default: sampled content).",
 )
 @click.option("--source-embedder", default=None, help="The source's model, for text queries on its side.")
-@click.option("--no-preserved", is_flag=True, help="Skip querying the source's own search (--from).")
+@click.option("--no-preserved", is_flag=True, help="Skip querying the source's own search.")
 @click.option(
     "--preserved-users", type=int, default=30, show_default=True, help="Users sampled for the preservation."
 )
@@ -73,23 +115,30 @@ def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
     default=None,
     help="Fail when the 95 % lower bound of the share of passing users is below this (default: any fail).",
 )
-@click.option(
-    "--self-test", is_flag=True, help="Plant every damage kind in a scratch copy and show each caught."
-)
 @json_option
-def certify_command(
+def verify_command(
+    source: str,
     source_url: str | None,
     database_url: str | None,
     table: str,
+    page_size: int,
     embedder_spec: str | None,
+    expected_dimensions: int | None,
+    expected_model: str | None,
     vector_sample: int,
     all_vectors: bool,
     k: int,
     no_retrieval: bool,
+    users_per_bucket: int,
+    min_recall: float,
+    max_underfill: float,
     tolerances: tuple[str, ...],
+    allow_quarantined: bool,
+    leaf: int,
+    min_self_retrieval: float | None,
     output_dir: Path | None,
     run_id: str | None,
-    source_name: str | None,
+    self_test: bool,
     settings: tuple[str, ...],
     queries_file: Path | None,
     source_embedder: str | None,
@@ -97,100 +146,121 @@ def certify_command(
     preserved_users: int,
     min_overlap: float,
     min_user_share: float | None,
-    self_test: bool,
     as_json: bool,
 ) -> None:
-    """Certify a legacy -> pgvector copy: each bad row by id, kind and field; vectors; index; retrieval.
+    """Verify a migration into pgvector: the certificate of any source's copy -- each bad row by id,
+    kind, user and field; vectors against their model (or the source's); the index; retrieval.
 
-    Checksums are computed in both databases per user and bad buckets bisected to single rows;
-    vectors are re-embedded with their model; the ANN index is checked against the resolve query;
-    recall@k and underfill are measured per user size. With --from, the source is any migration
-    source, checksummed through its listing; one that can search (qdrant) is also queried like the
-    destination per sampled user (overlap@k, RBO, and a stated claim). Failures go to the
-    destination's ``memwork_certify_failures`` table and ``summary.json``; exit 1 on FAIL.
+    legacy-mysql is checksummed in both databases per user; any other source through its records,
+    mapped as the importer writes them. Bad buckets are bisected to single rows; only the rows this
+    source owns are compared. Recall@k and underfill are measured per user size; a source that can
+    search (qdrant) is also queried like the destination per sampled user (overlap@k, RBO, a claim).
+    Failures go to the destination's ``memwork_certify_failures`` table and ``summary.json``; exit 1
+    on FAIL, with the repair command.
 
     \b
     Example:
-        memwork certify --source-url mysql://root@127.0.0.1/app --database-url pg://embedded --output out/
-        memwork certify --source-url sqlite:///legacy.db --database-url pg://embedded --self-test
-        memwork certify --from qdrant --set MEMORY_QDRANT_URL=local:/data/q --to pg://embedded \\
+        memwork verify --source-url mysql://root@127.0.0.1/app --to pg://embedded --output out/
+        memwork verify --from qdrant --to postgresql://localhost/memwork --json
+        memwork verify --source-url sqlite:///legacy.db --to pg://embedded --self-test
+        memwork verify --from qdrant --set MEMORY_QDRANT_URL=local:/data/q --to pg://embedded \\
             --queries queries.jsonl
     """
     from memwork.certify import CertifyOptions, certify
+    from memwork.migrate.run import environment
 
-    if not source_url and not source_name:
-        raise UsageError("source_url", source_url, f"is required (--source-url, {SOURCE_URL_ENV} or --from)")
-    if not database_url:
-        raise UsageError("database_url", database_url, "is required (--database-url)")
-    if self_test:
-        if not source_url:
-            raise UsageError("source_url", source_url, "--self-test plants damage in a legacy table copy")
-        from memwork.certify.selftest import self_test as run_self_test
-
-        result = run_self_test(source_url, database_url, table=table)
-        failure = (
-            None
-            if result.passed
-            else f"self-test FAIL: missed {result.missed}, unexpected {result.unexpected}"
-        )
-        payload = {
-            "planted": result.planted,
-            "named": result.named,
-            "verdict": result.verdict,
-            "passed": result.passed,
-        }
-        emit_verdict(payload, as_json, result.lines(), failure)
-        return
-    cert = certify(
-        CertifyOptions(
-            source_url or "",
-            database_url,
-            table=table,
-            embedder=embedder_spec,
-            vector_sample=None if all_vectors else vector_sample,
-            k=k,
-            retrieval=not no_retrieval,
-            tolerances=_tolerances(tolerances),
-            run_id=run_id,
-            output_dir=output_dir,
-            source=source_name,
-            source_env=_source_env(source_name, settings),
-            queries=queries_file,
-            source_embedder=source_embedder,
-            preserved=not no_preserved,
-            preserved_users=preserved_users,
-            min_overlap=min_overlap,
-            min_user_share=min_user_share,
-        )
+    overrides = parse_settings(settings)
+    if source_url and source == "legacy-mysql":
+        overrides.setdefault(SOURCE_URL_ENV, source_url)
+    options = CertifyOptions(
+        source_url if source == "legacy-mysql" else None,
+        database_url,
+        table=table,
+        source=source,
+        env=environment(overrides),
+        page_size=page_size,
+        embedder=embedder_spec or None,
+        expected_dimensions=expected_dimensions,
+        expected_model=expected_model,
+        vector_sample=None if all_vectors else vector_sample,
+        k=k,
+        retrieval=not no_retrieval,
+        users_per_bucket=users_per_bucket,
+        min_recall=min_recall,
+        max_underfill=max_underfill,
+        tolerances=_tolerances(tolerances),
+        allow_quarantined=allow_quarantined,
+        leaf=leaf,
+        run_id=run_id,
+        output_dir=output_dir,
+        queries=queries_file,
+        source_embedder=source_embedder,
+        preserved=not no_preserved,
+        preserved_users=preserved_users,
+        min_overlap=min_overlap,
+        min_user_share=min_user_share,
     )
+    if self_test:
+        _self_test(options, as_json)
+        return
+    cert = certify(options)
+    if min_self_retrieval is not None:
+        cert.notes.append("min-self-retrieval: covered by the vectors and retrieval gates (ignored)")
     summary = cert.summary()
-    lines = [f"verdict: {cert.verdict}  run: {cert.run_id}  table: {cert.table}", cert.claim()]
+    lines = [
+        f"verdict: {cert.verdict}  run: {cert.run_id}  source: {cert.source_key}  table: {cert.table}",
+        cert.claim(),
+    ]
     for gate, reasons in cert.gates.items():
         lines.append(f"{gate}: {'FAIL' if reasons else 'PASS'}")
         lines += [f"  {reason}" for reason in reasons]
     for bad in cert.failures()[:20]:
         fields = ", ".join(bad["fields"]) if bad["fields"] else ""
         lines.append(f"  {bad['kind']:<16} {bad['key']}  user {bad['user']}  {fields}")
-    failed = [g for g, reasons in cert.gates.items() if reasons]
+    lines += [f"note: {note}" for note in cert.notes]
     if cert.preserved is not None:
         lines.append(f"preserved: {cert.preserved.claim()}")
         lines += [f"  note: {note}" for note in cert.preserved.notes]
-    if cert.failures():
-        again = f"import --from {source_name}" if source_name else "backfill"
-        lines.append(f"repair (dry run first): memwork {again} --repair {cert.run_id} [--apply]")
+    failed = [g for g, reasons in cert.gates.items() if reasons]
+    repair = cert.repair_command()
+    if repair:
+        lines.append(f"repair (dry run first): {repair} [--apply]")
     emit_verdict(summary, as_json, lines, f"certificate FAIL: {', '.join(failed)}" if failed else None)
 
 
-def _source_env(source_name: str | None, settings: tuple[str, ...]) -> dict[str, str]:
-    """The source's variables: the environment, ``--set`` over it (only with ``--from``)."""
-    if not source_name:
-        if settings:
-            raise UsageError("set", settings[0], "only with --from (the source's own variables)")
-        return {}
-    from memwork.cli.migrate import parse_settings
-    from memwork.migrate.run import environment
+def _self_test(options: object, as_json: bool) -> None:
+    """``--self-test``: plant each damage kind in a scratch copy of the legacy table's migration."""
+    from memwork.certify import CertifyOptions
+    from memwork.certify.selftest import self_test as run_self_test
 
-    return environment(parse_settings(settings))
+    assert isinstance(options, CertifyOptions)
+    if not options.legacy:
+        raise UsageError("from", options.source, "--self-test plants damage in a legacy-mysql copy only")
+    result = run_self_test(options.resolved_source_url(), options.resolved_dest_url(), table=options.table)
+    failure = (
+        None if result.passed else f"self-test FAIL: missed {result.missed}, unexpected {result.unexpected}"
+    )
+    payload = {
+        "planted": result.planted,
+        "named": result.named,
+        "verdict": result.verdict,
+        "passed": result.passed,
+    }
+    emit_verdict(payload, as_json, result.lines(), failure)
 
 
-commands: list = [certify_command]
+def _alias(name: str) -> click.Command:
+    return click.Command(
+        name,
+        params=verify_command.params,
+        callback=verify_command.callback,
+        help="Alias of `memwork verify`. " + (verify_command.help or ""),
+        short_help="Alias of `memwork verify`.",
+    )
+
+
+#: ``certify`` and ``import-verify``: the names of the two verifications this one replaced
+certify_command = _alias("certify")
+import_verify_command = _alias("import-verify")
+
+commands: list = [verify_command, certify_command, import_verify_command]

@@ -1,6 +1,6 @@
-"""CLI commands ``import`` and ``verify`` (alias ``import-verify``): any source -> pgvector, and the
-check of the copy -- parse, call, print. ``backfill`` (:mod:`memwork.cli.backfill`) is ``import --from
-legacy-mysql`` under its old name."""
+"""CLI command ``import``: any source -> pgvector -- parse, call, print. ``backfill``
+(:mod:`memwork.cli.backfill`) is ``import --from legacy-mysql`` under its old name; ``verify``
+(:mod:`memwork.cli.certify`) checks the copy."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from memwork.cli.options import F, apply_option, emit_json, emit_verdict, json_option, stage_progress
+from memwork.cli.options import F, apply_option, emit_json, json_option, stage_progress
 from memwork.cli.pgvector import pg_url_option, table_option
 from memwork.errors import UsageError
 
@@ -113,7 +113,7 @@ def import_command(
     from the environment; --set overrides them. Applying is checkpointed per page and idempotent;
     --resume continues a killed run. An id another source holds in the table is quarantined, never
     overwritten, and the run exits 3 (its own rows are done; a person decides about the others).
-    --repair RUN_ID re-copies (or deletes) exactly the keys `memwork certify` run RUN_ID named.
+    --repair RUN_ID re-copies (or deletes) exactly the keys `memwork verify` run RUN_ID named.
 
     \b
     Example:
@@ -179,7 +179,7 @@ def repair_and_print(run_id: str, options: Any, as_json: bool) -> None:
                 f"written: {len(report['written'])}  deleted: {len(report['deleted'])}  "
                 f"quarantined: {len(report['quarantined'])}  repair run: {report['repairRunId']}"
             )
-            click.echo("run `memwork certify` again to see the keys cleared")
+            click.echo("run `memwork verify` again to see the keys cleared")
         else:
             click.echo("dry run: nothing written; --apply writes")
         for note in report["notes"]:
@@ -245,88 +245,4 @@ def _print_import(data: dict[str, Any]) -> None:
         click.echo(f"  {row['id']}  {row['userId']}  {row['content']}")
 
 
-@click.command("verify")
-@_from_option
-@pg_url_option
-@table_option
-@page_size_option(200)
-@click.option("--allow-quarantined", is_flag=True, help="Quarantined rows are listed but not a FAIL.")
-@click.option("--expected-dimensions", type=int, default=None, help="FAIL unless vectors have it.")
-@click.option("--expected-model", default=None, help="FAIL unless every row has this model id.")
-@click.option("--embedder", "embedder_spec", default=None, help="Self-retrieval embedder (hash:DIM, minilm).")
-@click.option("--sample-size", type=int, default=50, show_default=True, help="Sampled retrieval queries.")
-@click.option("-k", "k", type=int, default=10, show_default=True, help="Top k for recall and self-retrieval.")
-@click.option("--range-size", type=int, default=1000, show_default=True, help="Ids per checksum range.")
-@click.option("--min-recall", type=float, default=0.9, show_default=True)
-@click.option("--min-self-retrieval", type=float, default=0.9, show_default=True)
-@_set_option
-@json_option
-def verify_command(
-    source: str,
-    database_url: str | None,
-    table: str,
-    page_size: int,
-    allow_quarantined: bool,
-    expected_dimensions: int | None,
-    expected_model: str | None,
-    embedder_spec: str | None,
-    sample_size: int,
-    k: int,
-    range_size: int,
-    min_recall: float,
-    min_self_retrieval: float,
-    settings: tuple[str, ...],
-    as_json: bool,
-) -> None:
-    """Verify a migration against its source: counts per user, missing/extra/changed ids, checksums,
-    vectors, ANN recall and self-retrieval.
-
-    Only the destination rows (and rejects) of this source are compared; exit 1 on FAIL.
-
-    \b
-    Example:
-        memwork verify --from qdrant --to postgresql://localhost/memwork --json
-        MEMORY_BACKFILL_MYSQL_URL=mysql://... memwork verify --from legacy-mysql --embedder hash:384
-    """
-    from memwork.migrate.run import environment
-    from memwork.migrate.verify import VerifyOptions, verify
-
-    result = verify(
-        VerifyOptions(
-            source=source,
-            env=environment(parse_settings(settings)),
-            database_url=database_url,
-            table=table,
-            page_size=page_size,
-            allow_quarantined=allow_quarantined,
-            expected_dimensions=expected_dimensions,
-            expected_model=expected_model,
-            embedder=embedder_spec or None,
-            sample_size=sample_size,
-            k=k,
-            range_size=range_size,
-            min_recall=min_recall,
-            min_self_retrieval=min_self_retrieval,
-        )
-    )
-    lines = [f"verdict: {result.verdict}  source: {result.source_key}  table: {result.table}"]
-    lines.append(f"source rows: {result.source_rows}  destination rows: {result.dest_rows}")
-    if result.recall_at_k is not None or result.self_retrieval is not None:
-        lines.append(f"recall@{result.k}: {result.recall_at_k}  self-retrieval: {result.self_retrieval}")
-    lines += [f"  {reason}" for reason in result.reasons]
-    lines += [f"note: {note}" for note in result.notes]
-    failure = f"verification FAIL: {result.reasons[0]}" if result.reasons else None
-    emit_verdict(result.to_dict(), as_json, lines, failure)
-
-
-#: ``import-verify``: the name ``verify`` had before it verified every source
-import_verify_command = click.Command(
-    "import-verify",
-    params=verify_command.params,
-    callback=verify_command.callback,
-    help="Alias of `memwork verify`. " + (verify_command.help or ""),
-    short_help="Alias of `memwork verify`.",
-)
-
-
-commands: list = [import_command, verify_command, import_verify_command]
+commands: list = [import_command]

@@ -40,12 +40,9 @@ KEY_NUMBERS: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "duplicate_review": (("duplicate pairs", "pairs"), ("planned operations", "operations")),
     "backfill_verification": (
-        ("source rows", "source_active"),
-        ("missing rows", "missing_count"),
-        ("changed rows", "changed_count"),
-        ("extra rows", "extra_count"),
-        ("recall@k", "recall"),
-        ("self-retrieval", "self_retrieval"),
+        ("source rows", "rows.source"),
+        ("bad rows", "rows.bad"),
+        ("bad vectors", "vectors.bad"),
     ),
     "canary_signoff": (("records judged", "records"), ("failed gates", "_failed_gates")),
 }

@@ -1,0 +1,112 @@
+"""The ``backfill_verification`` report's one call: its parameters, checked, as a certificate.
+
+The notebook declares :class:`VerifyParameters` (empty text and 0 mean "not given") and hands them to
+:func:`verify_from_parameters`, which checks them before any database is touched and runs
+:func:`~memwork.certify.certificate.certify` -- the same verification as ``memwork verify``, for any
+source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from memwork.certify.certificate import Certificate, CertifyOptions, certify
+from memwork.checks import both_or_neither
+from memwork.errors import UsageError
+from memwork.migrate.legacy_mysql import MYSQL_URL_ENV
+from memwork.migrate.legacy_mysql import SOURCE_NAME as LEGACY_SOURCE
+from memwork.migrate.run import environment
+
+
+@dataclass
+class VerifyParameters:
+    """The ``backfill_verification`` notebook's parameters as declared (each documented there)."""
+
+    source: str = LEGACY_SOURCE
+    source_url: str = ""
+    pgvector_url: str = ""
+    table: str = "memory_embeddings"
+    expected_dimensions: int = 0
+    expected_model: str = ""
+    embedder: str = ""
+    sample_size: int = 200
+    k: int = 10
+    range_size: int = 256
+    retrieval: bool = True
+    users_per_bucket: int = 20
+    min_recall: float = 0.95
+    max_underfill: float = 0.0
+    tolerances: str = ""
+    allow_quarantined: bool = False
+
+
+#: builds a sample legacy migration: ``() -> object`` with ``source_url``, ``dest_url``, ``table``, ``active``
+SampleMigration = Callable[[], Any]
+
+
+def parse_tolerances(text: str) -> dict[str, int]:
+    """``"missing:3, changed:1"`` (or ``missing=3``) -> ``{"missing": 3, "changed": 1}`` (empty: none
+    tolerated)."""
+    out: dict[str, int] = {}
+    for part in (p.strip() for p in text.replace(";", ",").split(",")):
+        if not part:
+            continue
+        kind, sep, number = part.replace(":", "=", 1).partition("=")
+        if not sep or not number.strip().isdigit() or not kind.strip():
+            raise UsageError("tolerances", text, "must be KIND:N[, KIND:N ...], e.g. missing:3")
+        out[kind.strip()] = int(number)
+    return out
+
+
+def certify_options(p: VerifyParameters) -> CertifyOptions:
+    """The parameters as :class:`CertifyOptions`, checked (a :class:`UsageError` names a bad one)."""
+    both_or_neither("source_url", p.source_url, "pgvector_url", p.pgvector_url)
+    legacy = p.source == LEGACY_SOURCE
+    overrides = {MYSQL_URL_ENV: p.source_url} if p.source_url and legacy else {}
+    options = CertifyOptions(
+        p.source_url if legacy and p.source_url else None,
+        p.pgvector_url or None,
+        table=p.table,
+        source=p.source,
+        env=environment(overrides),
+        expected_dimensions=p.expected_dimensions or None,
+        expected_model=p.expected_model or None,
+        embedder=p.embedder or None,
+        vector_sample=p.sample_size,
+        k=p.k,
+        leaf=p.range_size,
+        retrieval=p.retrieval,
+        users_per_bucket=p.users_per_bucket,
+        min_recall=p.min_recall,
+        max_underfill=p.max_underfill,
+        tolerances=parse_tolerances(p.tolerances),
+        allow_quarantined=p.allow_quarantined,
+    )
+    try:
+        options.check()
+    except UsageError as exc:  # the notebook's names, not the options' (leaf is range_size there)
+        renamed = {"leaf": "range_size", "vector_sample": "sample_size"}
+        if exc.field in renamed:
+            raise UsageError(renamed[exc.field], exc.value, exc.problem) from None
+        raise
+    return options
+
+
+def verify_from_parameters(
+    parameters: VerifyParameters, *, sample_migration: SampleMigration | None = None
+) -> Certificate:
+    """The certificate of the notebook's parameters. ``source_url`` is the legacy table's database
+    for ``legacy-mysql``; any other source reads its variables from the environment. With neither URL,
+    ``sample_migration`` (the samples' builder, handed in by the notebook) builds one first, and the
+    certificate's notes say so. Giving only one URL is a usage error."""
+    options = certify_options(parameters)
+    built = None
+    if not parameters.source_url and sample_migration is not None and options.legacy:
+        built = sample_migration()
+        options.source_url, options.dest_url, options.table = built.source_url, built.dest_url, built.table
+    cert = certify(options)
+    if built is not None:
+        cert.notes.insert(0, f"built a sample migration: {built.active} active items -> {built.dest_url}")
+    return cert
