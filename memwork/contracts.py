@@ -56,6 +56,7 @@ __all__ = [
     "SourceFactory",
     "SourceRecord",
     "flag_var",
+    "record_page",
     "require",
     "source_records",
 ]
@@ -239,6 +240,14 @@ class Page:
 
     records: list[SourceRecord]
     next_cursor: str | None
+
+
+def record_page(fields: Iterable[Mapping[str, Any]], next_cursor: str | None) -> Page:
+    """A whole page from its records' fields (``SourceRecord(**f)`` each) and the next cursor.
+
+    A source maps its items to plain field dicts in its own module and crosses into the contract
+    once per page, not once per record (a migration's cost is per page, whatever the page size)."""
+    return Page(source_records(fields), next_cursor)
 
 
 @runtime_checkable

@@ -50,8 +50,8 @@ from memwork.contracts import (
     EnvVar,
     Page,
     flag_var,
+    record_page,
     require,
-    source_records,
 )
 from memwork.embed import QueryModuleEmbedder
 from memwork.errors import BackendError, UsageError
@@ -702,8 +702,8 @@ class QdrantSource:
             ),
             retries=2,
         )
-        records = source_records([self._fields(point) for point in points])
-        return Page(records, None if next_offset is None else encode_cursor(next_offset))
+        following = None if next_offset is None else encode_cursor(next_offset)
+        return record_page([self._fields(point) for point in points], following)
 
     def close(self) -> None:
         self._connection.close()

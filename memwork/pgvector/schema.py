@@ -40,8 +40,8 @@ def index_names(table: str) -> IndexNames:
     silently by the server (which would make a second run miss the existing index)."""
     check_identifier(table)
 
-    def name(suffix: str) -> str:
-        return check_identifier(table[: 63 - len(suffix)] + suffix, field="index")
+    def name(suffix: str) -> str:  # a checked table's prefix + a fixed suffix: an identifier too
+        return table[: 63 - len(suffix)] + suffix
 
     return IndexNames(name("_source_memory_id_key"), name("_user_id_idx"), name("_embedding_hnsw_idx"))
 
@@ -135,8 +135,7 @@ def ensure_schema(
 
 def table_dimensions(conn: psycopg.Connection[Any], table: str) -> int | None:
     """The ``embedding`` column's declared dimension, or None when the table does not exist."""
-    check_identifier(table)
-    row = conn.execute(
+    row = conn.execute(  # quote_identifier checks the name
         "SELECT a.atttypmod FROM pg_attribute a "
         "WHERE a.attrelid = to_regclass(%s) AND a.attname = 'embedding' AND NOT a.attisdropped",
         (quote_identifier(table),),
