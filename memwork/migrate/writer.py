@@ -201,17 +201,15 @@ def _pack_vectors(vectors: np.ndarray) -> list[PackedVector]:
 
 
 def register_packed_vectors(pg: psycopg.Connection[Any]) -> None:
-    """On this connection only, dump the ``vector`` type from :class:`PackedVector` bytes as they are."""
-    from psycopg.adapt import Dumper
-    from psycopg.pq import Format
+    """On this connection only, dump the ``vector`` type from :class:`PackedVector` bytes as they are
+    (psycopg's own binary bytes dumper, under the ``vector`` type's oid)."""
+    from psycopg.types.string import BytesBinaryDumper
 
-    oid = pg_value(pg, "SELECT 'vector'::regtype::oid")
+    vector = pg.adapters.types.get("vector")  # known once pgvector's register_vector ran
+    oid = vector.oid if vector is not None else pg_value(pg, "SELECT 'vector'::regtype::oid")
 
-    class PackedVectorDumper(Dumper):
-        format = Format.BINARY
-
-        def dump(self, obj: Any) -> bytes:
-            return obj  # already the wire format
+    class PackedVectorDumper(BytesBinaryDumper):
+        """The bytes as they are: already the wire format."""
 
     PackedVectorDumper.oid = oid
     pg.adapters.register_dumper(PackedVector, PackedVectorDumper)

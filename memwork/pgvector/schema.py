@@ -38,7 +38,11 @@ class IndexNames:
 def index_names(table: str) -> IndexNames:
     """``<table>_source_memory_id_key`` etc.; long table names are cut so names never get truncated
     silently by the server (which would make a second run miss the existing index)."""
-    check_identifier(table)
+    return _index_names(check_identifier(table))
+
+
+def _index_names(table: str) -> IndexNames:
+    """:func:`index_names` of a table name already checked."""
 
     def name(suffix: str) -> str:  # a checked table's prefix + a fixed suffix: an identifier too
         return table[: 63 - len(suffix)] + suffix
@@ -68,9 +72,9 @@ def schema_sql(
     create_vector_index: bool = False,
 ) -> list[str]:
     """The statements that create the table and its indexes, in execution order (no side effects)."""
-    quoted = quote_identifier(table)
+    quoted = quote_identifier(table)  # checks the name
     dims = check_dimensions(dimensions)
-    names = index_names(table)
+    names = _index_names(table)
     if create_vector_index and dims > MAX_HNSW_DIMENSIONS:
         raise UsageError("dimensions", dims, f"an HNSW index on vector takes at most {MAX_HNSW_DIMENSIONS}")
     statements: list[str] = []
