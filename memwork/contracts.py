@@ -17,12 +17,13 @@ variable -- is its :class:`Declaration`, kept in the backend's own module. Subcl
 :class:`BaseBackend` and set ``declaration`` to get all of it from one place. A backend is registered
 under the entry-point group ``memwork.backends`` with a factory ``from_env(env) -> backend``.
 
-**A source** lists every memory it holds, page by page, to the end: ``read_page(cursor, size)``
-returns a :class:`Page` of :class:`SourceRecord` and the opaque cursor of the next page (None: the
-last). It is built from the same variables as its backend by a factory ``source_from_env(env) ->
-Source`` (:func:`require` reads a variable it cannot do without), registered under the entry-point
-group ``memwork.sources``. Its ``key`` names *what* is read, without secrets; it keys the import's
-checkpoint and is recorded on every imported row.
+**A source** lists every memory it holds, page by page, to the end: ``read_page(cursor, size)`` returns
+a :class:`Page` of :class:`SourceRecord` and the opaque cursor of the next page (None: the last);
+:func:`record_page` builds one from the records' fields in one call. A source is built from the same
+variables as its backend by a factory ``source_from_env(env) -> Source`` (:func:`require` reads a
+variable it cannot do without), registered under the entry-point group ``memwork.sources``. Its ``key``
+names *what* is read, without secrets; it keys the import's checkpoint and is recorded on every imported
+row.
 
 **A row** (:class:`Row`) is one memory as the migration writer takes it: text columns, the
 timestamps as naive-UTC ISO text, the metadata as JSON text -- what a MySQL keyset page already is,
@@ -56,6 +57,7 @@ __all__ = [
     "SourceFactory",
     "SourceRecord",
     "flag_var",
+    "record_page",
     "require",
     "source_records",
 ]
@@ -239,6 +241,14 @@ class Page:
 
     records: list[SourceRecord]
     next_cursor: str | None
+
+
+def record_page(fields: Iterable[Mapping[str, Any]], next_cursor: str | None) -> Page:
+    """A whole page from its records' fields (``SourceRecord(**f)`` each) and the next cursor.
+
+    A source maps its items to plain field dicts in its own module and crosses into the contract
+    once per page, not once per record (a migration's cost is per page, whatever the page size)."""
+    return Page(source_records(fields), next_cursor)
 
 
 @runtime_checkable

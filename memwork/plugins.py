@@ -60,7 +60,7 @@ BUILTIN_BACKENDS: tuple[EntryPoint, ...] = (
 #: the sources memwork ships, registered exactly as a plugin's would be
 BUILTIN_SOURCES: tuple[EntryPoint, ...] = (
     EntryPoint("legacy-mysql", "memwork.migrate.legacy_mysql:source_from_env", SOURCES),
-    EntryPoint("qdrant", "memwork.backends.qdrant:source_from_env", SOURCES),
+    EntryPoint("qdrant", "memwork.backends.qdrant_points:source_from_env", SOURCES),
     EntryPoint("weaviate", "memwork.backends.weaviate:source_from_env", SOURCES),
     EntryPoint("mem0", "memwork.backends.mem0:source_from_env", SOURCES),
     EntryPoint("letta", "memwork.backends.letta:source_from_env", SOURCES),

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient, models
 
-from memwork.backends.qdrant import QdrantSource, decode_cursor, encode_cursor, source_from_env
+from memwork.backends.qdrant_points import QdrantSource, decode_cursor, encode_cursor, source_from_env
 from memwork.errors import BackendError, UsageError
 from memwork.migrate.source import iter_pages
 from memwork.plugins import open_source

@@ -41,8 +41,8 @@ from memwork.contracts import (
     Declaration,
     EnvVar,
     Page,
-    SourceRecord,
     flag_var,
+    record_page,
     require,
 )
 from memwork.errors import BackendError, UsageError
@@ -256,14 +256,14 @@ class LangGraphSource:
         items = answer.get("items") if isinstance(answer, Mapping) else None
         if not isinstance(items, list):
             raise BackendError("langgraph POST /store/items/search: the answer has no 'items' list")
-        records = [self._record(item) for item in items]
         next_cursor = str(offset + len(items)) if len(items) >= size else None
-        return Page(records, next_cursor)
+        return record_page([self._fields(item) for item in items], next_cursor)
 
     def close(self) -> None:
         self.client.close()
 
-    def _record(self, item: object) -> SourceRecord:
+    def _fields(self, item: object) -> dict[str, Any]:
+        """An item as the fields of its :class:`SourceRecord` (the page is built in one call)."""
         if not isinstance(item, Mapping) or not isinstance(item.get("key"), str):
             raise BackendError("langgraph store: an item without a key")
         namespace = item.get("namespace")
@@ -286,16 +286,16 @@ class LangGraphSource:
         metadata = {k: v for k, v in value.items() if k not in ("content", "text", "type", "sessionId")}
         metadata["namespace"] = list(namespace)
         metadata["key"] = item["key"]
-        return SourceRecord(
-            id="/".join([*namespace[depth:], item["key"]]),  # keys are unique per namespace only
-            user_id=user,
-            content=content if isinstance(content, str) else json.dumps(content, sort_keys=True),
-            type=kind if isinstance(kind, str) and kind else "fact",
-            metadata=metadata,
-            created_at=_timestamp(item.get("created_at")),
-            updated_at=_timestamp(item.get("updated_at")),
-            session_id=session if isinstance(session, str) else None,
-        )  # the Store API returns no embeddings: vector and model stay None
+        return {
+            "id": "/".join([*namespace[depth:], item["key"]]),  # keys are unique per namespace only
+            "user_id": user,
+            "content": content if isinstance(content, str) else json.dumps(content, sort_keys=True),
+            "type": kind if isinstance(kind, str) and kind else "fact",
+            "metadata": metadata,
+            "created_at": _timestamp(item.get("created_at")),
+            "updated_at": _timestamp(item.get("updated_at")),
+            "session_id": session if isinstance(session, str) else None,
+        }  # the Store API returns no embeddings: vector and model stay None
 
 
 def _offset(cursor: str | None) -> int:

@@ -54,8 +54,8 @@ from memwork.contracts import (
     Declaration,
     EnvVar,
     Page,
-    SourceRecord,
     flag_var,
+    record_page,
     require,
 )
 from memwork.errors import BackendError, UsageError
@@ -414,14 +414,14 @@ class LettaSource:
         if not isinstance(response, list):
             raise BackendError(f"letta list passages answered {type(response).__name__}, not a list")
         passages = [p for p in response if isinstance(p, Mapping) and p.get("id")]
-        records = [self._record(p) for p in passages]
         more = len(response) >= size and bool(passages)
-        return Page(records, str(passages[-1]["id"]) if more else None)
+        return record_page([self._fields(p) for p in passages], str(passages[-1]["id"]) if more else None)
 
     def close(self) -> None:
         self.client.close()
 
-    def _record(self, passage: Mapping[str, Any]) -> SourceRecord:
+    def _fields(self, passage: Mapping[str, Any]) -> dict[str, Any]:
+        """A passage as the fields of its :class:`SourceRecord` (the page is built in one call)."""
         tags = [t for t in passage.get("tags") or [] if isinstance(t, str)]
         metadata = dict(passage["metadata"]) if isinstance(passage.get("metadata"), Mapping) else {}
         metadata["tags"] = tags
@@ -429,19 +429,19 @@ class LettaSource:
             if passage.get(extra):
                 metadata.setdefault(f"letta_{extra}", passage[extra])
         vector, model = _vector(passage)
-        return SourceRecord(
-            id=str(passage["id"]),
-            user_id=_tag_value(tags, USER_TAG) or self.agent_id,
-            content=str(passage.get("text") or ""),
-            type=_TYPES.get(_tag_value(tags, KIND_TAG) or "", "fact"),
-            metadata=metadata,
-            created_at=aware_time(passage.get("created_at")),
-            updated_at=aware_time(passage.get("updated_at")),
-            session_id=_tag_value(tags, SESSION_TAG),
-            agent_id=self.agent_id,
-            vector=vector,
-            model=model,
-        )
+        return {
+            "id": str(passage["id"]),
+            "user_id": _tag_value(tags, USER_TAG) or self.agent_id,
+            "content": str(passage.get("text") or ""),
+            "type": _TYPES.get(_tag_value(tags, KIND_TAG) or "", "fact"),
+            "metadata": metadata,
+            "created_at": aware_time(passage.get("created_at")),
+            "updated_at": aware_time(passage.get("updated_at")),
+            "session_id": _tag_value(tags, SESSION_TAG),
+            "agent_id": self.agent_id,
+            "vector": vector,
+            "model": model,
+        }
 
 
 def _vector(passage: Mapping[str, Any]) -> tuple[list[float] | None, str | None]:

@@ -45,8 +45,8 @@ from memwork.contracts import (
     Declaration,
     EnvVar,
     Page,
-    SourceRecord,
     flag_var,
+    record_page,
     require,
 )
 from memwork.errors import BackendError, UsageError
@@ -364,10 +364,9 @@ class Mem0Source:
                     "mem0 listing of one user returned %d foreign or empty item(s); skipped",
                     len(results) - len(owned),
                 )
-            records = [_record(item, user) for item in owned]
             nxt = (user, page + 1, page_size) if has_next else self._next_user(user, page_size)
-            if records or nxt is None:
-                return Page(records, _cursor(nxt))
+            if owned or nxt is None:
+                return record_page([_fields(item, user) for item in owned], _cursor(nxt))
             state = nxt
         return Page([], None)
 
@@ -414,22 +413,23 @@ def _owned(item: Mapping[str, Any], user: str) -> bool:
     return item.get("user_id") == user and isinstance(item.get("memory"), str) and bool(item.get("id"))
 
 
-def _record(item: Mapping[str, Any], user: str) -> SourceRecord:
+def _fields(item: Mapping[str, Any], user: str) -> dict[str, Any]:
+    """A listed memory as the fields of its :class:`SourceRecord` (the page is built in one call)."""
     metadata = dict(item["metadata"]) if isinstance(item.get("metadata"), Mapping) else {}
     for extra in ("categories", "expiration_date"):
         if item.get(extra) is not None and extra not in metadata:
             metadata[extra] = item[extra]
     session = metadata.get("memwork_session_id") or item.get("run_id") or item.get("session_id")
-    return SourceRecord(
-        id=str(item["id"]),
-        user_id=user,
-        content=str(item["memory"]),
-        metadata=metadata,
-        created_at=aware_time(item.get("created_at")),
-        updated_at=aware_time(item.get("updated_at")),
-        session_id=str(session) if session else None,
-        agent_id=str(item["agent_id"]) if item.get("agent_id") else None,
-    )
+    return {
+        "id": str(item["id"]),
+        "user_id": user,
+        "content": str(item["memory"]),
+        "metadata": metadata,
+        "created_at": aware_time(item.get("created_at")),
+        "updated_at": aware_time(item.get("updated_at")),
+        "session_id": str(session) if session else None,
+        "agent_id": str(item["agent_id"]) if item.get("agent_id") else None,
+    }
 
 
 def source_from_env(env: Mapping[str, str]) -> Mem0Source:

@@ -48,6 +48,7 @@ from memwork.contracts import (
     Page,
     SourceRecord,
     flag_var,
+    record_page,
     require,
 )
 from memwork.errors import BackendError, UsageError
@@ -332,20 +333,20 @@ class RedisStreamsSource:
             raise BackendError(
                 self._scrub(f"redis-streams XRANGE on {where} failed: {describe_error(exc)}")
             ) from None
-        records, skipped = [], []
+        fields, skipped = [], []
         for entry_id, raw_fields in entries:
-            record = entry_record(entry_id, raw_fields, self.stream)
-            if record is None:
+            found = entry_record_fields(entry_id, raw_fields, self.stream)
+            if found is None:
                 skipped.append(entry_id)
             else:
-                records.append(record)
+                fields.append(found)
         if skipped:
             shown = ", ".join(skipped[:5]) + (" ..." if len(skipped) > 5 else "")
             log.warning(
                 "redis-streams: skipped %d entr(ies) without userId or content: %s", len(skipped), shown
             )
         next_cursor = entries[-1][0] if len(entries) == size else None
-        return Page(records, next_cursor)
+        return record_page(fields, next_cursor)
 
     def close(self) -> None:
         with self._lock:
@@ -365,6 +366,13 @@ KNOWN_FIELDS = frozenset(ENTRY_FIELDS)
 
 def entry_record(entry_id: str, raw_fields: Mapping[Any, Any], stream: str) -> SourceRecord | None:
     """One stream entry as a :class:`SourceRecord` (None: not a memory -- no userId or no content)."""
+    found = entry_record_fields(entry_id, raw_fields, stream)
+    return None if found is None else SourceRecord(**found)
+
+
+def entry_record_fields(entry_id: str, raw_fields: Mapping[Any, Any], stream: str) -> dict[str, Any] | None:
+    """One stream entry as the fields of its :class:`SourceRecord` (None: not a memory); a page
+    builds its records from these in one call."""
     fields = {_text(k): _text(v) for k, v in raw_fields.items()}
     user_id, content = fields.get("userId") or "", fields.get("content") or ""
     if not user_id or not content.strip():
@@ -381,17 +389,17 @@ def entry_record(entry_id: str, raw_fields: Mapping[Any, Any], stream: str) -> S
         "schema": fields.get("v"),
     }
     metadata.update({k: v for k, v in fields.items() if k not in KNOWN_FIELDS})
-    return SourceRecord(
-        id=entry_id,
-        user_id=user_id,
-        content=content,
-        type=event_type if event_type in MEMORY_TYPES else "event",
-        metadata={k: v for k, v in metadata.items() if v is not None},
-        created_at=_timestamp(fields.get("ts"), entry_id),
-        session_id=fields.get("sessionId") or None,
-        message_id=fields.get("eventId") or None,
-        problem=problem,
-    )
+    return {
+        "id": entry_id,
+        "user_id": user_id,
+        "content": content,
+        "type": event_type if event_type in MEMORY_TYPES else "event",
+        "metadata": {k: v for k, v in metadata.items() if v is not None},
+        "created_at": _timestamp(fields.get("ts"), entry_id),
+        "session_id": fields.get("sessionId") or None,
+        "message_id": fields.get("eventId") or None,
+        "problem": problem,
+    }
 
 
 def _timestamp(ts: str | None, entry_id: str) -> datetime | None:

@@ -42,8 +42,8 @@ from memwork.contracts import (
     Declaration,
     EnvVar,
     Page,
-    SourceRecord,
     flag_var,
+    record_page,
     require,
 )
 from memwork.errors import BackendError, UsageError
@@ -408,14 +408,15 @@ class WeaviateSource:
         objects = answer.get("objects") if isinstance(answer, Mapping) else None
         if not isinstance(objects, list):
             raise BackendError("weaviate GET /v1/objects: the answer has no 'objects' list")
-        records = [self._record(obj) for obj in objects]
-        next_cursor = records[-1].id if records and len(records) >= size else None
-        return Page(records, next_cursor)
+        fields = [self._fields(obj) for obj in objects]
+        next_cursor = fields[-1]["id"] if fields and len(fields) >= size else None
+        return record_page(fields, next_cursor)
 
     def close(self) -> None:
         self.client.close()
 
-    def _record(self, obj: object) -> SourceRecord:
+    def _fields(self, obj: object) -> dict[str, Any]:
+        """An object as the fields of its :class:`SourceRecord` (the page is built in one call)."""
         if not isinstance(obj, Mapping) or not isinstance(obj.get("id"), str):
             raise BackendError("weaviate GET /v1/objects: an object without an id")
         object_id = obj["id"]
@@ -430,18 +431,18 @@ class WeaviateSource:
         metadata["weaviateClass"] = obj.get("class", self.collection)
         session = props.get("sessionId")
         type_ = props.get("type")
-        return SourceRecord(
-            id=object_id,
-            user_id=user,
-            content=content if isinstance(content, str) else json.dumps(content),
-            type=type_ if isinstance(type_, str) and type_ else "fact",
-            metadata=metadata,
-            created_at=_datetime_ms(obj.get("creationTimeUnix")),
-            updated_at=_datetime_ms(obj.get("lastUpdateTimeUnix")),
-            session_id=session if isinstance(session, str) else None,
-            vector=_object_vector(obj),
-            model=model if isinstance(model, str) and model else self.embedding_model,
-        )
+        return {
+            "id": object_id,
+            "user_id": user,
+            "content": content if isinstance(content, str) else json.dumps(content),
+            "type": type_ if isinstance(type_, str) and type_ else "fact",
+            "metadata": metadata,
+            "created_at": _datetime_ms(obj.get("creationTimeUnix")),
+            "updated_at": _datetime_ms(obj.get("lastUpdateTimeUnix")),
+            "session_id": session if isinstance(session, str) else None,
+            "vector": _object_vector(obj),
+            "model": model if isinstance(model, str) and model else self.embedding_model,
+        }
 
 
 def _datetime_ms(value: object) -> datetime | None:

@@ -232,7 +232,7 @@ def stop(data_dir: Path | str | None = None) -> bool:
 def server_url(database: str = DEFAULT_DATABASE, data_dir: Path | str | None = None) -> str:
     """A ``postgresql://`` URL for ``database`` on the embedded server, creating the database and
     the ``vector`` extension in it when missing."""
-    return _resolve(database, data_dir, create=True)
+    return _resolve(check_identifier(database, field="database"), data_dir, create=True)
 
 
 def ensure(url: str | DatabaseURL, *, create: bool) -> DatabaseURL:
@@ -249,9 +249,9 @@ def ensure(url: str | DatabaseURL, *, create: bool) -> DatabaseURL:
 
 
 def _resolve(database: str, data_dir: Path | str | None, *, create: bool) -> str:
+    """``database`` (a checked identifier: :func:`parse_url` checked NAME) on the server."""
     import psycopg
 
-    check_identifier(database, field="database")
     server = start(data_dir)
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()

@@ -190,7 +190,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from memwork.contracts import Page, SourceRecord, require
+from memwork.contracts import Page, record_page, require
 
 EXPORT_VAR = "{var}"
 
@@ -212,31 +212,32 @@ class {cls}:
         """Up to ``size`` memories after ``cursor`` (None: from the first line)."""
         start = int(cursor or 0)
         lines = self._lines(start, size + 1)  # one more: is there a next page?
-        records = [self._record(start + k, line) for k, line in enumerate(lines[:size]) if line.strip()]
-        return Page(records, str(start + size) if len(lines) > size else None)
+        fields = [self._fields(start + k, line) for k, line in enumerate(lines[:size]) if line.strip()]
+        return record_page(fields, str(start + size) if len(lines) > size else None)  # one call a page
 
     def _lines(self, start: int, count: int) -> list[str]:
         """Lines ``start`` .. ``start + count - 1`` of the export (replace with the service's listing)."""
         with self.path.open(encoding="utf-8") as handle:
             return list(itertools.islice(handle, start, start + count))
 
-    def _record(self, number: int, line: str) -> SourceRecord:
-        """One memory; a line it cannot read is that record's problem (quarantined), never an exception."""
+    def _fields(self, number: int, line: str) -> dict[str, Any]:
+        """One memory as its SourceRecord fields; a line it cannot read is that record's problem
+        (quarantined), never an exception."""
         try:
             item: dict[str, Any] = json.loads(line)
-            return SourceRecord(
-                id=str(item["id"]),
-                user_id=str(item["userId"]),
-                content=str(item["content"]),
-                type=str(item.get("type") or "fact"),
-                metadata=item.get("metadata") or {{}},
-                created_at=_moment(item.get("createdAt")),
-                updated_at=_moment(item.get("updatedAt")),
-                session_id=item.get("sessionId"),
-            )
+            return {{
+                "id": str(item["id"]),
+                "user_id": str(item["userId"]),
+                "content": str(item["content"]),
+                "type": str(item.get("type") or "fact"),
+                "metadata": item.get("metadata") or {{}},
+                "created_at": _moment(item.get("createdAt")),
+                "updated_at": _moment(item.get("updatedAt")),
+                "session_id": item.get("sessionId"),
+            }}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             problem = f"line {{number + 1}}: {{type(exc).__name__}}: {{exc}}"[:200]
-            return SourceRecord(f"line-{{number + 1}}", "", "", problem=problem)
+            return {{"id": f"line-{{number + 1}}", "user_id": "", "content": "", "problem": problem}}
 
     def close(self) -> None:
         """Release the client (the export file needs none)."""

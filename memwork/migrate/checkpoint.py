@@ -71,10 +71,12 @@ def ensure_import_checkpoint_table(pg: psycopg.Connection[Any]) -> None:
     The columns are looked up first: ``ALTER TABLE`` takes an exclusive lock even when they exist."""
     with pg.transaction():
         lock_ddl(pg)
-        _create_or_upgrade(pg)
+        create_or_upgrade_checkpoint_table(pg)
 
 
-def _create_or_upgrade(pg: psycopg.Connection[Any]) -> None:
+def create_or_upgrade_checkpoint_table(pg: psycopg.Connection[Any]) -> None:
+    """:func:`ensure_import_checkpoint_table` inside the caller's DDL-locked transaction (the writer
+    prepares every bookkeeping table under one lock)."""
     pg.execute(import_checkpoint_table_sql())
     present = pg_value(
         pg,

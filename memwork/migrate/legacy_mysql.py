@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import String, Text, and_, cast, func, or_, select, type_coerce
 
-from memwork.contracts import Page, Row, SourceRecord, require
+from memwork.contracts import Page, Row, SourceRecord, record_page, require
 from memwork.entry import as_utc
 from memwork.errors import BackendError, UsageError
 from memwork.legacy.schema import memory_items
@@ -303,7 +303,7 @@ class LegacyMySQLSource:
     def read_page(self, cursor: str | None, size: int) -> Page:
         """The same page as records (what every source returns; verification and contract checks)."""
         page = self.read_rows(cursor, size)
-        return Page([record_of(row) for row in page.rows], page.next_cursor)
+        return record_page([record_fields(row) for row in page.rows], page.next_cursor)
 
     def count(self, cursor: str | None = None) -> int:
         """Active rows after ``cursor`` (what a run without a limit would read)."""
@@ -361,23 +361,28 @@ def source_from_env(env: Mapping[str, str]) -> LegacyMySQLSource:
 
 def record_of(row: Mapping[str, Any]) -> SourceRecord:
     """A legacy row as a :class:`SourceRecord` (the slow, general path; the run uses the rows)."""
+    return SourceRecord(**record_fields(row))
+
+
+def record_fields(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A legacy row as the fields of its :class:`SourceRecord` (a page is built in one call)."""
     try:
         metadata = json.loads(row["metadata"]) if isinstance(row["metadata"], str) else row["metadata"]
     except ValueError:
         metadata = None
     problem = None if metadata is None or isinstance(metadata, dict) else "metadata: not a JSON object"
-    return SourceRecord(
-        id=row["id"],
-        user_id=row["user_id"],
-        content=row["content"],
-        type=row["type"] or "fact",
-        metadata=metadata if isinstance(metadata, dict) else {},
-        created_at=_aware(row["created_at"]),
-        updated_at=_aware(row["updated_at"]),
-        session_id=row["source_session_id"],
-        message_id=row["source_message_id"],
-        problem=problem,
-    )
+    return {
+        "id": row["id"],
+        "user_id": row["user_id"],
+        "content": row["content"],
+        "type": row["type"] or "fact",
+        "metadata": metadata if isinstance(metadata, dict) else {},
+        "created_at": _aware(row["created_at"]),
+        "updated_at": _aware(row["updated_at"]),
+        "session_id": row["source_session_id"],
+        "message_id": row["source_message_id"],
+        "problem": problem,
+    }
 
 
 def _aware(value: Any) -> datetime | None:

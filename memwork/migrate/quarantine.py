@@ -349,10 +349,12 @@ def clear_written_rejects(
     )
 
 
-def count_rejects(pg: psycopg.Connection[Any], table: str, source_key: str | None = None) -> int:
+def count_rejects(
+    pg: psycopg.Connection[Any], table: str, source_key: str | None = None, *, exists: bool = False
+) -> int:
     """Rejects recorded for ``table`` (of ``source_key`` only, when given; 0 when the rejects table
-    does not exist yet)."""
-    if pg_value(pg, "SELECT to_regclass(%s)", (REJECTS_TABLE,)) is None:
+    does not exist yet). ``exists``: the caller made sure of the table (no catalog look-up)."""
+    if not exists and pg_value(pg, "SELECT to_regclass(%s)", (REJECTS_TABLE,)) is None:
         pg.commit()
         return 0
     where, params = _whose(table, source_key)

@@ -51,6 +51,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from memwork.contracts import Row, Source, SourceRecord
@@ -95,6 +96,8 @@ from memwork.redaction import redact_text, redact_url
 if TYPE_CHECKING:
     import numpy as np
     import psycopg
+
+    from memwork.db import DatabaseURL
 
 PG_URL_ENV = "MEMORY_PGVECTOR_DATABASE_URL"
 DEFAULT_DESTINATION = "pg://embedded"
@@ -155,7 +158,7 @@ class ImportOptions:
         if self.resume and self.cursor is not None:
             raise UsageError("resume", True, "cannot be combined with a start cursor (--cursor-*)")
         if self.apply or self.resume:
-            destination_url(self)  # a malformed or non-PostgreSQL URL is bad input, found now
+            destination(self)  # a malformed or non-PostgreSQL URL is bad input, found now
 
 
 @dataclass
@@ -225,26 +228,28 @@ def run_import(options: ImportOptions, progress: Progress | None = None) -> Migr
     options.validate()
     source = resolve_source(options.source, options.env)
     try:
-        check_source_key(stored_key(source))  # the key the run stores (checkpoint, rows, lock)
+        key = check_source_key(stored_key(source))  # what the run stores (checkpoint, rows, lock)
         if options.prune_inactive and not hasattr(source, "inactive_ids"):
             raise UsageError("prune_inactive", True, f"source {source.name} cannot list inactive records")
         if options.apply:
-            return _apply(options, source, progress)
+            return _apply(options, source, key, progress)
         if hasattr(source, "count"):
-            return _dry_run_counted(options, source)
-        return _dry_run(options, source, progress)
+            return _dry_run_counted(options, source, key)
+        return _dry_run(options, source, key, progress)
     finally:
         source.close()
 
 
-def _new_report(mode: str, options: ImportOptions, source: Source) -> MigrationReport:
-    return MigrationReport(mode=mode, source=source.name, source_key=stored_key(source), table=options.table)
+def _new_report(mode: str, options: ImportOptions, source: Source, key: str) -> MigrationReport:
+    return MigrationReport(mode=mode, source=source.name, source_key=key, table=options.table)
 
 
-def _resume_base(pg: psycopg.Connection[Any], table: str, source: Source) -> ImportCheckpoint | None:
-    """The committed checkpoint of this source into ``table``; for the legacy table with none, the
-    checkpoint an earlier version kept (read once: the first page committed writes this one)."""
-    key = stored_key(source)
+def _resume_base(
+    pg: psycopg.Connection[Any], table: str, source: Source, key: str
+) -> ImportCheckpoint | None:
+    """The committed checkpoint of this source (stored key ``key``) into ``table``; for the legacy
+    table with none, the checkpoint an earlier version kept (read once: the first page committed
+    writes this one)."""
     found = read_import_checkpoint(pg, table, key)
     if found is None and source.name == LEGACY_SOURCE:
         legacy = read_legacy_checkpoint(pg, table)
@@ -255,25 +260,25 @@ def _resume_base(pg: psycopg.Connection[Any], table: str, source: Source) -> Imp
     return found
 
 
-def _start(options: ImportOptions, source: Source) -> tuple[str | None, bool]:
+def _start(options: ImportOptions, source: Source, key: str) -> tuple[str | None, bool]:
     """Where a run starts (and whether it resumes): the committed checkpoint, the given cursor, or
     the beginning."""
     if not options.resume:
         return options.cursor, False
     from memwork.db import pg_connect
 
-    with pg_connect(destination_url(options), autocommit=True) as pg:
-        found = _resume_base(pg, options.table, source)
+    with pg_connect(destination(options), autocommit=True) as pg:
+        found = _resume_base(pg, options.table, source, key)
     return (found.resume_cursor if found else None), found is not None
 
 
-def _dry_run(options: ImportOptions, source: Source, progress: Progress | None) -> MigrationReport:
-    report = _new_report("dry-run", options, source)
+def _dry_run(options: ImportOptions, source: Source, key: str, progress: Progress | None) -> MigrationReport:
+    report = _new_report("dry-run", options, source, key)
     embedder = _checked(options.embedder)  # a bad --embedder is bad input in a dry run too
     started = time.perf_counter()
     if options.resume:
-        report.destination = redact_url(destination_url(options))
-    start, report.resumed = _start(options, source)
+        report.destination = destination(options).redacted
+    start, report.resumed = _start(options, source, key)
     report.start_cursor = start
     if progress is not None:
         progress.start("import (dry run)", options.limit)
@@ -287,7 +292,7 @@ def _dry_run(options: ImportOptions, source: Source, progress: Progress | None) 
             if _planned_mode(options, first_vectors) == "keep":
                 kept_dimensions = _common_dimension(records)
         _count_page(report, records, options.sample_size)
-        _note_written(report, 0, _screened(options, source, records, now, kept_dimensions))
+        _note_written(report, 0, _screened(options, source.name, key, records, now, kept_dimensions))
         if progress is not None:
             progress.advance(len(records))
         if options.limit is not None and report.rows_read >= options.limit:
@@ -302,15 +307,15 @@ def _dry_run(options: ImportOptions, source: Source, progress: Progress | None) 
     return report
 
 
-def _dry_run_counted(options: ImportOptions, source: Any) -> MigrationReport:
+def _dry_run_counted(options: ImportOptions, source: Any, key: str) -> MigrationReport:
     """The dry run of a source that can count (the legacy table): the plan from counts, the first
     page's sample and where the run would stop -- without reading every row, loading the embedder
     or opening PostgreSQL (unless ``resume`` asks where to start)."""
-    report = _new_report("dry-run", options, source)
+    report = _new_report("dry-run", options, source, key)
     started = time.perf_counter()
     if options.resume:
-        report.destination = redact_url(destination_url(options))
-    start, report.resumed = _start(options, source)
+        report.destination = destination(options).redacted
+    start, report.resumed = _start(options, source, key)
     report.start_cursor = start
     report.source_counts = source.status_counts() if hasattr(source, "status_counts") else None
     remaining = int(source.count(start))
@@ -333,21 +338,20 @@ def _dry_run_counted(options: ImportOptions, source: Any) -> MigrationReport:
 # ---- apply ----------------------------------------------------------------------------------------
 
 
-def _apply(options: ImportOptions, source: Source, progress: Progress | None) -> MigrationReport:
+def _apply(options: ImportOptions, source: Source, key: str, progress: Progress | None) -> MigrationReport:
     from memwork.db import pg_connect
 
-    url = destination_url(options)
-    key = stored_key(source)
+    url = destination(options)  # parsed once (validate did it): resolved and checked once, here
     owner = owner_of(source.name, key)
-    report = _new_report("apply", options, source)
-    report.destination = redact_url(url)
+    report = _new_report("apply", options, source, key)
+    report.destination = url.redacted
     report.run_id, report.rejects_table = _new_run_id(), REJECTS_TABLE
     embedder = _checked(options.embedder)
     now = datetime.now(UTC)
     started = time.perf_counter()
     rows_path = callable(getattr(source, "read_rows", None))
     with pg_connect(url, autocommit=True) as pg, import_lock(pg, options.table, key), ExitStack() as stack:
-        base = _resume_base(pg, options.table, source) if options.resume else None
+        base = _resume_base(pg, options.table, source, key) if options.resume else None
         report.resumed = base is not None
         start = base.resume_cursor if base else options.cursor
         report.start_cursor = start
@@ -374,7 +378,7 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
             mark = PageMark(read_cursor, read_cursor if cut else page.next_cursor, finished, len(items))
             if items and target is None:
                 target = _decide(pg, options, source, items, embedder, report)
-                has_rejects = count_rejects(pg, options.table, owner) > 0
+                has_rejects = count_rejects(pg, options.table, owner, exists=True) > 0
                 checkpoint = replace(
                     checkpoint, vectors=target.vectors, model=target.model, dimensions=target.dimensions
                 )
@@ -432,7 +436,7 @@ def _apply(options: ImportOptions, source: Source, progress: Progress | None) ->
             from memwork.migrate.reconcile import models_in_table
 
             report.models_in_table = models_in_table(pg, options.table)
-        report.rejects_total = count_rejects(pg, options.table, owner)
+        report.rejects_total = count_rejects(pg, options.table, owner, exists=target is not None)
     _finish_timing(report, started, report.rows_written)
     return report
 
@@ -521,18 +525,30 @@ def _spec_of(embedder: Embedder | str) -> str:
 
 def destination_url(options: ImportOptions) -> str:
     """``--to``, else ``MEMORY_PGVECTOR_DATABASE_URL``, else ``pg://embedded``; PostgreSQL only."""
+    return destination(options).text
+
+
+def destination(options: ImportOptions) -> DatabaseURL:
+    """:func:`destination_url` parsed: a run parses its destination once (validation, then the
+    connection and the report's redacted text all take this value)."""
+    url = (options.database_url or options.env.get(PG_URL_ENV) or "").strip() or DEFAULT_DESTINATION
+    return _parsed_destination(url)
+
+
+@lru_cache(maxsize=8)
+def _parsed_destination(url: str) -> DatabaseURL:
+    """``url`` parsed and required to be PostgreSQL (pure, so one parse serves every caller)."""
     from memwork.db import parse_url
 
-    url = (options.database_url or options.env.get(PG_URL_ENV) or "").strip() or DEFAULT_DESTINATION
     try:
-        dialect = parse_url(url).dialect
+        parsed = parse_url(url)
     except UsageError as exc:
         raise UsageError("to", redact_url(url), str(exc)) from None
-    if dialect != "postgresql":
+    if parsed.dialect != "postgresql":
         raise UsageError(
-            "to", redact_url(url), "must be a PostgreSQL URL (postgresql://... or pg://embedded)"
+            "to", parsed.redacted, "must be a PostgreSQL URL (postgresql://... or pg://embedded)"
         )
-    return url
+    return parsed
 
 
 def stored_key(source: Source) -> str:
@@ -564,18 +580,19 @@ def _camel(name: str) -> str:
 
 def _screened(
     options: ImportOptions,
-    source: Source,
+    source_name: str,
+    key: str,
     records: list[SourceRecord],
     now: datetime,
     kept_dimensions: int | None,
 ) -> list[Reject]:
     """What the apply would quarantine of this page before any PostgreSQL or embedder is involved:
     the same :func:`convert_page` and, when vectors are kept, the same vector checks."""
-    pairs, rejects = convert_page(records, stored_key(source), now)
+    pairs, rejects = convert_page(records, key, now)
     if kept_dimensions is not None:
         by_id = {row["id"]: record for row, record in pairs}
         _, _, odd = kept_vectors(
-            [row for row, _ in pairs], by_id, kept_dimensions, source.name, options.table
+            [row for row, _ in pairs], by_id, kept_dimensions, source_name, options.table
         )
         rejects += odd
     return rejects

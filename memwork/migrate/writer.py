@@ -21,7 +21,7 @@ from memwork.contracts import Row
 from memwork.db import pg_value
 from memwork.migrate.checkpoint import (
     ImportCheckpoint,
-    ensure_import_checkpoint_table,
+    create_or_upgrade_checkpoint_table,
     store_import_checkpoint,
 )
 from memwork.migrate.ownership import OwnedElsewhere, owners_of, stamped_metadata_sql, upsert_sql
@@ -111,6 +111,7 @@ class BatchWriter:
     ) -> None:
         self.pg, self.table, self.owner, self.model_id = pg, table, owner, model_id
         self.checkpoint, self.has_rejects, self.committed = checkpoint, has_rejects, committed
+        self.merge = merge_statement(table, owner)  # the same statement for every page
         self.pending: queue.Queue[Batch | None] = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="memwork-migration-writer", daemon=True)
@@ -162,6 +163,7 @@ class BatchWriter:
                     page,
                     owner=self.owner,
                     clear_rejects=self.has_rejects,
+                    merge=self.merge,
                 )
                 assert stored is not None  # a page's checkpoint is always stored
                 self.checkpoint = stored
@@ -172,12 +174,12 @@ class BatchWriter:
 
 
 def prepare_session(pg: psycopg.Connection[Any]) -> None:
-    """The bookkeeping tables (checkpoints, rejects; created or upgraded if needed) and this session's
-    staging table."""
+    """The bookkeeping tables (checkpoints, rejects; created or upgraded if needed, in one DDL-locked
+    transaction) and this session's staging table."""
     with pg.transaction():
         lock_ddl(pg)
         ensure_rejects_table(pg)
-    ensure_import_checkpoint_table(pg)
+        create_or_upgrade_checkpoint_table(pg)
     pg.execute(
         f"CREATE TEMP TABLE IF NOT EXISTS {STAGE_TABLE} ("
         "source_memory_id TEXT, user_id TEXT, content TEXT, embedding vector, embedding_model TEXT, "
@@ -199,17 +201,15 @@ def _pack_vectors(vectors: np.ndarray) -> list[PackedVector]:
 
 
 def register_packed_vectors(pg: psycopg.Connection[Any]) -> None:
-    """On this connection only, dump the ``vector`` type from :class:`PackedVector` bytes as they are."""
-    from psycopg.adapt import Dumper
-    from psycopg.pq import Format
+    """On this connection only, dump the ``vector`` type from :class:`PackedVector` bytes as they are
+    (psycopg's own binary bytes dumper, under the ``vector`` type's oid)."""
+    from psycopg.types.string import BytesBinaryDumper
 
-    oid = pg_value(pg, "SELECT 'vector'::regtype::oid")
+    vector = pg.adapters.types.get("vector")  # known once pgvector's register_vector ran
+    oid = vector.oid if vector is not None else pg_value(pg, "SELECT 'vector'::regtype::oid")
 
-    class PackedVectorDumper(Dumper):
-        format = Format.BINARY
-
-        def dump(self, obj: Any) -> bytes:
-            return obj  # already the wire format
+    class PackedVectorDumper(BytesBinaryDumper):
+        """The bytes as they are: already the wire format."""
 
     PackedVectorDumper.oid = oid
     pg.adapters.register_dumper(PackedVector, PackedVectorDumper)
@@ -225,6 +225,7 @@ def write_batch(
     owner: str,
     clear_rejects: bool = False,
     run_id: str | None = None,
+    merge: tuple[str, tuple[str, ...]] | None = None,
 ) -> tuple[int, list[Reject], ImportCheckpoint | None]:
     """Upsert the page as ``owner``'s rows and commit it with its rejects and ``checkpoint`` (the
     page's mark already applied; its rows written are added here); returns (rows written, rejects,
@@ -236,7 +237,9 @@ def write_batch(
     each row in its own savepoint, so one poison row costs only itself. A row's own
     ``embedding_model`` key, when present, overrides ``model_id`` (vectors kept from a source carry
     their model). ``checkpoint`` None: a write outside the import's paging (a repair, whose own
-    ``run_id`` then marks its rejects) -- the import's checkpoint is left as it is."""
+    ``run_id`` then marks its rejects) -- the import's checkpoint is left as it is. ``merge``: the
+    :func:`merge_statement` of (``table``, ``owner``), when the caller keeps it across pages."""
+    merge = merge or merge_statement(table, owner)
     rejects = list(batch.rejects)
     with pg.transaction(), pg.cursor() as cur:
         written: list[Row] = []
@@ -244,11 +247,11 @@ def write_batch(
             failed: list[Reject] = []
             try:
                 with pg.transaction():
-                    done = _upsert(cur, table, batch.rows, batch.vectors, model_id, owner)
+                    done = _upsert(cur, batch.rows, batch.vectors, model_id, merge)
             except Exception as exc:
                 if not blames_rows(exc):
                     raise
-                done, failed = _upsert_one_by_one(pg, cur, table, batch, model_id, owner)
+                done, failed = _upsert_one_by_one(pg, cur, batch, model_id, merge)
             failed_ids = {reject.id for reject in failed}
             written = [row for row in batch.rows if row["id"] in done]
             left = [row for row in batch.rows if row["id"] not in done]
@@ -278,10 +281,9 @@ def _owned_elsewhere(cur: psycopg.Cursor[Any], table: str, taken: list[Row]) -> 
 def _upsert_one_by_one(
     pg: psycopg.Connection[Any],
     cur: psycopg.Cursor[Any],
-    table: str,
     batch: Batch,
     model_id: str,
-    owner: str,
+    merge: tuple[str, tuple[str, ...]],
 ) -> tuple[set[str], list[Reject]]:
     done: set[str] = set()
     rejects: list[Reject] = []
@@ -289,7 +291,7 @@ def _upsert_one_by_one(
         row = batch.rows[k]
         try:
             with pg.transaction():
-                got = _upsert(cur, table, [row], batch.vectors[k : k + 1], model_id, owner)
+                got = _upsert(cur, [row], batch.vectors[k : k + 1], model_id, merge)
                 cur.execute(f"DELETE FROM {STAGE_TABLE}")  # the next row's INSERT must not see it
         except Exception as exc:
             if not blames_rows(exc):
@@ -309,16 +311,30 @@ def _in_table_order(cur: psycopg.Cursor[Any], rows: Sequence[Mapping[str, Any]])
     return [int(r[0]) for r in cur.fetchall()]
 
 
+def merge_statement(table: str, owner: str) -> tuple[str, tuple[str, ...]]:
+    """The ``INSERT ... ON CONFLICT`` (and its parameters) that moves the staged page into ``table``,
+    touching only ``owner``'s rows: built once per run, the same for every page."""
+    metadata, params = stamped_metadata_sql("parsed.m", owner)
+    values = [_SELECTED.get(c, c) for c in _DEST_COLUMNS]
+    values[_DEST_COLUMNS.index("metadata")] = metadata
+    # in id order: every writer locks the rows it meets in one order, so two never deadlock
+    select_sql = (
+        f"SELECT {', '.join(values)} FROM {STAGE_TABLE} "
+        "CROSS JOIN LATERAL (SELECT coalesce(metadata::jsonb, '{}'::jsonb) AS m) AS parsed "
+        "ORDER BY source_memory_id"
+    )
+    return upsert_sql(table, _DEST_COLUMNS, select_sql), params
+
+
 def _upsert(
     cur: psycopg.Cursor[Any],
-    table: str,
     rows: Sequence[Mapping[str, Any]],
     vectors: np.ndarray,
     model_id: str,
-    owner: str,
+    merge: tuple[str, tuple[str, ...]],
 ) -> set[str]:
-    """COPY ``rows`` into the staging table, then one ``INSERT ... ON CONFLICT`` into ``table`` that
-    touches only ``owner``'s rows; returns the ids written."""
+    """COPY ``rows`` into the staging table, then the :func:`merge_statement` into the table;
+    returns the ids written."""
     columns = ", ".join(_DEST_COLUMNS)
     with cur.copy(f"COPY {STAGE_TABLE} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
         copy.set_types(_COPY_TYPES)
@@ -338,14 +354,5 @@ def _upsert(
                     row["updated_at"],
                 )
             )
-    metadata, params = stamped_metadata_sql("parsed.m", owner)
-    values = [_SELECTED.get(c, c) for c in _DEST_COLUMNS]
-    values[_DEST_COLUMNS.index("metadata")] = metadata
-    # in id order: every writer locks the rows it meets in one order, so two never deadlock
-    select_sql = (
-        f"SELECT {', '.join(values)} FROM {STAGE_TABLE} "
-        "CROSS JOIN LATERAL (SELECT coalesce(metadata::jsonb, '{}'::jsonb) AS m) AS parsed "
-        "ORDER BY source_memory_id"
-    )
-    cur.execute(upsert_sql(table, _DEST_COLUMNS, select_sql), params)
+    cur.execute(*merge)
     return {str(r[0]) for r in cur.fetchall()}

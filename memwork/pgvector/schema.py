@@ -38,10 +38,14 @@ class IndexNames:
 def index_names(table: str) -> IndexNames:
     """``<table>_source_memory_id_key`` etc.; long table names are cut so names never get truncated
     silently by the server (which would make a second run miss the existing index)."""
-    check_identifier(table)
+    return _index_names(check_identifier(table))
 
-    def name(suffix: str) -> str:
-        return check_identifier(table[: 63 - len(suffix)] + suffix, field="index")
+
+def _index_names(table: str) -> IndexNames:
+    """:func:`index_names` of a table name already checked."""
+
+    def name(suffix: str) -> str:  # a checked table's prefix + a fixed suffix: an identifier too
+        return table[: 63 - len(suffix)] + suffix
 
     return IndexNames(name("_source_memory_id_key"), name("_user_id_idx"), name("_embedding_hnsw_idx"))
 
@@ -68,9 +72,9 @@ def schema_sql(
     create_vector_index: bool = False,
 ) -> list[str]:
     """The statements that create the table and its indexes, in execution order (no side effects)."""
-    quoted = quote_identifier(table)
+    quoted = quote_identifier(table)  # checks the name
     dims = check_dimensions(dimensions)
-    names = index_names(table)
+    names = _index_names(table)
     if create_vector_index and dims > MAX_HNSW_DIMENSIONS:
         raise UsageError("dimensions", dims, f"an HNSW index on vector takes at most {MAX_HNSW_DIMENSIONS}")
     statements: list[str] = []
@@ -135,8 +139,7 @@ def ensure_schema(
 
 def table_dimensions(conn: psycopg.Connection[Any], table: str) -> int | None:
     """The ``embedding`` column's declared dimension, or None when the table does not exist."""
-    check_identifier(table)
-    row = conn.execute(
+    row = conn.execute(  # quote_identifier checks the name
         "SELECT a.atttypmod FROM pg_attribute a "
         "WHERE a.attrelid = to_regclass(%s) AND a.attname = 'embedding' AND NOT a.attisdropped",
         (quote_identifier(table),),
