@@ -37,7 +37,9 @@ SIZES = {"u-tiny": 1, "u-small": 4, "u-mid": 9, "u-16": 16, "u-25": 25, "u-big":
 
 
 @pytest.fixture
-def storage(tmp_path: Path) -> Iterator[Path]:
+def storage(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """The collection (cosine unless a test is parametrized with another ``distance``)."""
+    distance = getattr(request, "param", models.Distance.COSINE)
     shm = Path("/dev/shm")
     scratch = (
         Path(tempfile.mkdtemp(prefix="memwork-qcert-", dir=shm)) if os.access(shm, os.W_OK) else tmp_path
@@ -45,7 +47,7 @@ def storage(tmp_path: Path) -> Iterator[Path]:
     path = scratch / "store"
     client = QdrantClient(path=str(path))
     client.create_collection(
-        COLLECTION, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE)
+        COLLECTION, vectors_config=models.VectorParams(size=DIM, distance=distance)
     )
     rng = np.random.default_rng(17)
     points, n = [], 0
@@ -188,7 +190,7 @@ class ListingOnly:
 
 
 def test_a_source_without_fetch_by_id_is_repaired_through_its_listing(storage, pg_url):
-    from memwork.backends.qdrant import source_from_env
+    from memwork.backends.qdrant_points import source_from_env
 
     _import(storage, pg_url, vectors="reembed", embedder="hash:8")
     planted = _damage(pg_url)
@@ -388,7 +390,7 @@ def test_a_reembedded_copy_is_queried_through_each_sides_model(tmp_path, pg_url)
 
 
 def test_records_by_id_fetches_exactly_the_named_points(storage):
-    from memwork.backends.qdrant import source_from_env
+    from memwork.backends.qdrant_points import source_from_env
 
     source = source_from_env(_env(storage))
     try:
@@ -463,3 +465,14 @@ def test_a_legacy_copy_takes_the_queries_file_for_recall_and_expected_ids(sqlite
         "share": 0.5,
         "missed": [[user, "never-there"]],
     }
+
+
+@pytest.mark.parametrize("storage", [models.Distance.DOT], indirect=True)
+def test_a_copy_that_ranks_by_another_metric_fails_the_preserved_gate(storage, pg_url):
+    """Every row and vector copied exactly, but the source ranks by dot product over unnormalised
+    vectors and pgvector by cosine: what each user gets changed, and only the preserved gate sees it."""
+    _import(storage, pg_url)
+    cert = _certify(storage, pg_url, preserved_users=6)
+    assert cert.gates["rows"] == [] and cert.gates["vectors"] == []
+    assert cert.verdict == "FAIL" and cert.gates["preserved"], cert.gates
+    assert "below overlap@5" in cert.gates["preserved"][0]
