@@ -46,9 +46,7 @@ def storage(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
     )
     path = scratch / "store"
     client = QdrantClient(path=str(path))
-    client.create_collection(
-        COLLECTION, vectors_config=models.VectorParams(size=DIM, distance=distance)
-    )
+    client.create_collection(COLLECTION, vectors_config=models.VectorParams(size=DIM, distance=distance))
     rng = np.random.default_rng(17)
     points, n = [], 0
     for user, size in SIZES.items():

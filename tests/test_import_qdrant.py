@@ -41,7 +41,8 @@ def storage(tmp_path: Path) -> Iterator[Path]:
     client.create_collection(
         # cosine, as pgvector's resolve ranks: with dot product on unnormalised vectors the two sides
         # rank differently and the certificate's preserved gate rightly fails the copy
-        COLLECTION, vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE)
+        COLLECTION,
+        vectors_config=models.VectorParams(size=DIM, distance=models.Distance.COSINE),
     )
     rng = np.random.default_rng(10)
     points = [
