@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from click.testing import CliRunner
 
-from memwork.cli import main
+from memwork.cli import load_all_commands, main
 from memwork.entry import Entry, utcnow
 from memwork.stores import open_store
 
@@ -92,7 +92,7 @@ def test_every_defrag_and_store_command_has_help_example_and_json():
     """Issue 2: --help (with an example) on every command, --json on every command that reports."""
     from memwork.defrag import ACTIONS
 
-    groups = {group: main.commands[group] for group in ("defrag", "store")}
+    groups = {group: load_all_commands()[group] for group in ("defrag", "store")}
     assert {a.cli_name for a in ACTIONS.values()} | {"undo", "journal"} == set(groups["defrag"].commands)
     for group, command in groups.items():
         assert "Example" in run(group, "--help").output

@@ -17,24 +17,29 @@ import click
 from memwork.errors import MemworkError
 from memwork.redaction import first_line, redact_text
 
-#: command modules, each exporting ``commands`` (a list of click commands or groups)
-COMMAND_MODULES = [
-    "store",
-    "defrag",
-    "status",
-    "check",
-    "scaffold",
-    "legacy",
-    "pgvector",
-    "backfill",
-    "migrate",
-    "certify",
-    "smoke",
-    "canary",
-    "report",
-    "demo",
-    "serve",
-]
+#: every top-level command and the module that defines it (each module exports ``commands``). A command's
+#: module is imported only when that command runs, so ``memwork status`` does not pay for FastAPI,
+#: papermill or the migration; ``tests/test_cli_lazy.py`` keeps this table equal to what the modules export.
+COMMANDS = {
+    "store": "store",
+    "defrag": "defrag",
+    "status": "status",
+    "check": "check",
+    "scaffold": "scaffold",
+    "legacy": "legacy",
+    "pgvector": "pgvector",
+    "backfill": "backfill",
+    "import": "migrate",
+    "verify": "certify",
+    "certify": "certify",
+    "import-verify": "certify",
+    "smoke": "smoke",
+    "canary": "canary",
+    "report": "report",
+    "demo": "demo",
+    "serve": "serve",
+}
+COMMAND_MODULES = sorted(set(COMMANDS.values()))
 
 
 class MemworkGroup(click.Group):
@@ -45,6 +50,18 @@ class MemworkGroup(click.Group):
     database driver failing mid-run is one line and 1; anything else is a bug, and a bug must not
     look like bad input: one line naming its type, a hint to rerun with ``--debug``, exit 1.
     """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The command, its module imported on first use (and the command kept, as click keeps
+        commands added with ``add_command``)."""
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module = importlib.import_module(f"memwork.cli.{COMMANDS[cmd_name]}")
+            for command in getattr(module, "commands", []):
+                self.commands.setdefault(command.name or "", command)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         from memwork.cli.options import tolerant_stdout
@@ -106,14 +123,12 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-def _load_commands() -> None:
-    for name in COMMAND_MODULES:
-        module = importlib.import_module(f"memwork.cli.{name}")
-        for command in getattr(module, "commands", []):
-            main.add_command(command)
-
-
-_load_commands()
+def load_all_commands() -> dict[str, click.Command]:
+    """Every command, each module imported (what the generated reference and the tests walk)."""
+    ctx = click.Context(main)
+    for name in main.list_commands(ctx):
+        main.get_command(ctx, name)
+    return dict(main.commands)
 
 
 def run() -> None:  # pragma: no cover - console entry convenience
