@@ -152,7 +152,7 @@ def test_duplicate_review_writes_the_review_file(tmp_path, store):
     pairs = run.summary["pairs"]
     assert pairs > 25, pairs  # the sample has more pairs than the table shows: the cut is exercised
     page = run.html_path.read_text(encoding="utf-8")
-    assert f"first 25 of {pairs} rows</em> -- all {pairs} rows: <a href='duplicate_pairs.csv'>" in page
+    assert f'first 25 of {pairs} rows</em> -- all {pairs} rows: <a href="duplicate_pairs.csv">' in page
     whole = list(csv.DictReader((run.run_dir / "duplicate_pairs.csv").open(encoding="utf-8")))
     assert len(whole) == pairs and {"scope", "path_a", "path_b", "similarity"} <= set(whole[0])
     assert "duplicate_pairs.csv" in artifacts
