@@ -214,7 +214,12 @@ def render_rollout(rollout: Rollout, page_dir: Path) -> str:
             f"<tr><td>{html.escape(stage.name)}</td><td class='num'>{rate}</td><td class='num'>{records}</td>"
             f"<td>{_badge(stage.verdict)}</td><td>{reasons}</td><td>{links}</td></tr>"
         )
-    standing = "".join(f"<li>{html.escape(r)}</li>" for r in rollout.reasons[:10])
+    shadow = [s for s in rollout.stages if s.sample_rate is not None]
+    judged = [s for s in shadow if s.verdict != NOT_JUDGED]
+    standing = "".join(f"<li>{html.escape(r)}</li>" for r in rollout.reasons[:10]) or (
+        f"<li>no reasons against: {len(judged)} of {len(shadow)} shadow stage(s) judged</li>"
+    )
+    index = "<p><a href='index.html'>all report runs</a></p>" if (page_dir / "index.html").is_file() else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>memwork rollout</title>
 <style>
@@ -231,7 +236,7 @@ artifact recorded; a stage without a judge file is {NOT_JUDGED}.</p>
 <ul>{standing}</ul>
 <table><tr><th>stage</th><th>sample rate</th><th>comparisons</th><th>verdict</th><th>reasons</th>
 <th>artifacts</th></tr>{"".join(rows)}</table>
-<p><a href='index.html'>all report runs</a></p>
+{index}
 </body></html>
 """
 
