@@ -9,7 +9,8 @@ import pytest
 from memwork.errors import UsageError
 from memwork.percentiles import percentiles
 from memwork.pgvector.local_hash import write_module
-from memwork.rollout.gates import canary_env, run_gates
+from memwork.reports.gates import gates_of, passed_sentence
+from memwork.rollout.gates import canary_env, p95_ratio_gate, run_gates
 from memwork.rollout.signoff import SignoffParameters, sha256_json, shown_parameters
 from memwork.samples.migration import build_migration
 
@@ -29,6 +30,12 @@ def test_go_with_every_gate_passing_and_a_signoff(env, tmp_path):
     gates = {g.name: g.status for g in result.gates}
     assert gates["fallback"] == gates["selected backend"] == gates["backfill verification"] == "PASS"
     assert gates["health"] == "SKIP"
+    assert gates["p95 vs legacy"] == "OFF"  # off by default, yet a row with its ratio
+    strip = {g["name"]: g for g in gates_of(result.to_dict())}
+    ratio = strip["p95 vs legacy"]
+    assert ratio["state"] == "off" and ratio["threshold"] is None and ratio["origin"] == "default"
+    assert isinstance(ratio["observed"], float) and ratio["observed"] > 0
+    assert strip["target p95 latency"]["threshold"] == 250.0 and strip["target p95 latency"]["unit"] == "ms"
     assert result.latency_table()["target"]["count"] == 8 and result.errors == {"target": 0, "legacy": 0}
     assert result.signoff["parameters_sha256"] == sha256_json(shown_parameters(options.as_given()))
     assert result.signoff["approver"] == "ana"
@@ -108,3 +115,20 @@ def test_run_signoff_defaults_and_checks(tmp_path):
             run_from_parameters(**bad)
     with pytest.raises(UsageError, match=r"^legacy_url="):  # no URLs and no sample given: nothing built
         run_signoff(SignoffParameters(sample_size=5))
+
+
+def test_the_latency_ratio_gate_shows_its_numbers_and_origin_and_is_off_at_zero():
+    off = p95_ratio_gate(40.0, 10.0, SignoffParameters())
+    assert (off.status, off.observed, off.threshold, off.origin) == ("OFF", 4.0, None, "default")
+    slow = p95_ratio_gate(40.0, 10.0, SignoffParameters(max_p95_ratio=3.0))
+    assert (slow.status, slow.observed, slow.threshold, slow.origin) == ("FAIL", 4.0, 3.0, "set")
+    assert p95_ratio_gate(25.0, 10.0, SignoffParameters(max_p95_ratio=3.0)).status == "PASS"
+    assert (
+        p95_ratio_gate(25.0, None, SignoffParameters(max_p95_ratio=3.0)).status == "FAIL"
+    )  # nothing to compare
+    strip = gates_of({"gates": [off.to_dict(), slow.to_dict()]})
+    assert [(g["state"], g["observed"], g["threshold"], g["origin"]) for g in strip] == [
+        ("off", 4.0, None, "default"),
+        ("fail", 4.0, 3.0, "set"),
+    ]
+    assert passed_sentence(strip) == "0 of 1 gates passed (1 fail, 1 off)"

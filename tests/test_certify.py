@@ -285,3 +285,28 @@ def test_tolerances_turn_a_kind_into_a_pass_but_never_a_user_change(migration):
 
     with pytest.raises(UsageError, match="max_user-changed"):
         certify(_options(migration, tolerances={"user-changed": 1}))
+
+
+def test_the_input_fingerprint_tells_a_run_on_other_rows_apart(migration):
+    """What a later verification is compared by (reports/history.py): each side's row count and
+    table checksum; the same rows give the same fingerprint, one changed row another."""
+    from memwork.reports.history import differences, fingerprint
+
+    def run():
+        summary = certify(_options(migration, retrieval=False)).summary()
+        return summary, fingerprint("backfill_verification", {"k": 10}, summary, "0.1.0")
+
+    first, first_fp = run()
+    inputs = first["input_fingerprint"]
+    assert inputs["source_rows"] == inputs["dest_rows"] == migration.active
+    assert inputs["source_checksum"].startswith("sha256:")
+    assert inputs["source_checksum"] == inputs["dest_checksum"]  # the same rows on both sides
+    again, again_fp = run()
+    assert again["input_fingerprint"] == inputs and differences(again_fp, first_fp) == []
+    _pg(migration, "UPDATE memory_embeddings SET content = content || '!' WHERE source_memory_id IN "
+        "(SELECT source_memory_id FROM memory_embeddings ORDER BY 1 LIMIT 1)")  # fmt: skip
+    damaged, damaged_fp = run()
+    assert damaged["input_fingerprint"]["dest_checksum"] != inputs["dest_checksum"]
+    assert damaged["input_fingerprint"]["source_checksum"] == inputs["source_checksum"]
+    why = differences(damaged_fp, first_fp)
+    assert len(why) == 1 and why[0].startswith("input dest_checksum: "), why

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import html
 import inspect
@@ -145,9 +146,16 @@ def test_duplicate_review_writes_the_review_file(tmp_path, store):
     assert run.summary["embedded_out_of_range"] > 0
     assert sum(run.summary["matched_by"].values()) == run.summary["pairs"]
     assert_readable(run)
-    assert "duplicate_review.csv" in {
-        a["file"] for a in json.loads(run.manifest_path.read_text())["artifacts"]
-    }
+    artifacts = {a["file"] for a in json.loads(run.manifest_path.read_text())["artifacts"]}
+    assert "duplicate_review.csv" in artifacts
+    # the side-by-side table shows the first 25 pairs and says so, every pair in the CSV beside the HTML
+    pairs = run.summary["pairs"]
+    assert pairs > 25, pairs  # the sample has more pairs than the table shows: the cut is exercised
+    page = run.html_path.read_text(encoding="utf-8")
+    assert f'first 25 of {pairs} rows</em> -- all {pairs} rows: <a href="duplicate_pairs.csv">' in page
+    whole = list(csv.DictReader((run.run_dir / "duplicate_pairs.csv").open(encoding="utf-8")))
+    assert len(whole) == pairs and {"scope", "path_a", "path_b", "similarity"} <= set(whole[0])
+    assert "duplicate_pairs.csv" in artifacts
 
 
 def test_duplicate_review_bad_threshold_is_a_one_line_validation_error(tmp_path, store):
@@ -196,8 +204,15 @@ def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
         conn.execute(
             "UPDATE memory_embeddings SET embedding = '[1,0,0]' WHERE source_memory_id = %s", (ids[20],)
         )
+    inputs = intact.summary["fingerprint"]["inputs"]  # what a later run is compared by
+    assert inputs["source_rows"] == inputs["dest_rows"] == migration.active
+    assert inputs["source_checksum"] == inputs["dest_checksum"] != ""
     damaged = _verification(migration, tmp_path)
     assert damaged.verdict == "FAIL" and damaged.exit_code == 1
+    # the same parameters on other rows: not comparable, and the report says which input differs
+    comparison = damaged.summary["comparison"]
+    assert comparison["previous"] == intact.run_id and comparison["comparable"] is False
+    assert {w.split(":")[0] for w in comparison["why_not"]} == {"input dest_rows", "input dest_checksum"}
     named = {(b["key"], b["kind"]) for b in damaged.summary["rows"]["first_bad"]}
     assert named == {(ids[0], "missing"), (ids[10], "changed")}
     assert any(r.startswith("vectors: wrong-dimension: 1") for r in damaged.summary["reasons"])
@@ -232,6 +247,11 @@ def test_canary_go_then_no_go(tmp_path, migration):
     assert verification_signed["run_id"] == verification.summary["run"]["run_id"]  # named by its run
     assert signoff["inputs"]["health_summary"] is None
     assert signoff["approver"] == "ops@example.com"
+    # the latency-ratio gate is in the strip: off by default, with the measured ratio and its unit
+    ratio = re.search(r"<tr class='mw-gate mw-(\w+)'><td>p95 vs legacy</td>(.*?)</tr>", page)
+    assert ratio is not None and ratio.group(1) == "off", page[:2000]
+    observed, threshold = re.findall(r"<td>(.*?)</td>", ratio.group(2))[1:3]
+    assert observed.endswith("x legacy p95") and float(observed.split()[0]) > 0 and threshold == "off"
     slow = run_report("canary_signoff", {**base, "max_p95_ms": 0.001, "require_inputs": "true"}, tmp_path)
     assert slow.verdict == "NO-GO" and slow.exit_code == 1
     failed = {g["gate"] for g in slow.summary["gates"] if g["status"] == "FAIL"}

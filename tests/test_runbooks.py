@@ -325,6 +325,17 @@ def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, w
     assert "runbook-walk@example.com" in html and "crossUser" in html  # approver and the per-metric table
     stack = json.loads((ops / "stack-canary.json").read_text())
     assert stack["ok"] if "ok" in stack else stack["verdict"] in ("ok", "PASS"), stack
+    page = json.loads((ops / "rollout-page.json").read_text())  # the rollout page of step 8
+    assert [(s["name"], s["verdict"]) for s in page["stages"]] == [
+        ("verification", "PASS"),
+        ("1 %", "NOT JUDGED"),
+        ("10 %", "INCONCLUSIVE"),
+        ("100 %", "GO"),
+    ]
+    assert [s["sample_rate"] for s in page["stages"][1:]] == [0.01, 0.1, 1.0]
+    rollout_html = (ops / "reports" / "rollout.html").read_text()
+    for artifact in ("shadow-100pct.jsonl", "judge-10pct.json", "canary_signoff.html", "summary.json"):
+        assert artifact in rollout_html, artifact
     flipped = json.loads((ops / "canary-after-flip.json").read_text())
     assert flipped["ok"], flipped
     assert "password" not in (ops / "serve.log").read_text().lower()

@@ -297,6 +297,19 @@ class Certificate:
         """Every failed gate's reasons, each prefixed by its gate (what a rollout's judge names)."""
         return [f"{gate}: {reason}" for gate, found in self.gates.items() for reason in found]
 
+    def input_fingerprint(self) -> dict[str, Any]:
+        """What this verification read, for comparing it with a later one: the source, the table,
+        each side's row count and table checksum (a run on other rows is not comparable)."""
+        r = self.rows
+        return {
+            "source": self.source,
+            "table": self.table,
+            "source_rows": r.source_rows,
+            "dest_rows": r.dest_rows,
+            "source_checksum": r.source_checksum,
+            "dest_checksum": r.dest_checksum,
+        }
+
     def summary(self) -> dict[str, Any]:
         """``summary.json``: the verdict, its reasons and everything measured, with a ``digest`` (the
         SHA-256 of the rest, timings left out) a sign-off can reference."""
@@ -360,6 +373,7 @@ class Certificate:
             },
             "retrieval": self.retrieval.to_dict() if self.retrieval else None,
             "preserved": self.preserved.to_dict() if self.preserved else None,
+            "input_fingerprint": self.input_fingerprint(),
             "recall_per_bucket": {
                 name: round(b.recall, 4)
                 for name, b in (self.retrieval.buckets.items() if self.retrieval else [])

@@ -18,8 +18,10 @@ failures.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -80,6 +82,10 @@ class RowsReport:
     notes: list[str] = field(default_factory=list)
     buckets_compared: int = 0
     round_trips: int = 0
+    #: each side's table checksum: the SHA-256 of its per-user checksums (the input fingerprint a
+    #: later verification is compared by: equal checksums, the same rows field for field)
+    source_checksum: str = ""
+    dest_checksum: str = ""
 
     def by_kind(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
@@ -90,6 +96,12 @@ class RowsReport:
     @property
     def bad_users(self) -> list[str]:
         return sorted(u for u, t in self.users.items() if not t.ok)
+
+
+def table_checksum(per_user: Mapping[str, Checksum]) -> str:
+    """One side's whole-table checksum from its per-user checksums (order-free, users sorted)."""
+    canonical = json.dumps(sorted((str(u), list(c)) for u, c in per_user.items()), separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _both(first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
@@ -145,6 +157,7 @@ def compare_rows(
     s_users, d_users = _both(lambda: source.checksums(Bucket()), lambda: dest.checksums(Bucket()))
     report.source_rows = sum(c[0] for c in s_users.values())
     report.dest_rows = sum(c[0] for c in d_users.values())
+    report.source_checksum, report.dest_checksum = table_checksum(s_users), table_checksum(d_users)
     report.dest_unkeyed = dest.unkeyed()
     missing: dict[str, str] = {}  # key -> user (source side)
     extra: dict[str, str] = {}  # key -> user (destination side)

@@ -1,4 +1,4 @@
-"""CLI group ``report NAME|index|list`` -- parse, call memwork, print, exit."""
+"""CLI group ``report NAME|index|list|rollout`` -- parse, call memwork, print, exit."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from memwork.errors import ReportExecutionError
 
 
 class _ReportGroup(click.Group):
-    """``memwork report NAME`` runs report NAME; ``index`` and ``list`` are subcommands."""
+    """``memwork report NAME`` runs report NAME; ``index``, ``list`` and ``rollout`` are subcommands."""
 
     def resolve_command(
         self, ctx: click.Context, args: list[str]
@@ -23,13 +23,14 @@ class _ReportGroup(click.Group):
 
 @click.group("report", cls=_ReportGroup)
 def report() -> None:
-    """Run a report notebook, list the reports, or rebuild reports/index.html.
+    """Run a report notebook, list the reports, rebuild reports/index.html or the rollout page.
 
     \b
     Examples:
         memwork report health_report -p store sqlite:///memory.db -p scope alice
         memwork report backfill_verification -p k 10 --out reports/
         memwork report index
+        memwork report rollout --from .
     """
 
 
@@ -111,6 +112,38 @@ def list_cmd(as_json: bool) -> None:
         click.echo(name)
         for p in params:
             click.echo(f"  {p['name']}: {p['type']} = {p['default']!r}  {p['help']}")
+
+
+@report.command("rollout")
+@click.option(
+    "--from",
+    "folder",
+    type=click.Path(file_okay=False),
+    default=".",
+    show_default=True,
+    help="The folder holding the rollout runbook's artifacts (shadow-*pct.jsonl, judge-*pct.json, ...).",
+)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None, help="Reports folder.")
+@json_option
+def rollout_cmd(folder: str, out_dir: str | None, as_json: bool) -> None:
+    """Write reports/rollout.html: each stage of a staged rollout (1 % -> 10 % -> 100 %) with its
+    sample rate, verdict, reasons and links to its artifacts, read from the files the rollout
+    runbook names. Nothing is judged again; exit 0 whatever the verdicts (the judge's exit was
+    the decision), 2 when the folder holds no shadow log.
+
+    \b
+    Example:
+        memwork report rollout --from . --json
+    """
+    from memwork.reports.rollout_page import build_rollout_page
+
+    page, rollout = build_rollout_page(folder, out_dir)
+    if as_json:
+        emit_json({"page": str(page), **rollout.to_dict()})
+        return
+    for stage in rollout.stages:
+        click.echo(f"{stage.name}: {stage.verdict}")
+    click.echo(str(page))
 
 
 commands = [report]

@@ -115,17 +115,21 @@ class Table:
         limit: int | None = None,
         align_numbers: bool = True,
         csv: str = "",
+        full: Any = None,
     ) -> None:
         import pandas as pd
 
         frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
-        self.total = len(frame)
+        # ``full``: the whole table, when ``rows`` were cut before (e.g. the first pairs with their
+        # word diffs): the count and the CSV are the whole table's
+        whole = frame if full is None else full if isinstance(full, pd.DataFrame) else pd.DataFrame(full)
+        self.total = max(len(whole), len(frame))
         self.frame = frame.head(limit) if limit is not None else frame
         self.empty = empty
         self.html_columns = set(html_columns)
         self.align_numbers = align_numbers
         #: the whole table as CSV beside the report (written only when the table is cut)
-        self.csv_path = write_full_csv(frame, csv) if self.total > len(self.frame) else None
+        self.csv_path = write_full_csv(whole, csv) if self.total > len(self.frame) else None
 
     def _cell(self, column: str, value: Any) -> str:
         if column in self.html_columns:
@@ -181,9 +185,10 @@ def table(
     html_columns: tuple[str, ...] = (),
     limit: int | None = None,
     csv: str = "",
+    full: Any = None,
 ) -> Table:
     """``rows`` (DataFrame, list of dicts) as a readable :class:`Table` for a notebook cell."""
-    return Table(rows, empty=empty, html_columns=html_columns, limit=limit, csv=csv)
+    return Table(rows, empty=empty, html_columns=html_columns, limit=limit, csv=csv, full=full)
 
 
 _CSV_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")

@@ -149,7 +149,29 @@ _STATE_OF: dict[str, State] = {
     "SKIP": "nodata",
     "NODATA": "nodata",
     "MARGINAL": "nodata",
+    "OFF": "off",
 }
+
+
+def _status_row(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The in-process canary's ``{gate, status, detail}`` row as a gate; a numeric one (it carries
+    ``comparison``) keeps its observed value, threshold, origin and unit, the detail as ``why``."""
+    status = str(raw.get("status", "")).upper()
+    state = _STATE_OF.get(status, "nodata") if status else "nodata"
+    name, detail = str(raw.get("gate", "?")), str(raw.get("detail", ""))
+    if raw.get("comparison") in COMPARISONS:
+        origin: Origin = "set" if raw.get("origin") == "set" else "default"
+        return Gate(
+            name, state, _scalar(raw.get("observed")), _scalar(raw.get("threshold")),
+            str(raw["comparison"]), origin, str(raw.get("unit") or ""), detail,
+        ).to_dict()  # fmt: skip
+    return Gate(
+        name, state, observed=detail or None, why="input not given" if status == "SKIP" else ""
+    ).to_dict()
+
+
+def _scalar(value: Any) -> float | int | str | None:
+    return value if isinstance(value, (int, float, str)) and not isinstance(value, bool) else None
 
 
 def gates_of(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -163,15 +185,7 @@ def gates_of(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         if "state" in raw:
             rows.append({**Gate(str(raw.get("name", "?")), "off").to_dict(), **dict(raw)})
             continue
-        status = str(raw.get("status", "")).upper()
-        rows.append(
-            Gate(
-                str(raw.get("gate", "?")),
-                _STATE_OF.get(status, "nodata") if status else "nodata",
-                observed=str(raw.get("detail", "")) or None,
-                why="input not given" if status == "SKIP" else "",
-            ).to_dict()
-        )
+        rows.append(_status_row(raw))
     for m in summary.get("metrics") or []:
         if not isinstance(m, Mapping):
             continue

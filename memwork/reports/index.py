@@ -210,13 +210,22 @@ table {{border-collapse: collapse; margin: 6px 0 10px 0;}} td, th {{border-botto
 .group h2 {{font-size: 18px; margin: 8px 0 0 0;}} .muted {{color: #6e7781;}} .num {{text-align: right;}}
 </style></head><body>
 <h1>memwork reports</h1><p>{len(rows)} run(s) in {len(groups)} group(s) (report × what it looked at),
-in {html.escape(str(root))}. A trend and a delta are drawn only across comparable runs: same parameters,
+in {html.escape(str(root))}.{_rollout_link(root)} A trend and a delta are drawn only across comparable runs: same parameters,
 memwork version, embedder and inputs.</p>
 {sections}{_skipped_block(skipped)}</body></html>
 """
     path = root / INDEX_FILE
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def _rollout_link(root: Path) -> str:
+    """A link to the rollout page when one was built in this folder (``memwork report rollout``)."""
+    from memwork.reports.rollout_page import ROLLOUT_PAGE
+
+    if not (root / ROLLOUT_PAGE).is_file():
+        return ""
+    return f" The staged rollout: <a href='{ROLLOUT_PAGE}'>{ROLLOUT_PAGE}</a>."
 
 
 def _skipped_block(skipped: list[dict[str, str]]) -> str:

@@ -14,6 +14,7 @@ Without database URLs the ``canary_signoff`` report gates a sample migration its
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -47,14 +48,30 @@ SAMPLE_SEED = 0
 
 @dataclass
 class Gate:
-    """One row of the gate table."""
+    """One row of the gate table. A numeric gate also carries its observed value, threshold,
+    comparison, unit and whether the threshold is the default or was ``set`` (the report's gate
+    strip shows them); ``OFF`` is a gate switched off by its threshold (never a reason)."""
 
     name: str
-    status: str  # PASS, FAIL or SKIP
+    status: str  # PASS, FAIL, SKIP or OFF
     detail: str
+    observed: float | None = None
+    threshold: float | None = None
+    comparison: str = ""
+    origin: str = ""
+    unit: str = ""
 
-    def to_dict(self) -> dict[str, str]:
-        return {"gate": self.name, "status": self.status, "detail": self.detail}
+    def to_dict(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"gate": self.name, "status": self.status, "detail": self.detail}
+        if self.comparison:
+            row |= {
+                "observed": self.observed,
+                "threshold": self.threshold,
+                "comparison": self.comparison,
+                "origin": self.origin,
+                "unit": self.unit,
+            }
+        return row
 
 
 @dataclass
@@ -310,17 +327,15 @@ def _latency_gates(
     table = result.latency_table()
     target, legacy = table.get("target", {}), table.get("legacy", {})
     p95 = target.get("p95", float("nan"))
+    changed = options.changed()
     result.gates.append(
         Gate("target p95 latency", "PASS" if p95 <= options.max_p95_ms else "FAIL",
              f"p50 {target.get('p50')} ms, p95 {p95} ms (limit {options.max_p95_ms} ms); "
-             f"legacy p50 {legacy.get('p50')} ms, p95 {legacy.get('p95')} ms")
+             f"legacy p50 {legacy.get('p50')} ms, p95 {legacy.get('p95')} ms",
+             p95 if math.isfinite(p95) else None, float(options.max_p95_ms), "<=",
+             _origin("max_p95_ms", changed), "ms")
     )  # fmt: skip
-    if options.max_p95_ratio > 0:
-        ratio = p95 / legacy["p95"] if legacy.get("p95") else float("inf")
-        result.gates.append(
-            Gate("p95 vs legacy", "PASS" if ratio <= options.max_p95_ratio else "FAIL",
-                 f"{ratio:.2f}x legacy (limit {options.max_p95_ratio}x)")
-        )  # fmt: skip
+    result.gates.append(p95_ratio_gate(p95, legacy.get("p95"), options))
     errors = result.errors.get("target", 0)
     result.gates.append(
         Gate("errors", "PASS" if errors <= options.max_errors else "FAIL",
@@ -333,6 +348,25 @@ def _latency_gates(
         Gate("answered by target", "PASS" if answered == len(sources) and sources else "FAIL",
              f"{answered}/{len(sources)} resolves answered by {options.expected_selected}")
     )  # fmt: skip
+
+
+def _origin(name: str, changed: Mapping[str, Any]) -> str:
+    return "set" if name in changed else "default"
+
+
+def p95_ratio_gate(target_p95: float, legacy_p95: float | None, options: SignoffParameters) -> Gate:
+    """Target p95 over legacy p95 against ``max_p95_ratio``: always a row, ``OFF`` at 0 (the
+    default) with the ratio still shown, so a GO says it did not bound the slowdown."""
+    ratio = round(target_p95 / legacy_p95, 3) if legacy_p95 and math.isfinite(target_p95) else None
+    limit = float(options.max_p95_ratio)
+    origin = _origin("max_p95_ratio", options.changed())
+    shown = "no p95 to compare" if ratio is None else f"{ratio:.2f}x legacy"
+    if limit <= 0:
+        return Gate("p95 vs legacy", "OFF", f"{shown}; off (max_p95_ratio 0)",
+                    ratio, None, "<=", origin, "x legacy p95")  # fmt: skip
+    ok = ratio is not None and ratio <= limit
+    return Gate("p95 vs legacy", "PASS" if ok else "FAIL", f"{shown} (limit {limit}x)",
+                ratio, limit, "<=", origin, "x legacy p95")  # fmt: skip
 
 
 def _input_gates(
