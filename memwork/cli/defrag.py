@@ -19,6 +19,7 @@ from memwork.cli.options import (
     stage_progress,
     store_option,
 )
+from memwork.cli.defrag_calibrate import calibrate_command, review_command
 from memwork.defrag.params import Param
 from memwork.defrag.table import ACTIONS, Action
 from memwork.errors import UsageError
@@ -181,5 +182,8 @@ def journal_command(as_json: bool) -> None:
 
     show_runs(scan.runs)
 
+
+defrag.add_command(review_command)
+defrag.add_command(calibrate_command)
 
 commands = [defrag]
