@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memwork.cli import main
-from memwork.defrag.calibrate import calibrate, curve, load_policy, read_labels, stratum_weights
+from memwork.defrag.calibrate import calibrate, load_policy, read_labels, stratum_weights
 from memwork.defrag.findings import Pair, find_duplicates
 from memwork.defrag.review_queue import allocate, build_review_queue, sample_pairs, stratum_of
 from memwork.embed import HashEmbedder
@@ -80,11 +80,11 @@ def test_weighted_estimates_are_unbiased(population: list[Pair]) -> None:
     sim_all = np.array([p.similarity for p in population])
 
     def counts(y: np.ndarray, sim: np.ndarray, w: np.ndarray) -> list[float]:
-        return [
-            float((w * (y & (sim >= t))).sum()) for t in (0.7, 0.85)
-        ] + [float((w * (~y & (sim >= t))).sum()) for t in (0.7, 0.85)] + [
-            float((w * (y & (sim < t))).sum()) for t in (0.7, 0.85)
-        ]
+        return (
+            [float((w * (y & (sim >= t))).sum()) for t in (0.7, 0.85)]
+            + [float((w * (~y & (sim >= t))).sum()) for t in (0.7, 0.85)]
+            + [float((w * (y & (sim < t))).sum()) for t in (0.7, 0.85)]
+        )
 
     expected = np.array(counts(y_all, sim_all, np.ones(len(population))))
     estimates, shares = [], []
@@ -162,7 +162,9 @@ def policy_file(store: str, tmp_path: Path) -> Path:
     assert json.loads(done.output)["rows"] == 150
     labels = label(review, tmp_path / "labels.csv")
     policy = tmp_path / "policy.json"
-    done = run("defrag", "calibrate", "--labels", str(labels), "-o", str(policy), "--target-precision", "0.95")
+    done = run(
+        "defrag", "calibrate", "--labels", str(labels), "-o", str(policy), "--target-precision", "0.95"
+    )
     assert done.exit_code == 0, done.output
     return policy
 
@@ -170,12 +172,16 @@ def policy_file(store: str, tmp_path: Path) -> Path:
 def test_policy_merges_only_from_auto_merge(store: str, policy_file: Path) -> None:
     policy = load_policy(policy_file)
     assert policy.auto_merge is not None
-    found = json.loads(run("defrag", "find-duplicates", "--store", store, "--policy", str(policy_file), "--json").output)
+    found = json.loads(
+        run("defrag", "find-duplicates", "--store", store, "--policy", str(policy_file), "--json").output
+    )
     decisions = {p["decision"] for p in found["pairs"]}
     assert decisions <= {"merge", "review"} and found["summary"]["auto_merge_pairs"] > 0
     for pair in found["pairs"]:
         assert (pair["policy_score"] >= policy.auto_merge) == (pair["decision"] == "merge")
-    merge = json.loads(run("defrag", "merge-duplicates", "--store", store, "--policy", str(policy_file), "--json").output)
+    merge = json.loads(
+        run("defrag", "merge-duplicates", "--store", store, "--policy", str(policy_file), "--json").output
+    )
     mergeable = {(p["scope"], p["path_a"]) for p in merge["pairs"] if p["decision"] == "merge"}
     mergeable |= {(p["scope"], p["path_b"]) for p in merge["pairs"] if p["decision"] == "merge"}
     merged = {(op["scope"], op["path"]) for op in merge["operations"] if op["op"] == "merge"}
@@ -206,7 +212,9 @@ def test_policy_for_another_model_is_refused(store: str, policy_file: Path) -> N
         ("text_similarity", "1.5", "labels row 3 text_similarity='1.5'"),
     ],
 )
-def test_bad_label_row_is_refused(tmp_path: Path, entries: list[Entry], column: str, value: str, needle: str) -> None:
+def test_bad_label_row_is_refused(
+    tmp_path: Path, entries: list[Entry], column: str, value: str, needle: str
+) -> None:
     queue = build_review_queue(entries, tmp_path / "review.csv", size=20)
     labels = label(queue.output, tmp_path / "labels.csv")
     rows = list(csv.DictReader(labels.open(encoding="utf-8")))
@@ -235,6 +243,12 @@ def test_labelled_queue_is_an_approved_file(store: str, tmp_path: Path) -> None:
     labels = label(review, tmp_path / "labels.csv")
     result = run("defrag", "merge-duplicates", "--store", store, "--approved", str(labels), "--json")
     assert result.exit_code == 0, result.output
-    dup = {(r["scope"], r["path_a"], r["path_b"]) for r in csv.DictReader(labels.open()) if r["decision"] == "duplicate"}
-    merged = {(op["scope"], op["path"]) for op in json.loads(result.output)["operations"] if op["op"] == "merge"}
+    dup = {
+        (r["scope"], r["path_a"], r["path_b"])
+        for r in csv.DictReader(labels.open())
+        if r["decision"] == "duplicate"
+    }
+    merged = {
+        (op["scope"], op["path"]) for op in json.loads(result.output)["operations"] if op["op"] == "merge"
+    }
     assert merged <= {(s, a) for s, a, _ in dup} | {(s, b) for s, _, b in dup}

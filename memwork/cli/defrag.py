@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from memwork.cli.defrag_calibrate import calibrate_command, review_command
 from memwork.cli.options import (
     apply_option,
     emit_json,
@@ -19,7 +20,6 @@ from memwork.cli.options import (
     stage_progress,
     store_option,
 )
-from memwork.cli.defrag_calibrate import calibrate_command, review_command
 from memwork.defrag.params import Param
 from memwork.defrag.table import ACTIONS, Action
 from memwork.errors import UsageError

@@ -14,7 +14,11 @@ from memwork.cli.options import emit_json, json_option, scope_option, stage_prog
 @click.option("--size", type=int, default=200, show_default=True, help="Pairs in the review file.")
 @click.option("--floor", type=float, default=0.5, show_default=True, help="Lowest similarity sampled, 0..1.")
 @click.option(
-    "--similarity-threshold", type=float, default=0.85, show_default=True, help="The threshold the strata are around."
+    "--similarity-threshold",
+    type=float,
+    default=0.85,
+    show_default=True,
+    help="The threshold the strata are around.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random sample.")
 @click.option("-o", "--output", default="review.csv", show_default=True, help="The review CSV to write.")
@@ -66,7 +70,11 @@ def review_command(
 @click.option("--labels", "labels", required=True, help="A labelled review CSV (defrag review).")
 @click.option("-o", "--output", default="policy.json", show_default=True, help="The policy JSON to write.")
 @click.option(
-    "--target-precision", type=float, default=0.99, show_default=True, help="Estimated precision of auto_merge."
+    "--target-precision",
+    type=float,
+    default=0.99,
+    show_default=True,
+    help="Estimated precision of auto_merge.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap intervals.")
 @json_option
@@ -91,7 +99,9 @@ def calibrate_command(labels: str, output: str, target_precision: float, seed: i
         return
     policy = result.policy
     auto = "none (nothing merges automatically)" if policy.auto_merge is None else f"{policy.auto_merge:.2f}"
-    click.echo(f"Wrote {output}: auto_merge {auto}, review {policy.review:.2f} (model {policy.embedding_model}).")
+    click.echo(
+        f"Wrote {output}: auto_merge {auto}, review {policy.review:.2f} (model {policy.embedding_model})."
+    )
     for name, est in policy.report["estimates"].items():
         at = est["auto_merge"]
         if at is None:

@@ -83,7 +83,9 @@ def _bad(rowno: int, field: str, raw: object, problem: str) -> UsageError:
     return UsageError(f"labels row {rowno} {field}", raw, problem)
 
 
-def _number(rowno: int, field: str, raw: str | None, low: float, high: float, *, empty: bool = False) -> float:
+def _number(
+    rowno: int, field: str, raw: str | None, low: float, high: float, *, empty: bool = False
+) -> float:
     text = (raw or "").strip()
     if not text and empty:
         return math.nan
@@ -106,7 +108,9 @@ def read_labels(path: str | Path) -> Labels:
     try:
         return _read_labels(path)
     except UnicodeDecodeError as exc:
-        raise UsageError("labels", str(path), f"not UTF-8 text (byte {exc.start}): not a review CSV") from None
+        raise UsageError(
+            "labels", str(path), f"not UTF-8 text (byte {exc.start}): not a review CSV"
+        ) from None
     except csv.Error as exc:
         raise UsageError("labels", str(path), f"not a review CSV ({exc})") from None
 
@@ -141,7 +145,9 @@ def _read_labels(path: Path) -> Labels:
     if not cols["y"]:
         raise UsageError("labels", str(path), "has no rows")
     if len(models) > 1:
-        raise UsageError("labels", str(path), f"rows of several embedding models: {', '.join(sorted(models))}")
+        raise UsageError(
+            "labels", str(path), f"rows of several embedding models: {', '.join(sorted(models))}"
+        )
     return Labels(
         path=path,
         sha256=sha256_file(path),
@@ -168,7 +174,9 @@ def stratum_weights(labels: Labels) -> np.ndarray:
 
 
 # ---- weighted curves ---------------------------------------------------------------------------------
-def curve(score: np.ndarray, y: np.ndarray, weight: np.ndarray, grid: np.ndarray = GRID) -> dict[str, np.ndarray]:
+def curve(
+    score: np.ndarray, y: np.ndarray, weight: np.ndarray, grid: np.ndarray = GRID
+) -> dict[str, np.ndarray]:
     """Weighted precision, recall and F1 of ``score >= t`` for each ``t`` of ``grid`` (NaN where
     undefined). ``weight`` may be a matrix (one row per bootstrap sample): then so are the results."""
     pred = (np.nan_to_num(score, nan=-np.inf)[None, :] >= grid[:, None]).astype(np.float64)
@@ -316,7 +324,11 @@ def _auto_merge(precision: np.ndarray, target: float) -> float | None:
 def _review(recall: np.ndarray, auto_merge: float | None) -> float:
     """The highest threshold (not above ``auto_merge``) keeping :data:`REVIEW_RECALL` estimated recall."""
     top = 1.0 if auto_merge is None else auto_merge
-    ok = [float(t) for t, r in zip(GRID, recall, strict=True) if t <= top and not math.isnan(r) and r >= REVIEW_RECALL]
+    ok = [
+        float(t)
+        for t, r in zip(GRID, recall, strict=True)
+        if t <= top and not math.isnan(r) and r >= REVIEW_RECALL
+    ]
     return max(ok) if ok else 0.0
 
 
@@ -367,7 +379,12 @@ def calibrate(
     weight = stratum_weights(labels)
     coef, intercept = _fit(labels, weight)
     combined = _sigmoid(features(labels.text, labels.semantic) @ np.array(coef) + intercept)
-    scores = {"text": labels.text, "semantic": labels.semantic, "similarity": labels.similarity, "combined": combined}
+    scores = {
+        "text": labels.text,
+        "semantic": labels.semantic,
+        "similarity": labels.similarity,
+        "combined": combined,
+    }
     boot_w = bootstrap_weights(labels, weight, samples, seed)
     curves: dict[str, dict[str, list[float | None]]] = {"threshold": {"grid": [float(t) for t in GRID]}}
     signals: dict[str, Any] = {}
