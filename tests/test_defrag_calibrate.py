@@ -135,6 +135,7 @@ def test_calibrate_weights_and_policy(entries: list[Entry], tmp_path: Path) -> N
     result = calibrate(labels_path, target_precision=0.95)
     policy = result.policy
     assert policy.embedding_model == "hash-384" and len(policy.labels_sha256) == 64
+    assert policy.floor == 0.5
     assert policy.auto_merge is None or policy.review <= policy.auto_merge
     at = policy.report["estimates"]["combined"]["auto_merge"]
     assert at is None or at["precision"] >= 0.95

@@ -12,8 +12,8 @@ resampling labelled pairs within each stratum (the combination's coefficients ar
 Recall is of the duplicates at or above the floor: pairs below it were never candidates.
 
 The :class:`Policy` has two thresholds on the combined score: ``auto_merge``, the lowest threshold
-from which every estimated precision reaches the target, and ``review`` (below it, down to where
-the estimated recall is still :data:`REVIEW_RECALL`): pairs in between go to a person, never merged
+from which every estimated precision reaches the target, and ``review``, the threshold of the best
+estimated F1 (capped at ``auto_merge``): pairs in between go to a person, never merged
 automatically. It records the embedding model of the labelled store and the label file's SHA-256;
 a policy is refused on a store whose vectors another model made (:func:`check_model`).
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -41,8 +42,6 @@ from memwork.workspace import sha256_file
 
 POLICY_VERSION = 1
 DEFAULT_TARGET_PRECISION = 0.99
-#: the ``review`` threshold keeps at least this estimated recall (when ``auto_merge`` is above it)
-REVIEW_RECALL = 0.95
 BOOTSTRAP_SAMPLES = 400
 #: the thresholds the curves are computed at
 GRID = np.round(np.linspace(0.0, 1.0, 101), 2)
@@ -159,6 +158,16 @@ def _read_labels(path: Path) -> Labels:
         strata=cols["strata"],
         embedding_model=models.pop(),
     )
+
+
+_BELOW = re.compile(r"below:([01](?:\.\d+)?)-")
+
+
+def queue_floor(labels: Labels) -> float:
+    """The floor the queue was sampled from: the lowest ``below:LO-HI`` stratum's LO (or the lowest
+    similarity labelled, when no pair fell below the threshold band)."""
+    lows = [float(m.group(1)) for name in labels.strata if (m := _BELOW.match(name))]
+    return float(min([*lows, float(np.min(labels.similarity))]))
 
 
 def stratum_weights(labels: Labels) -> np.ndarray:
@@ -321,15 +330,13 @@ def _auto_merge(precision: np.ndarray, target: float) -> float | None:
     return chosen
 
 
-def _review(recall: np.ndarray, auto_merge: float | None) -> float:
-    """The highest threshold (not above ``auto_merge``) keeping :data:`REVIEW_RECALL` estimated recall."""
-    top = 1.0 if auto_merge is None else auto_merge
-    ok = [
-        float(t)
-        for t, r in zip(GRID, recall, strict=True)
-        if t <= top and not math.isnan(r) and r >= REVIEW_RECALL
-    ]
-    return max(ok) if ok else 0.0
+def _review(f1: np.ndarray, auto_merge: float | None) -> float | None:
+    """The threshold of the best estimated F1, capped at ``auto_merge``: from there up to
+    ``auto_merge`` a pair is more likely a duplicate than the rule is wrong, but not safely so."""
+    if not np.isfinite(f1).any():
+        return auto_merge
+    best = float(GRID[int(np.nanargmax(f1))])
+    return best if auto_merge is None else min(best, auto_merge)
 
 
 def _at(curves: dict[str, np.ndarray], boot: dict[str, np.ndarray], t: float | None) -> dict[str, Any] | None:
@@ -373,6 +380,8 @@ def calibrate(
 ) -> Calibration:
     """Weighted precision / recall / F1 curves and a two-threshold policy from a label file."""
     target = unit("target_precision", target_precision)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UsageError("seed", seed, "must be a whole number >= 0")
     labels = read_labels(labels_path)
     if not ((labels.y == 1).any() and (labels.y == 0).any()):
         raise UsageError("labels", str(labels_path), "need at least one duplicate and one distinct label")
@@ -392,11 +401,10 @@ def calibrate(
         point, boot = curve(score, labels.y, weight), curve(score, labels.y, boot_w)
         curves[name] = {k: [_round(v) for v in point[k]] for k in ("precision", "recall", "f1")}
         auto = _auto_merge(point["precision"], target)
-        best = int(np.nanargmax(point["f1"])) if np.isfinite(point["f1"]).any() else None
         signals[name] = {
             "auto_merge": _at(point, boot, auto),
-            "review": _at(point, boot, _review(point["recall"], auto)),
-            "best_f1": _at(point, boot, None if best is None else float(GRID[best])),
+            "review": _at(point, boot, _review(point["f1"], auto)),
+            "best_f1": _at(point, boot, _review(point["f1"], None)),
             "default_0.85": _at(point, boot, 0.85) if name == "similarity" else None,
         }
     strata_all = set(labels.strata)
@@ -407,8 +415,8 @@ def calibrate(
         coef=coef,
         intercept=intercept,
         auto_merge=None if comb["auto_merge"] is None else comb["auto_merge"]["threshold"],
-        review=comb["review"]["threshold"],
-        floor=float(np.min(labels.similarity)),
+        review=comb["review"]["threshold"] if comb["review"] is not None else 1.0,
+        floor=queue_floor(labels),
         target_precision=target,
         labels_sha256=labels.sha256,
         report={

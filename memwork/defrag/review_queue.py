@@ -239,8 +239,8 @@ def build_review_queue(
     output = Path(output)
     if not output.parent.is_dir():
         raise UsageError("output", str(output), "no such folder")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise UsageError("seed", seed, "must be a whole number")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UsageError("seed", seed, "must be a whole number >= 0")
     floor = unit("floor", floor)
     threshold = unit("similarity_threshold", threshold)
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
