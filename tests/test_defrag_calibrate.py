@@ -253,3 +253,35 @@ def test_labelled_queue_is_an_approved_file(store: str, tmp_path: Path) -> None:
         (op["scope"], op["path"]) for op in json.loads(result.output)["operations"] if op["op"] == "merge"
     }
     assert merged <= {(s, a) for s, a, _ in dup} | {(s, b) for s, _, b in dup}
+
+
+def test_policy_merge_applies_and_undoes(store: str, policy_file: Path) -> None:
+    with open_store(store) as s:
+        before = {e.key: e.to_record() for e in s.all_entries()}
+    done = run(
+        "defrag", "merge-duplicates", "--store", store, "--policy", str(policy_file), "--apply", "--json"
+    )
+    assert done.exit_code == 0, done.output
+    applied = json.loads(done.output)
+    assert applied["applied"] and applied["summary"]["auto_merge_pairs"] > 0
+    shown = run("defrag", "find-duplicates", "--store", store, "--policy", str(policy_file))
+    assert shown.exit_code == 0 and "policy" in shown.output
+    assert run("defrag", "undo", applied["run_id"], "--store", store).exit_code == 0
+    with open_store(store) as s:
+        assert {e.key: e.to_record() for e in s.all_entries()} == before
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--floor", "2"], "floor=2.0"),
+        (["--floor", "0.9"], "must not exceed the threshold"),
+        (["--size", "0"], "size=0"),
+        (["--seed", "-1"], "seed=-1"),
+    ],
+)
+def test_bad_review_options_write_nothing(store: str, tmp_path: Path, args: list[str], needle: str) -> None:
+    out = tmp_path / "review.csv"
+    result = run("defrag", "review", "--store", store, "-o", str(out), *args)
+    assert result.exit_code == 2 and needle in result.output
+    assert not out.exists()

@@ -455,7 +455,8 @@ def find_policy_pairs(
     entries: Sequence[Entry], policy: Policy, *, progress: Progress | None = None
 ) -> list[Pair]:
     """The pairs ``policy`` sends to merge or review: every same-scope pair at or above its floor
-    (the population it was calibrated on), scored, kept from ``review`` up, highest score first.
+    (the population it was calibrated on), scored, kept from ``review`` up, highest score first;
+    ``matched_by`` is empty (no single threshold fired: the policy's score decided).
     A store whose vectors another model made is refused first (:func:`check_model`)."""
     check_model(policy, entries)
     found = find_duplicates(entries, policy.floor, progress=progress)
@@ -464,7 +465,7 @@ def find_policy_pairs(
     semantic = np.array([math.nan if p.semantic_similarity is None else p.semantic_similarity for p in found])
     scores = policy.scores(np.array([p.text_similarity for p in found]), semantic)
     kept = [
-        replace(pair, policy_score=float(score), decision=policy.decide(float(score)))
+        replace(pair, policy_score=float(score), decision=policy.decide(float(score)), matched_by=())
         for pair, score in zip(found, scores, strict=True)
     ]
     kept = [pair for pair in kept if pair.decision != "distinct"]
