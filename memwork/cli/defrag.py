@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from memwork.cli.defrag_calibrate import calibrate_command, review_command
 from memwork.cli.options import (
     apply_option,
     emit_json,
@@ -181,5 +182,8 @@ def journal_command(as_json: bool) -> None:
 
     show_runs(scan.runs)
 
+
+defrag.add_command(review_command)
+defrag.add_command(calibrate_command)
 
 commands = [defrag]

@@ -64,7 +64,9 @@ def show_result(result: ActionResult) -> None:
                 f"{p.similarity:.3f}",
                 f"{p.text_similarity:.3f}",
                 p.semantic_text(),
-                " + ".join(p.matched_by),
+                f"policy {p.decision} ({p.policy_score or 0:.3f})"
+                if p.decision
+                else " + ".join(p.matched_by),
                 p.link_status or "",
             )
         console.print(table)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from memwork.defrag.actions import ActionResult, run_action
 from memwork.defrag.apply import Change, compute_changes, execute
+from memwork.defrag.calibrate import Calibration, Policy, calibrate, load_policy, write_policy
 from memwork.defrag.findings import (
     EntryReport,
     Pair,
@@ -34,6 +35,7 @@ from memwork.defrag.planners import (
     plan_merge_duplicates,
 )
 from memwork.defrag.review import read_approved_pairs, write_review_csv
+from memwork.defrag.review_queue import ReviewQueue, build_review_queue
 from memwork.defrag.scores import HEALTH_BANDS, Health, health, health_band, quality_issues, quality_score
 from memwork.defrag.table import (
     ACTIONS,
@@ -52,6 +54,7 @@ __all__ = [
     "STRATEGIES",
     "Action",
     "ActionResult",
+    "Calibration",
     "Change",
     "EntryReport",
     "Health",
@@ -60,7 +63,11 @@ __all__ = [
     "Param",
     "Plan",
     "Planned",
+    "Policy",
+    "ReviewQueue",
     "analyze",
+    "build_review_queue",
+    "calibrate",
     "compute_changes",
     "execute",
     "find_archival_candidates",
@@ -70,6 +77,7 @@ __all__ = [
     "health",
     "health_band",
     "list_runs",
+    "load_policy",
     "lookup",
     "merge_entries",
     "normalize_action",
@@ -86,5 +94,6 @@ __all__ = [
     "undo",
     "union_metadata",
     "validate_params",
+    "write_policy",
     "write_review_csv",
 ]

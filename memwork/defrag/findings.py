@@ -39,6 +39,9 @@ class Pair:
     matched_by: tuple[str, ...] = ()
     #: a vector of the pair is out of its model's range, so no cosine was computed
     out_of_range: bool = False
+    #: with a calibrated policy: its combined score, and ``merge`` / ``review`` / ``distinct``
+    policy_score: float | None = None
+    decision: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -55,6 +58,9 @@ class Pair:
         data["out_of_range"] = self.out_of_range
         if self.link_status is not None:
             data["link_status"] = self.link_status
+        if self.decision is not None:
+            data["policy_score"] = None if self.policy_score is None else round(self.policy_score, 6)
+            data["decision"] = self.decision
         return data
 
     def semantic_text(self, digits: int = 3) -> str:

@@ -85,6 +85,16 @@ def review_csv(name: str, value: Any) -> str | None:
     return str(path)
 
 
+def policy_file(name: str, value: Any) -> str | None:
+    """None or the path of a calibrated policy (``defrag calibrate``), read and checked now."""
+    if value is None:
+        return None
+    from memwork.defrag.calibrate import load_policy
+
+    load_policy(value)
+    return str(value)
+
+
 def ordered(low: str, high: str) -> Callable[[dict[str, Any]], None]:
     """A check across parameters: ``low`` must not exceed ``high``."""
 
@@ -112,3 +122,10 @@ STRATEGY = Param(
 )
 CONFIDENCE_FILTER = Param(None, confidence, str, "Only this confidence: high, medium, low.")
 APPROVED = Param(None, review_csv, str, "Review CSV: merge only its approved pairs.")
+POLICY = Param(
+    None,
+    policy_file,
+    str,
+    "Calibrated policy JSON (defrag calibrate): pairs scored by it, replacing --similarity-threshold; "
+    "merges only at or above its auto_merge.",
+)

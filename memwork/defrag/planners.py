@@ -19,6 +19,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from memwork.defrag.calibrate import Policy, find_policy_pairs
 from memwork.defrag.findings import (
     EntryReport,
     Pair,
@@ -138,6 +139,7 @@ def plan_merge_duplicates(
     *,
     approved: Iterable[tuple[str, str, str]] | None = None,
     rejected: Iterable[tuple[str, str, str]] | None = None,
+    policy: Policy | None = None,
     progress: Progress | None = None,
 ) -> Planned:
     """Merge each cluster of duplicates into one survivor (or only the ``approved`` pairs' clusters).
@@ -146,11 +148,22 @@ def plan_merge_duplicates(
     never end up in one group; a cluster holding one is split (module docstring) and its entries in
     ``clusters`` carry ``split_from``, ``rejected`` and ``not_merged``. A split that leaves no group of
     two is reported with ``survivor`` None and nothing merged.
+
+    With a calibrated ``policy`` (:mod:`memwork.defrag.calibrate`) the threshold is unused: the pairs
+    are the policy's, and only those at or above its ``auto_merge`` are merged -- plus the ``approved``
+    ones; pairs in its review band are listed, never merged.
     """
     plan = Plan("merge_duplicates")
     live = by_scope(entries)
     stubs = by_scope(entries, stubs=True)
-    if approved is None:
+    similarity: dict[Pair3, float] = dict(getattr(approved, "similarity", {}))
+    if policy is not None:
+        pairs = find_policy_pairs(entries, policy, progress=progress)
+        merged = [p for p in pairs if p.decision == "merge"]
+        links = [(p.scope, p.path_a, p.path_b) for p in merged] + list(approved or [])
+        for p in merged:
+            similarity.setdefault(pair_key(p.scope, p.path_a, p.path_b), p.policy_score or 0.0)
+    elif approved is None:
         pairs = find_duplicates(entries, similarity_threshold, progress=progress)
         links = [(p.scope, p.path_a, p.path_b) for p in pairs]
     else:
@@ -159,7 +172,6 @@ def plan_merge_duplicates(
     if rejected is None:
         rejected = getattr(approved, "rejected", ())
     refused = {pair_key(*k) for k in rejected}
-    similarity: Mapping[Pair3, float] = getattr(approved, "similarity", {})
     finders: dict[str, _UnionFind] = {}
     for scope, a, b in links:
         finders.setdefault(scope, _UnionFind()).union(a, b)
@@ -198,7 +210,10 @@ def plan_merge_duplicates(
             final = _final_target(stub.path, chain)
             if final is not None and final != direct and final in index and final not in redirects:
                 plan.add(Operation("repoint", scope, stub.path, final))
-    found = out_of_range_summary(entries) if approved is None else {}
+    found = out_of_range_summary(entries) if approved is None or policy is not None else {}
+    if policy is not None:
+        decisions = [p.decision for p in pairs]
+        found |= {"auto_merge_pairs": decisions.count("merge"), "review_pairs": decisions.count("review")}
     return Planned(plan, pairs=pairs, clusters=clusters, summary=found)
 
 

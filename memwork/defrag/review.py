@@ -23,6 +23,8 @@ COLUMNS = ("scope", "path_a", "path_b", "similarity", "decision")
 #: what the review file also shows per pair, for the reviewer (not read back)
 SIGNAL_COLUMNS = ("text_similarity", "semantic_similarity", "matched_by")
 DECISIONS = ("approve", "reject", "")
+#: a labelled review queue (:mod:`memwork.defrag.review_queue`) also counts: its labels, mapped
+LABEL_DECISIONS = {"duplicate": "approve", "distinct": "reject", "unsure": ""}
 
 Pair3 = tuple[str, str, str]
 
@@ -104,9 +106,12 @@ def _read_approved_pairs(path: str | Path, entries: Iterable[Entry], scope: str 
             raise UsageError("approved", str(path), f"missing column(s) {', '.join(missing)}")
         for rowno, row in enumerate(reader, start=2):
             decision = (row.get("decision") or "").strip().lower()
+            decision = LABEL_DECISIONS.get(decision, decision)
             if decision not in DECISIONS:
                 raise UsageError(
-                    f"approved row {rowno} decision", row.get("decision"), "use approve, reject or empty"
+                    f"approved row {rowno} decision",
+                    row.get("decision"),
+                    "use approve, reject or empty (or duplicate, distinct, unsure)",
                 )
             row_scope = (row.get("scope") or "").strip() or "default"
             if scope is not None and row_scope != scope:

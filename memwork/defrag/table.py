@@ -16,6 +16,7 @@ from typing import Any
 
 from memwork.defrag import findings
 from memwork.defrag import params as p
+from memwork.defrag.calibrate import find_policy_pairs, load_policy
 from memwork.defrag.params import Param
 from memwork.defrag.planners import (
     Planned,
@@ -177,8 +178,14 @@ def _analyze(entries: list[Entry], _: dict[str, Any], ctx: Context) -> Found:
 
 
 def _find_duplicates(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
-    pairs = findings.find_duplicates(entries, q["similarity_threshold"], progress=ctx.progress)
-    return Found({"pairs": len(pairs)} | findings.out_of_range_summary(entries), pairs=pairs)
+    if q.get("policy"):
+        pairs = find_policy_pairs(entries, load_policy(q["policy"]), progress=ctx.progress)
+        decisions = {"auto_merge_pairs": sum(p.decision == "merge" for p in pairs)}
+        decisions["review_pairs"] = len(pairs) - decisions["auto_merge_pairs"]
+    else:
+        pairs = findings.find_duplicates(entries, q["similarity_threshold"], progress=ctx.progress)
+        decisions = {}
+    return Found({"pairs": len(pairs)} | decisions | findings.out_of_range_summary(entries), pairs=pairs)
 
 
 def _find_related(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
@@ -205,6 +212,7 @@ def _merge(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
         q["similarity_threshold"],
         q["strategy"],
         approved=ctx.approved,
+        policy=load_policy(q["policy"]) if q.get("policy") else None,
         progress=ctx.progress,
     )
 
@@ -236,8 +244,8 @@ register(
 register(
     Action(
         "find_duplicates",
-        "Pairs with max(Jaccard, cosine) >= --similarity-threshold (default 0.85).",
-        {"similarity_threshold": p.SIMILARITY_THRESHOLD},
+        "Pairs with max(Jaccard, cosine) >= --similarity-threshold (default 0.85), or a policy's pairs.",
+        {"similarity_threshold": p.SIMILARITY_THRESHOLD, "policy": p.POLICY},
         read_only=True,
         find=_find_duplicates,
         lists=("pairs",),
@@ -293,6 +301,7 @@ register(
             "similarity_threshold": p.SIMILARITY_THRESHOLD,
             "strategy": p.STRATEGY,
             "approved": p.APPROVED,
+            "policy": p.POLICY,
         },
         read_only=False,
         plan=_merge,

@@ -1,0 +1,115 @@
+"""``memwork defrag review`` and ``memwork defrag calibrate``: the review queue and the calibrated
+policy (thin: parse, call :mod:`memwork.defrag.review_queue` / :mod:`memwork.defrag.calibrate`, print)."""
+
+from __future__ import annotations
+
+import click
+
+from memwork.cli.options import emit_json, json_option, scope_option, stage_progress, store_option
+
+
+@click.command("review")
+@store_option()
+@scope_option
+@click.option("--size", type=int, default=200, show_default=True, help="Pairs in the review file.")
+@click.option("--floor", type=float, default=0.5, show_default=True, help="Lowest similarity sampled, 0..1.")
+@click.option(
+    "--similarity-threshold",
+    type=float,
+    default=0.85,
+    show_default=True,
+    help="The threshold the strata are around.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random sample.")
+@click.option("-o", "--output", default="review.csv", show_default=True, help="The review CSV to write.")
+@json_option
+def review_command(
+    store_spec: str,
+    scope: str | None,
+    size: int,
+    floor: float,
+    similarity_threshold: float,
+    seed: int,
+    output: str,
+    as_json: bool,
+) -> None:
+    """Write a review queue: a stratified sample of candidate pairs for a person to label.
+
+    Pairs from --floor up (never across scopes), stratified by both signals (text high/semantic low,
+    semantic high/text low, both high, near the threshold, below it), most uncertain first; each row
+    has its stratum and sampling weight. Reviewers write duplicate, distinct or unsure in `decision`,
+    then `memwork defrag calibrate --labels FILE`. Only reads the store.
+
+    \b
+    Example:
+        memwork defrag review --store ./memory --size 200 -o review.csv
+    """
+    from memwork.cli.defrag import _open
+    from memwork.defrag.actions import load_entries
+    from memwork.defrag.review_queue import build_review_queue
+    from memwork.entry import validate_scope
+
+    scope = validate_scope(scope) if scope is not None else None
+    with _open(store_spec) as store, stage_progress(quiet=as_json) as bar:
+        entries = load_entries(store, scope, bar)
+        queue = build_review_queue(
+            entries, output, size=size, floor=floor, threshold=similarity_threshold, seed=seed, progress=bar
+        )
+    if as_json:
+        emit_json(queue.to_dict())
+        return
+    click.echo(
+        f"Wrote {len(queue.rows)} pairs of {queue.population} candidates to {queue.output} "
+        f"(embedding model {queue.embedding_model})."
+    )
+    for name, counts in queue.strata.items():
+        click.echo(f"  {name}: {int(counts['sampled'])} of {int(counts['population'])}")
+
+
+@click.command("calibrate")
+@click.option("--labels", "labels", required=True, help="A labelled review CSV (defrag review).")
+@click.option("-o", "--output", default="policy.json", show_default=True, help="The policy JSON to write.")
+@click.option(
+    "--target-precision",
+    type=float,
+    default=0.99,
+    show_default=True,
+    help="Estimated precision of auto_merge.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap intervals.")
+@json_option
+def calibrate_command(labels: str, output: str, target_precision: float, seed: int, as_json: bool) -> None:
+    """Learn a two-threshold duplicate policy from a labelled review file.
+
+    Precision, recall and F1 against threshold for each signal and a learned combination of both,
+    weighted by the sampling weights (estimates of the whole store) with bootstrap intervals; the
+    policy merges from `auto_merge` (estimated precision >= target) and sends pairs from `review` up
+    to a person. Use it with --policy on find-duplicates, merge-duplicates and full.
+
+    \b
+    Example:
+        memwork defrag calibrate --labels review.csv -o policy.json --target-precision 0.99
+    """
+    from memwork.defrag.calibrate import calibrate, write_policy
+
+    result = calibrate(labels, target_precision=target_precision, seed=seed)
+    write_policy(result, output)
+    if as_json:
+        emit_json(result.to_dict() | {"output": output})
+        return
+    policy = result.policy
+    auto = "none (nothing merges automatically)" if policy.auto_merge is None else f"{policy.auto_merge:.2f}"
+    click.echo(
+        f"Wrote {output}: auto_merge {auto}, review {policy.review:.2f} (model {policy.embedding_model})."
+    )
+    for name, est in policy.report["estimates"].items():
+        at = est["auto_merge"]
+        if at is None:
+            click.echo(f"  {name}: no threshold reaches precision {policy.target_precision}")
+            continue
+        click.echo(
+            f"  {name}: at {at['threshold']:.2f} precision {at['precision']} {at['precision_ci']}, "
+            f"recall {at['recall']} {at['recall_ci']}"
+        )
+    if result.unlabelled_strata:
+        click.echo(f"Warning: no labels in {', '.join(result.unlabelled_strata)}; not estimated.", err=True)

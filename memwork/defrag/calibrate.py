@@ -1,0 +1,472 @@
+"""Labels -> a calibrated duplicate policy: measure the duplicate rule instead of guessing it.
+
+A reviewer labels the rows of a review queue (:mod:`memwork.defrag.review_queue`) ``duplicate``,
+``distinct`` or ``unsure``. :func:`calibrate` turns the labels into precision / recall / F1 against
+threshold for each signal (text, semantic, their max -- the guide's rule) and for a learned
+combination of both (a weighted logistic regression), every figure **weighted by the sampling
+weights**, so it estimates the whole population of candidate pairs (every same-scope pair at or above
+the queue's floor), not the sample. Within a stratum the labelled rows stand for the unlabelled and
+``unsure`` ones (weights scaled by sampled / labelled). Intervals: 95 % percentile bootstrap,
+resampling labelled pairs within each stratum (the combination's coefficients are held fixed).
+
+Recall is of the duplicates at or above the floor: pairs below it were never candidates.
+
+The :class:`Policy` has two thresholds on the combined score: ``auto_merge``, the lowest threshold
+from which every estimated precision reaches the target, and ``review``, the threshold of the best
+estimated F1 (capped at ``auto_merge``): pairs in between go to a person, never merged
+automatically. It records the embedding model of the labelled store and the label file's SHA-256;
+a policy is refused on a store whose vectors another model made (:func:`check_model`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memwork.checks import unit
+from memwork.defrag.findings import Pair, find_duplicates
+from memwork.defrag.review_queue import LABELS, REVIEW_COLUMNS, store_embedding_model
+from memwork.entry import Entry
+from memwork.errors import UsageError
+from memwork.progress import Progress
+from memwork.workspace import sha256_file
+
+POLICY_VERSION = 1
+DEFAULT_TARGET_PRECISION = 0.99
+BOOTSTRAP_SAMPLES = 400
+#: the thresholds the curves are computed at
+GRID = np.round(np.linspace(0.0, 1.0, 101), 2)
+SIGNALS = ("text", "semantic", "similarity", "combined")
+#: the columns a label file must have (``note`` and ``embedding_model`` are optional)
+REQUIRED_COLUMNS = tuple(c for c in REVIEW_COLUMNS if c not in ("note", "embedding_model"))
+
+
+# ---- the label file --------------------------------------------------------------------------------
+@dataclass
+class Labels:
+    """The rows of a label file as arrays; ``y`` is 1 duplicate, 0 distinct, -1 unsure or empty."""
+
+    path: Path
+    sha256: str
+    text: np.ndarray
+    semantic: np.ndarray  # NaN: no cosine
+    similarity: np.ndarray
+    weight: np.ndarray
+    y: np.ndarray
+    strata: list[str]
+    embedding_model: str
+
+    @property
+    def labelled(self) -> np.ndarray:
+        return self.y >= 0
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "rows": len(self.y),
+            "duplicate": int((self.y == 1).sum()),
+            "distinct": int((self.y == 0).sum()),
+            "unsure_or_empty": int((self.y < 0).sum()),
+        }
+
+
+def _bad(rowno: int, field: str, raw: object, problem: str) -> UsageError:
+    return UsageError(f"labels row {rowno} {field}", raw, problem)
+
+
+def _number(
+    rowno: int, field: str, raw: str | None, low: float, high: float, *, empty: bool = False
+) -> float:
+    text = (raw or "").strip()
+    if not text and empty:
+        return math.nan
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or not low <= value <= high:
+        allowed = " or empty" if empty else ""
+        raise _bad(rowno, field, raw, f"must be a number from {low:g} to {high:g}{allowed}")
+    return value
+
+
+def read_labels(path: str | Path) -> Labels:
+    """The label file, every row checked: the first bad one is a usage error naming its row (the
+    header is row 1), field and value."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError("labels", str(path), "no such file")
+    try:
+        return _read_labels(path)
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            "labels", str(path), f"not UTF-8 text (byte {exc.start}): not a review CSV"
+        ) from None
+    except csv.Error as exc:
+        raise UsageError("labels", str(path), f"not a review CSV ({exc})") from None
+
+
+def _read_labels(path: Path) -> Labels:
+    cols: dict[str, list[Any]] = {k: [] for k in ("text", "semantic", "similarity", "weight", "y", "strata")}
+    models: set[str] = set()
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise UsageError("labels", str(path), f"missing column(s) {', '.join(missing)}")
+        for rowno, row in enumerate(reader, start=2):
+            for name in ("scope", "path_a", "path_b", "stratum"):
+                if not (row.get(name) or "").strip():
+                    raise _bad(rowno, name, row.get(name), "must not be empty")
+            decision = (row.get("decision") or "").strip().lower()
+            if decision and decision not in LABELS:
+                raise _bad(rowno, "decision", row.get("decision"), f"use {', '.join(LABELS)} or empty")
+            cols["text"].append(_number(rowno, "text_similarity", row.get("text_similarity"), 0, 1))
+            cols["semantic"].append(
+                _number(rowno, "semantic_similarity", row.get("semantic_similarity"), -1, 1, empty=True)
+            )
+            cols["similarity"].append(_number(rowno, "similarity", row.get("similarity"), 0, 1))
+            weight = _number(rowno, "weight", row.get("weight"), 0, math.inf)
+            if weight <= 0:
+                raise _bad(rowno, "weight", row.get("weight"), "must be greater than 0")
+            cols["weight"].append(weight)
+            cols["y"].append({"duplicate": 1, "distinct": 0}.get(decision, -1))
+            cols["strata"].append(row["stratum"].strip())
+            models.add((row.get("embedding_model") or "").strip() or "unknown")
+    if not cols["y"]:
+        raise UsageError("labels", str(path), "has no rows")
+    if len(models) > 1:
+        raise UsageError(
+            "labels", str(path), f"rows of several embedding models: {', '.join(sorted(models))}"
+        )
+    return Labels(
+        path=path,
+        sha256=sha256_file(path),
+        text=np.array(cols["text"]),
+        semantic=np.array(cols["semantic"]),
+        similarity=np.array(cols["similarity"]),
+        weight=np.array(cols["weight"]),
+        y=np.array(cols["y"], dtype=np.int64),
+        strata=cols["strata"],
+        embedding_model=models.pop(),
+    )
+
+
+_BELOW = re.compile(r"below:([01](?:\.\d+)?)-")
+
+
+def queue_floor(labels: Labels) -> float:
+    """The floor the queue was sampled from: the lowest ``below:LO-HI`` stratum's LO (or the lowest
+    similarity labelled, when no pair fell below the threshold band)."""
+    lows = [float(m.group(1)) for name in labels.strata if (m := _BELOW.match(name))]
+    return float(min([*lows, float(np.min(labels.similarity))]))
+
+
+def stratum_weights(labels: Labels) -> np.ndarray:
+    """Each labelled row's weight scaled by its stratum's sampled / labelled rows (0 for unlabelled
+    rows), so the labelled rows of a stratum stand for all of it."""
+    out = np.zeros(len(labels.y))
+    sampled = Counter(labels.strata)
+    labelled = Counter(s for s, y in zip(labels.strata, labels.y, strict=True) if y >= 0)
+    for k, (name, y) in enumerate(zip(labels.strata, labels.y, strict=True)):
+        if y >= 0:
+            out[k] = labels.weight[k] * sampled[name] / labelled[name]
+    return out
+
+
+# ---- weighted curves ---------------------------------------------------------------------------------
+def curve(
+    score: np.ndarray, y: np.ndarray, weight: np.ndarray, grid: np.ndarray = GRID
+) -> dict[str, np.ndarray]:
+    """Weighted precision, recall and F1 of ``score >= t`` for each ``t`` of ``grid`` (NaN where
+    undefined). ``weight`` may be a matrix (one row per bootstrap sample): then so are the results."""
+    pred = (np.nan_to_num(score, nan=-np.inf)[None, :] >= grid[:, None]).astype(np.float64)
+    w = np.atleast_2d(weight)
+    positive, negative = (w * (y == 1)).T, (w * (y == 0)).T
+    tp, fp = pred @ positive, pred @ negative
+    fn = positive.sum(axis=0)[None, :] - tp
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(tp + fp > 0, tp / (tp + fp), np.nan)
+        recall = np.where(tp + fn > 0, tp / (tp + fn), np.nan)
+        f1 = np.where(precision + recall > 0, 2 * precision * recall / (precision + recall), np.nan)
+    if np.ndim(weight) == 1:
+        return {"precision": precision[:, 0], "recall": recall[:, 0], "f1": f1[:, 0]}
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def bootstrap_weights(labels: Labels, weight: np.ndarray, samples: int, seed: int) -> np.ndarray:
+    """``samples`` rows of weights: the labelled pairs resampled with replacement within each stratum."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros((samples, len(weight)))
+    strata = np.array(labels.strata)
+    for name in sorted(set(labels.strata)):
+        members = np.flatnonzero((strata == name) & labels.labelled)
+        if len(members) == 0:
+            continue
+        counts = rng.multinomial(len(members), np.full(len(members), 1 / len(members)), size=samples)
+        out[:, members] = counts * weight[members]
+    return out
+
+
+# ---- the combination and the policy ------------------------------------------------------------------
+def features(text: np.ndarray, semantic: np.ndarray) -> np.ndarray:
+    """The two signals as model input; a missing cosine counts as the text score (judged by words)."""
+    return np.column_stack([text, np.where(np.isnan(semantic), text, semantic)])
+
+
+def _fit(labels: Labels, weight: np.ndarray) -> tuple[tuple[float, float], float]:
+    """A logistic regression of duplicate on (text, semantic), weighted by ``weight``."""
+    from sklearn.linear_model import LogisticRegression
+
+    keep = labels.labelled
+    x = features(labels.text, labels.semantic)[keep]
+    w = weight[keep] / weight[keep].mean()
+    model = LogisticRegression(C=100.0, max_iter=1000).fit(x, labels.y[keep], sample_weight=w)
+    coef = model.coef_[0]
+    return (float(coef[0]), float(coef[1])), float(model.intercept_[0])
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Two thresholds on a combined score of (text, semantic): ``auto_merge`` (None: nothing merges
+    automatically) and ``review`` (pairs from it up to ``auto_merge`` go to a person)."""
+
+    embedding_model: str
+    coef: tuple[float, float]
+    intercept: float
+    auto_merge: float | None
+    review: float
+    floor: float
+    target_precision: float
+    labels_sha256: str
+    source: str | None = None
+    report: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def scores(self, text: np.ndarray, semantic: np.ndarray) -> np.ndarray:
+        """The combined score (estimated probability of a duplicate) of each pair."""
+        x = features(np.asarray(text, dtype=float), np.asarray(semantic, dtype=float))
+        return _sigmoid(x @ np.array(self.coef) + self.intercept)
+
+    def score(self, text: float, semantic: float | None) -> float:
+        return float(self.scores(np.array([text]), np.array([math.nan if semantic is None else semantic]))[0])
+
+    def decide(self, score: float) -> str:
+        """``merge`` (at or above auto_merge), ``review`` (at or above review) or ``distinct``."""
+        if self.auto_merge is not None and score >= self.auto_merge:
+            return "merge"
+        return "review" if score >= self.review else "distinct"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": POLICY_VERSION,
+            "embedding_model": self.embedding_model,
+            "score": {
+                "kind": "logistic",
+                "features": ["text_similarity", "semantic_similarity"],
+                "coef": list(self.coef),
+                "intercept": self.intercept,
+            },
+            "auto_merge": self.auto_merge,
+            "review": self.review,
+            "floor": self.floor,
+            "target_precision": self.target_precision,
+            "labels_sha256": self.labels_sha256,
+        } | self.report
+
+
+def load_policy(path: str | Path) -> Policy:
+    """The policy in a JSON file (written by ``defrag calibrate``); anything else is a usage error."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError("policy", str(path), "no such file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        score = data["score"]
+        if data["version"] != POLICY_VERSION or score["kind"] != "logistic":
+            raise ValueError("unknown version or score kind")
+        coef = (float(score["coef"][0]), float(score["coef"][1]))
+        auto = data["auto_merge"]
+        policy = Policy(
+            embedding_model=str(data["embedding_model"]),
+            coef=coef,
+            intercept=float(score["intercept"]),
+            auto_merge=None if auto is None else unit("auto_merge", auto),
+            review=unit("review", data["review"]),
+            floor=unit("floor", data["floor"]),
+            target_precision=unit("target_precision", data["target_precision"]),
+            labels_sha256=str(data["labels_sha256"]),
+            source=str(path),
+        )
+    except UsageError as exc:
+        raise UsageError("policy", str(path), f"bad {exc.field}: {exc.problem}") from None
+    except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as exc:
+        raise UsageError("policy", str(path), f"not a calibrated policy ({exc})") from None
+    if not all(math.isfinite(v) for v in (*policy.coef, policy.intercept)):
+        raise UsageError("policy", str(path), "score coefficients must be finite")
+    return policy
+
+
+def _auto_merge(precision: np.ndarray, target: float) -> float | None:
+    """The lowest threshold from which every defined estimated precision reaches ``target``."""
+    chosen = None
+    for k in range(len(GRID) - 1, -1, -1):
+        if math.isnan(precision[k]):
+            continue
+        if precision[k] < target:
+            break
+        chosen = float(GRID[k])
+    return chosen
+
+
+def _review(f1: np.ndarray, auto_merge: float | None) -> float | None:
+    """The threshold of the best estimated F1, capped at ``auto_merge``: from there up to
+    ``auto_merge`` a pair is more likely a duplicate than the rule is wrong, but not safely so."""
+    if not np.isfinite(f1).any():
+        return auto_merge
+    best = float(GRID[int(np.nanargmax(f1))])
+    return best if auto_merge is None else min(best, auto_merge)
+
+
+def _at(curves: dict[str, np.ndarray], boot: dict[str, np.ndarray], t: float | None) -> dict[str, Any] | None:
+    """Point estimates and 95 % intervals at threshold ``t``."""
+    if t is None:
+        return None
+    k = int(np.argmin(np.abs(GRID - t)))
+    out: dict[str, Any] = {"threshold": t}
+    for name in ("precision", "recall", "f1"):
+        value = curves[name][k]
+        low, high = (np.nanpercentile(boot[name][k], [2.5, 97.5]) if np.isfinite(boot[name][k]).any()
+                     else (math.nan, math.nan))  # fmt: skip
+        out[name] = _round(value)
+        out[f"{name}_ci"] = [_round(low), _round(high)]
+    return out
+
+
+def _round(value: float) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(float(value), 4)
+
+
+@dataclass
+class Calibration:
+    """The curves per signal, the fitted policy, and what the labels held."""
+
+    policy: Policy
+    curves: dict[str, dict[str, list[float | None]]]
+    counts: dict[str, int]
+    unlabelled_strata: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.policy.to_dict() | {"curves": self.curves}
+
+
+def calibrate(
+    labels_path: str | Path,
+    *,
+    target_precision: float = DEFAULT_TARGET_PRECISION,
+    seed: int = 0,
+    samples: int = BOOTSTRAP_SAMPLES,
+) -> Calibration:
+    """Weighted precision / recall / F1 curves and a two-threshold policy from a label file."""
+    target = unit("target_precision", target_precision)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UsageError("seed", seed, "must be a whole number >= 0")
+    labels = read_labels(labels_path)
+    if not ((labels.y == 1).any() and (labels.y == 0).any()):
+        raise UsageError("labels", str(labels_path), "need at least one duplicate and one distinct label")
+    weight = stratum_weights(labels)
+    coef, intercept = _fit(labels, weight)
+    combined = _sigmoid(features(labels.text, labels.semantic) @ np.array(coef) + intercept)
+    scores = {
+        "text": labels.text,
+        "semantic": labels.semantic,
+        "similarity": labels.similarity,
+        "combined": combined,
+    }
+    boot_w = bootstrap_weights(labels, weight, samples, seed)
+    curves: dict[str, dict[str, list[float | None]]] = {"threshold": {"grid": [float(t) for t in GRID]}}
+    signals: dict[str, Any] = {}
+    for name, score in scores.items():
+        point, boot = curve(score, labels.y, weight), curve(score, labels.y, boot_w)
+        curves[name] = {k: [_round(v) for v in point[k]] for k in ("precision", "recall", "f1")}
+        auto = _auto_merge(point["precision"], target)
+        signals[name] = {
+            "auto_merge": _at(point, boot, auto),
+            "review": _at(point, boot, _review(point["f1"], auto)),
+            "best_f1": _at(point, boot, _review(point["f1"], None)),
+            "default_0.85": _at(point, boot, 0.85) if name == "similarity" else None,
+        }
+    strata_all = set(labels.strata)
+    unlabelled = sorted(strata_all - {s for s, y in zip(labels.strata, labels.y, strict=True) if y >= 0})
+    comb = signals["combined"]
+    policy = Policy(
+        embedding_model=labels.embedding_model,
+        coef=coef,
+        intercept=intercept,
+        auto_merge=None if comb["auto_merge"] is None else comb["auto_merge"]["threshold"],
+        review=comb["review"]["threshold"] if comb["review"] is not None else 1.0,
+        floor=queue_floor(labels),
+        target_precision=target,
+        labels_sha256=labels.sha256,
+        report={
+            "labels": {"path": str(labels.path)} | labels.counts(),
+            "unlabelled_strata": unlabelled,
+            "estimates": signals,
+            "bootstrap": {"samples": samples, "seed": seed, "interval": 0.95},
+        },
+    )
+    return Calibration(policy, curves, labels.counts(), unlabelled)
+
+
+def write_policy(calibration: Calibration, path: str | Path) -> Path:
+    """Write the policy (with its curves) as JSON; through a temporary file, so never half written."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise UsageError("output", str(path), "no such folder")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(calibration.to_dict(), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def check_model(policy: Policy, entries: Sequence[Entry]) -> None:
+    """Refuse a policy calibrated on another embedding model's vectors than this store's."""
+    model = store_embedding_model(entries)
+    if model != policy.embedding_model:
+        raise UsageError(
+            "policy",
+            policy.source or "policy",
+            f"calibrated for embedding model {policy.embedding_model!r}; this store's vectors are {model!r}",
+        )
+
+
+def find_policy_pairs(
+    entries: Sequence[Entry], policy: Policy, *, progress: Progress | None = None
+) -> list[Pair]:
+    """The pairs ``policy`` sends to merge or review: every same-scope pair at or above its floor
+    (the population it was calibrated on), scored, kept from ``review`` up, highest score first;
+    ``matched_by`` is empty (no single threshold fired: the policy's score decided).
+    A store whose vectors another model made is refused first (:func:`check_model`)."""
+    check_model(policy, entries)
+    found = find_duplicates(entries, policy.floor, progress=progress)
+    if not found:
+        return []
+    semantic = np.array([math.nan if p.semantic_similarity is None else p.semantic_similarity for p in found])
+    scores = policy.scores(np.array([p.text_similarity for p in found]), semantic)
+    kept = [
+        replace(pair, policy_score=float(score), decision=policy.decide(float(score)), matched_by=())
+        for pair, score in zip(found, scores, strict=True)
+    ]
+    kept = [pair for pair in kept if pair.decision != "distinct"]
+    return sorted(kept, key=lambda p: (-(p.policy_score or 0.0), p.scope, p.path_a, p.path_b))

@@ -1,0 +1,260 @@
+"""The review queue: a stratified sample of candidate pairs a person labels, so the duplicate rule
+can be *measured* (see :mod:`memwork.defrag.calibrate`).
+
+The population is every same-scope pair with ``max(Jaccard, cosine) >= floor``, found by the same
+exact joins as ``find-duplicates`` (:func:`memwork.defrag.findings.find_duplicates` at the floor), so
+the sample is honest about what lies below the duplicate threshold. Each pair falls in one stratum:
+
+- ``near_threshold``: the hybrid similarity within ``band`` of the threshold (the uncertain ones);
+- ``both_high``: both signals at or above the threshold;
+- ``text_high``: the words say duplicate, the vectors do not (or there is no vector);
+- ``semantic_high``: the vectors say duplicate, the words do not;
+- ``below:LO-HI``: both signals below the threshold, in equal-width bins from the floor up.
+
+Every non-empty stratum gets an equal share of the sample (what a small stratum cannot use goes to
+the others), drawn without replacement with a seeded generator; each row's ``weight`` is
+``N_h / n_h``, the inverse of its inclusion probability, so a weighted sum over the labelled rows
+estimates the same sum over the whole population (Horvitz-Thompson). Rows are written most
+uncertain first (closest to the threshold).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memwork.checks import unit
+from memwork.coverage import MARK_KEYS, out_of_range
+from memwork.defrag.findings import Pair, find_duplicates
+from memwork.entry import Entry
+from memwork.errors import UsageError
+from memwork.progress import Progress
+
+#: the review file's columns; ``decision`` and ``note`` are the reviewer's
+REVIEW_COLUMNS = (
+    "scope",
+    "path_a",
+    "path_b",
+    "text_similarity",
+    "semantic_similarity",
+    "similarity",
+    "stratum",
+    "weight",
+    "decision",
+    "note",
+    "embedding_model",
+)
+#: what a reviewer writes in ``decision`` (empty: not reviewed yet)
+LABELS = ("duplicate", "distinct", "unsure")
+DEFAULT_SIZE = 200
+DEFAULT_FLOOR = 0.5
+DEFAULT_THRESHOLD = 0.85
+#: half-width of the ``near_threshold`` stratum
+NEAR_BAND = 0.05
+#: equal-width bins of the ``below`` range (floor .. threshold - band)
+BELOW_BINS = 3
+
+
+@dataclass(frozen=True)
+class ReviewRow:
+    """One candidate pair of the queue, with its stratum and sampling weight."""
+
+    pair: Pair
+    stratum: str
+    weight: float
+
+
+def stratum_of(pair: Pair, threshold: float, floor: float, band: float = NEAR_BAND) -> str:
+    """The stratum of ``pair`` (module docstring); one name per pair, deterministic."""
+    text, semantic = pair.text_similarity, pair.semantic_similarity
+    if abs(pair.similarity - threshold) < band:
+        return "near_threshold"
+    text_high = text >= threshold
+    semantic_high = semantic is not None and semantic >= threshold
+    if text_high and semantic_high:
+        return "both_high"
+    if text_high:
+        return "text_high"
+    if semantic_high:
+        return "semantic_high"
+    top = max(floor, threshold - band)
+    width = (top - floor) / BELOW_BINS if top > floor else 1.0
+    k = min(BELOW_BINS - 1, max(0, int((pair.similarity - floor) / width)))
+    low = floor + k * width
+    return f"below:{low:.2f}-{min(top, low + width):.2f}"
+
+
+def allocate(sizes: dict[str, int], total: int) -> dict[str, int]:
+    """Equal shares of ``total`` over the strata, each capped by its size; what a stratum cannot use
+    goes to the others (every non-empty stratum gets at least one row while ``total`` allows)."""
+    left = min(total, sum(sizes.values()))
+    take = dict.fromkeys(sizes, 0)
+    open_ = sorted(name for name, size in sizes.items() if size > 0)
+    while left > 0 and open_:
+        share = max(1, left // len(open_))
+        for name in list(open_):
+            add = min(share, sizes[name] - take[name], left)
+            take[name] += add
+            left -= add
+            if take[name] == sizes[name]:
+                open_.remove(name)
+            if left == 0:
+                break
+    return take
+
+
+def sample_pairs(
+    population: Sequence[Pair], *, size: int, floor: float, threshold: float, seed: int = 0
+) -> list[ReviewRow]:
+    """The stratified sample of ``population`` (all candidate pairs): see the module docstring."""
+    strata: dict[str, list[int]] = {}
+    for k, pair in enumerate(population):
+        strata.setdefault(stratum_of(pair, threshold, floor), []).append(k)
+    take = allocate({name: len(members) for name, members in strata.items()}, size)
+    rng = np.random.default_rng(seed)
+    rows: list[ReviewRow] = []
+    for name in sorted(strata):
+        members, n = strata[name], take[name]
+        if n == 0:
+            continue
+        chosen = rng.choice(len(members), size=n, replace=False)
+        weight = len(members) / n
+        rows.extend(ReviewRow(population[members[int(c)]], name, weight) for c in sorted(chosen))
+    return sorted(
+        rows,
+        key=lambda r: (abs(r.pair.similarity - threshold), r.pair.scope, r.pair.path_a, r.pair.path_b),
+    )
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None or math.isnan(value) else f"{value:.6f}"
+
+
+def write_review_queue(rows: Iterable[ReviewRow], path: str | Path, *, embedding_model: str) -> Path:
+    """Write the queue as the review CSV (``decision`` and ``note`` empty); returns the path.
+
+    Written to a temporary file first and renamed, so a failure leaves no half file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(REVIEW_COLUMNS)
+        for row in rows:
+            p = row.pair
+            writer.writerow(
+                [p.scope, p.path_a, p.path_b, _number(p.text_similarity), _number(p.semantic_similarity),
+                 _number(p.similarity), row.stratum, f"{row.weight:.6f}", "", "", embedding_model]
+            )  # fmt: skip
+    tmp.replace(path)
+    return path
+
+
+# ---- which model made a store's vectors ----------------------------------------------------------------
+#: entries re-embedded to recognise the model, and the cosine that counts as "the same vector"
+_PROBE_ENTRIES = 5
+_SAME_VECTOR = 0.98
+
+
+def store_embedding_model(entries: Sequence[Entry]) -> str:
+    """The model id of the embedder that made the store's vectors: the one named by the coverage marks,
+    else the known embedder that reproduces a few stored vectors, else ``unknown-<dim>d`` (``none``
+    without vectors). A store records no model per vector, so it is recognised, not read."""
+    from memwork.embed import HashEmbedder, MiniLMEmbedder, minilm_available
+
+    embedded = sorted(
+        (e for e in entries if not e.is_stub and e.embedding is not None and not out_of_range(e)),
+        key=lambda e: e.key,
+    )
+    if not embedded:
+        return "none"
+    dims = Counter(e.embedding.shape[0] for e in embedded if e.embedding is not None)
+    dim = max(dims, key=lambda d: (dims[d], d))
+    marked = {
+        str(mark["model"])
+        for e in embedded
+        for key in MARK_KEYS
+        if isinstance(mark := e.metadata.get(key), dict) and mark.get("model")
+    }
+    if len(marked) == 1:
+        return marked.pop()
+    probe = [e for e in embedded if e.embedding is not None and e.embedding.shape[0] == dim][:_PROBE_ENTRIES]
+    stored = np.stack([np.asarray(e.embedding, dtype=np.float64) for e in probe])
+    candidates: list[Any] = [HashEmbedder(dim)]
+    if dim == 384 and minilm_available():
+        candidates.append(MiniLMEmbedder)
+    for candidate in candidates:
+        embedder = candidate() if isinstance(candidate, type) else candidate
+        fresh = np.asarray(embedder.embed([e.content for e in probe]), dtype=np.float64)
+        if _all_same(stored, fresh):
+            return str(embedder.model_id)
+    return f"unknown-{dim}d"
+
+
+def _all_same(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.shape != b.shape:
+        return False
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    cos = (a * b).sum(axis=1) / np.where(norms > 0, norms, 1.0)
+    return bool((cos >= _SAME_VECTOR).all())
+
+
+@dataclass
+class ReviewQueue:
+    """A written review file and what it was drawn from (the ``--json`` answer of ``defrag review``)."""
+
+    output: Path
+    embedding_model: str
+    population: int
+    rows: list[ReviewRow]
+    strata: dict[str, dict[str, float]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "output": str(self.output),
+            "embedding_model": self.embedding_model,
+            "population": self.population,
+            "rows": len(self.rows),
+            "strata": self.strata,
+        }
+
+
+def build_review_queue(
+    entries: Sequence[Entry],
+    output: str | Path,
+    *,
+    size: int = DEFAULT_SIZE,
+    floor: float = DEFAULT_FLOOR,
+    threshold: float = DEFAULT_THRESHOLD,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> ReviewQueue:
+    """Sample the review queue of ``entries`` and write it to ``output`` (the store is only read)."""
+    output = Path(output)
+    if not output.parent.is_dir():
+        raise UsageError("output", str(output), "no such folder")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UsageError("seed", seed, "must be a whole number >= 0")
+    floor = unit("floor", floor)
+    threshold = unit("similarity_threshold", threshold)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise UsageError("size", size, "must be a whole number >= 1")
+    if floor > threshold:
+        raise UsageError("floor", floor, f"must not exceed the threshold ({threshold})")
+    population = find_duplicates(entries, floor, progress=progress)
+    rows = sample_pairs(population, size=size, floor=floor, threshold=threshold, seed=seed)
+    model = store_embedding_model(entries)
+    write_review_queue(rows, output, embedding_model=model)
+    strata: dict[str, dict[str, float]] = {}
+    for pair in population:
+        name = stratum_of(pair, threshold, floor)
+        strata.setdefault(name, {"population": 0, "sampled": 0})["population"] += 1
+    for row in rows:
+        strata[row.stratum]["sampled"] += 1
+    return ReviewQueue(output, model, len(population), rows, dict(sorted(strata.items())))
