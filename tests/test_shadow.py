@@ -203,6 +203,15 @@ def test_sample_zero_never_shadows(log_path: Path) -> None:
     assert not log_path.exists()
 
 
+def test_a_stage_that_sampled_nothing_yet_still_has_its_empty_log(log_path: Path) -> None:
+    """1 % of a few resolves is often none: the log exists from the start, so the stage is not lost."""
+    env = base_env(log_path, MEMORY_SHADOW_BACKEND="shadow-list", MEMORY_SHADOW_SAMPLE="0.0001")
+    with served(env) as (client, shadow):
+        assert log_path.exists() and log_path.stat().st_size == 0  # before any request
+        assert client.post("/user-memory/v1/resolve", json={"userId": "u1"}).json()["ok"]
+        assert shadow.counters["logErrors"] == 0
+
+
 def test_sample_one_records_every_resolve_with_the_documented_schema(log_path: Path) -> None:
     env = base_env(log_path, MEMORY_SHADOW_BACKEND="shadow-list", MEMORY_SHADOW_SAMPLE="1")
     with served(env) as (client, shadow):

@@ -318,6 +318,12 @@ class ComparisonLog:
         self._known: tuple[int, int] | None = None  # (inode, size) after our last write
         self._records = 0
 
+    def touch(self) -> None:
+        """Create the (empty) log: a stage whose sample rate has recorded nothing yet still has its log,
+        so a rollout page lists the stage with 0 comparisons instead of losing it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch(exist_ok=True)
+
     @property
     def rotated(self) -> Path:
         return self.path.with_name(self.path.name + ".1")
@@ -397,6 +403,11 @@ class ShadowReader:
         self._worker: threading.Thread | None = None
         self.settings = self._checked(settings)
         self.log = ComparisonLog(self.settings.log_path or default_log_path(), self.settings.log_max)
+        if self.settings.enabled:
+            try:
+                self.log.touch()
+            except OSError:  # an unwritable log is counted, as a failed append is; reads go on
+                self.counters["logErrors"] += 1
 
     def _checked(self, settings: ShadowSettings) -> ShadowSettings:
         """Settings with a config error added when the shadow backend is unknown or cannot resolve."""
