@@ -19,9 +19,11 @@ conditional independence); with labels, compare it with :func:`memwork.defrag.ca
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -308,3 +310,14 @@ def estimate_without_labels(
     pairs = find_duplicates(entries, floor, progress=progress)
     sizes = {scope: len(members) for scope, members in by_scope(entries).items()}
     return estimate_pairs(pairs, sizes, floor=floor, seed=seed, samples=samples)
+
+
+def write_estimate(estimate: LabelFreeEstimate, path: str | Path) -> Path:
+    """Write the estimate as JSON, through a temporary file (never half written)."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise UsageError("output", str(path), "no such folder")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(estimate.to_dict(), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
