@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,8 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
+from memwork.defrag.calibrate import calibrate
 from memwork.defrag.findings import Pair, find_duplicates
 from memwork.defrag.label_free import estimate_pairs, estimate_without_labels, levels, size_class
+from memwork.defrag.review_queue import build_review_queue
 from memwork.embed import HashEmbedder
 from memwork.entry import Entry
 from memwork.samples.entries import generate_entries
@@ -89,3 +92,24 @@ def test_cli_without_labels_writes_the_estimate(sqlite_url: str, tmp_path: Path)
     assert any(row["threshold"] == 0.85 for row in data["classes"]["all"]["thresholds"])
     nothing = CliRunner().invoke(main, ["defrag", "calibrate"])
     assert nothing.exit_code == 2
+
+
+def test_label_free_beside_labels(tmp_path: Path) -> None:
+    """With the labelled store's entries the policy holds the label-free estimate at the queue's floor."""
+    entries = generate_entries(200, scopes=("a",), seed=3, now=NOW, embedder=HashEmbedder(384))
+    review = tmp_path / "review.csv"
+    build_review_queue(entries, review, size=60, floor=0.5, seed=1)
+    with review.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    for row in rows:
+        same = row["path_a"].rsplit("-", 1)[0] == row["path_b"].rsplit("-", 1)[0]
+        row["decision"] = "duplicate" if same else "distinct"
+    labelled = tmp_path / "labelled.csv"
+    with labelled.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    policy = calibrate(labelled, entries=entries, samples=50).to_dict()
+    assert policy["label_free"]["floor"] == policy["floor"]
+    assert policy["label_free"]["classes"]["all"]["pairs"] > 0
+    assert "label_free" not in calibrate(labelled, samples=50).to_dict()
