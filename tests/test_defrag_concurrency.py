@@ -309,13 +309,15 @@ def test_full_apply_conflict_in_a_later_step_reports_what_was_applied(kind, tmp_
     # 1,000 changes before compact leaves it ample time even when a loaded machine starves it
     seed_duplicates(spec, 500, junk=20)
     before = snapshot(spec)
-    dry = json.loads(mw("defrag", "full", "--store", spec, "--json").stdout)
+    # notes 1, 7, 49 and 343 chain (each body holds the next one's number): merge them too, as before
+    chains = ("--min-cluster-density", "0")
+    dry = json.loads(mw("defrag", "full", "--store", spec, *chains, "--json").stdout)
     compacted = [o["path"] for o in dry["operations"] if o["op"] == "delete" and o.get("step") == "compact"]
     assert len(compacted) == 20 and dry["summary"]["steps"][0]["entries_updated"] == 1000
     target = compacted[-1]
 
     writer = start_writer(spec, [target])
-    run = mw("defrag", "full", "--store", spec, "--apply", "--json")
+    run = mw("defrag", "full", "--store", spec, *chains, "--apply", "--json")
     rc, _, err = finish(writer)
     assert rc == 0, err
 

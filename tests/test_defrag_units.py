@@ -205,7 +205,7 @@ def test_three_duplicates_one_survivor_and_direct_stubs():
     )
     result = run_action(store, "merge_duplicates", apply=True, now=NOW)
     assert result.summary["clusters"] == [
-        {"scope": "default", "survivor": "b.md", "merged": ["a.md", "c.md"]}
+        {"scope": "default", "survivor": "b.md", "merged": ["a.md", "c.md"], "size": 3, "density": 1.0}
     ]
     check_redirects(store)
     assert store.get("old.md").redirect_to == "b.md"  # re-pointed, not a chain

@@ -3,9 +3,15 @@ policy (thin: parse, call :mod:`memwork.defrag.review_queue` / :mod:`memwork.def
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from memwork.cli.options import emit_json, json_option, scope_option, stage_progress, store_option
+from memwork.errors import UsageError
+
+if TYPE_CHECKING:
+    from memwork.entry import Entry
 
 
 @click.command("review")
@@ -67,8 +73,15 @@ def review_command(
 
 
 @click.command("calibrate")
-@click.option("--labels", "labels", required=True, help="A labelled review CSV (defrag review).")
-@click.option("-o", "--output", default="policy.json", show_default=True, help="The policy JSON to write.")
+@click.option("--labels", "labels", default=None, help="A labelled review CSV (defrag review).")
+@store_option(required=False)
+@scope_option
+@click.option(
+    "-o",
+    "--output",
+    default=None,
+    help="The JSON to write. Default: policy.json with --labels, label-free.json without.",
+)
 @click.option(
     "--target-precision",
     type=float,
@@ -76,23 +89,49 @@ def review_command(
     show_default=True,
     help="Estimated precision of auto_merge.",
 )
+@click.option(
+    "--floor", type=float, default=0.5, show_default=True, help="Without labels: lowest similarity."
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap intervals.")
 @json_option
-def calibrate_command(labels: str, output: str, target_precision: float, seed: int, as_json: bool) -> None:
-    """Learn a two-threshold duplicate policy from a labelled review file.
+def calibrate_command(
+    labels: str | None,
+    store_spec: str | None,
+    scope: str | None,
+    output: str | None,
+    target_precision: float,
+    floor: float,
+    seed: int,
+    as_json: bool,
+) -> None:
+    """Learn a two-threshold duplicate policy from a labelled review file, or estimate without labels.
 
     Precision, recall and F1 against threshold for each signal and a learned combination of both,
     weighted by the sampling weights (estimates of the whole store) with bootstrap intervals; the
     policy merges from `auto_merge` (estimated precision >= target) and sends pairs from `review` up
     to a person. Use it with --policy on find-duplicates, merge-duplicates and full.
 
+    Without --labels, --store gives a label-free estimate: a two-component Fellegi-Sunter mixture
+    fitted by EM over the candidate pairs' (Jaccard, cosine) levels, estimated precision and recall
+    per threshold and scope size class, with bootstrap intervals. With both, the policy gains a
+    `label_free` section. Only reads the store.
+
     \b
-    Example:
+    Examples:
         memwork defrag calibrate --labels review.csv -o policy.json --target-precision 0.99
+        memwork defrag calibrate --store ./memory
     """
+    if labels is None and store_spec is None:
+        raise UsageError("labels", None, "give --labels FILE, --store STORE or both")
+    entries = _entries(store_spec, scope, as_json) if store_spec is not None else None
+    if labels is None:
+        assert entries is not None
+        _label_free(entries, output or "label-free.json", floor, seed, as_json)
+        return
     from memwork.defrag.calibrate import calibrate, write_policy
 
-    result = calibrate(labels, target_precision=target_precision, seed=seed)
+    output = output or "policy.json"
+    result = calibrate(labels, target_precision=target_precision, seed=seed, entries=entries)
     write_policy(result, output)
     if as_json:
         emit_json(result.to_dict() | {"output": output})
@@ -111,5 +150,47 @@ def calibrate_command(labels: str, output: str, target_precision: float, seed: i
             f"  {name}: at {at['threshold']:.2f} precision {at['precision']} {at['precision_ci']}, "
             f"recall {at['recall']} {at['recall_ci']}"
         )
+    free = policy.report.get("label_free")
+    if free:
+        row = next(
+            (r for r in free["classes"].get("all", {}).get("thresholds", []) if r["threshold"] == 0.85), None
+        )
+        if row:
+            click.echo(f"  label-free at 0.85: precision {row['precision']} {row['precision_ci']}")
     if result.unlabelled_strata:
         click.echo(f"Warning: no labels in {', '.join(result.unlabelled_strata)}; not estimated.", err=True)
+
+
+def _entries(store_spec: str, scope: str | None, quiet: bool) -> list[Entry]:
+    from memwork.cli.defrag import _open
+    from memwork.defrag.actions import load_entries
+    from memwork.entry import validate_scope
+
+    scope = validate_scope(scope) if scope is not None else None
+    with _open(store_spec) as store, stage_progress(quiet=quiet) as bar:
+        return load_entries(store, scope, bar)
+
+
+#: thresholds printed by the label-free summary (the JSON has every one)
+_SHOWN = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
+
+
+def _label_free(entries: list[Entry], output: str, floor: float, seed: int, as_json: bool) -> None:
+    from memwork.defrag.label_free import estimate_without_labels, write_estimate
+
+    estimate = estimate_without_labels(entries, floor=floor, seed=seed)
+    write_estimate(estimate, output)
+    if as_json:
+        emit_json(estimate.to_dict() | {"output": output})
+        return
+    click.echo(f"Wrote {output}: label-free estimate over {estimate.pairs} candidate pairs from {floor}.")
+    for name, cls in estimate.classes.items():
+        click.echo(
+            f"  {name} ({cls['scopes']} scopes, {cls['pairs']} pairs, duplicate share {cls['lambda']}):"
+        )
+        for row in cls["thresholds"]:
+            if any(abs(row["threshold"] - t) < 1e-9 for t in _SHOWN):
+                click.echo(
+                    f"    {row['threshold']:.2f}: precision {row['precision']} {row['precision_ci']}, "
+                    f"recall {row['recall']} {row['recall_ci']}"
+                )

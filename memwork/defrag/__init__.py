@@ -24,6 +24,7 @@ from memwork.defrag.findings import (
     find_related,
 )
 from memwork.defrag.journal import list_runs, read_run, undo
+from memwork.defrag.label_free import LabelFreeEstimate, estimate_without_labels
 from memwork.defrag.merge import STRATEGIES, merge_entries, union_metadata
 from memwork.defrag.params import Param
 from memwork.defrag.plan import Operation, Plan
@@ -58,6 +59,7 @@ __all__ = [
     "Change",
     "EntryReport",
     "Health",
+    "LabelFreeEstimate",
     "Operation",
     "Pair",
     "Param",
@@ -69,6 +71,7 @@ __all__ = [
     "build_review_queue",
     "calibrate",
     "compute_changes",
+    "estimate_without_labels",
     "execute",
     "find_archival_candidates",
     "find_duplicates",

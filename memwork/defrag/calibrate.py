@@ -377,8 +377,13 @@ def calibrate(
     target_precision: float = DEFAULT_TARGET_PRECISION,
     seed: int = 0,
     samples: int = BOOTSTRAP_SAMPLES,
+    entries: Sequence[Entry] | None = None,
 ) -> Calibration:
-    """Weighted precision / recall / F1 curves and a two-threshold policy from a label file."""
+    """Weighted precision / recall / F1 curves and a two-threshold policy from a label file.
+
+    With the labelled store's ``entries`` the report also holds the label-free estimate at the
+    queue's floor (``label_free``, :func:`memwork.defrag.label_free.estimate_without_labels`), so the
+    two can be compared on the same population."""
     target = unit("target_precision", target_precision)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UsageError("seed", seed, "must be a whole number >= 0")
@@ -424,9 +429,19 @@ def calibrate(
             "unlabelled_strata": unlabelled,
             "estimates": signals,
             "bootstrap": {"samples": samples, "seed": seed, "interval": 0.95},
-        },
+        }
+        | _label_free(entries, queue_floor(labels), seed),
     )
     return Calibration(policy, curves, labels.counts(), unlabelled)
+
+
+def _label_free(entries: Sequence[Entry] | None, floor: float, seed: int) -> dict[str, Any]:
+    """The ``label_free`` section of a policy report (empty without entries)."""
+    if entries is None:
+        return {}
+    from memwork.defrag.label_free import estimate_without_labels
+
+    return {"label_free": estimate_without_labels(entries, floor=floor, seed=seed).to_dict()}
 
 
 def write_policy(calibration: Calibration, path: str | Path) -> Path:

@@ -121,6 +121,12 @@ STRATEGY = Param(
     aliases=("merge_strategy",),
 )
 CONFIDENCE_FILTER = Param(None, confidence, str, "Only this confidence: high, medium, low.")
+MIN_CLUSTER_DENSITY = Param(
+    0.7,
+    unit,
+    float,
+    "A cluster of 3+ with fewer of its pairs found than this share is chained: listed, not merged.",
+)
 APPROVED = Param(None, review_csv, str, "Review CSV: merge only its approved pairs.")
 POLICY = Param(
     None,

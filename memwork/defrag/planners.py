@@ -10,13 +10,19 @@ merged into one group: a cluster holding a rejected pair is split greedily, join
 the highest similarity down and skipping any join that would put a rejected pair together (ties by
 path). The cluster report names the original cluster, the rejected pairs and the approved pairs
 that were therefore not merged.
+
+Transitivity can chain entries that are not alike: A ~ B and B ~ C make one cluster even when A and C
+are far apart. Every cluster of found pairs is reported with its size and density (the pairs found
+inside it over the pairs possible); a cluster of three or more below ``min_cluster_density`` is not
+merged at all -- it is listed for review (``review`` true, with its pairs), never merged automatically.
+A reviewer's approved pairs are a person's decision, so a cluster of approved pairs only is not held.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from memwork.defrag.calibrate import Policy, find_policy_pairs
@@ -50,6 +56,19 @@ class Planned:
     clusters: list[dict[str, object]] = field(default_factory=list)
     #: figures for the action's summary (e.g. how many vectors were out of their model's range)
     summary: dict[str, int] = field(default_factory=dict)
+
+
+#: a cluster of found pairs below this density (pairs found / pairs possible) is listed, not merged
+DEFAULT_MIN_CLUSTER_DENSITY = 0.7
+
+
+def cluster_density(group: Sequence[str], edges: AbstractSet[tuple[str, str]]) -> float:
+    """The share of ``group``'s member pairs that are in ``edges`` (``(a, b)`` with ``a < b``)."""
+    n = len(group)
+    if n < 2:
+        return 1.0
+    found = sum(1 for i, a in enumerate(group) for b in group[i + 1 :] if (min(a, b), max(a, b)) in edges)
+    return found / (n * (n - 1) / 2)
 
 
 class _UnionFind:
@@ -140,6 +159,7 @@ def plan_merge_duplicates(
     approved: Iterable[tuple[str, str, str]] | None = None,
     rejected: Iterable[tuple[str, str, str]] | None = None,
     policy: Policy | None = None,
+    min_cluster_density: float = DEFAULT_MIN_CLUSTER_DENSITY,
     progress: Progress | None = None,
 ) -> Planned:
     """Merge each cluster of duplicates into one survivor (or only the ``approved`` pairs' clusters).
@@ -152,6 +172,11 @@ def plan_merge_duplicates(
     With a calibrated ``policy`` (:mod:`memwork.defrag.calibrate`) the threshold is unused: the pairs
     are the policy's, and only those at or above its ``auto_merge`` are merged -- plus the ``approved``
     ones; pairs in its review band are listed, never merged.
+
+    A group of three or more whose density (pairs linked / pairs possible) is below
+    ``min_cluster_density`` is chained, not alike: it is listed in ``clusters`` with ``review`` true
+    and its pairs' ``decision`` becomes ``review``; nothing of it merges (module docstring). Not
+    applied when only ``approved`` pairs are merged (a person linked them).
     """
     plan = Plan("merge_duplicates")
     live = by_scope(entries)
@@ -175,22 +200,40 @@ def plan_merge_duplicates(
     finders: dict[str, _UnionFind] = {}
     for scope, a, b in links:
         finders.setdefault(scope, _UnionFind()).union(a, b)
+    hold = policy is not None or approved is None
+    edges = {pair_key(*k) for k in links}
+    held: set[Pair3] = set()
     clusters: list[dict[str, object]] = []
     for scope in sorted(set(live) | set(stubs)):
         index = {e.path: e for e in live.get(scope, [])}
         redirects: dict[str, str] = {}
         for cluster in finders[scope].groups() if scope in finders else []:
             groups, review = _split_by_rejections(scope, cluster, links, refused, similarity)
-            merged_any = False
+            reported = False
+            scope_edges = {(a, b) for s, a, b in edges if s == scope}
             for group in groups:
                 members = [index[p] for p in group if p in index]
                 if len(members) < 2:
                     continue
-                merged_any = True
+                density = cluster_density(group, scope_edges)
+                shape = {"size": len(group), "density": round(density, 4)} if hold else {}
+                if hold and len(group) >= 3 and density < min_cluster_density:
+                    inside = sorted((a, b) for a, b in scope_edges if a in group and b in group)
+                    held |= {(scope, a, b) for a, b in inside}
+                    clusters.append(
+                        {"scope": scope, "survivor": None, "merged": [], "review": True, "chained": group}
+                        | shape
+                        | {"pairs": [list(k) for k in inside]}
+                        | (review or {})
+                    )
+                    reported = True
+                    continue
+                reported = True
                 survivor = choose_survivor(members, strategy)
                 sources = [e for e in members if e.path != survivor.path]
                 clusters.append(
                     {"scope": scope, "survivor": survivor.path, "merged": [e.path for e in sources]}
+                    | shape
                     | (review or {})
                 )
                 for source in sources:
@@ -198,7 +241,7 @@ def plan_merge_duplicates(
                 for source in sources:
                     plan.add(Operation("stub", scope, source.path, survivor.path))
                     redirects[source.path] = survivor.path
-            if review is not None and not merged_any:
+            if review is not None and not reported:
                 clusters.append({"scope": scope, "survivor": None, "merged": []} | review)
         # existing stubs: point each straight at the entry it finally resolves to
         old = {s.path: t for s in stubs.get(scope, []) if (t := _target(s)) is not None}
@@ -210,7 +253,15 @@ def plan_merge_duplicates(
             final = _final_target(stub.path, chain)
             if final is not None and final != direct and final in index and final not in redirects:
                 plan.add(Operation("repoint", scope, stub.path, final))
+    if held:
+        pairs = [
+            replace(p, decision="review") if pair_key(p.scope, p.path_a, p.path_b) in held else p
+            for p in pairs
+        ]
     found = out_of_range_summary(entries) if approved is None or policy is not None else {}
+    chained = sum(1 for c in clusters if c.get("review"))
+    if chained:
+        found |= {"chained_clusters": chained}
     if policy is not None:
         decisions = [p.decision for p in pairs]
         found |= {"auto_merge_pairs": decisions.count("merge"), "review_pairs": decisions.count("review")}

@@ -213,6 +213,7 @@ def _merge(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
         q["strategy"],
         approved=ctx.approved,
         policy=load_policy(q["policy"]) if q.get("policy") else None,
+        min_cluster_density=q["min_cluster_density"],
         progress=ctx.progress,
     )
 
@@ -302,6 +303,7 @@ register(
             "strategy": p.STRATEGY,
             "approved": p.APPROVED,
             "policy": p.POLICY,
+            "min_cluster_density": p.MIN_CLUSTER_DENSITY,
         },
         read_only=False,
         plan=_merge,
