@@ -82,3 +82,14 @@ def test_an_unwritable_cache_only_costs_speed(monkeypatch, tmp_path):
     embedder = CountingEmbedder()
     vectors, _ = embed_cached(embedder, ["x"])
     assert vectors.shape == (1, 16) and embedder.texts == 1
+
+
+def test_a_sample_store_takes_its_embedders_dimension(cache):
+    """A 64-d hash sample is stored as 64-d vectors (the store was created at the default 384 and
+    refused every vector)."""
+    from memwork.samples.store import sample_store
+    from memwork.stores import open_store
+
+    with open_store(sample_store(30, seed=3, embedder="hash:64")) as store:
+        vectors = [e.embedding for e in store.iter_entries() if e.embedding is not None]
+    assert vectors and {len(v) for v in vectors} == {64}

@@ -23,7 +23,8 @@ def sample_store(
 
     path = Path(tempfile.mkdtemp(prefix="memwork-store-")) / "store.db"
     spec = f"sqlite:///{path}"
-    entries = generate_entries(n, scopes=scopes, seed=seed, embedder=load_embedder(embedder))
-    with open_store(spec, create=True) as store:
+    model = load_embedder(embedder)
+    entries = generate_entries(n, scopes=scopes, seed=seed, embedder=model)
+    with open_store(spec, create=True, dimension=model.dimension) as store:
         store.put_many(entries)
     return spec
