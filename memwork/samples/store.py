@@ -19,12 +19,13 @@ def sample_store(
     """
     from memwork.embed import load_embedder
     from memwork.samples.entries import generate_entries
-    from memwork.stores import open_store
+    from memwork.stores import DEFAULT_DIMENSION, open_store
 
     path = Path(tempfile.mkdtemp(prefix="memwork-store-")) / "store.db"
     spec = f"sqlite:///{path}"
     model = load_embedder(embedder)
     entries = generate_entries(n, scopes=scopes, seed=seed, embedder=model)
-    with open_store(spec, create=True, dimension=model.dimension) as store:
+    dimension = model.dimension if model is not None else DEFAULT_DIMENSION  # "none": hash-384 vectors
+    with open_store(spec, create=True, dimension=dimension) as store:
         store.put_many(entries)
     return spec
