@@ -10,10 +10,12 @@ leaves no empty workspace behind.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def workspace_dir(create: bool = False) -> Path:
@@ -61,3 +63,17 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def write_json_file(payload: Any, path: str | Path) -> Path:
+    """Write ``payload`` as indented JSON at ``path`` through a temporary file and a rename, so a reader
+    never sees half a file; a missing folder is a usage error (``output``), not a traceback."""
+    from memwork.errors import UsageError
+
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise UsageError("output", str(path), "no such folder")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -38,7 +38,7 @@ from memwork.defrag.review_queue import LABELS, REVIEW_COLUMNS, store_embedding_
 from memwork.entry import Entry
 from memwork.errors import UsageError
 from memwork.progress import Progress
-from memwork.workspace import sha256_file
+from memwork.workspace import sha256_file, write_json_file
 
 POLICY_VERSION = 1
 DEFAULT_TARGET_PRECISION = 0.99
@@ -446,13 +446,7 @@ def _label_free(entries: Sequence[Entry] | None, floor: float, seed: int) -> dic
 
 def write_policy(calibration: Calibration, path: str | Path) -> Path:
     """Write the policy (with its curves) as JSON; through a temporary file, so never half written."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise UsageError("output", str(path), "no such folder")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(calibration.to_dict(), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_json_file(calibration.to_dict(), path)
 
 
 def check_model(policy: Policy, entries: Sequence[Entry]) -> None:

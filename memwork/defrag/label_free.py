@@ -19,7 +19,6 @@ conditional independence); with labels, compare it with :func:`memwork.defrag.ca
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from memwork.defrag.findings import Pair, by_scope, find_duplicates
 from memwork.entry import Entry
 from memwork.errors import UsageError
 from memwork.progress import Progress
+from memwork.workspace import write_json_file
 
 #: level boundaries of each signal (level k: CUTS[k-1] <= value < CUTS[k])
 CUTS = (0.3, 0.5, 0.7, 0.85, 0.95)
@@ -314,10 +314,4 @@ def estimate_without_labels(
 
 def write_estimate(estimate: LabelFreeEstimate, path: str | Path) -> Path:
     """Write the estimate as JSON, through a temporary file (never half written)."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise UsageError("output", str(path), "no such folder")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(estimate.to_dict(), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_json_file(estimate.to_dict(), path)
