@@ -543,3 +543,14 @@ def find_related_pairs(
     pairs = _to_pairs(i, j, text, sem)
     ticker.finish()
     return pairs
+
+
+def score_pairs(
+    texts: Sequence[str], embeddings: Sequence[np.ndarray | None], i: np.ndarray, j: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact (Jaccard, cosine) of the given pairs of input positions -- the very formulas of
+    :func:`find_duplicate_pairs` -- with NaN cosine where a vector is missing. For pairs chosen
+    another way than by a threshold (a random sample of pairs for a report's histograms)."""
+    _check_lengths("embeddings", len(embeddings), len(texts))
+    i, j = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
+    return _Tokens.build(texts).jaccard(i, j), _Vectors.build(embeddings).cosine(i, j)
