@@ -34,8 +34,9 @@ from memwork.defrag.review_queue import (
     DEFAULT_SIZE,
     NEAR_BAND,
     ReviewRow,
-    allocate,
-    stratum_of,
+    weighted_population,
+    weighted_queue,
+    weighted_stratum,
     write_review_queue,
 )
 from memwork.errors import UsageError
@@ -371,44 +372,6 @@ def _as_reason(check: Callable[..., Any]) -> Callable[[str, str], str | None]:
     return reason
 
 
-# ---- the next review queue, from the weighted population ----------------------------------------------
-def weighted_queue(
-    population: list[tuple[Pair, float, bool]],
-    *,
-    size: int,
-    floor: float,
-    threshold: float,
-    seed: int,
-) -> list[ReviewRow]:
-    """The review queue (:mod:`memwork.defrag.review_queue`) drawn from a population known through
-    weighted pairs ``(pair, weight, sampled)``. A stratum holding both exact and sampled pairs (near the
-    threshold) is split in two, so within each stratum every pair has one weight ``w`` and a drawn row
-    weighs ``w * N_h / n_h`` -- the two-stage inclusion probability's inverse, so the calibration's
-    weighted estimates stay unbiased for the whole store. Equal to ``sample_pairs`` when nothing was
-    sampled (every weight 1)."""
-    strata: dict[str, list[int]] = {}
-    for k, (pair, _, sampled) in enumerate(population):
-        name = stratum_of(pair, threshold, floor)
-        if sampled and not name.startswith("below:"):
-            name += "~sampled"
-        strata.setdefault(name, []).append(k)
-    take = allocate({name: len(members) for name, members in strata.items()}, size)
-    rng = np.random.default_rng(seed)
-    rows: list[ReviewRow] = []
-    for name in sorted(strata):
-        members, n = strata[name], take[name]
-        if n == 0:
-            continue
-        chosen = rng.choice(len(members), size=n, replace=False)
-        base = population[members[0]][1]
-        weight = base * len(members) / n
-        rows.extend(ReviewRow(population[members[int(c)]][0], name, weight) for c in sorted(chosen))
-    return sorted(
-        rows,
-        key=lambda r: (abs(r.pair.similarity - threshold), r.pair.scope, r.pair.path_a, r.pair.path_b),
-    )
-
-
 # ---- the one call ----------------------------------------------------------------------------------
 def duplicate_review(
     store: str | Store,
@@ -457,7 +420,7 @@ def duplicate_review(
     path = Path(review_file) if review_file else folder / "duplicate_review.csv"
     write_review_csv(band, path)
     model = store_embedding_model(entries)
-    population = _population(band, sample, threshold)
+    population = weighted_population(band, sample, threshold)
     queue_rows = weighted_queue(
         [p for p in population if p[0].similarity >= floor],
         size=queue_size, floor=floor, threshold=threshold, seed=seed,
@@ -481,13 +444,6 @@ def duplicate_review(
     return review
 
 
-def _population(band: list[Pair], sample: PairSample, threshold: float) -> list[tuple[Pair, float, bool]]:
-    """The store's pairs as weighted pairs: the band exact (weight 1), the sample below it."""
-    exact = [(p, 1.0, False) for p in band]
-    below = [(q, sample.weight, not sample.complete) for q in sample.pairs if q.similarity < threshold]
-    return exact + below
-
-
 def _strata_counts(
     population: list[tuple[Pair, float, bool]], rows: list[ReviewRow], threshold: float, floor: float
 ) -> dict[str, dict[str, float]]:
@@ -497,9 +453,7 @@ def _strata_counts(
     for pair, weight, sampled in population:
         if pair.similarity < floor:
             continue
-        name = stratum_of(pair, threshold, floor)
-        if sampled and not name.startswith("below:"):
-            name += "~sampled"
+        name = weighted_stratum(pair, sampled, threshold, floor)
         if name in out:
             out[name]["pairs (estimated)"] += weight
     return {
