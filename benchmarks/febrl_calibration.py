@@ -121,7 +121,7 @@ def label_free_precision(entries: list[Entry], seed: int) -> tuple[dict[str, Any
         if "MEMWORK_MAX_PAIRS" not in str(exc):
             raise
     band = find_duplicates(entries, DEFAULT)
-    sample = sample_scope_pairs(entries, SAMPLE, seed=seed)
+    sample = sample_scope_pairs(entries, SAMPLE, seed=seed, check_from=FLOOR)
     population = weighted_population(band, sample, DEFAULT)
     estimate = estimate_weighted(
         [p for p, _, _ in population], np.array([w for _, w, _ in population]), floor=FLOOR, seed=seed

@@ -282,6 +282,15 @@ class Policy:
         # a hair lower: the join's float slack is not the score's
         return float(min(1.0, max(self.floor, bound - 1e-9)))
 
+    def keeps(self, text: np.ndarray, semantic: np.ndarray) -> np.ndarray:
+        """Which pairs may score ``review`` or more: the join's filter (a hair loose for float
+        rounding; the exact decision is made after). With both coefficients >= 0 the raw cosine
+        scores at least what the pair scores once an unreadable cosine is replaced by the text score."""
+        a, b = self.coef
+        if a < 0 or b < 0:
+            return np.ones(len(text), dtype=bool)
+        return np.asarray(self.scores(text, semantic) >= self.review - 1e-9)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": POLICY_VERSION,
@@ -483,7 +492,7 @@ def find_policy_pairs(
     ``matched_by`` is empty (no single threshold fired: the policy's score decided).
     A store whose vectors another model made is refused first (:func:`check_model`)."""
     check_model(policy, entries)
-    found = find_duplicates(entries, policy.search_floor(), progress=progress)
+    found = find_duplicates(entries, policy.search_floor(), progress=progress, keep=policy.keeps)
     if not found:
         return []
     semantic = np.array([math.nan if p.semantic_similarity is None else p.semantic_similarity for p in found])

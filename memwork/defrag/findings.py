@@ -8,7 +8,7 @@ range (:mod:`memwork.coverage`) is never compared by cosine: such an entry pairs
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -179,11 +179,19 @@ def analyze(entries: Iterable[Entry]) -> dict[str, Any]:
 
 
 def find_duplicates(
-    entries: Iterable[Entry], threshold: float = 0.85, *, progress: Progress | None = None
+    entries: Iterable[Entry],
+    threshold: float = 0.85,
+    *,
+    progress: Progress | None = None,
+    keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> list[Pair]:
     """Every same-scope pair with ``max(jaccard(content), cosine(embedding)) >= threshold``.
 
-    ``progress`` gets one stage whose total is the number of entries compared (stubs are not)."""
+    ``progress`` gets one stage whose total is the number of entries compared (stubs are not).
+    ``keep(text, semantic)`` narrows the pairs inside the join, before the pair budget is spent
+    (:func:`memwork.similarity.find_duplicate_pairs`); it sees the raw cosine, so it must keep every
+    pair its caller may want once an unreadable cosine is set aside (e.g. a score that does not
+    grow when the cosine is replaced by the lower text score)."""
     pairs: list[Pair] = []
     groups = by_scope(entries)
     advance = _stage(progress, "finding duplicates", groups)
@@ -195,6 +203,7 @@ def find_duplicates(
             threshold,
             progress=advance,
             budget=budget,
+            keep=keep,
         )
         for p in found:
             a, b = group[p.i], group[p.j]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memwork import similarity
-from memwork.coverage import out_of_range, pair_readable
+from memwork.coverage import out_of_range, pairs_readable
 from memwork.defrag.findings import Pair, _comparable_embeddings, by_scope
 from memwork.embed import coverage_for_model
 from memwork.entry import Entry
@@ -80,10 +80,14 @@ def triangle_pairs(n: int, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def sample_scope_pairs(
-    entries: Sequence[Entry], size: int = DEFAULT_SAMPLE_PAIRS, *, seed: int = 0
+    entries: Sequence[Entry], size: int = DEFAULT_SAMPLE_PAIRS, *, seed: int = 0, check_from: float = 0.0
 ) -> PairSample:
     """``size`` same-scope pairs drawn uniformly without replacement (all of them when there are no
-    more), each scored exactly; see the module docstring. Deterministic for a given ``seed``."""
+    more), each scored exactly; see the module docstring. Deterministic for a given ``seed``.
+
+    A cosine below ``check_from`` is kept without asking whether the model read what tells the two
+    texts apart (a word diff and a tokenizer call per pair): below the floor a pair is never a
+    candidate, so the answer would change nothing the report estimates."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise UsageError("sample_pairs", size, "must be a whole number >= 1")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -101,11 +105,12 @@ def sample_scope_pairs(
     for k, scope in enumerate(scopes):
         mine = codes[(codes >= offsets[k]) & (codes < offsets[k + 1])] - offsets[k]
         if len(mine):
-            pairs.extend(_scored(scope, groups[scope], *triangle_pairs(len(groups[scope]), mine)))
+            i, j = triangle_pairs(len(groups[scope]), mine)
+            pairs.extend(_scored(scope, groups[scope], i, j, check_from))
     return PairSample(pairs, population, seed)
 
 
-def _scored(scope: str, group: list[Entry], i: np.ndarray, j: np.ndarray) -> list[Pair]:
+def _scored(scope: str, group: list[Entry], i: np.ndarray, j: np.ndarray, check_from: float) -> list[Pair]:
     """The pairs ``(group[i], group[j])`` scored on the entries they touch only (a sample of a 100,000
     entry scope touches a fraction of its vectors)."""
     used, inverse = np.unique(np.concatenate((i, j)), return_inverse=True)
@@ -114,12 +119,22 @@ def _scored(scope: str, group: list[Entry], i: np.ndarray, j: np.ndarray) -> lis
     text, sem = similarity.score_pairs(
         [e.content for e in members], [vectors[int(u)] for u in used], inverse[: len(i)], inverse[len(i) :]
     )
+    # as find_duplicates: a cosine above the text score must have read what tells the two apart
+    ask = [
+        k
+        for k, (t, s) in enumerate(zip(text.tolist(), sem.tolist(), strict=True))
+        if s > t and s >= check_from
+    ]
+    readable = pairs_readable([(group[int(i[k])], group[int(j[k])]) for k in ask], coverage_for_model)
+    unreadable = {k for k, ok in zip(ask, readable, strict=True) if not ok}
     out: list[Pair] = []
-    for a_idx, b_idx, t, s in zip(i.tolist(), j.tolist(), text.tolist(), sem.tolist(), strict=True):
+    for k, (a_idx, b_idx, t, s) in enumerate(
+        zip(i.tolist(), j.tolist(), text.tolist(), sem.tolist(), strict=True)
+    ):
         a, b = group[a_idx], group[b_idx]
         semantic: float | None = None if math.isnan(s) else s
         unread = out_of_range(a) or out_of_range(b)
-        if semantic is not None and semantic > t and not pair_readable(a, b, coverage_for_model):
+        if semantic is not None and k in unreadable:
             semantic, unread = None, True
         out.append(Pair(scope, a.path, b.path, max(t, semantic or 0.0), t, semantic, out_of_range=unread))
     return out

@@ -335,7 +335,7 @@ def _sampled_queue(
 ) -> ReviewQueue:
     """The queue drawn from the exact band plus a uniform sample of pairs below it (weighted)."""
     band = find_duplicates(entries, threshold, progress=progress)
-    sample = sample_scope_pairs(entries, sample_size, seed=seed)
+    sample = sample_scope_pairs(entries, sample_size, seed=seed, check_from=floor)
     population = [p for p in weighted_population(band, sample, threshold) if p[0].similarity >= floor]
     rows = weighted_queue(population, size=size, floor=floor, threshold=threshold, seed=seed)
     model = store_embedding_model(entries)

@@ -416,7 +416,7 @@ def duplicate_review(
         plan = run_action(opened, "merge_duplicates", scope=scope, **params)
         entries = [e for e in opened.all_entries(scope=scope) if not e.is_stub]
     band = plan.pairs if loaded is None else find_duplicates(entries, threshold)
-    sample = sample_scope_pairs(entries, sample_pairs, seed=seed)
+    sample = sample_scope_pairs(entries, sample_pairs, seed=seed, check_from=floor)
     path = Path(review_file) if review_file else folder / "duplicate_review.csv"
     write_review_csv(band, path)
     model = store_embedding_model(entries)
