@@ -120,6 +120,21 @@ def test_the_policy_search_starts_higher_and_loses_no_pair(hashed: list[Entry], 
     assert negative.search_floor() == negative.floor  # no bound without non-negative coefficients
 
 
+def test_review_past_max_pairs_needs_and_takes_a_pair_sample(hashed, tmp_path, monkeypatch) -> None:
+    store = f"sqlite:///{tmp_path / 'h.db'}"
+    with open_store(store, create=True) as s:
+        s.put_many(hashed)
+    monkeypatch.setenv("MEMWORK_MAX_PAIRS", "100")
+    out = tmp_path / "review.csv"
+    refused = CliRunner().invoke(main, ["defrag", "review", "--store", store, "-o", str(out)])
+    assert refused.exit_code == 2 and "MEMWORK_MAX_PAIRS" in refused.output and not out.exists()
+    done = cli("defrag", "review", "--store", store, "-o", str(out), "--sample-pairs", "3000", "--size", "90")
+    assert done.exit_code == 0 and "pairs of an estimated" in done.output, done.output
+    rows = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert len(rows) == 90 and all(float(r["weight"]) > 0 for r in rows)
+    assert any(r["stratum"].startswith("below:") and float(r["weight"]) > 1 for r in rows)
+
+
 # ---- the report through the runner ----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def small_store() -> str:
