@@ -107,7 +107,7 @@ def histograms_figure(review: DuplicateReview) -> Figure:
             f"{name}: below {cuts[0]:g} {below:,}, {cuts[0]:g}-{cuts[1]:g} {near:,}, at or above {cuts[1]:g} "
             f"{top:,} pairs (bins {bins_text or 'none'})"
         )
-    title = f"Pairs by similarity; below the top band estimated from {review.sample.describe()}"
+    title = f"Pairs by similarity (below the top band: {review.sample.describe()})"
     fig.suptitle(_wrap(title), fontsize=9)
     fig.tight_layout()
     setattr(fig, ALT_ATTRIBUTE, f"{title}. " + "; ".join(alt))
@@ -209,6 +209,8 @@ def threshold_figure(review: DuplicateReview) -> Figure | None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), squeeze=False)
     alt = []
     marks_of: list[tuple[float | None, str]] = [(pol.review, "review"), (pol.auto_merge, "auto-merge")]
+    if pol.auto_merge == pol.review:  # one line, one label
+        marks_of = [(pol.review, "review = auto-merge")]
     panels: tuple[tuple[str, str, list[tuple[float | None, str]]], ...] = (
         ("similarity", "guide's rule: max(Jaccard, cosine)", [(review.threshold, "current threshold")]),
         ("combined", "calibrated score (logistic)", marks_of),
