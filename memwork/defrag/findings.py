@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from memwork import similarity
-from memwork.coverage import count_out_of_range, out_of_range, pair_readable
+from memwork.coverage import count_out_of_range, out_of_range, pair_readable, pairs_readable
 from memwork.defrag.merge import links_to
 from memwork.defrag.scores import confidence_of, health, quality_issues, quality_score
 from memwork.embed import coverage_for_model
@@ -205,14 +205,19 @@ def find_duplicates(
             budget=budget,
             keep=keep,
         )
-        for p in found:
+        # the cosine decides only where it is above the text score: there, did the model read what
+        # tells the two apart? (one tokenizer call per model for all of them, not one per pair)
+        ask = [
+            k
+            for k, p in enumerate(found)
+            if p.semantic_similarity is not None and p.semantic_similarity > p.text_similarity
+        ]
+        readable = pairs_readable([(group[found[k].i], group[found[k].j]) for k in ask], coverage_for_model)
+        unreadable = {k for k, ok in zip(ask, readable, strict=True) if not ok}
+        for k, p in enumerate(found):
             a, b = group[p.i], group[p.j]
             semantic, unread = p.semantic_similarity, out_of_range(a) or out_of_range(b)
-            if (
-                semantic is not None
-                and semantic > p.text_similarity
-                and not pair_readable(a, b, coverage_for_model)
-            ):
+            if k in unreadable:
                 semantic, unread = None, True  # the cosine cannot see what tells them apart
                 if p.text_similarity < threshold:
                     continue
