@@ -48,7 +48,7 @@ from memwork.defrag.calibrate import calibrate, find_policy_pairs
 from memwork.defrag.findings import find_duplicates
 from memwork.defrag.label_free import estimate_weighted, estimate_without_labels
 from memwork.defrag.pair_sample import sample_scope_pairs
-from memwork.defrag.review_queue import build_review_queue, weighted_population
+from memwork.defrag.review_queue import build_review_queue, exact_band, weighted_population
 from memwork.entry import Entry
 from memwork.errors import UsageError
 from memwork.samples.febrl import FebrlSet, embed_entries, load_febrl
@@ -120,13 +120,13 @@ def label_free_precision(entries: list[Entry], seed: int) -> tuple[dict[str, Any
     except UsageError as exc:
         if "MEMWORK_MAX_PAIRS" not in str(exc):
             raise
-    band = find_duplicates(entries, DEFAULT)
+    band, cutoff = exact_band(entries, DEFAULT, FLOOR)
     sample = sample_scope_pairs(entries, SAMPLE, seed=seed, check_from=FLOOR)
-    population = weighted_population(band, sample, DEFAULT)
+    population = weighted_population(band, sample, cutoff)
     estimate = estimate_weighted(
         [p for p, _, _ in population], np.array([w for _, w, _ in population]), floor=FLOOR, seed=seed
     )
-    return estimate.at(DEFAULT), f"band + {SAMPLE:,}-pair sample"
+    return estimate.at(DEFAULT), f"exact from {cutoff} + {SAMPLE:,}-pair sample"
 
 
 def run_set(name: str, seed: int) -> dict[str, Any]:
@@ -159,6 +159,12 @@ def run_set(name: str, seed: int) -> dict[str, Any]:
                 k: estimated.get(k) for k in ("precision", "precision_ci", "recall", "recall_ci", "f1")
             },
         }
+    guide = policy.report["estimates"]["similarity"]["default_0.85"] or {}
+    floor_default = len(default_pairs & floor_truth) / len(floor_truth) if floor_truth else math.nan
+    default_estimate = {
+        "estimated": {k: guide.get(k) for k in ("precision", "precision_ci", "recall", "recall_ci")},
+        "true": {"precision": default["precision"], "recall_above_floor": floor_default},
+    }
     free, free_how = label_free_precision(entries, seed)
     return {
         "set": name,
@@ -176,6 +182,7 @@ def run_set(name: str, seed: int) -> dict[str, Any]:
             "auto_merge": policy.auto_merge,
         },
         "calibrated": points,
+        "default_estimate": default_estimate,
         "label_free": {"how": free_how, "estimate": free, "true_precision": default["precision"]},
     }
 
@@ -231,6 +238,13 @@ def print_set(row: dict[str, Any]) -> None:
             f"        estimated from the labels: P {_f(e['precision'])}{_ci(e['precision_ci'])} "
             f"R {_f(e['recall'])}{_ci(e['recall_ci'])} F1 {_f(e['f1'])}"
         )
+    g = row["default_estimate"]
+    print(
+        f"(a) estimated from the same labels: P {_f(g['estimated']['precision'])}"
+        f"{_ci(g['estimated']['precision_ci'])} R {_f(g['estimated']['recall'])}"
+        f"{_ci(g['estimated']['recall_ci'])}"
+        f" vs true P {_f(g['true']['precision'])} R (>= floor) {_f(g['true']['recall_above_floor'])}"
+    )
     free = row["label_free"]
     est = free["estimate"] or {}
     print(

@@ -17,7 +17,12 @@ from memwork.cli import main
 from memwork.defrag.calibrate import Policy, find_policy_pairs, load_policy
 from memwork.defrag.findings import find_duplicates
 from memwork.defrag.pair_sample import sample_scope_pairs, triangle_pairs
-from memwork.defrag.review_queue import build_review_queue, weighted_population, weighted_queue
+from memwork.defrag.review_queue import (
+    build_review_queue,
+    exact_band,
+    weighted_population,
+    weighted_queue,
+)
 from memwork.embed import HashEmbedder
 from memwork.entry import Entry
 from memwork.errors import UsageError
@@ -101,6 +106,17 @@ def test_the_sampled_queue_weights_estimate_the_whole_store(hashed: list[Entry])
     got = np.array(estimates)
     error = got.std(axis=0, ddof=1) / math.sqrt(len(got))
     assert np.all(np.abs(got.mean(axis=0) - expected) <= 3 * error + 1e-6), (got.mean(axis=0), expected)
+
+
+def test_the_exact_pairs_reach_below_the_threshold_when_the_budget_allows(hashed, monkeypatch) -> None:
+    band, cutoff = exact_band(hashed, 0.85, 0.5)
+    assert cutoff == 0.7 and {(p.path_a, p.path_b) for p in band} == {
+        (p.path_a, p.path_b) for p in find_duplicates(hashed, 0.7)
+    }
+    above = len(find_duplicates(hashed, 0.85))
+    monkeypatch.setenv("MEMWORK_MAX_PAIRS", str(above))  # room for the threshold's pairs only
+    band, cutoff = exact_band(hashed, 0.85, 0.5)
+    assert cutoff == 0.85 and len(band) == above
 
 
 def test_the_policy_search_starts_higher_and_loses_no_pair(hashed: list[Entry], tmp_path: Path) -> None:

@@ -159,10 +159,33 @@ def write_review_queue(rows: Iterable[ReviewRow], path: str | Path, *, embedding
 
 # ---- a queue from a population known through weighted pairs (a sample below the band) -------------
 def weighted_stratum(pair: Pair, sampled: bool, threshold: float, floor: float) -> str:
-    """The pair's stratum; a sampled pair of a stratum that also holds exact ones gets its own
-    (``near_threshold~sampled``), so every stratum has one weight."""
+    """The pair's stratum; a sampled pair gets a stratum of its own (``below:0.50-0.60~sampled``), so
+    no stratum mixes exact pairs (weight 1) with sampled ones: every stratum has one weight."""
     name = stratum_of(pair, threshold, floor)
-    return name + "~sampled" if sampled and not name.startswith("below:") else name
+    return name + "~sampled" if sampled else name
+
+
+#: how far below the threshold the exact pairs reach when the budget allows (down to the floor): the
+#: duplicates a rule misses live there, rare among millions of pairs -- a uniform sample holds a handful
+EXACT_REACH = 0.15
+
+
+def exact_band(
+    entries: Sequence[Entry], threshold: float, floor: float, *, progress: Progress | None = None
+) -> tuple[list[Pair], float]:
+    """The exact pairs from ``max(floor, threshold - EXACT_REACH)`` up when they fit the pair budget,
+    else from ``threshold`` up; and where they start. Below that, a population is known through a
+    pair sample (:func:`weighted_population`)."""
+    from memwork.similarity import MAX_PAIRS_ENV
+
+    deeper = round(max(floor, threshold - EXACT_REACH), 6)
+    if deeper < threshold:
+        try:
+            return find_duplicates(entries, deeper, progress=progress), deeper
+        except UsageError as exc:
+            if MAX_PAIRS_ENV not in str(exc):
+                raise
+    return find_duplicates(entries, threshold, progress=progress), threshold
 
 
 def weighted_queue(
@@ -202,7 +225,8 @@ def weighted_queue(
 def weighted_population(
     band: list[Pair], sample: PairSample, threshold: float
 ) -> list[tuple[Pair, float, bool]]:
-    """The store's pairs as weighted pairs: the band exact (weight 1), the sample below it."""
+    """The store's pairs as weighted pairs: ``band`` (every pair from ``threshold`` up) exact, weight 1;
+    the sample's pairs below ``threshold``, each standing for population / sample pairs."""
     exact = [(p, 1.0, False) for p in band]
     below = [(q, sample.weight, not sample.complete) for q in sample.pairs if q.similarity < threshold]
     return exact + below
@@ -334,9 +358,9 @@ def _sampled_queue(
     sample_size: int,
 ) -> ReviewQueue:
     """The queue drawn from the exact band plus a uniform sample of pairs below it (weighted)."""
-    band = find_duplicates(entries, threshold, progress=progress)
+    band, cutoff = exact_band(entries, threshold, floor, progress=progress)
     sample = sample_scope_pairs(entries, sample_size, seed=seed, check_from=floor)
-    population = [p for p in weighted_population(band, sample, threshold) if p[0].similarity >= floor]
+    population = [p for p in weighted_population(band, sample, cutoff) if p[0].similarity >= floor]
     rows = weighted_queue(population, size=size, floor=floor, threshold=threshold, seed=seed)
     model = store_embedding_model(entries)
     write_review_queue(rows, output, embedding_model=model)

@@ -34,6 +34,7 @@ from memwork.defrag.review_queue import (
     DEFAULT_SIZE,
     NEAR_BAND,
     ReviewRow,
+    exact_band,
     weighted_population,
     weighted_queue,
     weighted_stratum,
@@ -420,7 +421,8 @@ def duplicate_review(
     path = Path(review_file) if review_file else folder / "duplicate_review.csv"
     write_review_csv(band, path)
     model = store_embedding_model(entries)
-    population = weighted_population(band, sample, threshold)
+    deep, cutoff = exact_band(entries, threshold, floor) if not sample.complete else (band, threshold)
+    population = weighted_population(deep, sample, cutoff)
     queue_rows = weighted_queue(
         [p for p in population if p[0].similarity >= floor],
         size=queue_size, floor=floor, threshold=threshold, seed=seed,
