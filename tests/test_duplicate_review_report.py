@@ -183,7 +183,8 @@ def test_the_labels_chart_appears_with_labels(tmp_path, small_store) -> None:
         entries = store.all_entries()
     queue = build_review_queue(entries, tmp_path / "queue.csv", size=120, seed=2)
     labels = label(queue.output, tmp_path / "labels.csv", lineage)
-    run = run_report("duplicate_review", {"store": small_store, "labels": str(labels)}, tmp_path)
+    params = {"store": small_store, "labels": str(labels), "sample_pairs": 3000}
+    run = run_report("duplicate_review", params, tmp_path)
     assert run.exit_code == 0
     page = run.html_path.read_text(encoding="utf-8")
     assert 'alt="Threshold selection from ' in page and "current threshold 0.85: precision" in page
@@ -256,7 +257,9 @@ def test_febrl_review_calibrate_merge_from_the_notebook(febrl: FebrlSet, calibra
         cli("defrag", "merge-duplicates", "--store", store, "--policy", str(policy), "--json").output
     )
     run = run_report(
-        "duplicate_review", {"store": store, "labels": str(labels), "policy": str(policy)}, tmp_path / "out"
+        "duplicate_review",
+        {"store": store, "labels": str(labels), "policy": str(policy), "sample_pairs": 3000},
+        tmp_path / "out",
     )
     assert run.exit_code == 0
     effect = run.summary["effect"]
