@@ -21,7 +21,8 @@ Rules (written here once):
   characters escaped (PostgreSQL's ``to_json``; how memwork's MariaDB loader writes JSON). SQL NULL
   and JSON ``{}`` are the same (the writer stores ``coalesce(metadata, '{}')``); the destination's
   ownership marker ``_memworkSource`` is not part of the data. (MariaDB >= 10.7 has
-  ``JSON_NORMALIZE``; MySQL 8 has none, so a MySQL source is not supported by this SQL yet.)
+  ``JSON_NORMALIZE``; MySQL 8 has none, so there the source side hashes its rows in Python with these
+  same rules -- :class:`~memwork.certify.sides.SourceSide`, ``checksums="python"``.)
 * **content**: byte-exact in the checksum (MariaDB has no Unicode normaliser in SQL). When a
   drilled-down row differs only under Unicode NFC, it is reported as a note (``encoding``), not
   as a changed row. The same holds for JSON a source wrote with ``\\uXXXX`` escapes (MariaDB's
@@ -165,6 +166,11 @@ def canonical_row(row: Mapping[str, Any]) -> str:
 
 def row_hash(row: Mapping[str, Any]) -> str:
     return hashlib.md5(canonical_row(row).encode("utf-8")).hexdigest()
+
+
+def key_md5(key: str) -> str:
+    """The hex MD5 of a key's UTF-8 bytes: what ``MD5(id)`` gives in SQL, so buckets split alike."""
+    return hashlib.md5(key.encode("utf-8")).hexdigest()
 
 
 def hash_parts(md5_hex: str) -> tuple[int, int]:
