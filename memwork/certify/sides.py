@@ -9,9 +9,10 @@ Each answers the same four questions with the canonical row text of :mod:`memwor
 * the source's high-water mark (``max(updated_at)``) for the consistency boundary.
 
 Where the engine cannot write canonical metadata in SQL (MySQL 8 has no ``JSON_NORMALIZE``), the source
-side streams the bucket's rows instead and hashes each in Python with the same rules
-(:func:`~memwork.certify.canonical.row_hash`): still page by page with only per-bucket sums kept, at the
-cost of reading the source's rows once per pass (``checksums="python"`` forces it on any engine).
+side streams, per row, the canonical text up to metadata (still written in SQL) and the raw metadata,
+and Python finishes the hash with the same rules (:func:`~memwork.certify.canonical.hash_with_metadata`):
+still streamed with only per-bucket sums kept, at the cost of reading each row's canonical text once per
+pass (``checksums="python"`` forces it on any engine).
 
 Partitioning by user first, then by hex prefixes of ``md5(key)``, keeps every predicate an exact
 equality (no key *ranges* whose order would depend on each engine's collation) and splits any bucket
@@ -27,11 +28,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from memwork.certify.canonical import (
     hash_parts,
+    hash_with_metadata,
     install_pg_functions,
     key_md5,
     pg_row_text,
     register_sqlite,
-    row_hash,
     source_row_text,
 )
 from memwork.errors import UsageError
@@ -173,26 +174,26 @@ class SourceSide:
         with self.connect() as conn:
             return list(conn.execute(text(sql), params).all())
 
-    def _streamed(self, bucket: Bucket) -> Iterator[tuple[str, str, dict[str, Any]]]:
-        """The bucket's rows, read with a server-side cursor: (key, user, row) -- never all at once."""
+    def _streamed(self, bucket: Bucket) -> Iterator[tuple[str, str, str]]:
+        """The bucket's rows as (key, user, row MD5), read with a server-side cursor: SQL writes the
+        canonical text up to metadata, Python canonicalises the metadata -- never all rows at once."""
         from sqlalchemy import text
 
         where, params = self._where(bucket)
         meta = "CAST(metadata AS CHAR)" if self.dialect != "sqlite" else "metadata"
-        columns = ", ".join(c if c != "metadata" else f"{meta} AS metadata" for c in _ROW_COLUMNS)
+        prefix = source_row_text(self.dialect, metadata=False)
+        sql = f"SELECT id, user_id, {prefix}, {meta} FROM {self.table} WHERE {where}"
         self.round_trips += 1
         with self.connect() as conn:
-            result = conn.execution_options(stream_results=True, yield_per=2000).execute(
-                text(f"SELECT id, {columns} FROM {self.table} WHERE {where}"), params
-            )
-            for row in result.mappings():
-                yield str(row["id"]), str(row["user_id"]), dict(row)
+            result = conn.execution_options(stream_results=True, yield_per=5000).execute(text(sql), params)
+            for key, user, head, metadata in result.tuples():
+                yield str(key), str(user), hash_with_metadata(head, metadata)
 
     def _python_checksums(self, bucket: Bucket) -> dict[str, Checksum]:
         sums: dict[str, list[int]] = {}
-        for key, user, row in self._streamed(bucket):
+        for key, user, md5 in self._streamed(bucket):
             group = user if bucket.user is None else key_md5(key)[: len(bucket.prefix) + 1]
-            one, two = hash_parts(row_hash(row))
+            one, two = hash_parts(md5)
             total = sums.setdefault(group, [0, 0, 0])
             total[0], total[1], total[2] = total[0] + 1, total[1] + one, total[2] + two
         return {g: (n, a, b) for g, (n, a, b) in sums.items()}
@@ -230,7 +231,7 @@ class SourceSide:
 
     def row_hashes(self, bucket: Bucket) -> dict[str, str]:
         if self.checksums_in == "python":
-            return {key: row_hash(row) for key, _, row in self._streamed(bucket)}
+            return {key: md5 for key, _, md5 in self._streamed(bucket)}
         where, params = self._where(bucket)
         sql = f"SELECT id, {self._md5(source_row_text(self.dialect))} FROM {self.table} WHERE {where}"
         return {str(k): str(m) for k, m in self._run(sql, params)}
