@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import ClassVar
@@ -236,3 +237,14 @@ def _assert_not_blank(png: Path) -> None:
     if colours is not None:  # more than a few stray pixels off the background
         background = max(colours)[0]
         assert sum(n for n, _ in colours) - background > 0.01 * rgb.size[0] * rgb.size[1]
+
+
+def test_without_chromium_it_skips_locally_and_fails_under_required_services(monkeypatch):
+    module = sys.modules[__name__]
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
+    monkeypatch.setattr(module, "REQUIRE_SERVICES", False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install -y chromium"):
+        _chromium()
+    monkeypatch.setattr(module, "REQUIRE_SERVICES", True)
+    with pytest.raises(pytest.fail.Exception, match="MEMWORK_REQUIRE_SERVICES=1"):
+        _chromium()
