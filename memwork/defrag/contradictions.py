@@ -24,7 +24,9 @@ flag can be checked by a person against these rules.
 5. **Value** (texts of at most :data:`VALUE_RULE_MAX_TOKENS` tokens): exactly one replaced span
    with 1-3 content words per side, sharing no stem, after at least two equal tokens of the same
    attribute (``user is``, ``lives in``) and no fewer equal tokens before it than after (a changed
-   subject, "Alice lives in Ghent" / "Bob lives in Ghent", is not a contradiction); a value after a
+   subject, "Alice lives in Ghent" / "Bob lives in Ghent", is not a contradiction), right after an
+   anchor as written -- a copula, a preposition, a title or a verb form (``prefers``, ``called``)
+   -- so "batch job alpha" / "batch job beta" name two things; a value after a
    many-valued verb (:data:`MANY_VALUED`: *likes*, *has*, *speaks* ...) is another value, not a
    changed one; nor is a spelling fix (the spans' letters alike).
 6. Words only one side has (inserted or deleted spans) are **added detail**, never a contradiction.
@@ -185,6 +187,8 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("kilometre", "kilometer", "km"),
     ("kilogram", "kilo", "kg"),
 )
+#: titles before a name: the name after one is a value (``Dr Patel`` / ``Dr Okafor``)
+TITLES = frozenset(["dr", "mr", "mrs", "ms", "prof"])
 #: a span of these alone changes the phrasing, not a value ("happy with" / "glad about")
 PREPOSITIONS = frozenset(
     [
@@ -382,6 +386,11 @@ def _canon(word: str) -> str:
 
 def tokens(text: str) -> list[str]:
     """The normalised token sequence of ``text`` (rule 1), filler words dropped."""
+    return [token for token, _ in _tokens(text)]
+
+
+def _tokens(text: str) -> list[tuple[str, str]]:
+    """Each normalised token with the word it came from (the value rule's anchor looks at that)."""
     text = unicodedata.normalize("NFKC", text).lower()
     for pattern, repl in _CONTRACTIONS:
         text = pattern.sub(repl, text)
@@ -395,8 +404,9 @@ def tokens(text: str) -> list[str]:
         unit = _NUMBER_UNIT_RE.fullmatch(token)
         split.extend(unit.groups() if unit else (token,))
     raw = _combine_numbers(split)
-    out: list[str] = []
-    for word in raw:
+    out: list[tuple[str, str]] = []
+    for original in raw:
+        word = original
         if word in FILLER:
             continue
         if word == "%":
@@ -409,8 +419,20 @@ def tokens(text: str) -> list[str]:
             word = f"date:{word.rstrip('s')}"
         elif word.isalpha() and word not in NEGATIONS and word not in AUXILIARIES:
             word = _canon(word)
-        out.append(word)
+        out.append((word, original))
     return out
+
+
+def _anchor(word: str) -> bool:
+    """Can a value follow ``word`` (as it was written)? A copula or auxiliary, a preposition, a title,
+    or a verb form: third person (``prefers``, ``drives``) or participle (``called``, ``named``)."""
+    if word in _COPULAS or word in PREPOSITIONS or word in TITLES:
+        return True
+    return (
+        word.isalpha()
+        and len(word) > 3
+        and (word.endswith("ed") or (word.endswith("s") and not word.endswith("ss")))
+    )
 
 
 def _kind_of(token: str) -> str:
@@ -462,7 +484,7 @@ def _numbers(ta: list[str], tb: list[str]) -> Contradiction | None:
     return None
 
 
-def _value(ta: list[str], tb: list[str]) -> Contradiction | None:
+def _value(ta: list[str], tb: list[str], written: list[str]) -> Contradiction | None:
     spans = _replaced(ta, tb)
     if len(spans) != 1 or max(len(ta), len(tb)) > VALUE_RULE_MAX_TOKENS:
         return None
@@ -481,6 +503,8 @@ def _value(ta: list[str], tb: list[str]) -> Contradiction | None:
     before, after = ta[:i1], ta[i2:]
     if len(before) < 2 or len(before) < len(after) or tb[:j1] != before:
         return None
+    if not _anchor(written[i1 - 1]):
+        return None  # not in a value's place ("batch job alpha" / "batch job beta" name two jobs)
     verbs = [t for t in before if t not in _COPULAS and _kind_of(t) == "word"]
     if any(t in _MANY for t in verbs[-2:]):
         return None  # another value of a many-valued attribute, not a changed one
@@ -489,7 +513,8 @@ def _value(ta: list[str], tb: list[str]) -> Contradiction | None:
 
 def detect(text_a: str, text_b: str) -> Contradiction | None:
     """The possible contradiction between two texts (module docstring rules 1-6), or None."""
-    ta, tb = tokens(text_a), tokens(text_b)
+    pa, pb = _tokens(text_a), _tokens(text_b)
+    ta, tb = [t for t, _ in pa], [t for t, _ in pb]
     if ta == tb or Counter(ta) == Counter(tb):
         return None
-    return _negation(ta, tb) or _numbers(ta, tb) or _value(ta, tb)
+    return _negation(ta, tb) or _numbers(ta, tb) or _value(ta, tb, [w for _, w in pa])
