@@ -72,6 +72,18 @@ def test_detect_states_kind_and_tokens(a, b, kind, tokens):
     assert found.to_dict()["reason"].startswith(kind)
 
 
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("keep it lazy, and note that it logs", "keep it lazy, and that it logs"),  # note -> not: no
+        ("postgres vacuum for the batch job alpha", "postgres vacuum for the batch job beta"),  # names
+        ("User lives in Ghent.", "User lives in Ghent with two cats."),
+    ],
+)
+def test_consistent_pairs_are_not_flagged(a, b):
+    assert detect(a, b) is None
+
+
 def _seed(store, *extra: Entry) -> None:
     store.put(Entry(path="a.md", content="User is allergic to peanuts.", updated_at=T0, created_at=T0))
     later = T0 + timedelta(days=3)

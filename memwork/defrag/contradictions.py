@@ -418,7 +418,9 @@ def _tokens(text: str) -> list[tuple[str, str]]:
         elif word in _WEEKDAYS or word.rstrip("s") in _WEEKDAYS:
             word = f"date:{word.rstrip('s')}"
         elif word.isalpha() and word not in NEGATIONS and word not in AUXILIARIES:
-            word = _canon(word)
+            stemmed = _canon(word)
+            # a stem must not become a negation or an auxiliary ("note" -> "not", "wasp" -> "was")
+            word = word if stemmed in NEGATIONS or stemmed in AUXILIARIES else stemmed
         out.append((word, original))
     return out
 

@@ -201,6 +201,7 @@ def _find_duplicates(entries: list[Entry], q: dict[str, Any], ctx: Context) -> F
 
 def _find_related(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
     pairs = findings.find_related(entries, q["min_similarity"], q["max_similarity"], progress=ctx.progress)
+    pairs = findings.flag_contradictions(pairs, entries)  # a related pair may contradict too
     status = [pair.link_status for pair in pairs]
     counts = {s: status.count(s) for s in ("unlinked", "one-way", "bidirectional")}
     return Found({"pairs": len(status)} | counts | findings.out_of_range_summary(entries), pairs=pairs)
