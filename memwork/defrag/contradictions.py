@@ -38,6 +38,7 @@ by ``tests/test_contradictions.py``.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import unicodedata
 from collections import Counter
@@ -389,8 +390,10 @@ def tokens(text: str) -> list[str]:
     return [token for token, _ in _tokens(text)]
 
 
-def _tokens(text: str) -> list[tuple[str, str]]:
-    """Each normalised token with the word it came from (the value rule's anchor looks at that)."""
+@functools.lru_cache(maxsize=65_536)
+def _tokens(text: str) -> tuple[tuple[str, str], ...]:
+    """Each normalised token with the word it came from (the value rule's anchor looks at that);
+    cached, as one entry is in many pairs."""
     text = unicodedata.normalize("NFKC", text).lower()
     for pattern, repl in _CONTRACTIONS:
         text = pattern.sub(repl, text)
@@ -422,7 +425,7 @@ def _tokens(text: str) -> list[tuple[str, str]]:
             # a stem must not become a negation or an auxiliary ("note" -> "not", "wasp" -> "was")
             word = word if stemmed in NEGATIONS or stemmed in AUXILIARIES else stemmed
         out.append((word, original))
-    return out
+    return tuple(out)
 
 
 def _anchor(word: str) -> bool:
@@ -475,8 +478,11 @@ def _replaced(ta: list[str], tb: list[str]) -> list[tuple[int, int, int, int]]:
     return [(i1, i2, j1, j2) for tag, i1, i2, j1, j2 in ops if tag == "replace"]
 
 
-def _numbers(ta: list[str], tb: list[str]) -> Contradiction | None:
-    for i1, i2, j1, j2 in _replaced(ta, tb):
+Spans = list[tuple[int, int, int, int]]
+
+
+def _numbers(ta: list[str], tb: list[str], spans: Spans) -> Contradiction | None:
+    for i1, i2, j1, j2 in spans:
         sa, sb = ta[i1:i2], tb[j1:j2]
         for kind in ("date", "number"):
             va, vb = [t for t in sa if _kind_of(t) == kind], [t for t in sb if _kind_of(t) == kind]
@@ -486,8 +492,7 @@ def _numbers(ta: list[str], tb: list[str]) -> Contradiction | None:
     return None
 
 
-def _value(ta: list[str], tb: list[str], written: list[str]) -> Contradiction | None:
-    spans = _replaced(ta, tb)
+def _value(ta: list[str], tb: list[str], spans: Spans, written: list[str]) -> Contradiction | None:
     if len(spans) != 1 or max(len(ta), len(tb)) > VALUE_RULE_MAX_TOKENS:
         return None
     i1, i2, j1, j2 = spans[0]
@@ -519,4 +524,8 @@ def detect(text_a: str, text_b: str) -> Contradiction | None:
     ta, tb = [t for t, _ in pa], [t for t, _ in pb]
     if ta == tb or Counter(ta) == Counter(tb):
         return None
-    return _negation(ta, tb) or _numbers(ta, tb) or _value(ta, tb, [w for _, w in pa])
+    negation = _negation(ta, tb)
+    if negation is not None:
+        return negation
+    spans = _replaced(ta, tb)
+    return _numbers(ta, tb, spans) or _value(ta, tb, spans, [w for _, w in pa])
