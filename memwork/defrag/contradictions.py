@@ -182,6 +182,7 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("jog", "run"),
     ("trip", "journey", "travel"),
     ("centre", "center"),
+    ("reliable", "dependable", "trustworthy"),
     ("organise", "organize"),
     ("euro", "eur"),
     ("dollar", "usd"),
