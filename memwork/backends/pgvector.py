@@ -92,6 +92,7 @@ _COLUMNS = (
     "id, source_memory_id, user_id, content, type, source_session_id, source_message_id, "
     "metadata, embedding_model, created_at, updated_at"
 )
+_T_COLUMNS = ", ".join(f"t.{name.strip()}" for name in _COLUMNS.split(","))
 
 
 class PgvectorBackend(BaseBackend):
@@ -356,14 +357,17 @@ def _exact_search(
     counts the user's rows of other models left out.
     """
     capped = "" if cap is None else "LIMIT %(cap)s"
+    # the CTE holds only what ranking, counting and the model pick need (id, model, distance, each
+    # computed once); the result's columns are read for the top ``limit`` rows only, by primary key
     sql = (
-        f"WITH mine AS MATERIALIZED (SELECT {_COLUMNS}, embedding FROM {table} "
-        f"WHERE user_id = %(user)s {capped}), "
-        f"pick AS MATERIALIZED ({_model_pick('mine', '%(model)s')} AS model) "
-        f"SELECT {_COLUMNS}, embedding <=> %(vector)s AS distance, (SELECT count(*) FROM mine) AS n, "
+        f"WITH mine AS MATERIALIZED (SELECT id, embedding_model, embedding <=> %(vector)s AS distance "
+        f"FROM {table} WHERE user_id = %(user)s {capped}), "
+        f"pick AS MATERIALIZED ({_model_pick('mine', '%(model)s')} AS model), "
+        "top AS (SELECT id, distance FROM mine WHERE embedding_model IS NOT DISTINCT FROM "
+        "(SELECT model FROM pick) ORDER BY distance, id LIMIT %(limit)s) "
+        f"SELECT {_T_COLUMNS}, top.distance, (SELECT count(*) FROM mine) AS n, "
         "(SELECT count(*) FROM mine WHERE embedding_model IS DISTINCT FROM (SELECT model FROM pick)) "
-        "FROM mine WHERE embedding_model IS NOT DISTINCT FROM (SELECT model FROM pick) "
-        "ORDER BY distance, id LIMIT %(limit)s"
+        f"FROM top JOIN {table} t ON t.id = top.id ORDER BY top.distance, top.id"
     )
     params = {
         "user": user_id,
