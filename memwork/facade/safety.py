@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from memwork.deadline import ABANDONED, COMMITTING, CallScope, Clock, Deadline, using_scope
+from memwork.deadline import FINISHED as SCOPE_FINISHED
 from memwork.deadline import RUNNING as SCOPE_RUNNING
 from memwork.errors import BackendTimeout, CutOff, Shed
 
@@ -379,8 +380,11 @@ class Watchdog:
                 while not self._heap:
                     self._cond.wait()
                 at, _, scope = self._heap[0]
+                if scope.state == SCOPE_FINISHED:  # done in time: forget it without waking for it
+                    heapq.heappop(self._heap)
+                    continue
                 left = at - scope.deadline.clock()
-                if left > 0:
+                if left > 0:  # sleeps until the earliest unfinished deadline, not once per call
                     self._cond.wait(left)
                     continue
                 heapq.heappop(self._heap)
