@@ -6,6 +6,8 @@ For each size (default 20,000 and 100,000 entries of 384-d; ``--with-200k`` adds
 
 * ``bare``: the limit -- the same unit float32 vectors, upper triangle only, 1,024-row panels against
   the rest of the matrix into preallocated ``out=`` buffers, threshold and count; nothing else;
+  ``bare_tiles``: the same in 1,024 x 8,192 tiles (memwork's shape); the ratios are taken against
+  the faster of the two, so a tile shape that merely beats the panel reference flatters nothing;
 * ``cosine``: memwork's cosine join (float32 unit rows, tiles, exact re-score of the candidates);
 * ``find_duplicates``: the whole ``memwork.defrag.find_duplicates`` over ``Entry`` objects
   (tokenising, both joins, exact scores, scopes, sorting);
@@ -89,6 +91,34 @@ def part_bare(texts: list[str], embeddings: list[np.ndarray | None], rows: np.nd
             flat = np.flatnonzero(np.greater_equal(block.reshape(-1), THRESHOLD, out=hit[: (b - a) * width]))
             r, c = np.divmod(flat, width)
             count += int(np.count_nonzero(c > r))
+    return {"seconds": time.perf_counter() - started, "pairs": count}
+
+
+def part_bare_tiles(
+    texts: list[str], embeddings: list[np.ndarray | None], rows: np.ndarray
+) -> dict[str, Any]:
+    """The limit in 2-D tiles: 1,024 x 8,192 blocks of the upper triangle, threshold, count."""
+    from memwork.similarity import _blas_threads, _threadpools
+
+    unit = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    m, width = len(unit), 8192
+    out = np.empty(PANEL * width, dtype=np.float32)
+    hit = np.empty(PANEL * width, dtype=np.bool_)
+    started = time.perf_counter()
+    count = 0
+    with _threadpools().limit(limits=_blas_threads(m), user_api="blas"):
+        for a in range(0, m, PANEL):
+            b = min(a + PANEL, m)
+            for c0 in range(a, m, width):
+                c1 = min(c0 + width, m)
+                size = (b - a) * (c1 - c0)
+                tile = np.matmul(unit[a:b], unit[c0:c1].T, out=out[:size].reshape(b - a, c1 - c0))
+                flat = np.flatnonzero(np.greater_equal(tile.reshape(-1), THRESHOLD, out=hit[:size]))
+                if c0 < b:
+                    r, c = np.divmod(flat, c1 - c0)
+                    count += int(np.count_nonzero(c + c0 > r + a))
+                else:
+                    count += len(flat)
     return {"seconds": time.perf_counter() - started, "pairs": count}
 
 
@@ -178,6 +208,7 @@ def part_setjoin(texts: list[str], embeddings: list[np.ndarray | None], rows: np
 
 PARTS = {
     "bare": part_bare,
+    "bare_tiles": part_bare_tiles,
     "cosine": part_cosine,
     "find_duplicates": part_find_duplicates,
     "jaccard": part_jaccard,
@@ -218,13 +249,15 @@ def main(argv: list[str] | None = None) -> int:
         child(args.child[0], int(args.child[1]), Path(args.folder))
         return 0
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()] + ([200_000] if args.with_200k else [])
-    parts = ["bare", "cosine", "find_duplicates"] + ([] if args.no_setjoin else ["jaccard", "setjoin"])
+    parts = ["bare", "bare_tiles", "cosine", "find_duplicates"] + (
+        [] if args.no_setjoin else ["jaccard", "setjoin"]
+    )
     missed = []
     with tempfile.TemporaryDirectory(prefix="mw-cosine-limit-") as tmp:
         for n in sizes:
             save(n, Path(tmp))
             got = {part: run(part, n, Path(tmp)) for part in parts}
-            bare = got["bare"]["seconds"]
+            bare = min(got["bare"]["seconds"], got["bare_tiles"]["seconds"])
             print(f"N={n:,} (384-d, threshold {THRESHOLD}; load = 1-min average before->after each part)")
             for part, r in got.items():
                 ratio = r["seconds"] / bare if part in ("cosine", "find_duplicates") else None
@@ -234,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                     verdict = f"  target <= {target}: {'ok' if ratio <= target else 'MISSED'}"
                     if ratio > target:
                         missed.append(f"{part} at {n}")
-                extra = f"  x{ratio:.2f} of bare" if ratio is not None else ""
+                extra = f"  x{ratio:.2f} of the faster bare" if ratio is not None else ""
                 if part == "setjoin":
                     extra = f"  memwork jaccard / setjoin = {got['jaccard']['seconds'] / r['seconds']:.2f}"
                 print(
