@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,22 @@ def test_the_session_timeout_is_sent_once_for_a_steady_deadline_and_cleared_with
             assert conn.execute("SHOW statement_timeout").fetchone()[0] == "0"
     finally:
         backend.close()
+
+
+def test_the_watchdog_aborts_a_running_call_at_its_deadline_and_never_a_finished_one() -> None:
+    from deadlines import bound
+
+    from memwork.facade.safety import Watchdog
+
+    budget = 0.05
+    dog = Watchdog(name="memwork-watchdog-test")
+    hung, done = CallScope(Deadline.after(budget), "hung"), CallScope(Deadline.after(budget), "done")
+    aborted = {"hung": threading.Event(), "done": threading.Event()}
+    assert hung.on_abandon(aborted["hung"].set) and done.on_abandon(aborted["done"].set)
+    dog.watch(done)
+    dog.watch(hung)
+    done.clear_abandon()  # finished in time: its resource may be reused, it must never be aborted
+    done.finish()
+    assert aborted["hung"].wait(bound(budget))  # the hung call's abort ran at its deadline
+    assert not aborted["done"].is_set() and dog.stats()["abandoned"] == 1
+    assert not hung.on_abandon(lambda: None)  # given up: nothing more may be registered
