@@ -64,15 +64,17 @@ def _backend_pid(facade: Any) -> int:
 def test_resolve_with_an_embedding_runs_inline_without_a_worker(pg_url: str, tmp_path: Path) -> None:
     facade = _facade(pg_url, tmp_path, timeout_ms=20_000)
     try:
+        first = facade.resolve(REQUEST)  # opens the pool (may start the embedded server): a worker
+        assert facade.status()["workers"]["submitted"] == 1
         answer = facade.resolve(REQUEST)
-        assert answer["ok"] and answer["source"] == "pgvector"
+        assert answer == first and answer["ok"] and answer["source"] == "pgvector"
         assert [m["id"] for m in answer["semanticMemories"]] == ["m-1", "m-2"]
         workers = facade.status()["workers"]
-        assert workers["submitted"] == 0 and workers["threads"] == 0  # never handed to the pool
+        assert workers["submitted"] == 1  # the second call was never handed to the pool
         assert workers["inline"] == {"calls": 1, "timedOut": 0}
         # a query to embed is user code (unbounded): the worker pool runs it, under the same deadline
         by_query = facade.resolve({"userId": "alice", "query": "hello", "limit": 5})
-        assert by_query["ok"] and facade.status()["workers"]["submitted"] == 1
+        assert by_query["ok"] and facade.status()["workers"]["submitted"] == 2
     finally:
         facade.close()
 
@@ -96,7 +98,7 @@ def test_a_stopped_server_is_answered_fail_open_by_the_deadline(pg_url: str, tmp
         assert f"timed out after {TIMEOUT_MS} ms" in answer["reason"], answer
         assert within_deadline(took, budget)  # the stopped server never answered: the deadline did
         status = facade.status()["workers"]
-        assert status["inline"]["timedOut"] == 1 and status["submitted"] == 0
+        assert status["inline"]["timedOut"] == 1 and status["submitted"] == 1  # only the opening call
         assert status["watchdog"]["abandoned"] >= 1
         for _ in range(50):  # the broken connection was discarded; a new one serves the next call
             if facade.resolve(REQUEST)["ok"]:

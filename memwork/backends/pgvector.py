@@ -140,10 +140,12 @@ class PgvectorBackend(BaseBackend):
 
     def deadline_inline(self, request: Mapping[str, Any]) -> bool:
         """True when every wait of this resolve is bounded by the call's deadline, so the facade may
-        run it on the caller's thread: an ``embedding`` is given (a query embedder is user code), the
-        pool wait is bounded by the time left, statements by ``statement_timeout``, and the socket is
+        run it on the caller's thread: the pool is open (opening it may start the embedded server),
+        an ``embedding`` is given (a query embedder is user code), the pool wait is bounded by the time
+        left, statements by ``statement_timeout``, and the socket is
         shut down when the caller gives up (:meth:`CallScope.on_abandon`)."""
-        return request.get("embedding") is not None and not self._unavailable
+        opened = self._pool is not None  # opening it may start the embedded server: not inline
+        return opened and request.get("embedding") is not None and not self._unavailable
 
     def resolve(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The user's nearest memories to ``embedding`` (or the embedded ``query``), nearest first."""
