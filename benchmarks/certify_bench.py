@@ -126,6 +126,12 @@ def main() -> int:
         "--mysql-admin-url",
         default=os.environ.get("MEMWORK_BENCH_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
     )
+    parser.add_argument(
+        "--source-checksums",
+        choices=["auto", "sql", "python"],
+        default="auto",
+        help="python: hash the source's rows here (what a MySQL 8 without JSON_NORMALIZE gets).",
+    )
     parser.add_argument("--pgdata", default=None)
     parser.add_argument("--json", default=None, help="Write the figures to this file too.")
     args = parser.parse_args()
@@ -150,7 +156,12 @@ def main() -> int:
         ref_s, agree = reference(mysql_url, pg_url)
         out["reference_s"] = round(ref_s, 2)
         out["reference_agrees"] = agree
-        options = {"users_per_bucket": 20, "queries_per_user": 3, "record_failures": True}
+        options = {
+            "users_per_bucket": 20,
+            "queries_per_user": 3,
+            "record_failures": True,
+            "source_checksums": args.source_checksums,
+        }
         cert, clean_s, clean_mb = timed(certify, CertifyOptions(mysql_url, pg_url, **options))
         out["clean"] = {
             "seconds": clean_s,
@@ -165,7 +176,14 @@ def main() -> int:
 
         planted = damage(pg_url, args.damaged)
         cert, bad_s, bad_mb = timed(
-            certify, CertifyOptions(mysql_url, pg_url, retrieval=False, vector_sample=0)
+            certify,
+            CertifyOptions(
+                mysql_url,
+                pg_url,
+                retrieval=False,
+                vector_sample=0,
+                source_checksums=args.source_checksums,
+            ),
         )
         named = {(b.key, b.kind) for b in cert.rows.bad}
         out["damaged"] = {

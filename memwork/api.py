@@ -79,6 +79,8 @@ PAIR_COLUMNS = (
     "text_similarity",
     "semantic_similarity",
     "matched_by",
+    "kind",
+    "contradiction",
     "link_status",
     "title_a",
     "title_b",
@@ -160,7 +162,8 @@ def _pairs(store: str | Store, action: str, scope: str | None, params: dict[str,
 
 def pairs_frame(pairs: list[Pair], store: Store | None = None) -> pd.DataFrame:
     """``pairs`` as a DataFrame, most similar first (columns :data:`PAIR_COLUMNS`; ``link_status``
-    only for related pairs). With ``store``, each entry's title and content are read into the table
+    only for related pairs; ``kind`` exact / normalised / similar, ``contradiction`` its reason or
+    None). With ``store``, each entry's title and content are read into the table
     (without counting a hit); without it those columns are left out."""
     import pandas as pd
 
@@ -173,6 +176,7 @@ def pairs_frame(pairs: list[Pair], store: Store | None = None) -> pd.DataFrame:
     rows = []
     for pair in sorted(pairs, key=lambda p: (-p.similarity, p.scope, p.path_a, p.path_b)):
         row = pair.to_dict() | {"matched_by": " + ".join(pair.matched_by)}
+        row["contradiction"] = pair.contradiction.reason if pair.contradiction is not None else None
         if store is not None:
             for side, path in (("a", pair.path_a), ("b", pair.path_b)):
                 entry = store.get(path, scope=pair.scope)

@@ -19,6 +19,7 @@ No scope (a library call outside the pool, a CLI run) means no deadline: nothing
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -88,6 +89,23 @@ class CallScope:
         self.entered = False  #: the backend has been called (before that, giving up stops everything)
         self._state = RUNNING
         self._lock = threading.Lock()
+        self._abort: Callable[[], None] | None = None
+
+    def on_abandon(self, abort: Callable[[], None]) -> bool:
+        """While the callee blocks in I/O: ``abort()`` (e.g. shut its socket down) runs if the caller
+        gives up meanwhile, so the callee returns at once instead of at the server's own timeout.
+        False (nothing registered) when the caller already gave up. Undo with :meth:`clear_abandon`
+        before the resource is reused -- both hold the scope's lock, so an abort never hits a reused
+        connection."""
+        with self._lock:
+            if self._state == ABANDONED:
+                return False
+            self._abort = abort
+            return True
+
+    def clear_abandon(self) -> None:
+        with self._lock:
+            self._abort = None
 
     @property
     def state(self) -> str:
@@ -126,6 +144,10 @@ class CallScope:
             before = self._state
             if before == RUNNING:
                 self._state = ABANDONED
+                abort, self._abort = self._abort, None
+                if abort is not None:  # best effort: the server's own timeout still applies
+                    with contextlib.suppress(Exception):
+                        abort()
             return before
 
     def finish(self) -> None:

@@ -21,6 +21,9 @@ from memwork.errors import ContentTooLarge, InvalidPath, UsageError
 MAX_CONTENT_BYTES = 3_000_000
 MAX_STUB_HOPS = 5
 DEFAULT_SCOPE = "default"
+#: metadata keys of a superseded entry: the newer entry's path, and until when this one was valid
+SUPERSEDED_BY = "superseded_by"
+VALID_UNTIL = "valid_until"
 FORBIDDEN_PATH_CHARS = set('<>:"|?*')
 _SCOPE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")  # used with fullmatch: no "alice\n"
 # Limits every store kind can hold, so an export from any store imports into any other:
@@ -240,6 +243,15 @@ class Entry:
     def redirect_to(self) -> str | None:
         target = self.metadata.get("redirect_to")
         return str(target) if target else None
+
+    @property
+    def superseded_by(self) -> str | None:
+        """The newer entry that contradicts and replaces this one (``defrag supersede``), or None.
+
+        Kept in metadata (with ``valid_until``, the newer entry's time) rather than in a column: every
+        store already round-trips metadata exactly, and so do export, import and the journal."""
+        target = self.metadata.get(SUPERSEDED_BY)
+        return str(target) if target and not self.is_stub else None
 
     @property
     def embedded(self) -> bool:

@@ -198,12 +198,27 @@ def _no_tick(fraction: float) -> None:
 
 # Float slack for the filters only; every kept pair is re-checked with the exact float64 score.
 _SIZE_SLACK = 1e-9  # relative, for prefix/size filters (ratios of small integers)
-_COSINE_SLACK = 1e-4  # absolute, float32 blocked dot products vs the float64 cosine
-_BLOCK_BYTES = 64 * 2**20  # float32 similarity block of the cosine join
+_COSINE_SLACK = 1e-4  # absolute, float32 tile dot products vs the float64 cosine (at least; see below)
+_PANEL_ROWS = 1024  # rows per cosine tile: wide enough for BLAS to run near its peak
+_TILE_COLS = 8192  # columns per cosine tile: 1024 x 8192 float32 = 32 MB, whatever N is
 _SPARSE_BUDGET = 8_000_000  # candidate entries per sparse block of the Jaccard join
-_VERIFY_CHUNK = 32_768  # pairs re-scored per chunk (bounds the gathered float64 rows)
-_MIN_BLOCK_ROWS = 128  # rows per cosine block, at least (smaller blocks waste BLAS efficiency)
+_VERIFY_CHUNK = 32_768  # pairs re-scored per chunk of the Jaccard join
+_COSINE_VERIFY_CHUNK = 4096  # pairs re-scored per chunk of the cosine join (2 x 4096 float64 rows)
+_BUILD_CHUNK = 8192  # rows converted at a time when building the float32 unit rows
+_MIN_BLOCK_ROWS = 128  # rows per cosine tile, at least (smaller tiles waste BLAS efficiency)
 _THREADED_ROWS = 8192  # below this many embedded rows the cosine join runs on one BLAS thread
+_UNIT_ROUNDOFF32 = 2.0**-24
+
+
+def _cosine_slack(dim: int) -> float:
+    """How far a float32 tile score of unit rows may lie from the exact float64 cosine.
+
+    Rounding the unit rows to float32 moves each component by at most one unit roundoff u, so the
+    dot product by at most ~2u (Cauchy-Schwarz on unit rows); a float32 dot product of length d, in
+    any summation order, errs by at most d*u/(1 - d*u) <= 1.01*d*u. Twice (d + 2)*u covers both with
+    room for the float64 side; never below :data:`_COSINE_SLACK` (the band only adds candidates that
+    the exact re-score then drops, it never changes the result)."""
+    return max(_COSINE_SLACK, 2.0 * (dim + 2) * _UNIT_ROUNDOFF32)
 
 
 def _blas_threads(rows: int) -> int:
@@ -315,76 +330,118 @@ def _budget_blocks(cost: np.ndarray, budget: int) -> list[tuple[int, int]]:
 
 @dataclass
 class _Vectors:
-    """The embedded subset: float64 rows for exact scores, positions back into the input."""
+    """The embedded subset as float32 unit rows for the tiles; exact scores re-read the caller's
+    vectors for the candidate pairs only (no float64 copy of every vector is kept)."""
 
-    rows: np.ndarray
-    norms: np.ndarray
+    unit32: np.ndarray  # (m, d) float32 unit rows, zero rows stay zero
+    norms: np.ndarray  # float64 norm of each row, as :func:`cosine` computes it
+    source: Sequence[np.ndarray | Sequence[float] | None]  # the caller's vectors, by input position
     index: np.ndarray  # input position of each row
     slot: np.ndarray  # row of each input position, -1 when not embedded
 
     @classmethod
-    def build(cls, embeddings: Sequence[np.ndarray | None]) -> _Vectors:
+    def build(cls, embeddings: Sequence[np.ndarray | Sequence[float] | None]) -> _Vectors:
         index = np.array([k for k, e in enumerate(embeddings) if e is not None], dtype=np.int64)
-        try:
-            picked = [embeddings[k] for k in index]
-            rows = np.stack(picked, dtype=np.float64).reshape(len(index), -1) if picked else np.zeros((0, 1))
-        except (ValueError, TypeError):
-            raise UsageError("embeddings", len(embeddings), "vectors must share one dimension") from None
-        if not np.isfinite(rows).all():
-            raise UsageError("embeddings", "non-finite", "vectors must hold finite numbers")
+        m = len(index)
+        unit32 = np.zeros((0, 1), dtype=np.float32)
+        norms = np.zeros(m)
+        for a in range(0, m, _BUILD_CHUNK):  # bounds the float64 temporaries
+            rows = _stack64(embeddings, index[a : a + _BUILD_CHUNK])
+            if a == 0:
+                unit32 = np.empty((m, rows.shape[1]), dtype=np.float32)
+            elif rows.shape[1] != unit32.shape[1]:
+                raise UsageError("embeddings", len(embeddings), "vectors must share one dimension")
+            chunk_norms = norms[a : a + len(rows)] = _row_norms(rows)
+            safe = np.where(chunk_norms > 0, chunk_norms, 1.0)[:, None]
+            unit32[a : a + len(rows)] = np.where(chunk_norms[:, None] > 0, rows / safe, 0.0)
         slot = np.full(len(embeddings), -1, dtype=np.int64)
-        slot[index] = np.arange(len(index))
-        return cls(rows, _row_norms(rows), index, slot)
+        slot[index] = np.arange(m)
+        return cls(unit32, norms, embeddings, index, slot)
 
     def cosine(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-        """Exact cosine of input pairs (NaN where one is not embedded), bitwise as :func:`cosine`."""
+        """Exact cosine of input pairs (NaN where one is not embedded), bitwise as :func:`cosine`:
+        float64 rows gathered from the caller's vectors, one chunk of pairs at a time."""
         out = np.full(len(i), np.nan)
         a_all, b_all = self.slot[i], self.slot[j]
         both = np.flatnonzero((a_all >= 0) & (b_all >= 0))
-        for lo in range(0, len(both), _VERIFY_CHUNK):
-            sel = both[lo : lo + _VERIFY_CHUNK]
-            a, b = a_all[sel], b_all[sel]
-            out[sel] = _cosine_rows(self.rows[a], self.rows[b], self.norms[a], self.norms[b])
+        for lo in range(0, len(both), _COSINE_VERIFY_CHUNK):
+            sel = both[lo : lo + _COSINE_VERIFY_CHUNK]
+            left = _stack64(self.source, i[sel])
+            right = _stack64(self.source, j[sel])
+            out[sel] = _cosine_rows(left, right, self.norms[a_all[sel]], self.norms[b_all[sel]])
         return out
 
-    def _unit32(self) -> np.ndarray:
-        """Normalised float32 rows (zero rows stay zero), built in chunks to bound the float64 temp."""
-        unit32 = np.zeros(self.rows.shape, dtype=np.float32)
-        for a in range(0, len(self.rows), _VERIFY_CHUNK):
-            norms = self.norms[a : a + _VERIFY_CHUNK, None]
-            chunk = np.divide(self.rows[a : a + _VERIFY_CHUNK], np.where(norms > 0, norms, 1.0))
-            unit32[a : a + _VERIFY_CHUNK] = np.where(norms > 0, chunk, 0.0)
-        return unit32
-
     def candidate_blocks(self, low: float, high: float | None, tick: Tick = _no_tick) -> Iterator[np.ndarray]:
-        """Pair codes (input positions) whose float32 cosine lies in ``[low-ε, high+ε)``, one block
-        of rows at a time (each pair in exactly one block).
+        """Pair codes (input positions) whose float32 cosine lies in ``[low-ε, high+ε)``, one panel
+        of rows at a time (each pair in exactly one panel).
 
-        ``tick(f)`` reports the share of the upper-triangle work done after each block of rows."""
+        The upper triangle is computed in tiles of at most ``_PANEL_ROWS x _TILE_COLS`` into one
+        preallocated buffer, so memory stays bounded whatever N is. ``tick(f)`` reports the share of
+        the upper-triangle work done after each panel."""
         m, n = len(self.index), len(self.slot)
         if m < 2:
             tick(1.0)
             return
-        unit32 = self._unit32()
-        # small row blocks keep the upper-triangle work near m^2/2 and the buffer bounded
-        step = max(1, min(m, _BLOCK_BYTES // (4 * m), max(_MIN_BLOCK_ROWS, -(-m // 16))))
-        buffer = np.empty(step * m, dtype=np.float32)
-        mask = np.empty(step * m, dtype=np.bool_)
+        unit32 = self.unit32
+        slack = _cosine_slack(unit32.shape[1])
+        floor = np.float32(low - slack)
+        ceiling = None if high is None else np.float32(high + slack)
+        # thinner panels for small joins keep the triangle's work near m^2/2 (the diagonal tiles)
+        rows = max(1, min(m, _PANEL_ROWS, max(_MIN_BLOCK_ROWS, -(-m // 16))))
+        cols = max(rows, min(m, _TILE_COLS))
+        buffer = np.empty(rows * cols, dtype=np.float32)
+        mask = np.empty(rows * cols, dtype=np.bool_)
         with _threadpools().limit(limits=_blas_threads(m), user_api="blas"):
-            for a in range(0, m, step):
-                b = min(a + step, m)
-                size = (b - a) * (m - a)
-                block = np.matmul(unit32[a:b], unit32[a:].T, out=buffer[:size].reshape(b - a, m - a))
-                hits = np.greater_equal(block.reshape(-1), low - _COSINE_SLACK, out=mask[:size])
-                flat = np.flatnonzero(hits)
-                if high is not None:  # few survivors: cheaper than a second pass over the block
-                    flat = flat[block.reshape(-1)[flat] < high + _COSINE_SLACK]
-                r, c = np.divmod(flat, m - a)
-                upper = c > r
-                rows = self.index[r[upper] + a]
-                cols = self.index[c[upper] + a]
+            for a in range(0, m, rows):
+                b = min(a + rows, m)
+                found = [
+                    _tile_hits(unit32, a, b, c, min(c + cols, m), floor, ceiling, buffer, mask)
+                    for c in range(a, m, cols)
+                ]
+                r = np.concatenate([f[0] for f in found])
+                c = np.concatenate([f[1] for f in found])
                 tick(1.0 - ((m - b) / m) ** 2)  # rows a..b done: their share of the triangle
-                yield rows * n + cols
+                yield self.index[r] * n + self.index[c]
+
+
+def _tile_hits(
+    unit32: np.ndarray,
+    a: int,
+    b: int,
+    c0: int,
+    c1: int,
+    floor: np.floating,
+    ceiling: np.floating | None,
+    buffer: np.ndarray,
+    mask: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and columns (``r < c``) of one tile ``[a, b) x [c0, c1)`` scoring in ``[floor, ceiling)``."""
+    h, w = b - a, c1 - c0
+    tile = np.matmul(unit32[a:b], unit32[c0:c1].T, out=buffer[: h * w].reshape(h, w))
+    flat = np.flatnonzero(np.greater_equal(tile.reshape(-1), floor, out=mask[: h * w]))
+    if ceiling is not None:  # few survivors: cheaper than a second pass over the tile
+        flat = flat[tile.reshape(-1)[flat] < ceiling]
+    r, c = np.divmod(flat, w)
+    r += a
+    c += c0
+    if c0 < b:  # the tile crosses the diagonal: keep the upper triangle only
+        upper = c > r
+        r, c = r[upper], c[upper]
+    return r, c
+
+
+def _stack64(source: Sequence[np.ndarray | Sequence[float] | None], positions: np.ndarray) -> np.ndarray:
+    """The float64 rows of ``source`` at ``positions``; one dimension and finite, else a usage error."""
+    if len(positions) == 0:
+        return np.zeros((0, 1))
+    try:
+        picked = [source[k] for k in positions.tolist()]
+        rows = np.stack(picked, dtype=np.float64).reshape(len(picked), -1)
+    except (ValueError, TypeError):
+        raise UsageError("embeddings", len(source), "vectors must share one dimension") from None
+    if not np.isfinite(rows).all():
+        raise UsageError("embeddings", "non-finite", "vectors must hold finite numbers")
+    return rows
 
 
 def _unique(codes: np.ndarray) -> np.ndarray:

@@ -47,6 +47,7 @@ SLOW_FILES = {
     "test_store_missing.py",
     "test_scaffold.py",
     "test_html_render.py",
+    "test_reports_chromium.py",
     "test_unreadable_merges.py",
 }
 

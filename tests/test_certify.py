@@ -15,6 +15,7 @@ from memwork.certify.rows import compare_rows
 from memwork.certify.selftest import PLANTED_KINDS, self_test
 from memwork.certify.sides import Bucket, DestSide, SourceSide
 from memwork.db import get_engine
+from memwork.errors import UsageError
 from memwork.samples.legacy import generate_legacy_items
 from memwork.samples.migration import build_migration
 
@@ -70,9 +71,12 @@ def test_clean_copy_passes_with_one_checksum_pass(migration, tmp_path):
     assert summary["verdict"] == "PASS" and summary["claim"].startswith("All ")
 
 
-def test_checksums_agree_across_engines_row_by_row(migration):
-    """Each row's MD5 of its canonical text, from the source's SQL and from PostgreSQL's, is the same."""
-    source = SourceSide(migration.source_url)
+@pytest.mark.parametrize("where", ["sql", "python"])
+def test_checksums_agree_across_engines_row_by_row(migration, where):
+    """Each row's MD5 of its canonical text, from the source's SQL (or its rows hashed in Python, as on a
+    MySQL 8 without JSON_NORMALIZE) and from PostgreSQL's, is the same."""
+    source = SourceSide(migration.source_url, checksums=where)
+    assert source.checksums_in == where
     with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
         dest = DestSide(conn, migration.table)
         users = source.checksums(Bucket())
@@ -81,7 +85,8 @@ def test_checksums_agree_across_engines_row_by_row(migration):
         assert source.total() == dest.total()
 
 
-def test_every_bad_row_is_named_with_its_kind_fields_and_user(migration, tmp_path):
+@pytest.mark.parametrize("where", ["sql", "python"])
+def test_every_bad_row_is_named_with_its_kind_fields_and_user(migration, tmp_path, where):
     with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
         keys = [
             r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1 LIMIT 6")
@@ -115,8 +120,8 @@ def test_every_bad_row_is_named_with_its_kind_fields_and_user(migration, tmp_pat
         sconn.execute(
             text("UPDATE h5_user_memory_items SET status = 'archived' WHERE id = :k"), {"k": status}
         )
-    cert = certify(_options(migration, leaf=4, retrieval=False, output_dir=tmp_path))
-    assert cert.verdict == "FAIL"
+    cert = certify(_options(migration, leaf=4, retrieval=False, output_dir=tmp_path, source_checksums=where))
+    assert cert.verdict == "FAIL" and cert.rows.source_checksums == where
     named = {(b.key, b.kind): b for b in cert.rows.bad}
     assert set(named) == {
         (missing, "missing"),
@@ -140,6 +145,13 @@ def test_every_bad_row_is_named_with_its_kind_fields_and_user(migration, tmp_pat
     assert set(named) <= kept
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["rows"]["by_kind"]["user-changed"] == 1 and summary["verdict"] == "FAIL"
+    assert summary["rows"]["source_checksums"] == where
+
+
+def test_source_checksums_auto_takes_sql_where_the_engine_can_and_refuses_nonsense(migration):
+    assert SourceSide(migration.source_url).checksums_in == "sql"  # SQLite; MariaDB has JSON_NORMALIZE
+    with pytest.raises(UsageError, match="source_checksums"):
+        certify(_options(migration, source_checksums="fast"))
 
 
 def test_rows_changed_after_the_high_water_mark_are_reported_apart(migration):

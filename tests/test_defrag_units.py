@@ -235,7 +235,7 @@ def test_combine_unions_all_metadata_and_keeps_both_contents():
 
 @pytest.mark.parametrize("with_embedder", [True, False])
 def test_combined_entry_is_reembedded_or_marked(with_embedder):
-    store = MemoryStore([entry("a.md", BASE + " one", days=2), entry("b.md", BASE + " two", days=1)])
+    store = MemoryStore([entry("a.md", BASE + " alpha", days=2), entry("b.md", BASE + " beta", days=1)])
     run_action(
         store,
         "merge_duplicates",
@@ -257,7 +257,7 @@ def test_combine_over_the_size_limit_fails_in_preview_and_writes_nothing():
     from memwork.entry import MAX_CONTENT_BYTES
 
     big = "x" * (MAX_CONTENT_BYTES // 2)  # two of them, combined, are over the limit
-    a, b = entry("a.md", big + " one", days=2), entry("b.md", big + " two", days=1)
+    a, b = entry("a.md", big + " alpha", days=2), entry("b.md", big + " gamma", days=1)
     a.embedding = b.embedding  # duplicates by cosine
     store = MemoryStore([a, b])
     original = [e.to_record() for e in store.all_entries()]

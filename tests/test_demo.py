@@ -20,13 +20,18 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     assert os.environ.get("MEMWORK_HOME") == home_before  # the workspace was scoped to the demo
     verdicts = {r["name"]: r["verdict"] for r in first.runs}
     shadow = verdicts.pop("canary_signoff (shadow reads)")
+    real = verdicts.pop("canary_signoff (real text)")
     assert verdicts == {
         "health_report": "PASS",
         "duplicate_review": "INFO",
         "backfill_verification": "PASS",
         "canary_signoff": "GO",
     }, [r["reasons"] for r in first.runs]
-    _assert_shadow_canary_judged(first.runs[-1], shadow)
+    _assert_shadow_canary_judged(first.runs[-2], shadow)
+    _assert_shadow_canary_judged(first.runs[-1], real)
+    # the acceptance on real text: the correct migration of human-written text reaches GO
+    assert real == "GO", first.runs[-1]["reasons"]
+    assert first.data["real_text"]["certificate"] == "PASS" and first.data["real_text"]["users"] >= 20
     _assert_readme_examples_find_the_demo_output(tmp_path / "ws")
     assert first.exit_code == 0 and first.data["users"] == 20 and first.data["sessions"] == 40
     assert first.data["backfilled"] == first.data["active_items"]
@@ -36,6 +41,7 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
         assert verify_manifest(run["run_dir"]) == []
     described = first.describe()
     assert "{" not in described and "20 users, 40 sessions" in described  # a sentence, not a dict repr
+    assert "docstrings of" in described and "canary_signoff (real text)" in described
     small = ["--users", "20", "--entries", "200"]
     result = CliRunner().invoke(main, ["demo", "--workspace", str(tmp_path / "ws"), *small, "--json"])
     assert result.exit_code == 0, result.output
@@ -43,8 +49,9 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     assert [r["verdict"] for r in second["runs"]] == [r["verdict"] for r in first.runs]
     assert second["data"]["active_items"] == first.data["active_items"]
     index = (tmp_path / "reports" / "index.html").read_text()
-    # two demo runs, each: in-process and shadow-read canary, in two groups; the second runs link the first
-    assert index.count("canary_signoff</a></td><td><span class='v'") == 4
+    # two demo runs, each: in-process and shadow-read canary (generated and real text), in three groups;
+    # the second runs link the first
+    assert index.count("canary_signoff</a></td><td><span class='v'") == 6
     assert "(in-process canary)" in index and "(shadow reads judged)" in index
     assert second["runs"][0]["since"].startswith("since ") and "(comparable)" in second["runs"][0]["since"]
 

@@ -227,6 +227,7 @@ print(json.dumps({"missing": missing, "memwork": memwork.__file__, "notebooks": 
         verdicts = {r["name"]: r["verdict"] for r in demo["runs"]}
         # the shadow-read canary's verdict is a finding (its judge is tested elsewhere); it must be one
         assert verdicts.pop("canary_signoff (shadow reads)") in ("GO", "NO-GO", "INCONCLUSIVE"), demo
+        assert verdicts.pop("canary_signoff (real text)") in ("GO", "NO-GO", "INCONCLUSIVE"), demo
         assert demo["exit_code"] == 0
         assert verdicts == {
             "health_report": "PASS",

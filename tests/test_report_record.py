@@ -116,6 +116,21 @@ def test_the_canary_and_judge_shapes_become_strip_gates():
         "increase of 90%",
     )
     assert (over["observed"], over["comparison"], over["state"]) == (0.95, ">=", "pass")
+    # a judgement that records its own strip: each gate once (its metrics are the metric table)
+    own = {"gates": [dict(lat, name="latencyMs")], "metrics": [latency, recall]}
+    assert [g["name"] for g in gates_of(own)] == ["latencyMs"]
+
+
+def test_a_judged_latency_gate_is_shown_as_the_relative_change_it_is_judged_on():
+    from memwork.rollout.gate_records import gate_of
+    from memwork.rollout.judge import MetricResult
+
+    fields = {f: None for f in MetricResult.__dataclass_fields__}
+    fields.update(metric="latencyP95", kind="tail", direction="increase is bad", classification="PASS",
+                  estimate=4.74, threshold=0.25, unit="ms", detail="p95 3.0 -> 17.3 ms",
+                  required=True, pair="", role="decides")  # fmt: skip
+    gate = gate_of(MetricResult(**fields), {})
+    assert (gate.observed, gate.unit, gate.threshold) == (4.74, "relative change", 0.25)
 
 
 # ---- verdicts a scheduler can map -------------------------------------------------------------------
@@ -151,6 +166,9 @@ def test_figures_carry_their_numbers_in_alt_text_and_titled_axes():
     ax = hist.axes[0]
     assert ax.get_yscale() == "log" and ax.get_xlabel() == "similarity" and "pairs" in ax.get_ylabel()
     assert "cosine: 503 pairs, 3 at or above 0.9" in figure_alt(hist)
+    hist.canvas.draw()  # the log axis reads 1, 2, 5, 10 ...: plain numbers, not a pile of 2×10⁰ labels
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert labels and all(label.replace(",", "").isdigit() for label in labels), labels
 
 
 def test_a_cut_table_is_written_whole_as_csv_and_linked(tmp_path, monkeypatch):

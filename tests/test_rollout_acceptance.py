@@ -8,6 +8,14 @@ pgvector nearest first, so agreement is low by design: it is shown, and the migr
 
 Correct migration: GO (or INCONCLUSIVE only for lack of data, saying so). Planted defects: NO-GO,
 naming the cause.
+
+Each test runs on two datasets: ``generated`` (templates x vocabulary, hash embedder: the plumbing,
+cheap) and ``stdlib`` -- real human-written text, the first paragraphs of the standard library's
+docstrings (one module a user, :mod:`memwork.samples.real_text`), embedded by the real model
+(all-MiniLM-L6-v2) both in the backfill and in the service's queries, as production would: there the
+neighbours a query has are semantic ones (many docstrings start "Return a ..."), so retrieval, the
+certificate's checks and the planted "other model" are judged where a hash embedder's word overlap
+would make them easy.
 """
 
 from __future__ import annotations
@@ -32,9 +40,33 @@ from memwork.samples.shadow_demo import send_resolves
 TABLE = "memory_embeddings"
 
 
-@pytest.fixture
-def migration(sqlite_url, pg_url):
-    return build_migration(sqlite_url, pg_url, n_users=10, items_per_user=24, dimensions=32, seed=11)
+#: dataset -> how it is built and which query module the service embeds requests with
+DATASETS = {
+    "generated": {"n_users": 10, "items_per_user": 24, "dimensions": 32},
+    # 24 modules, at most 25 docstrings each: ~360 rows, users of 2 to 25 memories
+    "stdlib": {"n_users": 24, "items_per_user": 25, "embedder": "minilm"},
+}
+
+
+@pytest.fixture(params=list(DATASETS))
+def migration(request, sqlite_url, pg_url):
+    spec = dict(DATASETS[request.param])
+    if spec.get("embedder") == "minilm":
+        request.getfixturevalue("require_minilm")
+        from memwork.embed import load_embedder
+
+        spec["embedder"] = load_embedder("minilm")
+    return build_migration(sqlite_url, pg_url, seed=11, dataset=request.param, **spec)
+
+
+def query_module(migration) -> str:
+    """The service embeds a request's query with the model the backfill used."""
+    from memwork.embed import MINILM_MODEL_ID
+    from memwork.rollout.gates import default_embedding_module
+
+    if migration.model_id == MINILM_MODEL_ID:
+        return "memwork.pgvector.minilm"
+    return default_embedding_module(migration.dest_url)
 
 
 def realistic_requests(legacy_url: str, n: int, seed: int = 5) -> list[dict]:
@@ -56,7 +88,6 @@ def realistic_requests(legacy_url: str, n: int, seed: int = 5) -> list[dict]:
 
 
 def shadow_log(migration, folder: Path, n: int = 160) -> Path:
-    from memwork.rollout.gates import default_embedding_module
     from memwork.service.app import create_app, running
 
     log = folder / "comparisons.jsonl"
@@ -68,7 +99,7 @@ def shadow_log(migration, folder: Path, n: int = 160) -> Path:
         "MEMORY_LEGACY_DATABASE_URL": migration.source_url,
         "MEMORY_VECTOR_ENABLED": "1",
         "MEMORY_PGVECTOR_DATABASE_URL": migration.dest_url,
-        "MEMORY_PGVECTOR_EMBEDDING_MODULE": default_embedding_module(migration.dest_url),
+        "MEMORY_PGVECTOR_EMBEDDING_MODULE": query_module(migration),
         "MEMORY_BACKEND_TIMEOUT_MS": "10000",
         "MEMORY_SHADOW_BACKEND": "pgvector",
         "MEMORY_SHADOW_SAMPLE": "1",
@@ -142,7 +173,8 @@ def other_model(migration) -> None:
     """Vectors of another model of the same dimension (labelled as the expected one): every vector
     turned by one fixed random rotation, a different embedding space."""
     rng = np.random.default_rng(3)
-    rotation, _ = np.linalg.qr(rng.normal(size=(32, 32)))
+    dims = migration.dimensions
+    rotation, _ = np.linalg.qr(rng.normal(size=(dims, dims)))
     with pg_connect(migration.dest_url) as conn:
         rows = conn.execute(f"SELECT id, embedding::text FROM {TABLE}").fetchall()
         for row_id, text in rows:

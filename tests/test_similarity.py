@@ -238,7 +238,11 @@ def test_batch_cosine_matches_scalar_bitwise():
 
 
 def test_blocked_cosine_join_with_tiny_blocks(monkeypatch):
-    monkeypatch.setattr(similarity, "_BLOCK_BYTES", 64)
+    monkeypatch.setattr(similarity, "_PANEL_ROWS", 4)
+    monkeypatch.setattr(similarity, "_TILE_COLS", 7)
+    monkeypatch.setattr(similarity, "_MIN_BLOCK_ROWS", 1)
+    monkeypatch.setattr(similarity, "_COSINE_VERIFY_CHUNK", 3)
+    monkeypatch.setattr(similarity, "_BUILD_CHUNK", 4)
     monkeypatch.setattr(similarity, "_SPARSE_BUDGET", 3)
     monkeypatch.setattr(similarity, "_VERIFY_CHUNK", 5)
     rng = np.random.default_rng(3)
@@ -332,7 +336,9 @@ class Calls(list):
 @pytest.mark.parametrize("threshold", [0.0, 0.8])
 def test_progress_advances_per_block_and_sums_to_row_count(monkeypatch, embedded, threshold):
     """The callback is called per block of rows, never backwards, and sums to len(texts)."""
-    monkeypatch.setattr(similarity, "_BLOCK_BYTES", 64)  # many cosine blocks
+    monkeypatch.setattr(similarity, "_PANEL_ROWS", 4)  # many cosine panels and tiles
+    monkeypatch.setattr(similarity, "_TILE_COLS", 7)
+    monkeypatch.setattr(similarity, "_MIN_BLOCK_ROWS", 1)
     monkeypatch.setattr(similarity, "_SPARSE_BUDGET", 3)  # many Jaccard blocks
     rng = np.random.default_rng(5)
     emb = [rng.standard_normal(16) if embedded else None for _ in range(300)]
@@ -356,3 +362,88 @@ def test_progress_on_empty_input_is_never_called():
     assert find_duplicate_pairs([], [], 0.5, progress=calls) == []
     assert find_related_pairs([], 0.5, 0.8, progress=calls) == []
     assert calls == []
+
+
+# --- the tiled cosine join at its float32 limit: pairs right at the threshold ----------------------
+@st.composite
+def clustered_vectors(draw):
+    """Near-duplicate clusters in up to 96 dims (float32 or float64 input, some missing, one zero),
+    so many pair cosines lie within float32 rounding of each other and of 1."""
+    seed = draw(st.integers(min_value=0, max_value=2**32 - 1))
+    n = draw(st.integers(min_value=2, max_value=40))
+    dim = draw(st.sampled_from([3, 17, 64, 96]))
+    spread = draw(st.sampled_from([1e-7, 1e-4, 1e-2, 0.3]))
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((max(1, n // 4), dim))
+    rows = centres[rng.integers(0, len(centres), n)] + spread * rng.standard_normal((n, dim))
+    rows[rng.random(n) < 0.05] = 0.0
+    embeddings = [None if rng.random() < 0.1 else row.astype(dtype) for row in rows]
+    return embeddings
+
+
+def _pair_cosines(embeddings):
+    return sorted(
+        {
+            score
+            for i in range(len(embeddings))
+            for j in range(i + 1, len(embeddings))
+            if (score := cosine(embeddings[i], embeddings[j])) is not None
+        }
+    )
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clustered_vectors(), st.data())
+def test_tiled_cosine_join_equals_float64_reference_at_the_threshold(monkeypatch_tiles, embeddings, data):
+    """A threshold equal to some pair's exact float64 cosine (so that pair sits exactly on it, and
+    its neighbours within float32 rounding): the same pairs and bitwise the same scores as the
+    brute-force float64 loop, through many small tiles, diagonal tiles and verify chunks."""
+    scores = _pair_cosines(embeddings)
+    if not scores:
+        return
+    at = data.draw(st.sampled_from(scores))
+    texts = [""] * len(embeddings)
+    if 0.0 < at <= 1.0:
+        assert find_duplicate_pairs(texts, embeddings, at) == brute_duplicates(texts, embeddings, at)
+    low = max(0.0, at)
+    high = data.draw(st.sampled_from([s for s in scores if s >= low] + [1.0]))
+    assert find_related_pairs(embeddings, low, high) == brute_related(embeddings, low, high)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_tiles():
+    """Tiny tiles for the whole module's property test (hypothesis reuses one fixture value)."""
+    patch = pytest.MonkeyPatch()
+    for name, value in [
+        ("_PANEL_ROWS", 5),
+        ("_TILE_COLS", 7),
+        ("_MIN_BLOCK_ROWS", 1),
+        ("_COSINE_VERIFY_CHUNK", 4),
+        ("_BUILD_CHUNK", 6),
+    ]:
+        patch.setattr(similarity, name, value)
+    yield
+    patch.undo()
+
+
+def test_cosine_slack_covers_float32_rounding_in_high_dimensions():
+    """The candidate band grows with the dimension: 4096-d unit rows still keep every exact pair."""
+    assert similarity._cosine_slack(384) == similarity._COSINE_SLACK
+    assert similarity._cosine_slack(4096) > 4096 * 2.0**-24
+    rng = np.random.default_rng(11)
+    base = rng.standard_normal(4096)
+    emb = [(base + 0.02 * rng.standard_normal(4096)).astype(np.float32) for _ in range(12)]
+    scores = _pair_cosines(emb)
+    for at in scores[:: max(1, len(scores) // 8)]:
+        assert find_related_pairs(emb, at, 1.0) == brute_related(emb, at, 1.0)
+
+
+def test_no_float64_copy_of_every_vector():
+    """The join keeps float32 unit rows (4 bytes a component) and re-reads the caller's vectors."""
+    emb = [np.ones(8, dtype=np.float64) * (k + 1) for k in range(10)]
+    vectors = similarity._Vectors.build(emb)
+    assert vectors.unit32.dtype == np.float32 and vectors.source is emb
+    assert not any(
+        isinstance(v, np.ndarray) and v.dtype == np.float64 and v.ndim == 2 for v in vars(vectors).values()
+    )

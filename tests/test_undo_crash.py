@@ -48,7 +48,7 @@ def seed(spec: str) -> list[dict]:
     entries = []
     for c in range(CLUSTERS):
         base = " ".join(f"{w}{c}" for w in WORDS)
-        for k, extra in enumerate(("", " one", " two")):
+        for k, extra in enumerate(("", " again", " once more")):  # no number: one/two would contradict
             text = base + extra
             entries.append(Entry(path=f"c{c}/e{k}.md", content=text, embedding=EMB.embed([text])[0]))
     with new_store(spec) as store:

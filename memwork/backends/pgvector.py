@@ -29,7 +29,10 @@ distances do not compare. Rows left out are counted (:meth:`PgvectorBackend.coun
 from __future__ import annotations
 
 import math
+import os
+import socket
 import threading
+import weakref
 from collections.abc import Mapping
 from math import ceil
 from typing import TYPE_CHECKING, Any
@@ -40,7 +43,7 @@ from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar
 from memwork.checks import parse_bool
 from memwork.contracts import RANKING_SEMANTIC
 from memwork.db import ran_out_of_time
-from memwork.deadline import current_scope
+from memwork.deadline import ABANDONED, current_scope
 from memwork.embed import QueryModuleEmbedder
 from memwork.errors import BackendError, CutOff, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
@@ -89,6 +92,7 @@ _COLUMNS = (
     "id, source_memory_id, user_id, content, type, source_session_id, source_message_id, "
     "metadata, embedding_model, created_at, updated_at"
 )
+_T_COLUMNS = ", ".join(f"t.{name.strip()}" for name in _COLUMNS.split(","))
 
 
 class PgvectorBackend(BaseBackend):
@@ -134,6 +138,15 @@ class PgvectorBackend(BaseBackend):
             return Availability.no("; ".join(self._unavailable))
         return Availability.ok()
 
+    def deadline_inline(self, request: Mapping[str, Any]) -> bool:
+        """True when every wait of this resolve is bounded by the call's deadline, so the facade may
+        run it on the caller's thread: the pool is open (opening it may start the embedded server),
+        an ``embedding`` is given (a query embedder is user code), the pool wait is bounded by the time
+        left, statements by ``statement_timeout``, and the socket is
+        shut down when the caller gives up (:meth:`CallScope.on_abandon`)."""
+        opened = self._pool is not None  # opening it may start the embedded server: not inline
+        return opened and request.get("embedding") is not None and not self._unavailable
+
     def resolve(self, request: Mapping[str, Any]) -> dict[str, Any]:
         """The user's nearest memories to ``embedding`` (or the embedded ``query``), nearest first."""
         if self._unavailable:
@@ -162,6 +175,7 @@ class PgvectorBackend(BaseBackend):
             raise BackendError(f"pgvector unavailable: {'; '.join(self._unavailable)}")
         table = quote_identifier(self.table)
         with self._get_pool().connection() as conn:
+            _bound_session(conn, None)  # an operator's scan: no leftover timeout of a resolve
             models = {
                 m: int(n)
                 for m, n in conn.execute(f"SELECT embedding_model, count(*) FROM {table} GROUP BY 1")
@@ -228,26 +242,48 @@ class PgvectorBackend(BaseBackend):
         scope = current_scope()
         wait = self.timeout if scope is None else min(self.timeout, scope.check())
         try:
-            with self._get_pool().connection(timeout=wait) as conn, conn.transaction():
-                if scope is not None:  # the server cancels the search when the caller's time is up
-                    budget_ms = ceil(scope.check() * 1000)
-                    conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{budget_ms}ms",))
-                if self.search == "hnsw":
-                    return self._guard(_hnsw_search(conn, table, user_id, vector, limit, self))
-                cap = None if self.search == "exact" else self.exact_max
-                rows = _exact_search(conn, table, user_id, vector, limit, cap, self.model)
-                if rows is None:  # auto: the user has more than exact_max rows
-                    return self._guard(_hnsw_search(conn, table, user_id, vector, limit, self))
-                return self._guard(rows)
+            with self._get_pool().connection(timeout=wait) as conn:
+                if scope is not None and not scope.on_abandon(lambda: _abort(conn)):
+                    scope.check()  # the caller gave up while we waited for the connection: CutOff
+                try:
+                    return self._search_on(conn, table, user_id, vector, limit)
+                finally:
+                    if scope is not None:
+                        scope.clear_abandon()  # before the connection goes back to the pool
         except Exception as exc:  # psycopg and pool errors become one backend error
             if isinstance(exc, UsageError | BackendError):
                 raise
+            if scope is not None and scope.state == ABANDONED:
+                scope.timed_out = True
+                raise CutOff(
+                    f"{scope.label} timed out after {scope.deadline.budget_ms} ms "
+                    "(connection closed at the deadline)"
+                ) from exc
             if scope is not None and ran_out_of_time(exc, scope.deadline.statement_budget()):
                 scope.timed_out = True
                 raise CutOff(
                     f"{scope.label} timed out after {scope.deadline.budget_ms} ms (cancelled by PostgreSQL)"
                 ) from exc
             raise BackendError(f"pgvector resolve failed: {type(exc).__name__}: {exc}") from exc
+
+    def _search_on(
+        self, conn: psycopg.Connection[Any], table: str, user_id: str, vector: np.ndarray, limit: int
+    ) -> list[tuple]:
+        """The exact search is one statement in autocommit (the session's ``statement_timeout``
+        bounds it, set only when the time left moved, see :func:`_bound_session`): one round trip
+        in the steady state. The HNSW path takes a transaction for its local settings."""
+        scope = current_scope()
+        if self.search != "hnsw":
+            _bound_session(conn, None if scope is None else scope.check())
+            cap = None if self.search == "exact" else self.exact_max
+            rows = _exact_search(conn, table, user_id, vector, limit, cap, self.model)
+            if rows is not None:
+                return self._guard(rows)
+        with conn.transaction():  # the HNSW path (or auto with more than exact_max rows)
+            if scope is not None:  # the server cancels the search when the caller's time is up
+                budget_ms = ceil(scope.check() * 1000)
+                conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{budget_ms}ms",))
+            return self._guard(_hnsw_search(conn, table, user_id, vector, limit, self))
 
     def _guard(self, rows: list[tuple]) -> list[tuple]:
         """Count the resolve and the other-model rows its statement left out (column 13)."""
@@ -265,6 +301,39 @@ def _model_pick(rows: str, model_param: str) -> str:
         f"SELECT coalesce({model_param}::text, (SELECT embedding_model FROM {rows} "
         "GROUP BY 1 ORDER BY count(*) DESC, 1 NULLS LAST LIMIT 1))"
     )
+
+
+#: a session's ``statement_timeout`` is kept while it cuts at most this share of a call's time left
+SESSION_TIMEOUT_SLACK = 0.25
+_session_timeout_ms: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_session_lock = threading.Lock()
+
+
+def _bound_session(conn: psycopg.Connection[Any], budget_s: float | None) -> None:
+    """Make the session's ``statement_timeout`` end a statement within ``budget_s`` (None: never).
+
+    The setting stays on the connection, so it is sent only when the current one would run past the
+    time left or cut more than :data:`SESSION_TIMEOUT_SLACK` of it: a steady stream of calls under one
+    configured deadline pays no extra round trip."""
+    want = 0 if budget_s is None else max(1, ceil(budget_s * 1000))
+    with _session_lock:
+        have = _session_timeout_ms.get(conn)
+    if have is not None and (
+        have == want or (want and 0 < have <= want and have >= want * (1 - SESSION_TIMEOUT_SLACK))
+    ):
+        return
+    if want:  # a little under the time left, so the next calls' budgets keep it
+        want = max(1, math.floor(want * (1 - SESSION_TIMEOUT_SLACK / 2)))
+    conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{want}ms",))
+    with _session_lock:
+        _session_timeout_ms[conn] = want
+
+
+def _abort(conn: psycopg.Connection[Any]) -> None:
+    """Shut the connection's socket down (from another thread): a statement blocked on a hung server
+    returns at once with an error; the pool then discards the broken connection."""
+    with socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _configure_connection(conn: psycopg.Connection[Any]) -> None:
@@ -290,14 +359,17 @@ def _exact_search(
     counts the user's rows of other models left out.
     """
     capped = "" if cap is None else "LIMIT %(cap)s"
+    # the CTE holds only what ranking, counting and the model pick need (id, model, distance, each
+    # computed once); the result's columns are read for the top ``limit`` rows only, by primary key
     sql = (
-        f"WITH mine AS MATERIALIZED (SELECT {_COLUMNS}, embedding FROM {table} "
-        f"WHERE user_id = %(user)s {capped}), "
-        f"pick AS MATERIALIZED ({_model_pick('mine', '%(model)s')} AS model) "
-        f"SELECT {_COLUMNS}, embedding <=> %(vector)s AS distance, (SELECT count(*) FROM mine) AS n, "
+        f"WITH mine AS MATERIALIZED (SELECT id, embedding_model, embedding <=> %(vector)s AS distance "
+        f"FROM {table} WHERE user_id = %(user)s {capped}), "
+        f"pick AS MATERIALIZED ({_model_pick('mine', '%(model)s')} AS model), "
+        "top AS (SELECT id, distance FROM mine WHERE embedding_model IS NOT DISTINCT FROM "
+        "(SELECT model FROM pick) ORDER BY distance, id LIMIT %(limit)s) "
+        f"SELECT {_T_COLUMNS}, top.distance, (SELECT count(*) FROM mine) AS n, "
         "(SELECT count(*) FROM mine WHERE embedding_model IS DISTINCT FROM (SELECT model FROM pick)) "
-        "FROM mine WHERE embedding_model IS NOT DISTINCT FROM (SELECT model FROM pick) "
-        "ORDER BY distance, id LIMIT %(limit)s"
+        f"FROM top JOIN {table} t ON t.id = top.id ORDER BY top.distance, top.id"
     )
     params = {
         "user": user_id,

@@ -21,7 +21,8 @@ Rules (written here once):
   characters escaped (PostgreSQL's ``to_json``; how memwork's MariaDB loader writes JSON). SQL NULL
   and JSON ``{}`` are the same (the writer stores ``coalesce(metadata, '{}')``); the destination's
   ownership marker ``_memworkSource`` is not part of the data. (MariaDB >= 10.7 has
-  ``JSON_NORMALIZE``; MySQL 8 has none, so a MySQL source is not supported by this SQL yet.)
+  ``JSON_NORMALIZE``; MySQL 8 has none, so there the source side hashes its rows in Python with these
+  same rules -- :class:`~memwork.certify.sides.SourceSide`, ``checksums="python"``.)
 * **content**: byte-exact in the checksum (MariaDB has no Unicode normaliser in SQL). When a
   drilled-down row differs only under Unicode NFC, it is reported as a note (``encoding``), not
   as a changed row. The same holds for JSON a source wrote with ``\\uXXXX`` escapes (MariaDB's
@@ -165,6 +166,16 @@ def canonical_row(row: Mapping[str, Any]) -> str:
 
 def row_hash(row: Mapping[str, Any]) -> str:
     return hashlib.md5(canonical_row(row).encode("utf-8")).hexdigest()
+
+
+def hash_with_metadata(prefix: str, metadata: Any) -> str:
+    """A row's MD5 from its canonical text up to metadata (written in SQL) and its raw metadata."""
+    return hashlib.md5(f"{prefix}:{canonical_json(metadata)}".encode()).hexdigest()
+
+
+def key_md5(key: str) -> str:
+    """The hex MD5 of a key's UTF-8 bytes: what ``MD5(id)`` gives in SQL, so buckets split alike."""
+    return hashlib.md5(key.encode("utf-8")).hexdigest()
 
 
 def hash_parts(md5_hex: str) -> tuple[int, int]:
@@ -324,8 +335,12 @@ def pg_row_text(alias: str = "") -> str:
     return " || ".join(_pg_field(e, k) for e, k in zip(exprs, _KINDS, strict=True))
 
 
-def source_row_text(dialect: str) -> str:
-    """The canonical row text of an ``h5_user_memory_items`` row (MariaDB or SQLite SQL)."""
+def source_row_text(dialect: str, *, metadata: bool = True) -> str:
+    """The canonical row text of an ``h5_user_memory_items`` row (MariaDB or SQLite SQL).
+
+    ``metadata=False`` stops before the metadata field: the part a MySQL without ``JSON_NORMALIZE``
+    still writes in SQL, for Python to finish with :func:`hash_with_metadata`."""
+    kinds = _KINDS if metadata else _KINDS[:-1]
     if dialect in ("mysql", "mariadb"):
         exprs = [
             "id",
@@ -338,7 +353,7 @@ def source_row_text(dialect: str) -> str:
             "DATE_FORMAT(updated_at, '%Y-%m-%d %H:%i:%s.%f')",
             "COALESCE(JSON_NORMALIZE(metadata), '{}')",
         ]
-        return "CONCAT(" + ", ".join(_my_field(e, k) for e, k in zip(exprs, _KINDS, strict=True)) + ")"
+        return "CONCAT(" + ", ".join(_my_field(e, k) for e, k in zip(exprs, kinds, strict=False)) + ")"
     if dialect == "sqlite":
         exprs = [
             "id",
@@ -351,5 +366,5 @@ def source_row_text(dialect: str) -> str:
             "mw_ts(updated_at)",
             "mw_json(metadata)",
         ]
-        return " || ".join(_lite_field(e, k) for e, k in zip(exprs, _KINDS, strict=True))
+        return " || ".join(_lite_field(e, k) for e, k in zip(exprs, kinds, strict=False))
     raise ValueError(f"no canonical row SQL for dialect {dialect}")

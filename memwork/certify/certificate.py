@@ -45,7 +45,7 @@ from memwork.certify.listing import ListingSide, RecordListing
 from memwork.certify.preserved import PreservationReport, Query, read_queries
 from memwork.certify.retrieval import RetrievalReport, measure_retrieval
 from memwork.certify.rows import CRITICAL_KINDS, RowsReport, compare_rows
-from memwork.certify.sides import SOURCE_TABLE, DestSide, RowSource, SourceSide
+from memwork.certify.sides import CHECKSUM_MODES, SOURCE_TABLE, DestSide, RowSource, SourceSide
 from memwork.certify.vectors import (
     VectorReport,
     check_embeddings,
@@ -124,12 +124,17 @@ class CertifyOptions:
     preserved_users: int = 30
     source_embedder: Embedder | str | None = None  #: the source's model, for text queries
     min_overlap: float = 0.95
+    source_checksums: str = "auto"  #: legacy table: ``sql``, ``python`` (rows hashed here) or ``auto``
     min_user_share: float | None = None  #: None: every sampled user must pass
 
     def check(self) -> None:
         """Every impossible setting as one usage error naming it, before any I/O."""
         check_identifier(self.table)
         check_identifier(self.source_table)
+        if self.source_checksums not in CHECKSUM_MODES:
+            raise UsageError(
+                "source_checksums", self.source_checksums, f"must be one of {', '.join(CHECKSUM_MODES)}"
+            )
         if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= 1000:
             raise UsageError("k", self.k, "must be an integer from 1 to 1000")
         if self.vector_sample is not None and (
@@ -344,6 +349,7 @@ class Certificate:
                 "changed_after_mark": r.changed_after_mark,
                 "resume_picks_up": r.resume_picks_up,
                 "round_trips": r.round_trips,
+                "source_checksums": r.source_checksums,
                 "buckets_compared": r.buckets_compared,
                 "notes": r.notes[:MAX_LISTED],
                 "quarantined": self.quarantined[:MAX_LISTED],
@@ -492,7 +498,7 @@ def certify(options: CertifyOptions) -> Certificate:
     queries = read_queries(options.queries) if options.queries is not None else None
     if options.legacy:
         source_url = options.resolved_source_url()
-        side = SourceSide(source_url, options.source_table)
+        side = SourceSide(source_url, options.source_table, options.source_checksums)
         return _certify(options, run_id, dest_url, None, side, queries)
     source = resolve_source(options.source, options.env)
     try:

@@ -14,12 +14,11 @@ code, so the certificate compares what the importer should have written with wha
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from memwork.certify.canonical import canonical_timestamp, hash_parts, row_hash
+from memwork.certify.canonical import canonical_timestamp, hash_parts, key_md5, row_hash
 from memwork.certify.sides import Bucket, Checksum
 from memwork.contracts import Source, SourceRecord
 
@@ -33,6 +32,7 @@ class ListingSide:
         self.listing = listing
         self.round_trips = 0
         self.table = "(listing)"
+        self.checksums_in = "listing"
 
     def _rows(self, bucket: Bucket) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
         self.round_trips += 1
@@ -42,14 +42,14 @@ class ListingSide:
                 continue
             if bucket.user is not None and user != bucket.user:
                 continue
-            if bucket.prefix and not _md5(key).startswith(bucket.prefix):
+            if bucket.prefix and not key_md5(key).startswith(bucket.prefix):
                 continue
             yield key, user, row
 
     def checksums(self, bucket: Bucket) -> dict[str, Checksum]:
         sums: dict[str, list[int]] = {}
         for key, user, row in self._rows(bucket):
-            group = user if bucket.user is None else _md5(key)[: len(bucket.prefix) + 1]
+            group = user if bucket.user is None else key_md5(key)[: len(bucket.prefix) + 1]
             one, two = hash_parts(row_hash(row))
             total = sums.setdefault(group, [0, 0, 0])
             total[0] += 1
@@ -90,10 +90,6 @@ class ListingSide:
             return 0
         self.round_trips += 1
         return sum(1 for r in self.listing() if (canonical_timestamp(r.get("updated_at")) or "") > mark)
-
-
-def _md5(key: str) -> str:
-    return hashlib.md5(key.encode("utf-8")).hexdigest()
 
 
 # ---- a registered source's records, mapped exactly as the importer writes them ---------------------

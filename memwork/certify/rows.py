@@ -86,6 +86,9 @@ class RowsReport:
     #: later verification is compared by: equal checksums, the same rows field for field)
     source_checksum: str = ""
     dest_checksum: str = ""
+    #: where the source's checksums were computed: ``sql`` (in its database), ``python`` (its rows
+    #: streamed and hashed here: a MySQL without JSON_NORMALIZE) or ``listing`` (a non-SQL source)
+    source_checksums: str = "sql"
 
     def by_kind(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
@@ -153,7 +156,7 @@ def compare_rows(
     on_user: Callable[[str], None] | None = None,
 ) -> RowsReport:
     """Checksum both sides per user, bisect every disagreeing user, classify each bad row."""
-    report = RowsReport(high_water_mark=high_water_mark)
+    report = RowsReport(high_water_mark=high_water_mark, source_checksums=source.checksums_in)
     s_users, d_users = _both(lambda: source.checksums(Bucket()), lambda: dest.checksums(Bucket()))
     report.source_rows = sum(c[0] for c in s_users.values())
     report.dest_rows = sum(c[0] for c in d_users.values())

@@ -8,6 +8,12 @@ Each answers the same four questions with the canonical row text of :mod:`memwor
 * :meth:`rows` -- the full rows of a few keys (for per-field diffs);
 * the source's high-water mark (``max(updated_at)``) for the consistency boundary.
 
+Where the engine cannot write canonical metadata in SQL (MySQL 8 has no ``JSON_NORMALIZE``), the source
+side streams, per row, the canonical text up to metadata (still written in SQL) and the raw metadata,
+and Python finishes the hash with the same rules (:func:`~memwork.certify.canonical.hash_with_metadata`):
+still streamed with only per-bucket sums kept, at the cost of reading each row's canonical text once per
+pass (``checksums="python"`` forces it on any engine).
+
 Partitioning by user first, then by hex prefixes of ``md5(key)``, keeps every predicate an exact
 equality (no key *ranges* whose order would depend on each engine's collation) and splits any bucket
 16 ways, so k bad rows cost O(k log16 n) round trips after the one clean pass.
@@ -20,7 +26,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from memwork.certify.canonical import install_pg_functions, pg_row_text, register_sqlite, source_row_text
+from memwork.certify.canonical import (
+    hash_parts,
+    hash_with_metadata,
+    install_pg_functions,
+    key_md5,
+    pg_row_text,
+    register_sqlite,
+    source_row_text,
+)
+from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
 from memwork.migrate.ownership import LEGACY_OWNER as BACKFILL_OWNER
 from memwork.migrate.ownership import owner_sql
@@ -56,6 +71,7 @@ class RowSource(Protocol):
     (:class:`~memwork.certify.listing.ListingSide`)."""
 
     round_trips: int
+    checksums_in: str  #: where the source's checksums are computed: ``sql``, ``python`` or ``listing``
 
     def checksums(self, bucket: Bucket) -> dict[str, Checksum]: ...
 
@@ -78,17 +94,50 @@ def _chunks(keys: Sequence[str], size: int = 1000) -> Iterator[Sequence[str]]:
         yield keys[i : i + size]
 
 
-class SourceSide:
-    """The legacy items table on MariaDB or SQLite: active rows, keyed by ``id``."""
+CHECKSUM_MODES = ("auto", "sql", "python")
 
-    def __init__(self, url: str, table: str = SOURCE_TABLE) -> None:
+
+class SourceSide:
+    """The legacy items table on MariaDB, MySQL or SQLite: active rows, keyed by ``id``.
+
+    ``checksums``: ``sql`` computes row hashes in the source's database, ``python`` streams the rows
+    and hashes them here, ``auto`` (default) takes SQL wherever the engine can canonicalise metadata
+    (SQLite; MariaDB >= 10.7) and Python elsewhere (MySQL 8)."""
+
+    def __init__(self, url: str, table: str = SOURCE_TABLE, checksums: str = "auto") -> None:
         from memwork.db import get_engine
         from memwork.identifiers import check_identifier
 
+        if checksums not in CHECKSUM_MODES:
+            raise UsageError("source_checksums", checksums, f"must be one of {', '.join(CHECKSUM_MODES)}")
         self.url, self.table = url, check_identifier(table)
         self.engine = get_engine(url)
         self.dialect = self.engine.dialect.name
         self.round_trips = 0
+        self.checksums_in = self._checksum_place(checksums)
+
+    def _checksum_place(self, wanted: str) -> str:
+        """``sql`` or ``python``: SQL needs ``JSON_NORMALIZE`` on a MySQL-family server."""
+        if wanted == "python" or self.dialect == "sqlite":
+            return wanted if wanted == "python" else "sql"
+        if self._has_json_normalize():
+            return "sql"
+        if wanted == "sql":
+            raise UsageError(
+                "source_checksums", "sql", "this server has no JSON_NORMALIZE (MySQL 8): use auto or python"
+            )
+        return "python"
+
+    def _has_json_normalize(self) -> bool:
+        from sqlalchemy import text
+        from sqlalchemy.exc import DBAPIError
+
+        try:
+            with self.connect() as conn:
+                conn.execute(text("SELECT JSON_NORMALIZE('{}')")).all()
+        except DBAPIError:
+            return False
+        return True
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:
@@ -125,8 +174,34 @@ class SourceSide:
         with self.connect() as conn:
             return list(conn.execute(text(sql), params).all())
 
+    def _streamed(self, bucket: Bucket) -> Iterator[tuple[str, str, str]]:
+        """The bucket's rows as (key, user, row MD5), read with a server-side cursor: SQL writes the
+        canonical text up to metadata, Python canonicalises the metadata -- never all rows at once."""
+        from sqlalchemy import text
+
+        where, params = self._where(bucket)
+        meta = "CAST(metadata AS CHAR)" if self.dialect != "sqlite" else "metadata"
+        prefix = source_row_text(self.dialect, metadata=False)
+        sql = f"SELECT id, user_id, {prefix}, {meta} FROM {self.table} WHERE {where}"
+        self.round_trips += 1
+        with self.connect() as conn:
+            result = conn.execution_options(stream_results=True, yield_per=5000).execute(text(sql), params)
+            for key, user, head, metadata in result.tuples():
+                yield str(key), str(user), hash_with_metadata(head, metadata)
+
+    def _python_checksums(self, bucket: Bucket) -> dict[str, Checksum]:
+        sums: dict[str, list[int]] = {}
+        for key, user, md5 in self._streamed(bucket):
+            group = user if bucket.user is None else key_md5(key)[: len(bucket.prefix) + 1]
+            one, two = hash_parts(md5)
+            total = sums.setdefault(group, [0, 0, 0])
+            total[0], total[1], total[2] = total[0] + 1, total[1] + one, total[2] + two
+        return {g: (n, a, b) for g, (n, a, b) in sums.items()}
+
     def checksums(self, bucket: Bucket) -> dict[str, Checksum]:
         """Group -> checksum: per user for the whole table, else per next hex digit of md5(key)."""
+        if self.checksums_in == "python":
+            return self._python_checksums(bucket)
         where, params = self._where(bucket)
         group = (
             "user_id" if bucket.user is None else f"substr({self._md5('id')}, 1, {len(bucket.prefix) + 1})"
@@ -140,6 +215,11 @@ class SourceSide:
 
     def total(self) -> Checksum:
         """The whole table's checksum in one row (the reference figure of the benchmark)."""
+        if self.checksums_in == "python":
+            n = a = b = 0
+            for one_, two_, three_ in self._python_checksums(Bucket()).values():
+                n, a, b = n + one_, a + two_, b + three_
+            return n, a, b
         one, two = self._parts("m")
         sql = (
             f"SELECT COUNT(*), SUM({one}), SUM({two}) FROM "
@@ -150,6 +230,8 @@ class SourceSide:
         return int(n), int(a or 0), int(b or 0)
 
     def row_hashes(self, bucket: Bucket) -> dict[str, str]:
+        if self.checksums_in == "python":
+            return {key: md5 for key, _, md5 in self._streamed(bucket)}
         where, params = self._where(bucket)
         sql = f"SELECT id, {self._md5(source_row_text(self.dialect))} FROM {self.table} WHERE {where}"
         return {str(k): str(m) for k, m in self._run(sql, params)}

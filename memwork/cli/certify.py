@@ -115,6 +115,14 @@ def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
     default=None,
     help="Fail when the 95 % lower bound of the share of passing users is below this (default: any fail).",
 )
+@click.option(
+    "--source-checksums",
+    type=click.Choice(["auto", "sql", "python"]),
+    default="auto",
+    show_default=True,
+    help="legacy-mysql: checksum rows in its database (sql) or stream and hash them here (python); "
+    "auto takes sql unless the server has no JSON_NORMALIZE (MySQL 8).",
+)
 @json_option
 def verify_command(
     source: str,
@@ -146,6 +154,7 @@ def verify_command(
     preserved_users: int,
     min_overlap: float,
     min_user_share: float | None,
+    source_checksums: str,
     as_json: bool,
 ) -> None:
     """Verify a migration into pgvector: the certificate of any source's copy -- each bad row by id,
@@ -199,6 +208,7 @@ def verify_command(
         preserved_users=preserved_users,
         min_overlap=min_overlap,
         min_user_share=min_user_share,
+        source_checksums=source_checksums,
     )
     if self_test:
         _self_test(options, as_json)

@@ -59,6 +59,18 @@ def defrag() -> None:
     """
 
 
+#: help examples of the actions that need more than ``--store``
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "find_duplicates": ("memwork defrag find-duplicates --store ./memory --json",),
+    "supersede": (
+        "memwork defrag supersede --store ./memory",
+        "memwork defrag supersede --store ./memory --apply",
+        "memwork defrag supersede --store ./memory --scope alice --pair fact/a.md fact/b.md --apply",
+        "memwork defrag undo RUN_ID --store ./memory",
+    ),
+}
+
+
 def _open(store_spec: str) -> Store:
     from memwork.stores import open_store
 
@@ -106,11 +118,12 @@ def _make_action(action: Action) -> click.Command:
 
             show_result(result)
 
-    command.__doc__ = f"{action.help}\n\n\b\nExample:\n    memwork defrag {name} --store ./memory"
+    examples = EXAMPLES.get(action.name, (f"memwork defrag {name} --store ./memory",))
+    command.__doc__ = f"{action.help}\n\n\b\nExample:\n" + "\n".join(f"    {e}" for e in examples)
     for param_name, param in reversed(list(action.params.items())):
-        command = click.option(Param.option(param_name), param_name, type=param.cli_type, help=param.help)(
-            command
-        )
+        command = click.option(
+            Param.option(param_name), param_name, type=param.cli_type, nargs=param.nargs, help=param.help
+        )(command)
     if action.reembeds:
         command = click.option("--embedder", help="Re-embed merged entries: hash[:DIM] or a model spec.")(
             command

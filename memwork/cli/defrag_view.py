@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from memwork.defrag import ActionResult
+from memwork.defrag import ActionResult, Pair
 
 
 def _console() -> Console:
@@ -54,7 +54,17 @@ def show_result(result: ActionResult) -> None:
         return
     if result.pairs:
         table = Table(title=f"{len(result.pairs)} pairs")
-        for col in ("scope", "path a", "path b", "similarity", "text", "semantic", "matched by", "links"):
+        for col in (
+            "scope",
+            "path a",
+            "path b",
+            "similarity",
+            "text",
+            "semantic",
+            "matched by",
+            "links",
+            "flag",
+        ):
             table.add_column(col)
         for p in result.pairs:
             table.add_row(
@@ -68,6 +78,7 @@ def show_result(result: ActionResult) -> None:
                 if p.decision
                 else " + ".join(p.matched_by),
                 p.link_status or "",
+                _flag(p),
             )
         console.print(table)
     for summary_of_step in [summary, *summary.get("steps", [])]:
@@ -116,6 +127,14 @@ def show_result(result: ActionResult) -> None:
         console.print("Nothing to do.")
 
 
+def _flag(pair: Pair) -> str:
+    """``exact`` / ``normalised`` copies, and a possible contradiction with its reason."""
+    parts = [pair.kind] if pair.kind != "similar" else []
+    if pair.contradiction is not None:
+        parts.append(f"contradiction, never merged ({pair.contradiction.reason})")
+    return "; ".join(parts)
+
+
 def _pairs(pairs: list[list[str]]) -> str:
     return ", ".join(f"{a} - {b}" for a, b in pairs)
 
@@ -131,9 +150,14 @@ def review_lines(clusters: list[dict[str, Any]]) -> list[str]:
         merged = [[g["survivor"], *g["merged"]] for g in groups if g.get("survivor")]
         apart = sorted(set(members) - {p for group in merged for p in group})
         done = "; ".join(f"merged {', '.join(g[1:])} into {g[0]}" for g in merged) or "nothing merged"
+        held = ([f"rejected pair(s) {_pairs(groups[0]['rejected'])}"] if groups[0]["rejected"] else []) + [
+            f"possible contradiction(s) {', '.join(f'{a} - {b} ({why})' for a, b, why in flagged)}"
+            for flagged in [groups[0].get("contradictions") or []]
+            if flagged
+        ]
         lines.append(
-            f"Review: cluster {', '.join(members)} (scope {scope}) holds rejected pair(s) "
-            f"{_pairs(groups[0]['rejected'])}, so it was split: {done}"
+            f"Review: cluster {', '.join(members)} (scope {scope}) holds {' and '.join(held)}, "
+            f"so it was split: {done}"
             + (f"; kept apart: {', '.join(apart)}" if apart else "")
             + (
                 f"; approved but not merged: {_pairs(groups[0]['not_merged'])}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 from memwork.defrag.actions import ActionResult, run_action
 from memwork.defrag.apply import Change, compute_changes, execute
 from memwork.defrag.calibrate import Calibration, Policy, calibrate, load_policy, write_policy
+from memwork.defrag.contradictions import Contradiction, detect
 from memwork.defrag.findings import (
     EntryReport,
     Pair,
@@ -22,6 +23,7 @@ from memwork.defrag.findings import (
     find_duplicates,
     find_low_quality,
     find_related,
+    flag_contradictions,
 )
 from memwork.defrag.journal import list_runs, read_run, undo
 from memwork.defrag.label_free import LabelFreeEstimate, estimate_without_labels
@@ -34,6 +36,7 @@ from memwork.defrag.planners import (
     plan_compact,
     plan_link_related,
     plan_merge_duplicates,
+    plan_supersede,
 )
 from memwork.defrag.review import read_approved_pairs, write_review_csv
 from memwork.defrag.review_queue import ReviewQueue, build_review_queue
@@ -57,6 +60,7 @@ __all__ = [
     "ActionResult",
     "Calibration",
     "Change",
+    "Contradiction",
     "EntryReport",
     "Health",
     "LabelFreeEstimate",
@@ -71,12 +75,14 @@ __all__ = [
     "build_review_queue",
     "calibrate",
     "compute_changes",
+    "detect",
     "estimate_without_labels",
     "execute",
     "find_archival_candidates",
     "find_duplicates",
     "find_low_quality",
     "find_related",
+    "flag_contradictions",
     "health",
     "health_band",
     "list_runs",
@@ -88,6 +94,7 @@ __all__ = [
     "plan_compact",
     "plan_link_related",
     "plan_merge_duplicates",
+    "plan_supersede",
     "quality_issues",
     "quality_score",
     "read_approved_pairs",

@@ -109,6 +109,13 @@ def _run_op(ov: _Overlay, op: Operation, now: datetime, stale: dict[Key, None]) 
         b = ov.require(op, op.target, stub=False)
         ov.set(op.scope, op.path, m.add_link(a, op.target))
         ov.set(op.scope, op.target, m.add_link(b, op.path))
+    elif op.kind == "supersede":
+        assert op.target
+        older = ov.require(op, op.path, stub=False)
+        newer = ov.require(op, op.target, stub=False)
+        if older.superseded_by is not None:
+            raise PlanConflict(op.path, op.scope, f"{op.describe()}: already superseded")
+        ov.set(op.scope, op.path, m.supersede(older, newer, op.reason))
     elif op.kind == "delete":
         expect_stub = {"cleanup_stubs": True, "compact": False}.get(op.step or "")
         ov.require(op, op.path, stub=expect_stub)

@@ -1,15 +1,22 @@
 """The read-only actions as pure functions over lists of entries (no store needed).
 
 Every function groups entries by scope and never pairs entries of different scopes; stubs are never
-treated as entries (they are only counted by :func:`analyze`). A vector marked out of its model's
+treated as entries (they are only counted by :func:`analyze`), nor are superseded entries (history
+kept by ``defrag supersede``: never paired, merged or compacted). A vector marked out of its model's
 range (:mod:`memwork.coverage`) is never compared by cosine: such an entry pairs by text only.
+
+Duplicates are found in two passes per scope: first an exact pass (a hash of the content, and of the
+content with case folded and whitespace collapsed), whose pairs have ``kind`` ``exact`` or
+``normalised`` and need no embeddings; then the similarity join, whose other pairs have ``kind``
+``similar``. Entries whose normalised content is empty are left to the join.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -17,6 +24,7 @@ import numpy as np
 
 from memwork import similarity
 from memwork.coverage import count_out_of_range, out_of_range, pair_readable, pairs_readable
+from memwork.defrag.contradictions import Contradiction, detect
 from memwork.defrag.merge import links_to
 from memwork.defrag.scores import confidence_of, health, quality_issues, quality_score
 from memwork.embed import coverage_for_model
@@ -42,6 +50,11 @@ class Pair:
     #: with a calibrated policy: its combined score, and ``merge`` / ``review`` / ``distinct``
     policy_score: float | None = None
     decision: str | None = None
+    #: how it was found: ``exact`` (same content), ``normalised`` (same after case and whitespace
+    #: folding) or ``similar`` (the similarity join)
+    kind: str = "similar"
+    #: a possible contradiction between the two (:mod:`memwork.defrag.contradictions`): never merged
+    contradiction: Contradiction | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -56,6 +69,9 @@ class Pair:
         }
         data["matched_by"] = list(self.matched_by)
         data["out_of_range"] = self.out_of_range
+        data["kind"] = self.kind
+        if self.contradiction is not None:
+            data["contradiction"] = self.contradiction.to_dict()
         if self.link_status is not None:
             data["link_status"] = self.link_status
         if self.decision is not None:
@@ -130,9 +146,45 @@ def by_scope(entries: Iterable[Entry], *, stubs: bool = False) -> dict[str, list
     """Entries grouped by scope in (scope, path) order: non-stubs only, or stubs only."""
     groups: dict[str, list[Entry]] = defaultdict(list)
     for entry in sorted(entries, key=lambda e: e.key):
-        if entry.is_stub == stubs:
+        if entry.is_stub == stubs and entry.superseded_by is None:
             groups[entry.scope].append(entry)
     return dict(groups)
+
+
+def normalised_content(text: str) -> str:
+    """The content with case folded and every run of whitespace one space (the ``normalised`` pass)."""
+    return " ".join(text.casefold().split())
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+
+
+def exact_pairs(group: Sequence[Entry]) -> dict[tuple[int, int], str]:
+    """``{(i, j): "exact" | "normalised"}`` for the positions ``i < j`` of ``group`` whose content is
+    the same, or the same after :func:`normalised_content` (empty normalised content is skipped)."""
+    buckets: dict[bytes, list[int]] = defaultdict(list)
+    for k, entry in enumerate(group):
+        folded = normalised_content(entry.content)
+        if folded:
+            buckets[_digest(folded)].append(k)
+    out: dict[tuple[int, int], str] = {}
+    for members in buckets.values():
+        for x, i in enumerate(members):
+            for j in members[x + 1 :]:
+                out[(i, j)] = "exact" if group[i].content == group[j].content else "normalised"
+    return out
+
+
+def flag_contradictions(pairs: Iterable[Pair], entries: Iterable[Entry]) -> list[Pair]:
+    """``pairs`` with ``contradiction`` set where the two contents may contradict (rule-based)."""
+    content = {e.key: e.content for e in entries}
+    out = []
+    for pair in pairs:
+        a, b = content.get((pair.scope, pair.path_a)), content.get((pair.scope, pair.path_b))
+        found = detect(a, b) if a is not None and b is not None else None
+        out.append(replace(pair, contradiction=found) if found is not None else pair)
+    return out
 
 
 def _comparable_embeddings(entries: list[Entry]) -> list[np.ndarray | None]:
@@ -197,14 +249,24 @@ def find_duplicates(
     advance = _stage(progress, "finding duplicates", groups)
     budget = similarity.PairBudget()  # one for the whole store, not one per scope
     for scope, group in groups.items():
+        vectors = _comparable_embeddings(group)
+        exact = exact_pairs(group)  # first, needing no embeddings; the join below spends the budget
+        for (i, j), kind in sorted(exact.items()):
+            semantic = similarity.cosine(vectors[i], vectors[j])
+            text = similarity.jaccard(group[i].content, group[j].content)
+            pairs.append(
+                Pair(scope, group[i].path, group[j].path, 1.0, text, semantic,
+                     matched_by=_matched_by(text, semantic, threshold), kind=kind)
+            )  # fmt: skip
         found = similarity.find_duplicate_pairs(
             [e.content for e in group],
-            _comparable_embeddings(group),
+            vectors,
             threshold,
             progress=advance,
             budget=budget,
             keep=keep,
         )
+        found = [p for p in found if (p.i, p.j) not in exact]
         # the cosine decides only where it is above the text score: there, did the model read what
         # tells the two apart? (one tokenizer call per model for all of them, not one per pair)
         ask = [

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from memwork.coverage import MARK_KEYS
-from memwork.entry import Entry
+from memwork.entry import SUPERSEDED_BY, VALID_UNTIL, Entry
 
 STRATEGIES = ("keep_newer", "keep_larger", "combine")
 COMBINE_SEPARATOR = "\n\n---\n\n"
@@ -26,6 +26,7 @@ LINK_PREFIX = "memory://"
 #: never unioned from a merged-away entry: the survivor's own (the mark describes the survivor's vector)
 _BOOKKEEPING = (
     "merged_from", "merged_values", "embedding_stale", *MARK_KEYS, "stub", "redirect_to", "reason",
+    SUPERSEDED_BY, VALID_UNTIL, "supersede_reason",
 )  # fmt: skip
 
 
@@ -141,6 +142,17 @@ def repoint_stub(stub: Entry, target: str) -> Entry:
     out.content = f"# {reason} → {target}\n\nThis entry was {reason} into {target}."
     out.title = f"[STUB] → {target}"
     out.size = len(out.content.encode("utf-8"))
+    return out
+
+
+def supersede(older: Entry, newer: Entry, reason: str | None) -> Entry:
+    """``older`` kept but marked superseded by ``newer``: ``superseded_by`` its path, ``valid_until``
+    its ``updated_at``, ``supersede_reason`` why; content, vector, times and hits are unchanged."""
+    out = older.copy()
+    out.metadata[SUPERSEDED_BY] = newer.path
+    out.metadata[VALID_UNTIL] = newer.updated_at.isoformat()
+    if reason:
+        out.metadata["supersede_reason"] = reason
     return out
 
 

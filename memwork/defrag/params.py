@@ -31,6 +31,8 @@ class Param:
     help: str = ""
     #: other names the library accepts for it (``merge_strategy`` for ``strategy``)
     aliases: tuple[str, ...] = ()
+    #: how many values its CLI option takes (``--pair A B`` takes 2)
+    nargs: int = 1
 
     @staticmethod
     def option(name: str) -> str:
@@ -95,6 +97,22 @@ def policy_file(name: str, value: Any) -> str | None:
     return str(value)
 
 
+def path_pair(name: str, value: Any) -> tuple[str, str] | None:
+    """None or two entry paths (normalised)."""
+    if value is None:
+        return None
+    from memwork.entry import normalize_path
+    from memwork.errors import InvalidPath
+
+    if isinstance(value, str) or not isinstance(value, list | tuple) or len(value) != 2:
+        raise UsageError(name, value, "must be two entry paths")
+    try:
+        a, b = (normalize_path(v) for v in value)
+    except InvalidPath as exc:
+        raise UsageError(name, " ".join(map(str, value)), str(exc.problem)) from None
+    return a, b
+
+
 def ordered(low: str, high: str) -> Callable[[dict[str, Any]], None]:
     """A check across parameters: ``low`` must not exceed ``high``."""
 
@@ -134,4 +152,17 @@ POLICY = Param(
     str,
     "Calibrated policy JSON (defrag calibrate): pairs scored by it, replacing --similarity-threshold; "
     "merges only at or above its auto_merge.",
+)
+CONTRADICTION_FLOOR = Param(
+    0.60,
+    unit,
+    float,
+    "Supersede: lowest max(Jaccard, cosine) of a candidate pair (the related band's floor), 0..1.",
+)
+PAIR = Param(
+    None,
+    path_pair,
+    str,
+    "Supersede only this pair (PATH_A PATH_B, one scope): the older one by the newer, rule or not.",
+    nargs=2,
 )

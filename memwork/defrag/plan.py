@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-OpKind = Literal["merge", "stub", "repoint", "link", "delete"]
+OpKind = Literal["merge", "stub", "repoint", "link", "delete", "supersede"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,8 @@ class Operation:
     - ``repoint``: make the existing stub at ``path`` redirect straight to ``target``
     - ``link``: add ``memory://`` links between ``path`` and ``target`` in both directions
     - ``delete``: remove ``path`` (``reason`` says why)
+    - ``supersede``: mark ``path`` superseded by the newer ``target`` (``reason``: the contradiction);
+      it is kept, with ``superseded_by`` and ``valid_until`` (the target's time) in its metadata
     """
 
     kind: OpKind
@@ -51,6 +53,8 @@ class Operation:
             return f"re-point stub {self.path} -> {self.target}"
         if self.kind == "link":
             return f"link {self.path} <-> {self.target}"
+        if self.kind == "supersede":
+            return f"supersede {self.path} by {self.target} ({self.reason})"
         return f"delete {self.path} ({self.reason})"
 
 

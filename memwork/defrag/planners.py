@@ -16,6 +16,14 @@ are far apart. Every cluster of found pairs is reported with its size and densit
 inside it over the pairs possible); a cluster of three or more below ``min_cluster_density`` is not
 merged at all -- it is listed for review (``review`` true, with its pairs), never merged automatically.
 A reviewer's approved pairs are a person's decision, so a cluster of approved pairs only is not held.
+
+Possible contradictions (:mod:`memwork.defrag.contradictions`) are never merged, not even when a
+policy would auto-merge the pair or a reviewer approved it: every pair of a cluster's members (only
+its found pairs in a cluster of more than :data:`CONTRADICTION_CHECK_LIMIT`) is checked, and a
+contradicting pair is kept apart exactly like a rejected one. The pair carries ``contradiction``
+(kind, differing tokens, reason), a policy's ``merge`` decision becomes ``contradiction``, the cluster
+report lists ``contradictions`` and the summary counts ``contradiction_pairs``;
+``memwork defrag supersede`` is the action for them.
 """
 
 from __future__ import annotations
@@ -24,8 +32,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Protocol
 
 from memwork.defrag.calibrate import Policy, find_policy_pairs
+from memwork.defrag.contradictions import Contradiction, detect
 from memwork.defrag.findings import (
     EntryReport,
     Pair,
@@ -33,6 +43,7 @@ from memwork.defrag.findings import (
     by_scope,
     find_duplicates,
     find_related,
+    flag_contradictions,
     out_of_range_summary,
     report,
 )
@@ -41,8 +52,9 @@ from memwork.defrag.plan import Operation, Plan
 from memwork.defrag.review import Pair3, pair_key
 from memwork.defrag.scores import quality_score
 from memwork.entry import Entry, normalize_path
-from memwork.errors import InvalidPath
+from memwork.errors import InvalidPath, UsageError
 from memwork.progress import Progress
+from memwork.similarity import cosine, jaccard
 
 
 @dataclass
@@ -60,6 +72,31 @@ class Planned:
 
 #: a cluster of found pairs below this density (pairs found / pairs possible) is listed, not merged
 DEFAULT_MIN_CLUSTER_DENSITY = 0.7
+#: clusters up to this size have every member pair checked for a contradiction; larger ones their links
+CONTRADICTION_CHECK_LIMIT = 30
+
+
+def cluster_contradictions(
+    finders: Mapping[str, _UnionFindLike], links: Sequence[Pair3], index: Mapping[tuple[str, str], Entry]
+) -> dict[Pair3, Contradiction]:
+    """Every possible contradiction inside a cluster (module docstring), keyed by sorted pair."""
+    linked = {pair_key(*k) for k in links}
+    found: dict[Pair3, Contradiction] = {}
+    for scope, finder in finders.items():
+        for cluster in finder.groups():
+            if len(cluster) <= CONTRADICTION_CHECK_LIMIT:
+                keys = [(scope, a, b) for i, a in enumerate(cluster) for b in cluster[i + 1 :]]
+            else:
+                members = set(cluster)
+                keys = sorted(k for k in linked if k[0] == scope and k[1] in members)
+            for key in keys:
+                a, b = index.get((scope, key[1])), index.get((scope, key[2]))
+                if a is None or b is None:
+                    continue
+                flag = detect(a.content, b.content)
+                if flag is not None:
+                    found[key] = flag
+    return found
 
 
 def cluster_density(group: Sequence[str], edges: AbstractSet[tuple[str, str]]) -> float:
@@ -69,6 +106,10 @@ def cluster_density(group: Sequence[str], edges: AbstractSet[tuple[str, str]]) -
         return 1.0
     found = sum(1 for i, a in enumerate(group) for b in group[i + 1 :] if (min(a, b), max(a, b)) in edges)
     return found / (n * (n - 1) / 2)
+
+
+class _UnionFindLike(Protocol):
+    def groups(self) -> list[list[str]]: ...
 
 
 class _UnionFind:
@@ -119,8 +160,12 @@ def _split_by_rejections(
     links: Sequence[Pair3],
     rejected: set[Pair3],
     similarity: Mapping[Pair3, float],
+    contradictions: Mapping[Pair3, Contradiction] | None = None,
 ) -> tuple[list[list[str]], dict[str, object] | None]:
-    """Groups of ``cluster`` that hold no rejected pair, and the report (None when nothing was rejected)."""
+    """Groups of ``cluster`` that hold no rejected (or contradicting) pair, and the report (None when
+    nothing was rejected). ``rejected`` includes the keys of ``contradictions``; the report names
+    those apart, with their reason."""
+    contradictions = contradictions or {}
     members = set(cluster)
     inside = sorted(k for k in rejected if k[0] == scope and k[1] in members and k[2] in members)
     if not inside:
@@ -145,9 +190,12 @@ def _split_by_rejections(
     groups = sorted({g for g in group_of.values()}, key=lambda g: sorted(g))
     report: dict[str, object] = {
         "split_from": sorted(cluster),
-        "rejected": [[a, b] for _, a, b in inside],
+        "rejected": [[a, b] for s, a, b in inside if (s, a, b) not in contradictions],
         "not_merged": not_merged,
     }
+    flagged = [k for k in inside if k in contradictions]
+    if flagged:
+        report["contradictions"] = [[a, b, contradictions[(s, a, b)].reason] for s, a, b in flagged]
     return [sorted(g) for g in groups], report
 
 
@@ -196,10 +244,11 @@ def plan_merge_duplicates(
         links = list(approved)
     if rejected is None:
         rejected = getattr(approved, "rejected", ())
-    refused = {pair_key(*k) for k in rejected}
     finders: dict[str, _UnionFind] = {}
     for scope, a, b in links:
         finders.setdefault(scope, _UnionFind()).union(a, b)
+    contradicted = cluster_contradictions(finders, links, {e.key: e for e in entries if not e.is_stub})
+    refused = {pair_key(*k) for k in rejected} | set(contradicted)
     hold = policy is not None or approved is None
     edges = {pair_key(*k) for k in links}
     held: set[Pair3] = set()
@@ -208,7 +257,7 @@ def plan_merge_duplicates(
         index = {e.path: e for e in live.get(scope, [])}
         redirects: dict[str, str] = {}
         for cluster in finders[scope].groups() if scope in finders else []:
-            groups, review = _split_by_rejections(scope, cluster, links, refused, similarity)
+            groups, review = _split_by_rejections(scope, cluster, links, refused, similarity, contradicted)
             reported = False
             scope_edges = {(a, b) for s, a, b in edges if s == scope}
             for group in groups:
@@ -258,14 +307,101 @@ def plan_merge_duplicates(
             replace(p, decision="review") if pair_key(p.scope, p.path_a, p.path_b) in held else p
             for p in pairs
         ]
+    pairs = [_flagged(p, contradicted) for p in pairs]
     found = out_of_range_summary(entries) if approved is None or policy is not None else {}
     chained = sum(1 for c in clusters if c.get("review"))
     if chained:
         found |= {"chained_clusters": chained}
+    if contradicted:
+        found |= {"contradiction_pairs": len(contradicted)}
     if policy is not None:
         decisions = [p.decision for p in pairs]
         found |= {"auto_merge_pairs": decisions.count("merge"), "review_pairs": decisions.count("review")}
     return Planned(plan, pairs=pairs, clusters=clusters, summary=found)
+
+
+def _flagged(pair: Pair, contradicted: Mapping[Pair3, Contradiction]) -> Pair:
+    """``pair`` with its contradiction, if any; a policy's ``merge`` decision becomes ``contradiction``."""
+    flag = contradicted.get(pair_key(pair.scope, pair.path_a, pair.path_b))
+    if flag is None:
+        return pair
+    decision = "contradiction" if pair.decision == "merge" else pair.decision
+    return replace(pair, contradiction=flag, decision=decision)
+
+
+def _given_pair(entries: Sequence[Entry], pair: Sequence[str]) -> Pair:
+    """The person-given pair of ``supersede --pair`` as a :class:`Pair` (its contradiction, if any):
+    both live entries of one scope, else a usage error naming ``pair``."""
+    shown = " ".join(pair)
+    a, b = pair
+    if a == b:
+        raise UsageError("pair", shown, "names the same entry twice")
+    live = by_scope(entries)
+    scopes = [s for s, group in live.items() if {a, b} <= {e.path for e in group}]
+    if not scopes:
+        raw = {e.key: e for e in entries}
+        for path in (a, b):
+            held = [e for (_, p), e in raw.items() if p == path]
+            if not held:
+                raise UsageError("pair", shown, f"no entry {path!r} (in the scope given)")
+            if all(e.is_stub or e.superseded_by for e in held):
+                raise UsageError("pair", shown, f"{path!r} is a stub or already superseded")
+        raise UsageError("pair", shown, "the two entries are not in one scope (use --scope)")
+    if len(scopes) > 1:
+        raise UsageError("pair", shown, f"both entries exist in scopes {', '.join(scopes)}; use --scope")
+    index = {e.path: e for e in live[scopes[0]]}
+    ea, eb = index[min(a, b)], index[max(a, b)]
+    text = jaccard(ea.content, eb.content)
+    both = ea.embedding is not None and eb.embedding is not None and ea.embedding.shape == eb.embedding.shape
+    semantic = cosine(ea.embedding, eb.embedding) if both else None
+    return Pair(
+        scopes[0], ea.path, eb.path, max(text, semantic or 0.0), text, semantic,
+        contradiction=detect(ea.content, eb.content),
+    )  # fmt: skip
+
+
+def plan_supersede(
+    entries: Sequence[Entry],
+    min_similarity: float = 0.60,
+    pair: Sequence[str] | None = None,
+    *,
+    progress: Progress | None = None,
+) -> Planned:
+    """Mark the older entry of each possible contradiction superseded by the newer (kept, not deleted).
+
+    The candidate pairs are every same-scope pair with ``max(Jaccard, cosine) >= min_similarity``
+    (the duplicate and the related band, by either signal, so a store without vectors is covered),
+    flagged by :func:`memwork.defrag.contradictions.detect`; or only ``pair`` (two paths), which a
+    person chose, superseded whether or not a rule flags it. Older and newer are by ``updated_at``;
+    a pair of the same time is listed, not superseded (``same_time_pairs``). An entry in several
+    contradictions is superseded once, by its newest partner; a chain (A by B, B by C) is followed by
+    :meth:`~memwork.stores.base.Store.read`.
+    """
+    plan = Plan("supersede")
+    if pair is not None:
+        candidates = [_given_pair(entries, pair)]
+    else:
+        found = find_duplicates(entries, min_similarity, progress=progress)
+        candidates = [p for p in flag_contradictions(found, entries) if p.contradiction is not None]
+    index = {e.key: e for group in by_scope(entries).values() for e in group}
+    chosen: dict[tuple[str, str], tuple[Entry, Pair]] = {}
+    same_time = 0
+    for p in candidates:
+        a, b = index[(p.scope, p.path_a)], index[(p.scope, p.path_b)]
+        if a.updated_at == b.updated_at:
+            same_time += 1
+            continue
+        older, newer = (a, b) if a.updated_at < b.updated_at else (b, a)
+        held = chosen.get(older.key)
+        if held is None or (newer.updated_at, newer.path) > (held[0].updated_at, held[0].path):
+            chosen[older.key] = (newer, p)
+    for (scope, older_path), (newer, p) in sorted(chosen.items()):
+        why = p.contradiction.reason if p.contradiction is not None else "given pair (no rule fired)"
+        plan.add(Operation("supersede", scope, older_path, newer.path, reason=why, similarity=p.similarity))
+    summary = {"contradiction_pairs": sum(p.contradiction is not None for p in candidates)}
+    if same_time:
+        summary["same_time_pairs"] = same_time
+    return Planned(plan, pairs=candidates, summary=summary)
 
 
 def plan_link_related(

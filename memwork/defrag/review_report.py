@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from memwork.defrag.calibrate import Calibration, Policy
     from memwork.stores.base import Store
 
-#: how a cluster's contradiction column reads when no contradiction check is installed
+#: how a cluster's contradiction column reads when no contradiction check is given
 NOT_CHECKED = "not checked"
 #: members of a cluster whose pairs are checked for a contradiction (a bigger cluster: its first ones)
 CONTRADICTION_MEMBERS = 12
@@ -344,31 +344,14 @@ def _signal_counts(pairs: Iterable[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def contradiction_check() -> Callable[[str, str], str | None] | None:
-    """The contradiction check of :mod:`memwork.defrag.contradictions` when it is installed: a function
-    of two texts answering why they may contradict each other (None: they do not). None when absent:
-    the cluster table then says "not checked" instead of guessing."""
-    try:
-        from memwork.defrag import contradictions  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return None
-    for name in ("contradiction_reason", "contradiction", "detect_contradiction", "is_contradiction"):
-        check = getattr(contradictions, name, None)
-        if callable(check):
-            return _as_reason(check)
-    return None
+def contradiction_check() -> Callable[[str, str], str | None]:
+    """Why two texts may contradict each other (:func:`memwork.defrag.contradictions.detect`: a
+    negation, a number or date, a changed value), or None."""
+    from memwork.defrag.contradictions import detect
 
-
-def _as_reason(check: Callable[..., Any]) -> Callable[[str, str], str | None]:
     def reason(a: str, b: str) -> str | None:
-        found = check(a, b)
-        if not found:
-            return None
-        return (
-            found
-            if isinstance(found, str)
-            else str(getattr(found, "reason", None) or "possible contradiction")
-        )
+        found = detect(a, b)
+        return None if found is None else found.reason
 
     return reason
 

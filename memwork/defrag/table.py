@@ -10,7 +10,7 @@ leaves, its parameters derived from theirs. Adding an action is one :func:`regis
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -24,6 +24,7 @@ from memwork.defrag.planners import (
     plan_compact,
     plan_link_related,
     plan_merge_duplicates,
+    plan_supersede,
 )
 from memwork.defrag.review import Pair3
 from memwork.entry import Entry
@@ -178,18 +179,29 @@ def _analyze(entries: list[Entry], _: dict[str, Any], ctx: Context) -> Found:
 
 
 def _find_duplicates(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
+    """Every pair marked with its kind (exact / normalised / similar) and any possible contradiction
+    (never merged: a policy's ``merge`` decision becomes ``contradiction``)."""
     if q.get("policy"):
         pairs = find_policy_pairs(entries, load_policy(q["policy"]), progress=ctx.progress)
-        decisions = {"auto_merge_pairs": sum(p.decision == "merge" for p in pairs)}
-        decisions["review_pairs"] = len(pairs) - decisions["auto_merge_pairs"]
     else:
         pairs = findings.find_duplicates(entries, q["similarity_threshold"], progress=ctx.progress)
-        decisions = {}
-    return Found({"pairs": len(pairs)} | decisions | findings.out_of_range_summary(entries), pairs=pairs)
+    pairs = [
+        replace(p, decision="contradiction") if p.contradiction is not None and p.decision == "merge" else p
+        for p in findings.flag_contradictions(pairs, entries)
+    ]
+    decisions: dict[str, int] = {}
+    if q.get("policy"):
+        decisions = {"auto_merge_pairs": sum(p.decision == "merge" for p in pairs)}
+        decisions["review_pairs"] = sum(p.decision == "review" for p in pairs)
+    kinds = {f"{k}_pairs": n for k in ("exact", "normalised") if (n := sum(p.kind == k for p in pairs))}
+    flagged = sum(p.contradiction is not None for p in pairs)
+    counts = {"pairs": len(pairs)} | kinds | ({"contradiction_pairs": flagged} if flagged else {})
+    return Found(counts | decisions | findings.out_of_range_summary(entries), pairs=pairs)
 
 
 def _find_related(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
     pairs = findings.find_related(entries, q["min_similarity"], q["max_similarity"], progress=ctx.progress)
+    pairs = findings.flag_contradictions(pairs, entries)  # a related pair may contradict too
     status = [pair.link_status for pair in pairs]
     counts = {s: status.count(s) for s in ("unlinked", "one-way", "bidirectional")}
     return Found({"pairs": len(status)} | counts | findings.out_of_range_summary(entries), pairs=pairs)
@@ -216,6 +228,10 @@ def _merge(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
         min_cluster_density=q["min_cluster_density"],
         progress=ctx.progress,
     )
+
+
+def _supersede(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
+    return plan_supersede(entries, q["min_similarity"], q["pair"], progress=ctx.progress)
 
 
 def _link(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
@@ -245,7 +261,8 @@ register(
 register(
     Action(
         "find_duplicates",
-        "Pairs with max(Jaccard, cosine) >= --similarity-threshold (default 0.85), or a policy's pairs.",
+        "Pairs with max(Jaccard, cosine) >= --similarity-threshold (default 0.85), or a policy's pairs; "
+        "exact / normalised copies first (no vectors needed), possible contradictions marked.",
         {"similarity_threshold": p.SIMILARITY_THRESHOLD, "policy": p.POLICY},
         read_only=True,
         find=_find_duplicates,
@@ -309,6 +326,16 @@ register(
         plan=_merge,
         lists=("pairs",),
         reembeds=True,
+    )
+)
+register(
+    Action(
+        "supersede",
+        "Mark the older entry of each possible contradiction superseded by the newer (kept, undoable).",
+        {"min_similarity": p.CONTRADICTION_FLOOR, "pair": p.PAIR},
+        read_only=False,
+        plan=_supersede,
+        lists=("pairs",),
     )
 )
 register(

@@ -12,6 +12,13 @@ job on the facade's fixed :class:`~memwork.facade.safety.WorkerPool`, under a de
 that cannot get a worker before its deadline is shed (``shed: true``), and a job still running at
 the deadline is answered degraded at once; no thread is started per call.
 
+Inline resolve: :meth:`MemoryFacade.resolve` (the blocking call; not :meth:`~MemoryFacade.begin`, which
+the service awaits on its event loop) runs on the caller's own thread when the selected backend says
+that every wait of this request is bounded by the call's deadline (``deadline_inline(request)``:
+pgvector with an embedding given -- pool wait, ``statement_timeout``, and its socket shut down by the
+process-wide :class:`~memwork.facade.safety.Watchdog` at the deadline). That saves the hand-off to a
+worker and back, which cost more than the query itself; the answer is still fail-open by the deadline.
+
 Writes (and compactions) say what happened in ``status``: ``stored`` (committed), ``failed``
 (nothing stored: bad input, shed, rolled back, or cut off at the deadline by the commit gate of
 :mod:`memwork.deadline`), or ``pending`` (``ok: false``; not known at the deadline -- it may still
@@ -24,6 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -39,10 +47,19 @@ from memwork.backends.base import (
     supports_of,
 )
 from memwork.backends.requests import validate
-from memwork.deadline import Deadline, current_scope
+from memwork.deadline import CallScope, Deadline, current_scope, using_scope
 from memwork.errors import BackendError, BackendTimeout, CutOff, NotStored, Shed, UsageError
 from memwork.facade.policy import DEFAULT_BACKEND, Policy, policy_from_env
-from memwork.facade.safety import CUT_OFF, DONE, SHED, TIMED_OUT, Call, WorkerPool, call_with_timeout
+from memwork.facade.safety import (
+    CUT_OFF,
+    DONE,
+    SHED,
+    TIMED_OUT,
+    Call,
+    WorkerPool,
+    call_with_timeout,
+    watchdog,
+)
 from memwork.loggable import loggable_error
 from memwork.plugins import Registry
 from memwork.redaction import describe_error, redact_text
@@ -97,6 +114,10 @@ class MemoryFacade:
         self._owns_pool = pool is None
         #: every backend call runs here; the service hands in a pool of MEMWORK_SERVICE_THREADS
         self.pool = pool if pool is not None else WorkerPool(DEFAULT_WORKERS, name="memwork-facade")
+        #: resolves run on the caller's thread (see the module doc): how many, and how many of them
+        #: the watchdog gave up on at their deadline
+        self.inline = {"calls": 0, "timedOut": 0}
+        self._inline_lock = threading.Lock()
 
     # ---- selection -----------------------------------------------------------------------------
     def availability(self, backend: Backend) -> Availability:
@@ -160,7 +181,41 @@ class MemoryFacade:
     # ---- operations ----------------------------------------------------------------------------
     def resolve(self, request: Mapping[str, Any], *, deadline: Deadline | None = None) -> dict[str, Any]:
         """Memory for the current request: ``{ok, enabled, skipped, source, profile, ...}``."""
+        if deadline is None:
+            deadline = Deadline.after(self.policy.timeout_s)
+        inline = self._inline_resolve(request, deadline)
+        if inline is not None:
+            return inline
         return self.begin("resolve", request, deadline).answer_when_due()
+
+    def _inline_resolve(self, request: Mapping[str, Any], deadline: Deadline) -> dict[str, Any] | None:
+        """The resolve on this thread when the preferred backend bounds every wait of ``request`` by
+        the deadline (``deadline_inline``); None to take the worker pool (anything else)."""
+        if not self.policy.enabled:
+            return None
+        backend = self.registry.find(self.policy.backend)
+        inline = getattr(backend, "deadline_inline", None)
+        if backend is None or not callable(inline) or not supports_of(backend)["resolve"]:
+            return None
+        try:
+            clean = validate("resolve", request)
+            if not inline(clean) or not self._availability_here(backend).available:
+                return None
+        except Exception:  # bad input, a raising check: the pool path answers it as ever
+            return None
+        name = backend_name(backend)
+        scope = CallScope(deadline, f"{name}.resolve")
+        scope.source = name
+        scope.enter()
+        watchdog().watch(scope)
+        try:
+            with using_scope(scope):
+                return self._call("resolve", backend, clean)
+        finally:
+            scope.finish()
+            with self._inline_lock:
+                self.inline["calls"] += 1
+                self.inline["timedOut"] += scope.timed_out
 
     def write(self, request: Mapping[str, Any], *, deadline: Deadline | None = None) -> dict[str, Any]:
         """Record memory evidence (legacy: saveAndAnalyze); ``status`` says whether it is stored."""
@@ -328,6 +383,7 @@ class MemoryFacade:
             "vectorEnabled": policy.vector_enabled,
             "failOpen": policy.fail_open,
             "timeoutMs": policy.timeout_ms,
+            "workers": {**self.pool.stats(), "inline": self.inline_stats(), "watchdog": watchdog().stats()},
             "backends": [self.describe_backend(b) for b in self.registry.backends()],
             "configErrors": [
                 {"field": e.field, "value": e.value, "problem": e.problem} for e in policy.errors
@@ -337,6 +393,10 @@ class MemoryFacade:
                 for p in self.registry.problems()
             ],
         }
+
+    def inline_stats(self) -> dict[str, int]:
+        with self._inline_lock:
+            return dict(self.inline)
 
     def close(self) -> None:
         self.registry.close()

@@ -26,6 +26,7 @@ interpreter exit, so one hung backend would hang the host's shutdown.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import threading
 import time
@@ -34,9 +35,11 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from memwork.deadline import ABANDONED, COMMITTING, CallScope, Clock, Deadline, using_scope
+from memwork.deadline import FINISHED as SCOPE_FINISHED
+from memwork.deadline import RUNNING as SCOPE_RUNNING
 from memwork.errors import BackendTimeout, CutOff, Shed
 
-__all__ = ["Call", "WorkerPool", "call_with_timeout", "shared_pool"]
+__all__ = ["Call", "Watchdog", "WorkerPool", "call_with_timeout", "shared_pool", "watchdog"]
 
 log = logging.getLogger("memwork.facade")
 
@@ -343,3 +346,65 @@ def call_with_timeout(
     :class:`~memwork.errors.Shed` when no worker could start it in time."""
     call = (pool or shared_pool()).submit(fn, Deadline.after(timeout_s), what)
     return call.outcome()
+
+
+class Watchdog:
+    """One long-lived daemon thread that gives up on calls running on their caller's own thread
+    (the facade's inline resolve) when their deadline passes: :meth:`CallScope.abandon`, which runs
+    the abort the callee registered (pgvector shuts its connection's socket down), so a hung server
+    is answered fail-open at the deadline without a thread per call."""
+
+    def __init__(self, name: str = "memwork-watchdog") -> None:
+        self.name = name
+        self.counters = {"watched": 0, "abandoned": 0}
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, CallScope]] = []
+        self._serial = 0
+        self._thread: threading.Thread | None = None
+
+    def watch(self, scope: CallScope) -> None:
+        """Abandon ``scope`` at its deadline unless it has finished by then."""
+        with self._cond:
+            self._serial += 1
+            self.counters["watched"] += 1
+            heapq.heappush(self._heap, (scope.deadline.at, self._serial, scope))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            elif self._heap[0][2] is scope:  # a new earliest deadline: wake the thread to re-arm
+                self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._cond.wait()
+                at, _, scope = self._heap[0]
+                if scope.state == SCOPE_FINISHED:  # done in time: forget it without waking for it
+                    heapq.heappop(self._heap)
+                    continue
+                left = at - scope.deadline.clock()
+                if left > 0:  # sleeps until the earliest unfinished deadline, not once per call
+                    self._cond.wait(left)
+                    continue
+                heapq.heappop(self._heap)
+            if scope.abandon() == SCOPE_RUNNING:  # it was still running: now it may not go on
+                with self._cond:
+                    self.counters["abandoned"] += 1
+            del scope
+
+    def stats(self) -> dict[str, int]:
+        with self._cond:
+            return {**self.counters, "pending": len(self._heap)}
+
+
+_watchdog: Watchdog | None = None
+
+
+def watchdog() -> Watchdog:
+    """The process-wide :class:`Watchdog` (its thread starts with the first watched call)."""
+    global _watchdog
+    with _shared_lock:
+        if _watchdog is None:
+            _watchdog = Watchdog()
+        return _watchdog

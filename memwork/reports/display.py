@@ -317,6 +317,19 @@ def histogram_data(
     return {"counts": [int(round(float(c))) for c in counts], "edges": [round(float(e), 4) for e in edges]}
 
 
+def _plain_log_axis(ax: Any) -> None:
+    """A log count axis labelled 1, 2, 5, 10, 20, 50 ... in plain numbers: matplotlib's default labels
+    every minor tick of a short range as 2×10⁰, 3×10⁰ ..., a pile of overlapping labels."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(
+        FuncFormatter(lambda value, _pos: f"{value:,.0f}" if value >= 1 else f"{value:g}")
+    )
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def histograms_figure(
     series: dict[str, list[float]], threshold: float, *, title: str, xlabel: str = "similarity"
 ) -> Figure:
@@ -334,13 +347,13 @@ def histograms_figure(
         nonzero = counts[counts > 0]
         log = bool(len(nonzero)) and nonzero.max() > 20 * nonzero.min()
         if log:
-            ax.set_yscale("log")
+            _plain_log_axis(ax)
         ax.axvline(threshold, color="tab:red", linestyle="--", label=f"threshold {threshold}")
         above = sum(1 for v in values if v >= threshold)
         ax.set_title(f"{name}: {above:,} of {len(values):,} at ≥ {threshold}", fontsize=9)
         ax.set_xlabel(xlabel)
         ax.set_ylabel("pairs (log scale)" if log else "pairs")
-        ax.legend(loc="upper left", fontsize=8)
+        ax.legend(loc="best", fontsize=8)  # not over the bars
         alt.append(f"{name}: {len(values):,} pairs, {above:,} at or above {threshold}")
     fig.suptitle(title)
     fig.tight_layout()

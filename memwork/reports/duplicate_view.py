@@ -294,6 +294,9 @@ class PairCards:
             line += f" &nbsp;|&nbsp; policy score {p['policy_score']:.3f}: <b>{html.escape(str(p['decision']))}</b>"
         elif fired:
             line += f" &nbsp;|&nbsp; duplicate at threshold {t:g}"
+        if p.get("contradiction"):
+            why = html.escape(str(p["contradiction"].get("reason", "")))
+            line += f" &nbsp;|&nbsp; <b>possible contradiction</b> ({why}): never merged"
         if p.get("decision") == "review" and p.get("policy_score") is None:
             line += " &nbsp;|&nbsp; <b>held for review</b> (chained cluster)"
         return (

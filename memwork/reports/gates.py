@@ -177,16 +177,20 @@ def _scalar(value: Any) -> float | int | str | None:
 def gates_of(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Every gate a summary.json records, in the :class:`Gate` shape, whichever way the report wrote
     them: ``gates`` as Gate dicts; the in-process canary's ``{gate, status, detail}`` rows; the
-    shadow judge's ``metrics`` (a metric that is not required shows as ``off``: informational)."""
+    shadow judge's ``metrics`` (a metric that is not required shows as ``off``: informational). A
+    judgement that records its own strip (``gates`` in the Gate shape) keeps its ``metrics`` as the
+    metric table only: read from both, every gate showed twice."""
     rows: list[dict[str, Any]] = []
+    shaped = False
     for raw in summary.get("gates") or []:
         if not isinstance(raw, Mapping):
             continue
         if "state" in raw:
+            shaped = True
             rows.append({**Gate(str(raw.get("name", "?")), "off").to_dict(), **dict(raw)})
             continue
         rows.append(_status_row(raw))
-    for m in summary.get("metrics") or []:
+    for m in [] if shaped else summary.get("metrics") or []:
         if not isinstance(m, Mapping):
             continue
         label = str(m.get("metric", "?")) + (f" ({m['pair']})" if m.get("pair") else "")

@@ -235,4 +235,19 @@ def latency_distributions_figure(judgement: Judgement) -> Figure:
     ecdf.set_xlabel("ms")
     ecdf.set_ylabel("share of answers")
     fig.tight_layout()
+    from memwork.reports.display import ALT_ATTRIBUTE
+
+    setattr(fig, ALT_ATTRIBUTE, _latency_alt(series))
     return fig
+
+
+def _latency_alt(series: dict[str, np.ndarray]) -> str:
+    """The figure's numbers in words (its alt text): per backend, answers, median, p95 and p99."""
+    if not series:
+        return "resolve latency (histogram and ECDF): 0 paired answers"
+    parts = [
+        f"{label}: n={s.size}, median {np.median(s):.1f} ms, p95 {np.percentile(s, 95):.1f} ms, "
+        f"p99 {np.percentile(s, 99):.1f} ms"
+        for label, s in series.items()
+    ]
+    return "resolve latency (histogram and ECDF): " + "; ".join(parts)

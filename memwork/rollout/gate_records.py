@@ -46,10 +46,15 @@ def gate_of(metric: MetricResult, given: Mapping[str, Any], several: bool = Fals
     elif metric.classification == MARGINAL:
         why = f"marginal: {metric.detail}"
     comparison = ">=" if metric.direction == DECREASE_IS_BAD else "<="
-    observed = metric.estimate if metric.kind != "two-sample" else metric.relative
+    # a two-sample or tail metric is judged on its relative change (its threshold is a band): it is
+    # shown as such, never in the metric's own unit ("4.6 ms <= 0.25 ms" read as a latency)
+    # (a tail metric's estimate is its relative increase already; a two-sample one's is a shift in the unit)
+    observed = metric.relative if metric.kind == "two-sample" else metric.estimate
+    relative = metric.kind == "tail" or (metric.kind == "two-sample" and observed is not None)
+    unit = "relative change" if relative else metric.unit
     parameter = THRESHOLD_OF.get(metric.metric, "")
     origin: Origin = "set" if parameter and parameter in given else "default"
-    return Gate(name, state, observed, metric.threshold, comparison, origin, metric.unit, why)
+    return Gate(name, state, observed, metric.threshold, comparison, origin, unit, why)
 
 
 def judge_gates(judgement: Judgement, given: Mapping[str, Any] | None = None) -> list[Gate]:

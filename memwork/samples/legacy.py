@@ -126,7 +126,7 @@ def generate_legacy_items(
             else:
                 itype = weighted(rng, _ITEM_TYPES, _ITEM_CUM)
                 content = _legacy_text(rng, itype, chinese=roll > 0.95)
-            row = _legacy_row(rng, user_id, k, content, itype, now)
+            row = legacy_row(rng, user_id, k, content, itype, now)
             if active_only:
                 row["status"] = "active"
             mine.append(row)
@@ -134,9 +134,11 @@ def generate_legacy_items(
     return rows
 
 
-def _legacy_row(
+def legacy_row(
     rng: random.Random, user_id: str, k: int, content: str, itype: str, now: datetime
 ) -> dict[str, Any]:
+    """One legacy row around ``content``: id, timestamps, status, confidence, metadata and session drawn
+    from ``rng`` (the real-text sample, :mod:`memwork.samples.real_text`, shares it)."""
     updated = now - timedelta(seconds=rng.randint(0, 400 * 86400), microseconds=rng.randint(0, 999_999))
     created = updated - timedelta(seconds=rng.randint(0, 30 * 86400))
     status = weighted(rng, _STATUSES, _STATUS_CUM)

@@ -1,7 +1,9 @@
 """Small legacy -> pgvector migrations built on demand: for notebooks' defaults, tests and the demo.
 
 A notebook whose URLs are left empty must still run standalone (``pytest --nbval-lax notebooks/``);
-:func:`build_migration` gives it a generated legacy store, a schema and a real backfill.
+:func:`build_migration` gives it a generated legacy store, a schema and a real backfill. With
+``dataset="stdlib"`` the legacy store holds real human-written text instead (the standard library's
+docstrings, :mod:`memwork.samples.real_text`), so a gate can be judged on more than templates.
 """
 
 from __future__ import annotations
@@ -9,9 +11,10 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from memwork.embed import Embedder, HashEmbedder
+from memwork.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,13 @@ def build_migration(
     vector_index: bool = True,
     rows: list[dict[str, Any]] | None = None,
     embedder: Embedder | None = None,
+    dataset: Literal["generated", "stdlib"] = "generated",
 ) -> Migration:
     """Generate legacy items, load them, create the pgvector table and backfill it.
+
+    ``dataset``: ``generated`` (templates, ``n_users`` x ``items_per_user``) or ``stdlib`` (real text: the
+    first paragraphs of the standard library's docstrings, one module a user, at most ``n_users`` users
+    of at most ``items_per_user`` memories each, sizes as the modules have them). ``rows`` overrides both.
 
     ``embedder`` defaults to the hash embedder of ``dimensions`` (cheap, for tests and notebooks'
     defaults); the demo passes the real model, whose dimension then sets the table's.
@@ -57,13 +65,14 @@ def build_migration(
     from memwork.migrate.backfill import legacy_apply_options, run_backfill
     from memwork.migrate.checkpoint import CHECKPOINT_TABLE
     from memwork.pgvector.schema import ensure_schema
-    from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
+    from memwork.samples.legacy import ITEMS, load_legacy_rows
 
+    if rows is None:
+        rows = _dataset_rows(dataset, n_users, items_per_user, seed)  # bad input refused before any I/O
     if source_url is None:
         folder = Path(tempfile.mkdtemp(prefix="memwork-legacy-"))
         source_url = f"sqlite:///{folder / 'legacy.db'}"
     dest_url = dest_url or "pg://embedded/memwork_verify"
-    rows = rows if rows is not None else generate_legacy_items(n_users, items_per_user, seed=seed)
     load_legacy_rows(source_url, ITEMS, rows, replace=True)
     embedder = embedder or HashEmbedder(dimensions)
     dimensions = embedder.dimension
@@ -79,6 +88,20 @@ def build_migration(
     return Migration(
         source_url, dest_url, table, dimensions, embedder.model_id, len(rows), active, _plain(report)
     )
+
+
+DATASETS = ("generated", "stdlib")
+
+
+def _dataset_rows(dataset: str, n_users: int, items_per_user: int, seed: int) -> list[dict[str, Any]]:
+    from memwork.samples.legacy import generate_legacy_items
+    from memwork.samples.real_text import stdlib_legacy_items
+
+    if dataset == "generated":
+        return generate_legacy_items(n_users, items_per_user, seed=seed)
+    if dataset == "stdlib":
+        return stdlib_legacy_items(seed=seed, max_users=n_users, max_per_user=items_per_user)
+    raise UsageError("dataset", dataset, f"must be one of {', '.join(DATASETS)}")
 
 
 def _plain(report: Any) -> dict[str, Any]:

@@ -57,11 +57,14 @@ def run_shadow_canary(
     query_module: str,
     health_summary: str = "",
     verification_summary: str = "",
+    certificate: str = "",
     requests: int = DEMO_SHADOW_REQUESTS,
 ) -> Any:
     """Serve the demo data, send ``requests`` resolves of real users, judge the shadow log; the run.
 
-    Returns the :func:`memwork.reports.run_report` result of ``canary_signoff`` (judge mode)."""
+    ``certificate``: a migration certificate's summary.json (:func:`memwork.certify.certify`), the
+    quality gate when it is not the backfill verification's. Returns the
+    :func:`memwork.reports.run_report` result of ``canary_signoff`` (judge mode)."""
     from memwork.reports import run_report
     from memwork.rollout.gates import sample_requests
     from memwork.service.app import create_app, running
@@ -81,6 +84,63 @@ def run_shadow_canary(
             "comparison_log": str(log_path),
             "health_summary": health_summary,
             "verification_summary": verification_summary,
+            "certificate": certificate,
             "approver": "memwork demo",
         }
         return run_report("canary_signoff", params, reports, raise_on_error=False)
+
+
+#: the real-text migration of the demo: at most 24 standard-library modules (users) of at most 25
+#: docstrings (memories) each -- about 360 rows, a few seconds to embed with the real model
+REAL_TEXT_USERS = 24
+REAL_TEXT_ITEMS_PER_USER = 25
+REAL_TEXT_DATABASE = "pg://embedded/memwork_demo_stdlib"
+
+
+def run_real_text_canary(
+    folder: Path, reports: Path, *, embedder: Any, query_module: str, seed: int = 2024
+) -> tuple[Any, dict[str, Any]]:
+    """The same rollout judged on real human-written text: a legacy store of the standard library's
+    docstrings (:mod:`memwork.samples.real_text`), backfilled by ``embedder``, certified
+    (:func:`memwork.certify.certify`), served with shadow reads and judged with that certificate as
+    the quality gate. Returns the ``canary_signoff`` run and what the data was."""
+    import sys
+
+    from memwork.certify import CertifyOptions, certify
+    from memwork.samples.migration import build_migration
+
+    folder.mkdir(parents=True, exist_ok=True)
+    migration = build_migration(
+        f"sqlite:///{folder / 'legacy.db'}",
+        REAL_TEXT_DATABASE,
+        dataset="stdlib",
+        n_users=REAL_TEXT_USERS,
+        items_per_user=REAL_TEXT_ITEMS_PER_USER,
+        embedder=embedder,
+        seed=seed,
+    )
+    cert_dir = folder / "certificate"
+    cert = certify(CertifyOptions(migration.source_url, migration.dest_url, output_dir=cert_dir))
+    data = {"legacy_url": migration.source_url, "pgvector_url": migration.dest_url}
+    run = run_shadow_canary(
+        data, folder, reports, query_module=query_module, certificate=str(cert_dir / "summary.json")
+    )
+    users = _count_users(migration.source_url)
+    about = {
+        "items": migration.items,
+        "active_items": migration.active,
+        "users": users,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "certificate": cert.verdict,
+    }
+    return run, about
+
+
+def _count_users(legacy_url: str) -> int:
+    from sqlalchemy import func, select
+
+    from memwork.db import get_engine
+    from memwork.legacy.schema import memory_items
+
+    with get_engine(legacy_url).connect() as conn:
+        return int(conn.execute(select(func.count(func.distinct(memory_items.c.user_id)))).scalar_one())

@@ -208,11 +208,15 @@ class Store(ABC):
         return self.kind
 
     # ---- the defrag methods, built on the primitives ---------------------------------------
-    def list(self, prefix: str | None = None, *, scope: str | None = None) -> list[EntryInfo]:
-        """``{path, title, size, updated_at, scope}`` of every entry, stubs included."""
+    def list(
+        self, prefix: str | None = None, *, scope: str | None = None, history: bool = False
+    ) -> list[EntryInfo]:
+        """``{path, title, size, updated_at, scope}`` of every entry, stubs included; superseded
+        entries (``defrag supersede``) only with ``history``."""
         return [
             EntryInfo(e.path, e.title, e.size, e.updated_at, e.scope)
             for e in self.iter_entries(scope=scope, prefix=prefix)
+            if history or e.superseded_by is None
         ]
 
     def read_entry(self, path: str, *, scope: str = DEFAULT_SCOPE) -> Entry:
@@ -276,9 +280,15 @@ class Store(ABC):
         return list(self.iter_entries(scope=scope))
 
     # ---- user-facing read --------------------------------------------------------------------
-    def read(self, path: str, *, scope: str = DEFAULT_SCOPE, count_hit: bool = True) -> Entry:
+    def read(
+        self, path: str, *, scope: str = DEFAULT_SCOPE, count_hit: bool = True, history: bool = False
+    ) -> Entry:
         """Read as a user does: follow stub redirects (at most 5 hops) and count a hit on each
-        entry of the chain. Raises :class:`StubChainError` naming the chain on a cycle or overflow."""
+        entry of the chain. Raises :class:`StubChainError` naming the chain on a cycle or overflow.
+
+        A superseded entry (``defrag supersede``: a newer entry contradicts it) is history: it is
+        followed to the entry that superseded it like a redirect, unless ``history`` is asked for,
+        which returns it as kept (with ``superseded_by`` and ``valid_until`` in its metadata)."""
         path, scope = normalize_path(path), validate_scope(scope)
         chain: list[str] = []
         current = path
@@ -294,11 +304,12 @@ class Store(ABC):
             if count_hit:
                 self.bump_hits(current, scope=scope)
                 entry.hits += 1
-            if not entry.is_stub:
+            newer = None if history else entry.superseded_by
+            if not entry.is_stub and newer is None:
                 return entry
             if len(chain) > MAX_STUB_HOPS:
                 raise StubChainError(chain, f"more than {MAX_STUB_HOPS} redirect hops")
-            target = entry.redirect_to
+            target = newer or entry.redirect_to
             if not target:
                 raise StubChainError(chain, "stub has no redirect_to")
             current = normalize_path(target)

@@ -53,6 +53,7 @@ from memwork.checks import dimension as check_dimension
 from memwork.db import DatabaseURL, embedded, get_engine, parse_url
 from memwork.entry import (
     DEFAULT_SCOPE,
+    SUPERSEDED_BY,
     Entry,
     check_limits,
     normalize_path,
@@ -531,15 +532,19 @@ class SQLStore(Store):
                 raise EntryNotFound(path, scope)
 
     # ---- faster versions of the defrag methods of Store ----------------------------------------
-    def list(self, prefix: str | None = None, *, scope: str | None = None) -> list[EntryInfo]:
-        """Like the base method, without loading content or embeddings."""
+    def list(
+        self, prefix: str | None = None, *, scope: str | None = None, history: bool = False
+    ) -> list[EntryInfo]:
+        """Like the base method, without loading content or embeddings (metadata only to leave out
+        superseded entries, unless ``history``)."""
         c = self.table.c
-        stmt = select(c.file_path, c.title, c.size, c.updated_at, c.scope)
+        stmt = select(c.file_path, c.title, c.size, c.updated_at, c.scope, c.metadata)
         stmt = self._where(stmt, scope, prefix).order_by(c.scope, c.file_path)
         with self.engine.connect() as conn:
             return [
                 EntryInfo(r.file_path, r.title or "", r.size, r.updated_at.replace(tzinfo=UTC), r.scope)
                 for r in conn.execute(stmt)
+                if history or not _superseded(r.metadata)
             ]
 
     def total_size(self, *, scope: str | None = None) -> int:
@@ -584,6 +589,20 @@ def _vector_binary_loader() -> type:
 
 
 _VectorBinaryLoader = _vector_binary_loader()
+
+
+def _superseded(metadata: Any) -> bool:
+    """Does a row's metadata (a dict, or JSON text on SQLite/MySQL) mark a superseded, non-stub entry?"""
+    if isinstance(metadata, str | bytes):
+        import json
+
+        try:
+            metadata = json.loads(metadata)
+        except ValueError:
+            return False
+    if not isinstance(metadata, dict):
+        return False
+    return bool(metadata.get(SUPERSEDED_BY)) and metadata.get("stub") is not True
 
 
 def _naive_utc(value: datetime) -> datetime:
