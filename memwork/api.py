@@ -234,13 +234,20 @@ def duplicate_review(
     similarity_threshold: float = 0.85,
     strategy: str = "keep_newer",
     review_file: str = "",
+    labels: str = "",
+    policy: str = "",
+    sample_pairs: int = 50_000,
 ) -> DuplicateReview:
-    """The duplicate review: pairs, their neighbourhood, the dry-run merge plan and a review CSV
+    """The duplicate review: pairs, a stated sample of the pairs below the duplicate band, the dry-run
+    merge plan (the ``policy``'s, or the one calibrated from ``labels``) and a review CSV
     (``review_file``) with a decision column; ``preview_merge(store, approved=review_file)`` then
     plans only the approved pairs."""
     from memwork.defrag.report import duplicate_review as review
 
-    return review(store, scope, threshold=similarity_threshold, strategy=strategy, review_file=review_file)
+    return review(
+        store, scope, threshold=similarity_threshold, strategy=strategy, review_file=review_file,
+        labels=labels, policy=policy, sample_pairs=sample_pairs,
+    )  # fmt: skip
 
 
 # ---- migration into pgvector -------------------------------------------------------------------------

@@ -246,6 +246,31 @@ def pair_readable(
     return True
 
 
+def pairs_readable(
+    pairs: Sequence[tuple[Entry, Entry]], score: Callable[[str | None, Sequence[str]], np.ndarray | None]
+) -> list[bool]:
+    """:func:`pair_readable` of many pairs, with one ``score`` call per model instead of one per pair
+    (a tokenizer call costs far more than the text it reads: 50,000 sampled pairs of partly read
+    entries took 15 s one by one)."""
+    out = [True] * len(pairs)
+    asked: dict[str, list[tuple[int, list[str]]]] = {}
+    for k, (a, b) in enumerate(pairs):
+        models = {m for m in (_partly_read_model(a), _partly_read_model(b)) if m is not None}
+        if not models:
+            continue
+        parts = [p for p in differing_parts(a.content, b.content) if p.strip()]
+        for model in models if parts else ():
+            asked.setdefault(model, []).append((k, parts))
+    for model, items in asked.items():
+        scores = score(model or None, [part for _, parts in items for part in parts])
+        at = 0
+        for k, parts in items:
+            if scores is None or not all(in_range(float(s)) for s in scores[at : at + len(parts)]):
+                out[k] = False
+            at += len(parts)
+    return out
+
+
 def count_out_of_range(entries: Iterable[Entry]) -> int:
     """Non-stub entries whose vector is out of its model's range (what the reports show)."""
     return sum(1 for e in entries if not e.is_stub and out_of_range(e))

@@ -148,14 +148,21 @@ def test_duplicate_review_writes_the_review_file(tmp_path, store):
     assert_readable(run)
     artifacts = {a["file"] for a in json.loads(run.manifest_path.read_text())["artifacts"]}
     assert "duplicate_review.csv" in artifacts
-    # the side-by-side table shows the first 25 pairs and says so, every pair in the CSV beside the HTML
+    # the pair cards show the first 12 pairs and say so, every pair in the CSV beside the HTML
     pairs = run.summary["pairs"]
-    assert pairs > 25, pairs  # the sample has more pairs than the table shows: the cut is exercised
+    assert pairs > 12, pairs  # the sample has more pairs than the cards show: the cut is exercised
     page = run.html_path.read_text(encoding="utf-8")
-    assert f'first 25 of {pairs} rows</em> -- all {pairs} rows: <a href="duplicate_pairs.csv">' in page
+    assert f'first 12 of {pairs} rows</em> -- all {pairs} rows: <a href="duplicate_pairs.csv">' in page
     whole = list(csv.DictReader((run.run_dir / "duplicate_pairs.csv").open(encoding="utf-8")))
     assert len(whole) == pairs and {"scope", "path_a", "path_b", "similarity"} <= set(whole[0])
-    assert "duplicate_pairs.csv" in artifacts
+    # the next review queue lies beside the HTML, linked, in the review queue's columns
+    queue = run.run_dir / "review_queue.csv"
+    assert run.summary["review_queue"] == str(queue) and '<a href="review_queue.csv">' in page
+    header = csv.DictReader(queue.open(encoding="utf-8")).fieldnames or ()
+    assert {"stratum", "weight", "decision"} <= set(header)
+    assert {"duplicate_pairs.csv", "review_queue.csv"} <= artifacts
+    # a small store: every pair scored, and the report says so
+    assert run.summary["sample"]["complete"] and "every one of the store's" in page
 
 
 def test_duplicate_review_bad_threshold_is_a_one_line_validation_error(tmp_path, store):

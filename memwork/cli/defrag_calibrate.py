@@ -27,6 +27,13 @@ if TYPE_CHECKING:
     help="The threshold the strata are around.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random sample.")
+@click.option(
+    "--sample-pairs",
+    type=int,
+    default=None,
+    help="Below the threshold, score a uniform random sample of this many pairs instead of finding "
+    "every pair from the floor (for a store whose pairs pass MEMWORK_MAX_PAIRS); the weights include it.",
+)
 @click.option("-o", "--output", default="review.csv", show_default=True, help="The review CSV to write.")
 @json_option
 def review_command(
@@ -36,6 +43,7 @@ def review_command(
     floor: float,
     similarity_threshold: float,
     seed: int,
+    sample_pairs: int | None,
     output: str,
     as_json: bool,
 ) -> None:
@@ -59,13 +67,15 @@ def review_command(
     with _open(store_spec) as store, stage_progress(quiet=as_json) as bar:
         entries = load_entries(store, scope, bar)
         queue = build_review_queue(
-            entries, output, size=size, floor=floor, threshold=similarity_threshold, seed=seed, progress=bar
-        )
+            entries, output, size=size, floor=floor, threshold=similarity_threshold, seed=seed,
+            progress=bar, pair_sample=sample_pairs,
+        )  # fmt: skip
     if as_json:
         emit_json(queue.to_dict())
         return
+    estimated = "an estimated " if sample_pairs is not None else ""
     click.echo(
-        f"Wrote {len(queue.rows)} pairs of {queue.population} candidates to {queue.output} "
+        f"Wrote {len(queue.rows)} pairs of {estimated}{queue.population} candidates to {queue.output} "
         f"(embedding model {queue.embedding_model})."
     )
     for name, counts in queue.strata.items():

@@ -268,6 +268,29 @@ class Policy:
             return "merge"
         return "review" if score >= self.review else "distinct"
 
+    def search_floor(self) -> float:
+        """The lowest hybrid similarity a pair the policy keeps (score >= ``review``) can have.
+
+        With both coefficients >= 0, ``a*text + b*semantic <= (a+b)*max(text, semantic)``, so a score
+        of at least ``review`` needs ``max >= (logit(review) - intercept) / (a+b)``: the exact join can
+        start there instead of at the floor (on 5,000 FEBRL records the floor's pairs are millions,
+        past ``MEMWORK_MAX_PAIRS``; the policy's are a few thousand). Never below the floor."""
+        a, b = self.coef
+        if a < 0 or b < 0 or a + b <= 0 or not 0.0 < self.review < 1.0:
+            return self.floor
+        bound = (math.log(self.review / (1 - self.review)) - self.intercept) / (a + b)
+        # a hair lower: the join's float slack is not the score's
+        return float(min(1.0, max(self.floor, bound - 1e-9)))
+
+    def keeps(self, text: np.ndarray, semantic: np.ndarray) -> np.ndarray:
+        """Which pairs may score ``review`` or more: the join's filter (a hair loose for float
+        rounding; the exact decision is made after). With both coefficients >= 0 the raw cosine
+        scores at least what the pair scores once an unreadable cosine is replaced by the text score."""
+        a, b = self.coef
+        if a < 0 or b < 0:
+            return np.ones(len(text), dtype=bool)
+        return np.asarray(self.scores(text, semantic) >= self.review - 1e-9)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "version": POLICY_VERSION,
@@ -464,11 +487,12 @@ def find_policy_pairs(
     entries: Sequence[Entry], policy: Policy, *, progress: Progress | None = None
 ) -> list[Pair]:
     """The pairs ``policy`` sends to merge or review: every same-scope pair at or above its floor
-    (the population it was calibrated on), scored, kept from ``review`` up, highest score first;
+    (the population it was calibrated on), scored, kept from ``review`` up, highest score first
+    (searched from :meth:`Policy.search_floor`, which loses none of them);
     ``matched_by`` is empty (no single threshold fired: the policy's score decided).
     A store whose vectors another model made is refused first (:func:`check_model`)."""
     check_model(policy, entries)
-    found = find_duplicates(entries, policy.floor, progress=progress)
+    found = find_duplicates(entries, policy.search_floor(), progress=progress, keep=policy.keeps)
     if not found:
         return []
     semantic = np.array([math.nan if p.semantic_similarity is None else p.semantic_similarity for p in found])

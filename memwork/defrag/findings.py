@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from memwork import similarity
-from memwork.coverage import count_out_of_range, out_of_range, pair_readable
+from memwork.coverage import count_out_of_range, out_of_range, pair_readable, pairs_readable
 from memwork.defrag.contradictions import Contradiction, detect
 from memwork.defrag.merge import links_to
 from memwork.defrag.scores import confidence_of, health, quality_issues, quality_score
@@ -231,11 +231,19 @@ def analyze(entries: Iterable[Entry]) -> dict[str, Any]:
 
 
 def find_duplicates(
-    entries: Iterable[Entry], threshold: float = 0.85, *, progress: Progress | None = None
+    entries: Iterable[Entry],
+    threshold: float = 0.85,
+    *,
+    progress: Progress | None = None,
+    keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> list[Pair]:
     """Every same-scope pair with ``max(jaccard(content), cosine(embedding)) >= threshold``.
 
-    ``progress`` gets one stage whose total is the number of entries compared (stubs are not)."""
+    ``progress`` gets one stage whose total is the number of entries compared (stubs are not).
+    ``keep(text, semantic)`` narrows the pairs inside the join, before the pair budget is spent
+    (:func:`memwork.similarity.find_duplicate_pairs`); it sees the raw cosine, so it must keep every
+    pair its caller may want once an unreadable cosine is set aside (e.g. a score that does not
+    grow when the cosine is replaced by the lower text score)."""
     pairs: list[Pair] = []
     groups = by_scope(entries)
     advance = _stage(progress, "finding duplicates", groups)
@@ -256,17 +264,22 @@ def find_duplicates(
             threshold,
             progress=advance,
             budget=budget,
+            keep=keep,
         )
-        for p in found:
-            if (p.i, p.j) in exact:
-                continue
+        found = [p for p in found if (p.i, p.j) not in exact]
+        # the cosine decides only where it is above the text score: there, did the model read what
+        # tells the two apart? (one tokenizer call per model for all of them, not one per pair)
+        ask = [
+            k
+            for k, p in enumerate(found)
+            if p.semantic_similarity is not None and p.semantic_similarity > p.text_similarity
+        ]
+        readable = pairs_readable([(group[found[k].i], group[found[k].j]) for k in ask], coverage_for_model)
+        unreadable = {k for k, ok in zip(ask, readable, strict=True) if not ok}
+        for k, p in enumerate(found):
             a, b = group[p.i], group[p.j]
             semantic, unread = p.semantic_similarity, out_of_range(a) or out_of_range(b)
-            if (
-                semantic is not None
-                and semantic > p.text_similarity
-                and not pair_readable(a, b, coverage_for_model)
-            ):
+            if k in unreadable:
                 semantic, unread = None, True  # the cosine cannot see what tells them apart
                 if p.text_similarity < threshold:
                     continue

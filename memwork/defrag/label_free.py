@@ -315,3 +315,48 @@ def estimate_without_labels(
 def write_estimate(estimate: LabelFreeEstimate, path: str | Path) -> Path:
     """Write the estimate as JSON, through a temporary file (never half written)."""
     return write_json_file(estimate.to_dict(), path)
+
+
+def estimate_weighted(
+    pairs: Sequence[Pair],
+    weights: np.ndarray,
+    *,
+    floor: float = DEFAULT_FLOOR,
+    seed: int = 0,
+    samples: int = DEFAULT_SAMPLES,
+) -> LabelFreeEstimate:
+    """The label-free estimate (class ``all`` only) of a population known through weighted pairs: each
+    pair stands for ``weights[k]`` pairs of the store (a uniform sample of pairs below the duplicate
+    band, every pair above it with weight 1; see :mod:`memwork.defrag.pair_sample`). Only pairs at or
+    above ``floor`` count, as in :func:`estimate_pairs`; the bootstrap resamples the pairs (weights
+    kept), seeded."""
+    boot_info = {"samples": samples, "seed": seed, "interval": 0.95}
+    keep = [k for k, p in enumerate(pairs) if p.similarity >= floor]
+    if not keep:
+        return LabelFreeEstimate(floor, 0, None, {}, boot_info)
+    chosen = [pairs[k] for k in keep]
+    w = np.asarray(weights, dtype=float)[keep]
+    text = np.array([p.text_similarity for p in chosen], dtype=float)
+    semantic = np.array(
+        [math.nan if p.semantic_similarity is None else p.semantic_similarity for p in chosen]
+    )
+    similarity = np.array([p.similarity for p in chosen], dtype=float)
+    lt, ls = levels(text), levels(semantic)
+    n = len(chosen)
+    rng = np.random.default_rng(seed)
+    boot_w = rng.multinomial(n, np.full(n, 1 / n), size=samples).astype(float) * w
+    model = fit(lt, ls, w)
+    g = model.posterior(lt, ls)
+    gb = np.stack([(bm := fit(lt, ls, row)).posterior(lt, ls, bm.lam) for row in boot_w])
+    point, boot = curves(similarity, g, w), curves(similarity, gb, boot_w)
+    total = float(w.sum())
+    classes = {
+        "all": {
+            "pairs": round(total),
+            "scopes": len({p.scope for p in chosen}),
+            "lambda": round(model.lam, 6),
+            "expected_duplicates": round(float((g * w).sum()), 2),
+            "thresholds": _rows(point, boot, floor),
+        }
+    }
+    return LabelFreeEstimate(floor, round(total), model, classes, boot_info)

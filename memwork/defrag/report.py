@@ -9,14 +9,8 @@ review is the candidate pairs, their neighbourhood and the dry-run merge plan, w
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from memwork.coverage import count_out_of_range
-from memwork.defrag.review import write_review_csv
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -222,126 +216,7 @@ def _store_shown(spec: str | Store, opened: Store) -> str:
     return (redact_url(spec) or spec) if isinstance(spec, str) else opened.describe()
 
 
-# ---- the duplicate_review notebook: candidate pairs, their neighbourhood and the dry-run plan ----
-HISTOGRAM_SAMPLE = 3000
+# ---- the duplicate_review notebook: computed in memwork.defrag.review_report (re-exported here) ----
+from memwork.defrag.review_report import DuplicateReview, duplicate_review  # noqa: E402
 
-
-@dataclass
-class DuplicateReview:
-    """Candidate pairs (with the lower-similarity neighbourhood for the histograms) and the merge plan."""
-
-    threshold: float
-    strategy: str
-    pairs: list[dict[str, Any]]  # >= threshold
-    neighbourhood: list[dict[str, Any]]  # >= floor, for the histograms
-    operations: list[dict[str, Any]]
-    contents: dict[tuple[str, str], str]
-    review_file: str = ""
-    #: entries whose vector is out of its model's range: compared by text only
-    out_of_range: int = 0
-
-    def series(self) -> dict[str, list[float]]:
-        return {
-            "text (Jaccard)": [p["text_similarity"] for p in self.neighbourhood],
-            "semantic (cosine)": [
-                p["semantic_similarity"] for p in self.neighbourhood if p["semantic_similarity"] is not None
-            ],
-            "combined (max)": [p["similarity"] for p in self.neighbourhood],
-        }
-
-    def side_by_side(self, limit: int = 25) -> pd.DataFrame:
-        """The top pairs as a pandas table with a word diff (HTML) of their contents."""
-        import pandas as pd
-
-        from memwork.reports.display import word_diff_html
-
-        rows: list[dict[str, Any]] = []
-        # near duplicates first: identical pairs need no reading, changed ones do
-        ordered = sorted(self.pairs, key=lambda p: (p["text_similarity"] >= 0.9999, -p["similarity"]))
-        for p in ordered[:limit]:
-            a = self.contents.get((p["scope"], p["path_a"]), "")
-            b = self.contents.get((p["scope"], p["path_b"]), "")
-            rows.append(
-                {"scope": p["scope"], "a": p["path_a"], "b": p["path_b"],
-                 "text (Jaccard)": round(p["text_similarity"], 3), "semantic (cosine)": _semantic(p),
-                 "matched by": " + ".join(p.get("matched_by") or ()),
-                 "word diff (a → b)": word_diff_html(a, b)}
-            )  # fmt: skip
-        return pd.DataFrame(rows)
-
-    def out_of_range_text(self) -> str:
-        """One line for the report: how many entries were compared by text only, and why."""
-        if not self.out_of_range:
-            return "every embedded entry is inside its model's range: both signals apply to every pair"
-        return (
-            f"{self.out_of_range:,} entries are embedded out of the model's range (text it cannot read, "
-            "e.g. Chinese for an English model): their vectors are never compared, so they pair by text "
-            "similarity only"
-        )
-
-    def summary(self) -> dict[str, Any]:
-        from memwork.reports.display import histogram_data
-
-        return {
-            "verdict": "INFO",
-            "threshold": self.threshold,
-            "strategy": self.strategy,
-            "pairs": len(self.pairs),
-            "scopes": sorted({p["scope"] for p in self.pairs}),
-            "operations": len(self.operations),
-            "review_file": self.review_file,
-            "embedded_out_of_range": self.out_of_range,
-            "matched_by": _signal_counts(self.pairs),
-            "histograms": {k: histogram_data(v) for k, v in self.series().items()},
-            "reasons": [],
-        }
-
-
-def duplicate_review(
-    store: str | Store, scope: str | None = None, *, threshold: float = 0.85, strategy: str = "keep_newer",
-    review_file: str = "", floor: float = 0.5,
-) -> DuplicateReview:  # fmt: skip
-    """Pairs at or above ``threshold``, neighbours down to ``floor``, the dry-run merge plan and a
-    review CSV (decision column for the reviewer) -- ``memwork defrag merge-duplicates --apply
-    --approved FILE`` then merges only the approved pairs."""
-    from memwork.defrag.actions import run_action
-    from memwork.defrag.findings import find_duplicates
-    from memwork.reports.display import output_dir
-    from memwork.stores import opened_store
-
-    with opened_store(store) as opened:
-        plan = run_action(
-            opened, "merge_duplicates", scope=scope, similarity_threshold=threshold, strategy=strategy
-        )
-        entries = [e for e in opened.all_entries(scope=scope) if not e.is_stub]
-    pairs = [p.to_dict() for p in plan.pairs]
-    ops = plan.to_dict().get("operations") or []
-    # the histograms need the neighbourhood below the threshold: a sample keeps that cheap at 100k
-    sample = (
-        entries if len(entries) <= HISTOGRAM_SAMPLE else random.Random(0).sample(entries, HISTOGRAM_SAMPLE)
-    )
-    near = [p.to_dict() for p in find_duplicates(sample, min(floor, threshold))]
-    path = Path(review_file) if review_file else output_dir() / "duplicate_review.csv"
-    write_review_csv(plan.pairs, path)
-    contents = {(e.scope, e.path): e.content for e in entries}
-    return DuplicateReview(
-        threshold, strategy, pairs, near, list(ops), contents, str(path), count_out_of_range(entries)
-    )
-
-
-def _semantic(pair: dict[str, Any]) -> float | str:
-    """The cosine (3 digits), or why there is none."""
-    if pair.get("semantic_similarity") is not None:
-        return round(float(pair["semantic_similarity"]), 3)
-    return "out of model range" if pair.get("out_of_range") else "-"
-
-
-def _signal_counts(pairs: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """Pairs found by text only, by semantics only, and by both."""
-    counts = {"text": 0, "semantic": 0, "both": 0}
-    for pair in pairs:
-        fired = tuple(pair.get("matched_by") or ())
-        key = "both" if len(fired) == 2 else fired[0] if fired else None
-        if key is not None:
-            counts[key] += 1
-    return counts
+__all__ = ["DuplicateReview", "HealthReport", "duplicate_review", "health_report"]

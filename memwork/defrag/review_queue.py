@@ -33,6 +33,7 @@ import numpy as np
 from memwork.checks import unit
 from memwork.coverage import MARK_KEYS, out_of_range
 from memwork.defrag.findings import Pair, find_duplicates
+from memwork.defrag.pair_sample import PairSample, sample_scope_pairs
 from memwork.entry import Entry
 from memwork.errors import UsageError
 from memwork.progress import Progress
@@ -156,6 +157,81 @@ def write_review_queue(rows: Iterable[ReviewRow], path: str | Path, *, embedding
     return path
 
 
+# ---- a queue from a population known through weighted pairs (a sample below the band) -------------
+def weighted_stratum(pair: Pair, sampled: bool, threshold: float, floor: float) -> str:
+    """The pair's stratum; a sampled pair gets a stratum of its own (``below:0.50-0.60~sampled``), so
+    no stratum mixes exact pairs (weight 1) with sampled ones: every stratum has one weight."""
+    name = stratum_of(pair, threshold, floor)
+    return name + "~sampled" if sampled else name
+
+
+#: how far below the threshold the exact pairs reach when the budget allows (down to the floor): the
+#: duplicates a rule misses live there, rare among millions of pairs -- a uniform sample holds a handful
+EXACT_REACH = 0.15
+
+
+def exact_band(
+    entries: Sequence[Entry], threshold: float, floor: float, *, progress: Progress | None = None
+) -> tuple[list[Pair], float]:
+    """The exact pairs from ``max(floor, threshold - EXACT_REACH)`` up when they fit the pair budget,
+    else from ``threshold`` up; and where they start. Below that, a population is known through a
+    pair sample (:func:`weighted_population`)."""
+    from memwork.similarity import MAX_PAIRS_ENV
+
+    deeper = round(max(floor, threshold - EXACT_REACH), 6)
+    if deeper < threshold:
+        try:
+            return find_duplicates(entries, deeper, progress=progress), deeper
+        except UsageError as exc:
+            if MAX_PAIRS_ENV not in str(exc):
+                raise
+    return find_duplicates(entries, threshold, progress=progress), threshold
+
+
+def weighted_queue(
+    population: list[tuple[Pair, float, bool]],
+    *,
+    size: int,
+    floor: float,
+    threshold: float,
+    seed: int,
+) -> list[ReviewRow]:
+    """The review queue (:mod:`memwork.defrag.review_queue`) drawn from a population known through
+    weighted pairs ``(pair, weight, sampled)``. A stratum holding both exact and sampled pairs (near the
+    threshold) is split in two, so within each stratum every pair has one weight ``w`` and a drawn row
+    weighs ``w * N_h / n_h`` -- the two-stage inclusion probability's inverse, so the calibration's
+    weighted estimates stay unbiased for the whole store. Equal to ``sample_pairs`` when nothing was
+    sampled (every weight 1)."""
+    strata: dict[str, list[int]] = {}
+    for k, (pair, _, sampled) in enumerate(population):
+        strata.setdefault(weighted_stratum(pair, sampled, threshold, floor), []).append(k)
+    take = allocate({name: len(members) for name, members in strata.items()}, size)
+    rng = np.random.default_rng(seed)
+    rows: list[ReviewRow] = []
+    for name in sorted(strata):
+        members, n = strata[name], take[name]
+        if n == 0:
+            continue
+        chosen = rng.choice(len(members), size=n, replace=False)
+        base = population[members[0]][1]
+        weight = base * len(members) / n
+        rows.extend(ReviewRow(population[members[int(c)]][0], name, weight) for c in sorted(chosen))
+    return sorted(
+        rows,
+        key=lambda r: (abs(r.pair.similarity - threshold), r.pair.scope, r.pair.path_a, r.pair.path_b),
+    )
+
+
+def weighted_population(
+    band: list[Pair], sample: PairSample, threshold: float
+) -> list[tuple[Pair, float, bool]]:
+    """The store's pairs as weighted pairs: ``band`` (every pair from ``threshold`` up) exact, weight 1;
+    the sample's pairs below ``threshold``, each standing for population / sample pairs."""
+    exact = [(p, 1.0, False) for p in band]
+    below = [(q, sample.weight, not sample.complete) for q in sample.pairs if q.similarity < threshold]
+    return exact + below
+
+
 # ---- which model made a store's vectors ----------------------------------------------------------------
 #: entries re-embedded to recognise the model, and the cosine that counts as "the same vector"
 _PROBE_ENTRIES = 5
@@ -234,8 +310,15 @@ def build_review_queue(
     threshold: float = DEFAULT_THRESHOLD,
     seed: int = 0,
     progress: Progress | None = None,
+    pair_sample: int | None = None,
 ) -> ReviewQueue:
-    """Sample the review queue of ``entries`` and write it to ``output`` (the store is only read)."""
+    """Sample the review queue of ``entries`` and write it to ``output`` (the store is only read).
+
+    With ``pair_sample`` the pairs below the threshold are not all found but known through a uniform
+    random sample of that many same-scope pairs (:mod:`memwork.defrag.pair_sample`); the pairs at or
+    above the threshold stay exact. For a store whose pairs at the floor pass ``MEMWORK_MAX_PAIRS``
+    (5,000 FEBRL records: over 3 million at 0.5). Each row's weight then includes the sample's, so
+    the calibration still estimates the whole store; ``population`` is then an estimate."""
     output = Path(output)
     if not output.parent.is_dir():
         raise UsageError("output", str(output), "no such folder")
@@ -247,6 +330,10 @@ def build_review_queue(
         raise UsageError("size", size, "must be a whole number >= 1")
     if floor > threshold:
         raise UsageError("floor", floor, f"must not exceed the threshold ({threshold})")
+    if pair_sample is not None:
+        if isinstance(pair_sample, bool) or not isinstance(pair_sample, int) or pair_sample < 1:
+            raise UsageError("sample_pairs", pair_sample, "must be a whole number >= 1")
+        return _sampled_queue(entries, output, size, floor, threshold, seed, progress, pair_sample)
     population = find_duplicates(entries, floor, progress=progress)
     rows = sample_pairs(population, size=size, floor=floor, threshold=threshold, seed=seed)
     model = store_embedding_model(entries)
@@ -258,3 +345,31 @@ def build_review_queue(
     for row in rows:
         strata[row.stratum]["sampled"] += 1
     return ReviewQueue(output, model, len(population), rows, dict(sorted(strata.items())))
+
+
+def _sampled_queue(
+    entries: Sequence[Entry],
+    output: Path,
+    size: int,
+    floor: float,
+    threshold: float,
+    seed: int,
+    progress: Progress | None,
+    sample_size: int,
+) -> ReviewQueue:
+    """The queue drawn from the exact band plus a uniform sample of pairs below it (weighted)."""
+    band, cutoff = exact_band(entries, threshold, floor, progress=progress)
+    sample = sample_scope_pairs(entries, sample_size, seed=seed, check_from=floor)
+    population = [p for p in weighted_population(band, sample, cutoff) if p[0].similarity >= floor]
+    rows = weighted_queue(population, size=size, floor=floor, threshold=threshold, seed=seed)
+    model = store_embedding_model(entries)
+    write_review_queue(rows, output, embedding_model=model)
+    strata: dict[str, dict[str, float]] = {}
+    for pair, weight, sampled in population:
+        name = weighted_stratum(pair, sampled, threshold, floor)
+        strata.setdefault(name, {"population": 0, "sampled": 0})["population"] += weight
+    for row in rows:
+        strata[row.stratum]["sampled"] += 1
+    strata = {k: {"population": round(v["population"]), "sampled": v["sampled"]} for k, v in strata.items()}
+    total = round(sum(w for _, w, _ in population))
+    return ReviewQueue(output, model, total, rows, dict(sorted(strata.items())))

@@ -302,11 +302,19 @@ def bar_figure(
 
 
 def histogram_data(
-    values: list[float], bins: int = 20, low: float = 0.0, high: float = 1.0
+    values: list[float],
+    bins: int = 20,
+    low: float = 0.0,
+    high: float = 1.0,
+    *,
+    weights: list[float] | None = None,
 ) -> dict[str, list[float]]:
-    """Counts and bin edges (what a histogram draws), for summary.json and tests."""
-    counts, edges = np.histogram(np.asarray(values, dtype=float), bins=bins, range=(low, high))
-    return {"counts": counts.tolist(), "edges": [round(float(e), 4) for e in edges]}
+    """Counts and bin edges (what a histogram draws), for summary.json and tests. With ``weights``
+    (a sampled pair stands for many) the counts are estimates, rounded to whole pairs; values below
+    ``low`` count in the first bin (a negative cosine is as unlike as 0)."""
+    data = np.clip(np.asarray(values, dtype=float), low, high)
+    counts, edges = np.histogram(data, bins=bins, range=(low, high), weights=weights)
+    return {"counts": [int(round(float(c))) for c in counts], "edges": [round(float(e), 4) for e in edges]}
 
 
 def _plain_log_axis(ax: Any) -> None:

@@ -1,0 +1,348 @@
+"""What the ``duplicate_review`` report shows of a :class:`~memwork.defrag.review_report.DuplicateReview`:
+the per-signal histograms with the decision bands, the text-against-semantic plot with the thresholds,
+the threshold-selection chart from labels, the pair cards, and the tables cut at "first N of M" with
+the whole table as CSV beside the HTML. Presentation only: nothing here decides.
+
+Every figure carries alt text with its numbers (:data:`memwork.reports.display.ALT_ATTRIBUTE`), so a
+reader without the picture -- or a diff of two runs -- sees what it shows.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from memwork.reports.display import ALT_ATTRIBUTE, Table, cell_text, word_diff_html, write_full_csv
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from memwork.defrag.review_report import DuplicateReview
+
+#: half-width of the "near the threshold" band (the review queue's uncertain stratum)
+NEAR = 0.05
+BINS = 20
+EDGE = 1e-9
+#: pair cards shown in the report; every pair is in duplicate_pairs.csv
+CARDS = 12
+#: band colours: near the threshold / review band, and the duplicate (merge) band
+REVIEW_COLOUR, MERGE_COLOUR = "#fff3b0", "#ffd6d6"
+
+
+def _shade(ax: Axes, bands: list[tuple[float, float, str, str]]) -> None:
+    for low, high, colour, label in bands:
+        if high > low:
+            ax.axvspan(low, high, color=colour, zorder=0, label=label)
+
+
+def _weighted_hist(values: list[float], weights: list[float]) -> np.ndarray:
+    # a hair up: a pair exactly at a bin edge (0.85) belongs above it, as the rule's ">=" says, whatever
+    # float linspace makes of the edge
+    data = np.clip(np.asarray(values, dtype=float) + EDGE, 0.0, 1.0)
+    counts, _ = np.histogram(data, bins=BINS, range=(0, 1), weights=np.asarray(weights, dtype=float))
+    return counts
+
+
+def _band_totals(
+    values: list[float], weights: list[float], cuts: tuple[float, float]
+) -> tuple[int, int, int]:
+    v, w = np.asarray(values, dtype=float), np.asarray(weights, dtype=float)
+    low, high = cuts
+    return (
+        round(float(w[v < low].sum())),
+        round(float(w[(v >= low) & (v < high)].sum())),
+        round(float(w[v >= high].sum())),
+    )
+
+
+def histograms_figure(review: DuplicateReview) -> Figure:
+    """One histogram per signal (text, semantic, their max; with a policy, its score too): estimated
+    pairs of the whole store on a log axis, the decision bands shaded -- near the threshold (the
+    uncertain band a person should look at) and the duplicate band; for the policy score its review and
+    auto-merge bands. Alt text: per panel, the estimated pairs in each band and every bin's count."""
+    import matplotlib.pyplot as plt
+
+    t = review.threshold
+    panels: list[
+        tuple[str, list[float], list[float], list[tuple[float, float, str, str]], tuple[float, float]]
+    ]
+    panels = [
+        (name, values, weights,
+         [(max(0.0, t - NEAR), t, REVIEW_COLOUR, f"near threshold ±{NEAR}"), (t, 1.0, MERGE_COLOUR, f"duplicate ≥ {t}")],
+         (max(0.0, t - NEAR), t))
+        for name, (values, weights) in review.series().items()
+    ]  # fmt: skip
+    if review.policy is not None:
+        pol = review.policy
+        auto = pol.auto_merge if pol.auto_merge is not None else 1.0
+        values, weights = review.policy_series()
+        panels.append(
+            ("policy score", values, weights,
+             [(pol.review, auto, REVIEW_COLOUR, f"review {pol.review:g}"),
+              (auto, 1.0, MERGE_COLOUR, f"auto-merge {auto:g}")], (pol.review, auto))
+        )  # fmt: skip
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.9 * len(panels), 3.3), squeeze=False)
+    alt = []
+    edges = np.linspace(0, 1, BINS + 1)
+    for ax, (name, values, weights, bands, cuts) in zip(axes[0], panels, strict=True):
+        counts = _weighted_hist(values, weights)
+        _shade(ax, bands)
+        ax.bar(edges[:-1], np.maximum(counts, 0), width=1 / BINS, align="edge", color="tab:blue", zorder=2)
+        if (counts > 0).any():
+            ax.set_yscale("log")
+        below, near, top = _band_totals(values, weights, cuts)
+        ax.set_title(f"{name}: {top:,} pairs in the top band", fontsize=9)
+        ax.set_xlabel(f"{name} (0-1)")
+        ax.set_ylabel("pairs (log scale)")
+        ax.set_xlim(0, 1)
+        ax.legend(loc="upper right", fontsize=7)
+        bins_text = ", ".join(
+            f"{edges[k]:.2f}-{edges[k + 1]:.2f}: {round(float(c)):,}" for k, c in enumerate(counts) if c > 0
+        )
+        alt.append(
+            f"{name}: below {cuts[0]:g} {below:,}, {cuts[0]:g}-{cuts[1]:g} {near:,}, at or above {cuts[1]:g} "
+            f"{top:,} pairs (bins {bins_text or 'none'})"
+        )
+    title = f"Pairs by similarity (below the top band: {review.sample.describe()})"
+    fig.suptitle(_wrap(title), fontsize=9)
+    fig.tight_layout()
+    setattr(fig, ALT_ATTRIBUTE, f"{title}. " + "; ".join(alt))
+    return fig
+
+
+def _wrap(text: str, width: int = 120) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
+
+
+def scatter_figure(review: DuplicateReview) -> Figure:
+    """Text against semantic similarity of every pair plotted (sampled ones below the band, all pairs of
+    the band), the guide's threshold as two lines (a pair right of or above them is a duplicate), with a
+    policy its review and auto-merge boundaries, with labels the labelled pairs marked."""
+    import matplotlib.pyplot as plt
+
+    t = review.threshold
+    fig, ax = plt.subplots(figsize=(6, 5.2))
+    points = review.scatter()
+    styles = {
+        "sampled pairs below the band": ("0.6", 4, 0.35),
+        "pairs at or above the threshold": ("tab:blue", 9, 0.8),
+    }
+    alt = []
+    for name, pts in points.items():
+        colour, size, alpha = styles[name]
+        if pts:
+            x, y = zip(*pts, strict=True)
+            ax.scatter(x, y, s=size, c=colour, alpha=alpha, label=f"{name} ({len(pts):,})", linewidths=0)
+        alt.append(f"{len(pts):,} {name}")
+    ax.axvline(t, color="tab:red", linestyle="--", linewidth=1, label=f"threshold {t:g} (either signal)")
+    ax.axhline(t, color="tab:red", linestyle="--", linewidth=1)
+    if review.policy is not None:
+        pol = review.policy
+        xs = np.linspace(0, 1, 50)
+        a, b = pol.coef
+        for level, style, label in (
+            (pol.review, ":", "policy review"),
+            (pol.auto_merge, "-", "policy auto-merge"),
+        ):
+            if level is None or not 0 < level < 1 or b == 0:
+                continue
+            ys = (math.log(level / (1 - level)) - pol.intercept - a * xs) / b
+            ax.plot(xs, ys, color="tab:purple", linestyle=style, linewidth=1.2, label=f"{label} {level:g}")
+            alt.append(
+                f"{label} boundary: {a:.2f}·text + {b:.2f}·semantic = {math.log(level / (1 - level)) - pol.intercept:.2f}"
+            )
+    if review.calibration is not None:
+        labelled = _labelled_points(review)
+        for name, (marker, colour) in {
+            "duplicate": ("o", "tab:green"),
+            "distinct": ("x", "tab:orange"),
+        }.items():
+            pts = labelled.get(name, [])
+            if pts:
+                x, y = zip(*pts, strict=True)
+                ax.scatter(x, y, marker=marker, s=22, c=colour, label=f"labelled {name} ({len(pts)})")
+            alt.append(f"{len(pts)} labelled {name}")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(min(0.0, _lowest(points)), 1)
+    ax.set_xlabel("text similarity (Jaccard of words)")
+    ax.set_ylabel("semantic similarity (cosine of embeddings)")
+    ax.set_title("Text against semantic similarity", fontsize=10)
+    ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    setattr(fig, ALT_ATTRIBUTE, f"Text against semantic similarity, threshold {t:g}: " + "; ".join(alt))
+    return fig
+
+
+def _lowest(points: dict[str, list[tuple[float, float]]]) -> float:
+    ys = [y for pts in points.values() for _, y in pts]
+    return float(min(ys)) if ys else 0.0
+
+
+def _labelled_points(review: DuplicateReview) -> dict[str, list[tuple[float, float]]]:
+    from memwork.defrag.calibrate import read_labels
+
+    labels = read_labels(review.labels_file)
+    out: dict[str, list[tuple[float, float]]] = {"duplicate": [], "distinct": []}
+    for text, sem, y in zip(labels.text, labels.semantic, labels.y, strict=True):
+        if y >= 0 and not math.isnan(sem):
+            out["duplicate" if y == 1 else "distinct"].append((float(text), float(sem)))
+    return out
+
+
+def threshold_figure(review: DuplicateReview) -> Figure | None:
+    """With labels: weighted precision, recall and F1 against threshold for the guide's rule (the max
+    of both signals) and for the calibrated combination, the operating points marked (the current
+    threshold; the policy's auto-merge and review). None without labels."""
+    import matplotlib.pyplot as plt
+
+    cal = review.calibration
+    if cal is None:
+        return None
+    grid = np.array(cal.curves["threshold"]["grid"], dtype=float)
+    pol = cal.policy
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), squeeze=False)
+    alt = []
+    marks_of: list[tuple[float | None, str]] = [(pol.review, "review"), (pol.auto_merge, "auto-merge")]
+    if pol.auto_merge == pol.review:  # one line, one label
+        marks_of = [(pol.review, "review = auto-merge")]
+    panels: tuple[tuple[str, str, list[tuple[float | None, str]]], ...] = (
+        ("similarity", "guide's rule: max(Jaccard, cosine)", [(review.threshold, "current threshold")]),
+        ("combined", "calibrated score (logistic)", marks_of),
+    )
+    for ax, (key, title, marks) in zip(axes[0], panels, strict=True):
+        curves = cal.curves[key]
+        for name, colour in (("precision", "tab:blue"), ("recall", "tab:orange"), ("f1", "tab:green")):
+            ys = np.array([math.nan if v is None else v for v in curves[name]], dtype=float)
+            ax.plot(grid, ys, color=colour, label=name)
+        parts = []
+        for point, label in marks:
+            if point is None:
+                parts.append(f"{label}: none (target precision not reached)")
+                continue
+            k = int(np.argmin(np.abs(grid - point)))
+            p, r, f = (curves[n][k] for n in ("precision", "recall", "f1"))
+            ax.axvline(point, color="tab:red", linestyle="--", linewidth=1)
+            ax.annotate(f"{label} {point:g}\nP {cell_text(p)} R {cell_text(r)} F1 {cell_text(f)}",
+                        (point, 0.05), fontsize=7, rotation=90, ha="right", va="bottom")  # fmt: skip
+            parts.append(
+                f"{label} {point:g}: precision {cell_text(p)}, recall {cell_text(r)}, F1 {cell_text(f)}"
+            )
+        f1 = np.array([math.nan if v is None else v for v in curves["f1"]], dtype=float)
+        if np.isfinite(f1).any():
+            best = int(np.nanargmax(f1))
+            parts.append(f"best F1 {f1[best]:.3f} at {grid[best]:g}")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("threshold")
+        ax.set_ylabel("weighted estimate (whole store)")
+        ax.set_ylim(0, 1.02)
+        ax.legend(loc="lower left", fontsize=7)
+        alt.append(f"{title}: " + "; ".join(parts))
+    n = cal.counts
+    suptitle = (
+        f"Threshold selection from {n['duplicate'] + n['distinct']} labels "
+        f"({n['duplicate']} duplicate, {n['distinct']} distinct)"
+    )
+    fig.suptitle(suptitle, fontsize=10)
+    fig.tight_layout()
+    setattr(fig, ALT_ATTRIBUTE, f"{suptitle}. " + " | ".join(alt))
+    return fig
+
+
+# ---- pair cards and tables -----------------------------------------------------------------------------
+class PairCards:
+    """The first pairs as cards: which signal fired (or the policy's score and decision), both scores
+    and a word diff; "first N of M" with every pair in ``duplicate_pairs.csv`` beside the HTML."""
+
+    def __init__(self, review: DuplicateReview, limit: int = CARDS) -> None:
+        import pandas as pd
+
+        self.review = review
+        self.pairs = review.shown_pairs()
+        self.limit = limit
+        whole = pd.DataFrame(self.pairs)
+        self.csv_path = write_full_csv(whole, "duplicate_pairs") if len(self.pairs) > limit else None
+
+    def _card(self, p: dict[str, Any]) -> str:
+        t = self.review.threshold
+        a = self.review.contents.get((p["scope"], p["path_a"]), "")
+        b = self.review.contents.get((p["scope"], p["path_b"]), "")
+        fired = set(p.get("matched_by") or ())
+        sem = p.get("semantic_similarity")
+
+        def score(name: str, key: str, value: float | None) -> str:
+            mark = " ✔ fired" if key in fired else ""
+            shown = (
+                "out of model range" if value is None and p.get("out_of_range") else cell_text(value) or "-"
+            )
+            weight = "bold" if mark else "normal"
+            return f"<span style='font-weight:{weight}'>{name} {html.escape(shown)}{mark}</span>"
+
+        head = f"{html.escape(p['scope'])} · {html.escape(p['path_a'])} ↔ {html.escape(p['path_b'])}"
+        line = " &nbsp;|&nbsp; ".join(
+            [
+                score("text (Jaccard)", "text", p["text_similarity"]),
+                score("semantic (cosine)", "semantic", sem),
+            ]
+        )
+        if p.get("policy_score") is not None:
+            line += f" &nbsp;|&nbsp; policy score {p['policy_score']:.3f}: <b>{html.escape(str(p['decision']))}</b>"
+        elif fired:
+            line += f" &nbsp;|&nbsp; duplicate at threshold {t:g}"
+        if p.get("contradiction"):
+            why = html.escape(str(p["contradiction"].get("reason", "")))
+            line += f" &nbsp;|&nbsp; <b>possible contradiction</b> ({why}): never merged"
+        if p.get("decision") == "review" and p.get("policy_score") is None:
+            line += " &nbsp;|&nbsp; <b>held for review</b> (chained cluster)"
+        return (
+            "<div class='mw-card' style='border:1px solid #ccc;border-radius:4px;padding:6px 8px;margin:6px 0'>"
+            f"<div style='font-size:90%;color:#444'>{head}</div><div>{line}</div>"
+            f"<div style='margin-top:4px'>{word_diff_html(a, b)}</div></div>"
+        )
+
+    def _repr_html_(self) -> str:
+        if not self.pairs:
+            return "<p><em>no candidate pairs</em></p>"
+        body = "".join(self._card(p) for p in self.pairs[: self.limit])
+        more = ""
+        if len(self.pairs) > self.limit:
+            link = (
+                f" -- all {len(self.pairs)} rows: <a href='{html.escape(self.csv_path.name)}'>"
+                f"{html.escape(self.csv_path.name)}</a>"
+                if self.csv_path is not None
+                else ""
+            )
+            more = f"<p><em>first {self.limit} of {len(self.pairs)} rows</em>{link}</p>"
+        return body + more
+
+    def __repr__(self) -> str:
+        shown = min(self.limit, len(self.pairs))
+        return f"{shown} of {len(self.pairs)} pair cards"
+
+
+def cluster_table(review: DuplicateReview, limit: int = 25) -> Table:
+    """The merge plan's clusters (size, density, chained, contradiction), biggest first."""
+    return Table(review.clusters(), limit=limit, csv="clusters", empty="no clusters: nothing to merge")
+
+
+def queue_link(review: DuplicateReview) -> Any:
+    """The next review file as a link (it lies beside the HTML) with how to use it."""
+    from pathlib import Path
+
+    from IPython.display import HTML
+
+    name = html.escape(Path(review.queue_file).name)
+    approve = html.escape(Path(review.review_file).name)
+    return HTML(
+        f"<p>Next review file: <a href='{name}'>{name}</a> -- label each row's <code>decision</code> "
+        "<code>duplicate</code>, <code>distinct</code> or <code>unsure</code>, then "
+        f"<code>memwork defrag calibrate --labels {name} -o policy.json</code> "
+        f"(or re-run this report with <code>-p labels {name}</code>). "
+        f"The band's pairs to approve or reject: <a href='{approve}'>{approve}</a> "
+        "(<code>memwork defrag merge-duplicates --apply --approved FILE</code>).</p>"
+    )
