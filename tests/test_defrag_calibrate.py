@@ -285,3 +285,17 @@ def test_bad_review_options_write_nothing(store: str, tmp_path: Path, args: list
     result = run("defrag", "review", "--store", store, "-o", str(out), *args)
     assert result.exit_code == 2 and needle in result.output
     assert not out.exists()
+
+
+def test_auto_merge_is_not_trusted_where_few_labels_reach() -> None:
+    """Every estimate is 1.0 down to 0.0, but below 0.30 the labels there are few in effect (a sparse
+    stratum's handful standing for thousands): auto_merge stops where the lower bound still holds."""
+    from memwork.defrag.calibrate import AUTO_MERGE_SLACK, GRID, _auto_merge, wilson_lower
+
+    precision = np.ones(len(GRID))
+    n_eff = np.where(GRID >= 0.30, 60.0, 3.0)
+    assert wilson_lower(1.0, 60.0) >= 0.99 - AUTO_MERGE_SLACK > wilson_lower(1.0, 3.0)
+    assert _auto_merge(precision, 0.99, n_eff) == pytest.approx(0.30)
+    assert _auto_merge(precision, 0.99) == 0.0  # the point estimate alone would merge everything
+    precision[GRID >= 0.80] = 0.9  # a point estimate below the target above stops the walk there
+    assert _auto_merge(precision, 0.99, n_eff) is None
