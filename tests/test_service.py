@@ -488,3 +488,20 @@ def test_fresh_request_ids_are_32_hex_digits_and_never_repeat(legacy_env: dict[s
         ]
     assert len(set(ids)) == len(ids)
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+
+
+def test_a_forked_child_draws_its_own_request_id_prefix() -> None:
+    """A pre-forking server's workers never hand out their parent's (or each other's) ids."""
+    from memwork.service.app import fresh_request_id
+
+    parent = fresh_request_id()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first id, then out without running the parent's cleanup
+        os.write(write, fresh_request_id().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    assert len(child) == 32 and child[:16] != parent[:16]

@@ -214,6 +214,16 @@ _ID_PREFIX = secrets.token_hex(8)
 _ID_SERIAL = itertools.count(1)
 
 
+def _new_id_prefix() -> None:
+    """A forked child (a pre-forking server's worker) draws its own prefix: never its parent's ids."""
+    global _ID_PREFIX, _ID_SERIAL
+    _ID_PREFIX, _ID_SERIAL = secrets.token_hex(8), itertools.count(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_id_prefix)
+
+
 def fresh_request_id() -> str:
     """A new request id (32 hex digits, never repeated in this process)."""
     return f"{_ID_PREFIX}{next(_ID_SERIAL):016x}"
