@@ -5,6 +5,8 @@ same environment (:func:`memwork.facade.facade.facade_from_env`) and its registr
 ``MEMORY_BACKEND``. One plain sync route (FastAPI runs it on its thread pool) calls
 ``backend.resolve(body)`` -- no facade call, no deadline, no guards, no validation beyond JSON, no
 shadow, no status counts. uvicorn as an application would run it: one process, its own access log.
+``MINIMAL_APP_THREADS`` (optional) caps FastAPI's thread pool (anyio's default: 40 threads), e.g. at
+``memwork serve``'s own worker count, for a reference tuned like memwork.
 
     MEMORY_BACKEND=legacy ... python benchmarks/serve_minimal_app.py PORT
 """
@@ -13,8 +15,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio.to_thread
 import uvicorn
 from fastapi import FastAPI
 
@@ -25,7 +30,17 @@ backend = facade_from_env(dict(os.environ)).registry.find(NAME)
 if backend is None:
     raise SystemExit(f"MEMORY_BACKEND={NAME!r}: no such backend")
 
-app = FastAPI()
+THREADS = os.environ.get("MINIMAL_APP_THREADS")
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    if THREADS:  # the limiter belongs to the running loop: set here, not at import
+        anyio.to_thread.current_default_thread_limiter().total_tokens = int(THREADS)
+    yield
+
+
+app = FastAPI(lifespan=lifespan)
 
 
 @app.get("/healthz")

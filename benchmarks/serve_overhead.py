@@ -215,6 +215,8 @@ def run(args: argparse.Namespace, stack: Any, ctx: dict[str, Any]) -> dict[str, 
     backends: dict[str, Any] = {}
     for backend in args.backends.split(","):
         env = phase_env(stack, backend, args.timeout_ms, None)
+        if args.minimal_threads:
+            env["MINIMAL_APP_THREADS"] = str(args.minimal_threads)
         reps = []
         for rep in range(args.reps):
             order = SERVERS if rep % 2 == 0 else SERVERS[::-1]
@@ -246,7 +248,8 @@ def print_table(results: dict[str, Any]) -> None:
     s = results["settings"]
     print(
         f"\nmemwork serve vs minimal FastAPI app (same backend object), {s['concurrency']} clients, "
-        f"{s['seconds']:g} s x {s['reps']} reps, driver {results['driver']}; target ratio >= {TARGET}"
+        f"{s['seconds']:g} s x {s['reps']} reps, driver {results['driver']}, minimal app's threads "
+        f"{s['minimal_threads'] or 'FastAPI default (40)'}; target ratio >= {TARGET}"
     )
     head = (
         f"{'backend':<9} {'server':<8} {'req/s':>8} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'not ok':>6}"
@@ -321,7 +324,8 @@ def main() -> int:
         "benchmark": "serve_overhead",
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "settings": {
-            k: getattr(args, k) for k in ("seconds", "concurrency", "reps", "timeout_ms", "users", "items")
+            k: getattr(args, k)
+            for k in ("seconds", "concurrency", "reps", "timeout_ms", "users", "items", "minimal_threads")
         },
         "driver": driver,
         "target_ratio": TARGET,
