@@ -296,6 +296,12 @@ def main() -> int:
         "--driver", choices=("auto", "wrk", "python"), default="auto", help="auto: wrk if installed"
     )
     parser.add_argument(
+        "--minimal-threads",
+        type=int,
+        default=None,
+        help="cap the minimal app's thread pool (default: FastAPI's, 40; memwork: MEMWORK_SERVICE_THREADS)",
+    )
+    parser.add_argument(
         "--timeout-ms", type=int, default=2000, help="MEMORY_BACKEND_TIMEOUT_MS (default 2000)"
     )
     parser.add_argument("--users", type=int, default=200)
