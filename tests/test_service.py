@@ -474,3 +474,34 @@ def test_memwork_serve_runs_the_app(sqlite_url: str, tmp_path: Any) -> None:
         proc.terminate()
         output, _ = proc.communicate(timeout=15)
     assert SECRET not in output.decode()
+
+
+def test_fresh_request_ids_are_32_hex_digits_and_never_repeat(legacy_env: dict[str, str]) -> None:
+    """A request without a usable X-Request-Id gets a fresh id (a per-process random prefix and a
+    counter, no uuid4 per request): the comparison log's key, so never two alike."""
+    with service(legacy_env) as client:
+        ids = [
+            client.post(
+                "/user-memory/v1/resolve", json={"userId": "u1"}, headers={"X-Request-Id": "bad id!"}
+            ).headers["x-request-id"]
+            for _ in range(20)
+        ]
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+
+
+def test_a_forked_child_draws_its_own_request_id_prefix() -> None:
+    """A pre-forking server's workers never hand out their parent's (or each other's) ids."""
+    from memwork.service.app import fresh_request_id
+
+    parent = fresh_request_id()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first id, then out without running the parent's cleanup
+        os.write(write, fresh_request_id().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    assert len(child) == 32 and child[:16] != parent[:16]

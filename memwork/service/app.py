@@ -25,11 +25,12 @@ calls abandoned at their deadline; default two per CPU, 4..32), and the shadow s
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
+import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -206,10 +207,32 @@ def without_other_users(payload: dict[str, Any], user_id: str) -> dict[str, Any]
     return cleaned
 
 
+#: fresh request ids: a random 64-bit prefix per process and a counter -- unique like a uuid4's 32 hex digits
+#: (the comparison log outlives a restart), without a ``getrandom`` call on the event loop per request
+#: (``uuid4`` was ~1.5 % of the service's CPU under load)
+_ID_PREFIX = secrets.token_hex(8)
+_ID_SERIAL = itertools.count(1)
+
+
+def _new_id_prefix() -> None:
+    """A forked child (a pre-forking server's worker) draws its own prefix: never its parent's ids."""
+    global _ID_PREFIX, _ID_SERIAL
+    _ID_PREFIX, _ID_SERIAL = secrets.token_hex(8), itertools.count(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_id_prefix)
+
+
+def fresh_request_id() -> str:
+    """A new request id (32 hex digits, never repeated in this process)."""
+    return f"{_ID_PREFIX}{next(_ID_SERIAL):016x}"
+
+
 def request_id_of(request: Request) -> str:
     """The caller's ``X-Request-Id`` when it is a plain token (for correlation), else a fresh one."""
     given = request.headers.get("x-request-id", "")
-    return given if REQUEST_ID_RE.fullmatch(given) else uuid.uuid4().hex
+    return given if REQUEST_ID_RE.fullmatch(given) else fresh_request_id()
 
 
 def field_of(loc: Sequence[Any]) -> str:
