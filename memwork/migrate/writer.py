@@ -293,20 +293,20 @@ def write_batch(
     :func:`merge_statement` of (``table``, ``owner``), when the caller keeps it across pages.
     ``fast``: what the previous pages taught the fast path (:class:`FastPath`), kept across pages."""
     merge = merge or merge_statement(table, owner)
+    if batch.rows:
+        tail = (owner, clear_rejects, run_id)
+        committed = _write_new(pg, table, batch, model_id, checkpoint, tail, fast or FastPath())
+        if committed is not None:
+            return committed
     rejects = list(batch.rejects)
+    written: list[Row] = []
     with pg.transaction(), pg.cursor() as cur:
-        if checkpoint is not None:
-            # rows and checkpoint commit together, so a commit lost to a server crash loses both: the
-            # resume reads that page again. The run's end waits for the WAL (BatchWriter.flush).
-            cur.execute("SET LOCAL synchronous_commit = off")
-        written: list[Row] = []
+        _defer_flush(cur, checkpoint)
         if batch.rows:
             failed: list[Reject] = []
             try:
                 with pg.transaction():
-                    done = _insert_new(pg, cur, table, batch, model_id, owner, fast or FastPath())
-                    if done is None:
-                        done = _upsert(cur, batch.rows, batch.vectors, model_id, merge)
+                    done = _upsert(cur, batch.rows, batch.vectors, model_id, merge)
             except Exception as exc:
                 if not blames_rows(exc):
                     raise
@@ -316,54 +316,90 @@ def write_batch(
             left = [row for row in batch.rows if row["id"] not in done]
             rejects += failed
             rejects += _owned_elsewhere(cur, table, [r for r in left if printable(r["id"]) not in failed_ids])
-        if clear_rejects and written:
-            clear_written_rejects(cur, table, written, source_key=owner)
-        if rejects:
-            marked = run_id or (checkpoint.run_id if checkpoint is not None else None) or ""
-            store_rejects(cur, table, rejects, marked, source_key=owner)
-        if checkpoint is not None:
-            checkpoint = checkpoint.with_written(len(written))
-            store_import_checkpoint(cur, checkpoint)
+        checkpoint = _page_tail(cur, table, written, rejects, checkpoint, (owner, clear_rejects, run_id))
     # leaving pg.transaction() commits; the stage table empties itself ON COMMIT
     return len(written), rejects, checkpoint
 
 
-def _insert_new(
-    pg: psycopg.Connection[Any],
+def _defer_flush(cur: psycopg.Cursor[Any], checkpoint: ImportCheckpoint | None) -> None:
+    """A page of a run commits without waiting for the WAL on disk: its rows and its checkpoint
+    commit together, so a commit a server crash loses takes both, and the resume reads that page
+    again. The run's end waits for all of them (:func:`flush_commits`). A lone write waits."""
+    if checkpoint is not None:
+        cur.execute("SET LOCAL synchronous_commit = off")
+
+
+def _page_tail(
     cur: psycopg.Cursor[Any],
+    table: str,
+    written: Sequence[Row],
+    rejects: list[Reject],
+    checkpoint: ImportCheckpoint | None,
+    tail: tuple[str, bool, str | None],
+) -> ImportCheckpoint | None:
+    """What every page stores after its rows, in their transaction: its rejects (clearing the ones
+    written now) and its checkpoint; ``tail`` is (owner, clear_rejects, run_id)."""
+    owner, clear_rejects, run_id = tail
+    if clear_rejects and written:
+        clear_written_rejects(cur, table, written, source_key=owner)
+    if rejects:
+        marked = run_id or (checkpoint.run_id if checkpoint is not None else None) or ""
+        store_rejects(cur, table, rejects, marked, source_key=owner)
+    if checkpoint is not None:
+        checkpoint = checkpoint.with_written(len(written))
+        store_import_checkpoint(cur, checkpoint)
+    return checkpoint
+
+
+class _StepAside(Exception):
+    """The fast path found one of its page's ids in the table: the upsert takes the page."""
+
+
+def _write_new(
+    pg: psycopg.Connection[Any],
     table: str,
     batch: Batch,
     model_id: str,
-    owner: str,
+    checkpoint: ImportCheckpoint | None,
+    tail: tuple[str, bool, str | None],
     fast: FastPath,
-) -> set[str] | None:
+) -> tuple[int, list[Reject], ImportCheckpoint | None] | None:
     """The fast path of a page whose ids are all new to ``table`` (a first migration): one binary
-    COPY straight into the table, no staging copy, no speculative insertion; returns the ids written.
+    COPY straight into the table -- no staging copy, no speculative insertion, no savepoint -- then
+    the page's rejects and checkpoint, one transaction; returns what :func:`write_batch` returns.
 
-    None -- the caller upserts the page -- when a row's values need the merge's SQL (metadata to
-    stamp, timestamps that are not plain ISO text), when one of the ids is already in the table
-    (its owner decides: the upsert checks it), or when the COPY fails on an id written meanwhile or
-    on a value (the upsert then tells which rows). Nothing of a failed COPY stays (savepoint)."""
-    values = _direct_values(batch.rows, owner)
+    None, with nothing of it left (rolled back), and the caller upserts the page: when a row's
+    values need the merge's SQL (metadata to stamp, timestamps that are not plain ISO text), when
+    one of the ids is already in the table (its owner decides: the upsert checks it), or when the
+    COPY fails on an id written meanwhile or on a value (the upsert then tells which rows)."""
+    values = _direct_values(batch.rows, tail[0])
     if values is None:
         return None
-    ids = [str(row["id"]) for row in batch.rows]
     target = quote_identifier(table)
-    if fast.check_first:
-        cur.execute(f"SELECT EXISTS (SELECT 1 FROM {target} WHERE source_memory_id = ANY(%s))", (ids,))
-        found = cur.fetchone()
-        if found is None or found[0]:
-            return None
+    rejects = list(batch.rejects)
     try:
-        with pg.transaction():
+        with pg.transaction(), pg.cursor() as cur:
+            _defer_flush(cur, checkpoint)
+            if fast.check_first and _any_taken(cur, target, batch.rows):
+                raise _StepAside
             _copy_direct(cur, target, batch, values, model_id)
+            checkpoint = _page_tail(cur, table, batch.rows, rejects, checkpoint, tail)
+    except _StepAside:
+        return None
     except Exception as exc:
         if getattr(exc, "sqlstate", None) in _TAKEN_MEANWHILE or blames_rows(exc):
             fast.check_first = True
             return None
         raise
-    fast.check_first = fast.adaptive is False
-    return set(ids)
+    fast.check_first = not fast.adaptive
+    return len(batch.rows), rejects, checkpoint
+
+
+def _any_taken(cur: psycopg.Cursor[Any], target: str, rows: Sequence[Mapping[str, Any]]) -> bool:
+    ids = [str(row["id"]) for row in rows]
+    cur.execute(f"SELECT EXISTS (SELECT 1 FROM {target} WHERE source_memory_id = ANY(%s))", (ids,))
+    found = cur.fetchone()
+    return found is None or bool(found[0])
 
 
 @dataclass
