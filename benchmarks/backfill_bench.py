@@ -88,7 +88,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=None, help="default 100000 (hash) / 2000 (--real)")
     parser.add_argument("--users", type=int, default=1000)
     parser.add_argument("--dims", type=int, default=384)
-    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=2000, help="the backfill's default page size")
     parser.add_argument("--baseline-sample", type=int, default=2000)
     parser.add_argument("--min-rate", type=float, default=5000.0)
     parser.add_argument("--min-speedup", type=float, default=10.0)
