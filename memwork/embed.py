@@ -401,8 +401,21 @@ def vector_problem(vector: Any) -> str | None:
 
 def vector_problems(vectors: Any) -> list[str | None]:
     """:func:`vector_problem` of each row of a page's vectors, in one call (the migration checks a
-    page at a time)."""
-    return [vector_problem(vector) for vector in vectors]
+    page at a time).
+
+    A 2-D float32 page is screened with whole-array operations; only the rows that may have a
+    problem (a non-finite value, a float32 squared length of 0, past 1e37 or not finite) are judged
+    one by one, so the answer is :func:`vector_problem`'s for every row."""
+    matrix = vectors if isinstance(vectors, np.ndarray) else None
+    if matrix is None or matrix.ndim != 2 or matrix.dtype != np.float32 or len(matrix) == 0:
+        return [vector_problem(vector) for vector in vectors]
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        squared = np.einsum("ij,ij->i", matrix, matrix)
+    suspect = ~np.isfinite(squared) | (squared == 0) | (squared > 1e37)
+    problems: list[str | None] = [None] * len(matrix)
+    for k in np.flatnonzero(suspect).tolist():
+        problems[k] = vector_problem(matrix[k])
+    return problems
 
 
 def checked_vector(value: Any, dimension: int | None = None) -> np.ndarray:

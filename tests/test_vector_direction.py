@@ -123,3 +123,16 @@ def test_a_stored_or_queried_vector_without_direction_never_breaks_resolve(pg_ur
             memories = {m["id"]: m for m in payload["semanticMemories"]}
             assert set(memories) == {"d-0", "d-1", "d-2"}
             assert memories["d-1"]["score"] is None and memories["d-1"]["distance"] is None
+
+
+def test_a_page_s_vector_problems_are_each_row_s_own():
+    """The whole-page screen answers exactly what :func:`vector_problem` answers row by row."""
+    import numpy as np
+
+    from memwork.embed import vector_problem, vector_problems
+
+    page = np.random.default_rng(0).standard_normal((64, 16)).astype(np.float32)
+    page[3], page[7], page[11], page[15] = 0.0, 1e-45, -0.0, 3e18
+    page[5, 2], page[9, 0], page[13, 1] = np.nan, 1e20, np.inf
+    assert vector_problems(page) == [vector_problem(row) for row in page]
+    assert sum(problem is not None for problem in vector_problems(page)) == 6

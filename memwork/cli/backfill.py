@@ -19,7 +19,7 @@ MYSQL_URL_ENV = "MEMORY_BACKFILL_MYSQL_URL"
 @pg_url_option
 @table_option
 @click.option("--limit", type=int, default=None, help="At most this many rows in this run.")
-@page_size_option(500)
+@page_size_option(2000)  # memwork.migrate.backfill.DEFAULT_BATCH_SIZE (not imported: CLI start-up)
 @click.option(
     "--cursor-updated-at", default=None, help="Start after this updated_at (ISO 8601 or epoch; 0 = start)."
 )

@@ -53,7 +53,7 @@ def page_size_option(default: int) -> Any:
         type=int,
         default=default,
         show_default=True,
-        help="Records per page (one COPY and one upsert each); alias --batch-size.",
+        help="Records per page (one COPY and one commit each); alias --batch-size.",
     )
 
 

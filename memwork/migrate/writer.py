@@ -8,23 +8,33 @@ a row another source owns is never overwritten -- the upsert itself checks the o
 
 from __future__ import annotations
 
+import json
 import queue
 import struct
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from memwork.contracts import Row
 from memwork.db import pg_value
+from memwork.identifiers import quote_identifier
 from memwork.migrate.checkpoint import (
     ImportCheckpoint,
     create_or_upgrade_checkpoint_table,
     store_import_checkpoint,
 )
-from memwork.migrate.ownership import OwnedElsewhere, owners_of, stamped_metadata_sql, upsert_sql
+from memwork.migrate.ownership import (
+    LEGACY_OWNER,
+    SOURCE_MARKER,
+    OwnedElsewhere,
+    owners_of,
+    stamped_metadata_sql,
+    upsert_sql,
+)
 from memwork.migrate.quarantine import (
     Reject,
     blames_rows,
@@ -61,6 +71,13 @@ _SELECTED = {stamp: f"({stamp}::timestamp AT TIME ZONE 'UTC')" for stamp in ("cr
 
 
 _COPY_TYPES = ["text", "text", "text", "vector", "text", "text", "text", "text", "text", "text", "text"]
+
+#: the fast path's COPY straight into the table: metadata and timestamps as the table's own types
+_DIRECT_TYPES = [*_COPY_TYPES[:8], "jsonb", "timestamptz", "timestamptz"]
+
+#: SQLSTATEs after which the fast path gives the page to the upsert: an id that appeared meanwhile
+#: (another source's run), or two such runs inserting the same new ids in another order
+_TAKEN_MEANWHILE = ("23505", "40P01")
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,7 @@ class BatchWriter:
         self.pg, self.table, self.owner, self.model_id = pg, table, owner, model_id
         self.checkpoint, self.has_rejects, self.committed = checkpoint, has_rejects, committed
         self.merge = merge_statement(table, owner)  # the same statement for every page
+        self.fast = FastPath(adaptive=True)
         self.pending: queue.Queue[Batch | None] = queue.Queue(maxsize=1)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="memwork-migration-writer", daemon=True)
@@ -164,13 +182,23 @@ class BatchWriter:
                     owner=self.owner,
                     clear_rejects=self.has_rejects,
                     merge=self.merge,
+                    fast=self.fast,
                 )
                 assert stored is not None  # a page's checkpoint is always stored
                 self.checkpoint = stored
                 self.has_rejects = self.has_rejects or bool(rejects)
                 self.committed(batch, written, rejects, self.checkpoint)
+            flush_commits(self.pg)
         except BaseException as exc:  # handed to the caller's thread
             self.error = exc
+
+
+def flush_commits(pg: psycopg.Connection[Any]) -> None:
+    """Wait until every page committed so far is on disk: one synchronous commit of a transaction
+    with an id flushes the WAL up to it, so the pages' asynchronous commits before it as well."""
+    with pg.transaction():
+        pg.execute("SET LOCAL synchronous_commit = on")
+        pg.execute("SELECT pg_catalog.txid_current()")
 
 
 def prepare_session(pg: psycopg.Connection[Any]) -> None:
@@ -202,8 +230,11 @@ def _pack_vectors(vectors: np.ndarray) -> list[PackedVector]:
 
 def register_packed_vectors(pg: psycopg.Connection[Any]) -> None:
     """On this connection only, dump the ``vector`` type from :class:`PackedVector` bytes as they are
-    (psycopg's own binary bytes dumper, under the ``vector`` type's oid)."""
+    (psycopg's own binary bytes dumper, under the ``vector`` type's oid), and ``jsonb`` from JSON
+    text as it is (:func:`register_raw_jsonb`)."""
     from psycopg.types.string import BytesBinaryDumper
+
+    register_raw_jsonb(pg)
 
     vector = pg.adapters.types.get("vector")  # known once pgvector's register_vector ran
     oid = vector.oid if vector is not None else pg_value(pg, "SELECT 'vector'::regtype::oid")
@@ -213,6 +244,26 @@ def register_packed_vectors(pg: psycopg.Connection[Any]) -> None:
 
     PackedVectorDumper.oid = oid
     pg.adapters.register_dumper(PackedVector, PackedVectorDumper)
+
+
+def register_raw_jsonb(pg: psycopg.Connection[Any]) -> None:
+    """On this connection only, a binary ``jsonb`` dumper that sends JSON *text* as it is
+    (PostgreSQL parses it, as ``::jsonb`` in the merge does) instead of encoding the text as a JSON
+    string; any other value is JSON-encoded. The fast path's COPY chooses dumpers by type oid."""
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    class RawJsonbDumper(Dumper):
+        """``jsonb``'s binary format: version 1, then the JSON text."""
+
+        format = Format.BINARY
+
+        def dump(self, obj: Any) -> bytes:
+            text = obj if isinstance(obj, str) else json.dumps(obj)
+            return b"\x01" + text.encode()
+
+    RawJsonbDumper.oid = pg_value(pg, "SELECT 'jsonb'::regtype::oid")
+    pg.adapters.register_dumper(None, RawJsonbDumper)  # by oid only: COPY set_types(["jsonb"])
 
 
 def write_batch(
@@ -226,6 +277,7 @@ def write_batch(
     clear_rejects: bool = False,
     run_id: str | None = None,
     merge: tuple[str, tuple[str, ...]] | None = None,
+    fast: FastPath | None = None,
 ) -> tuple[int, list[Reject], ImportCheckpoint | None]:
     """Upsert the page as ``owner``'s rows and commit it with its rejects and ``checkpoint`` (the
     page's mark already applied; its rows written are added here); returns (rows written, rejects,
@@ -238,11 +290,18 @@ def write_batch(
     ``embedding_model`` key, when present, overrides ``model_id`` (vectors kept from a source carry
     their model). ``checkpoint`` None: a write outside the import's paging (a repair, whose own
     ``run_id`` then marks its rejects) -- the import's checkpoint is left as it is. ``merge``: the
-    :func:`merge_statement` of (``table``, ``owner``), when the caller keeps it across pages."""
+    :func:`merge_statement` of (``table``, ``owner``), when the caller keeps it across pages.
+    ``fast``: what the previous pages taught the fast path (:class:`FastPath`), kept across pages."""
     merge = merge or merge_statement(table, owner)
+    if batch.rows:
+        tail = (owner, clear_rejects, run_id)
+        committed = _write_new(pg, table, batch, model_id, checkpoint, tail, fast or FastPath())
+        if committed is not None:
+            return committed
     rejects = list(batch.rejects)
+    written: list[Row] = []
     with pg.transaction(), pg.cursor() as cur:
-        written: list[Row] = []
+        _defer_flush(cur, checkpoint)
         if batch.rows:
             failed: list[Reject] = []
             try:
@@ -257,16 +316,182 @@ def write_batch(
             left = [row for row in batch.rows if row["id"] not in done]
             rejects += failed
             rejects += _owned_elsewhere(cur, table, [r for r in left if printable(r["id"]) not in failed_ids])
-        if clear_rejects and written:
-            clear_written_rejects(cur, table, written, source_key=owner)
-        if rejects:
-            marked = run_id or (checkpoint.run_id if checkpoint is not None else None) or ""
-            store_rejects(cur, table, rejects, marked, source_key=owner)
-        if checkpoint is not None:
-            checkpoint = checkpoint.with_written(len(written))
-            store_import_checkpoint(cur, checkpoint)
+        checkpoint = _page_tail(cur, table, written, rejects, checkpoint, (owner, clear_rejects, run_id))
     # leaving pg.transaction() commits; the stage table empties itself ON COMMIT
     return len(written), rejects, checkpoint
+
+
+def _defer_flush(cur: psycopg.Cursor[Any], checkpoint: ImportCheckpoint | None) -> None:
+    """A page of a run commits without waiting for the WAL on disk: its rows and its checkpoint
+    commit together, so a commit a server crash loses takes both, and the resume reads that page
+    again. The run's end waits for all of them (:func:`flush_commits`). A lone write waits."""
+    if checkpoint is not None:
+        cur.execute("SET LOCAL synchronous_commit = off")
+
+
+def _page_tail(
+    cur: psycopg.Cursor[Any],
+    table: str,
+    written: Sequence[Row],
+    rejects: list[Reject],
+    checkpoint: ImportCheckpoint | None,
+    tail: tuple[str, bool, str | None],
+) -> ImportCheckpoint | None:
+    """What every page stores after its rows, in their transaction: its rejects (clearing the ones
+    written now) and its checkpoint; ``tail`` is (owner, clear_rejects, run_id)."""
+    owner, clear_rejects, run_id = tail
+    if clear_rejects and written:
+        clear_written_rejects(cur, table, written, source_key=owner)
+    if rejects:
+        marked = run_id or (checkpoint.run_id if checkpoint is not None else None) or ""
+        store_rejects(cur, table, rejects, marked, source_key=owner)
+    if checkpoint is not None:
+        checkpoint = checkpoint.with_written(len(written))
+        store_import_checkpoint(cur, checkpoint)
+    return checkpoint
+
+
+class _StepAside(Exception):
+    """The fast path found one of its page's ids in the table: the upsert takes the page."""
+
+
+def _write_new(
+    pg: psycopg.Connection[Any],
+    table: str,
+    batch: Batch,
+    model_id: str,
+    checkpoint: ImportCheckpoint | None,
+    tail: tuple[str, bool, str | None],
+    fast: FastPath,
+) -> tuple[int, list[Reject], ImportCheckpoint | None] | None:
+    """The fast path of a page whose ids are all new to ``table`` (a first migration): one binary
+    COPY straight into the table -- no staging copy, no speculative insertion, no savepoint -- then
+    the page's rejects and checkpoint, one transaction; returns what :func:`write_batch` returns.
+
+    None, with nothing of it left (rolled back), and the caller upserts the page: when a row's
+    values need the merge's SQL (metadata to stamp, timestamps that are not plain ISO text), when
+    one of the ids is already in the table (its owner decides: the upsert checks it), or when the
+    COPY fails on an id written meanwhile or on a value (the upsert then tells which rows)."""
+    values = _direct_values(batch.rows, tail[0])
+    if values is None:
+        return None
+    target = quote_identifier(table)
+    rejects = list(batch.rejects)
+    try:
+        with pg.transaction(), pg.cursor() as cur:
+            _defer_flush(cur, checkpoint)
+            if fast.check_first and _any_taken(cur, target, batch.rows):
+                raise _StepAside
+            _copy_direct(cur, target, batch, values, model_id)
+            checkpoint = _page_tail(cur, table, batch.rows, rejects, checkpoint, tail)
+    except _StepAside:
+        return None
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) in _TAKEN_MEANWHILE or blames_rows(exc):
+            fast.check_first = True
+            return None
+        raise
+    fast.check_first = not fast.adaptive
+    return len(batch.rows), rejects, checkpoint
+
+
+def _any_taken(cur: psycopg.Cursor[Any], target: str, rows: Sequence[Mapping[str, Any]]) -> bool:
+    ids = [str(row["id"]) for row in rows]
+    cur.execute(f"SELECT EXISTS (SELECT 1 FROM {target} WHERE source_memory_id = ANY(%s))", (ids,))
+    found = cur.fetchone()
+    return found is None or bool(found[0])
+
+
+@dataclass
+class FastPath:
+    """Whether the fast path looks for the page's ids in the table before its COPY.
+
+    A lone call checks every time (``adaptive`` False). A run's writer checks until a page had none
+    of its ids in the table, then trusts that the key range stays new -- each check costs an index
+    probe per row -- until a COPY fails on an id already there (the page is then upserted, and the
+    next pages are checked again), so a re-run pays the check, not a failed COPY, per page."""
+
+    adaptive: bool = False
+    check_first: bool = True
+
+
+def _copy_direct(
+    cur: psycopg.Cursor[Any],
+    target: str,
+    batch: Batch,
+    values: list[tuple[str, datetime, datetime]],
+    model_id: str,
+) -> None:
+    columns = ", ".join(_DEST_COLUMNS)
+    with cur.copy(f"COPY {target} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(_DIRECT_TYPES)
+        for row, vector, (metadata, created, updated) in zip(
+            batch.rows, _pack_vectors(batch.vectors), values, strict=True
+        ):
+            copy.write_row(
+                (
+                    row["id"],
+                    row["user_id"],
+                    row["content"],
+                    vector,
+                    row.get("embedding_model") or model_id,
+                    row["type"] or "fact",
+                    row["source_session_id"],
+                    row["source_message_id"],
+                    metadata,
+                    created,
+                    updated,
+                )
+            )
+
+
+def _direct_values(
+    rows: Sequence[Mapping[str, Any]], owner: str
+) -> list[tuple[str, datetime, datetime]] | None:
+    """Each row's (metadata text, created_at, updated_at) exactly as the merge would store them,
+    or None when one row needs the merge's SQL.
+
+    Metadata: the backfill's text when it cannot hold a marker (neither ``_memworkSource`` nor a
+    ``\\u`` escape in it; NULL as ``{}``); an import's object when its marker already names
+    ``owner`` (:func:`memwork.migrate.rows.record_row` sets it). Timestamps: naive ISO text read as
+    UTC (``::timestamp AT TIME ZONE 'UTC'``)."""
+    out: list[tuple[str, datetime, datetime]] = []
+    legacy = owner == LEGACY_OWNER
+    for row in rows:
+        metadata = row["metadata"]
+        if metadata is None and legacy:
+            metadata = "{}"
+        elif not isinstance(metadata, str):
+            return None
+        elif legacy:
+            if SOURCE_MARKER in metadata or "\\u" in metadata:
+                return None
+        elif not _marked_by(metadata, owner):
+            return None
+        created, updated = _utc(row["created_at"]), _utc(row["updated_at"])
+        if created is None or updated is None:
+            return None
+        out.append((metadata, created, updated))
+    return out
+
+
+def _marked_by(text: str, owner: str) -> bool:
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and parsed.get(SOURCE_MARKER) == owner
+
+
+def _utc(text: object) -> datetime | None:
+    """``YYYY-MM-DD[ T]HH:MM:SS[.ffffff]`` as an aware UTC datetime; None for anything else."""
+    if not isinstance(text, str) or len(text) < 19 or text[4] != "-" or text[10] not in " T":
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else None
 
 
 def _owned_elsewhere(cur: psycopg.Cursor[Any], table: str, taken: list[Row]) -> list[OwnedElsewhere]:
