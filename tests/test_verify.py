@@ -95,6 +95,10 @@ def test_zero_vectors_mixed_models_and_extra_rows_are_reasons(migration):
     assert "vectors: zero-vector: 1 vector(s)" in text and "vectors: mixed-models: 1 user(s)" in text
     assert "vectors: other-model: 1 vector(s)" in text and "{" not in text
     assert [(b.key, b.kind) for b in cert.rows.bad] == [("zzz-extra", "extra")] and "rows: extra: 1" in text
+    # every vector checked: the zero vector is named once, as zero, never also as another model's
+    every = certify(_options(migration, vector_sample=None, retrieval=False))
+    kinds = sorted(f.kind for f in every.vectors.findings)
+    assert kinds == ["other-model", "zero-vector"], every.vectors.findings
 
 
 def test_from_mariadb(pg_url, mysql_url):

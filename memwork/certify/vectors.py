@@ -209,10 +209,14 @@ def check_embeddings(
     """Each listed key's (``None``: every row's of ``owner``) stored vector against the model's
     embedding of its content.
 
-    Only rows with the model's dimension and model id are compared (the others are already named)."""
+    Only rows with the model's dimension and model id and a usable vector are compared (the others --
+    another dimension or model, NULL or all zero -- are already named, once)."""
     t = quote_identifier(table)
     own, owned = _owned(owner, t)
-    where = "vector_dims(embedding) = %s AND embedding_model = %s" + own
+    where = (
+        "embedding IS NOT NULL AND vector_norm(embedding) > 0 AND vector_dims(embedding) = %s "
+        "AND embedding_model = %s" + own
+    )
     params: list[Any] = [embedder.dimension, embedder.model_id, *owned]
     if keys is not None:
         where += " AND source_memory_id = ANY(%s)"
