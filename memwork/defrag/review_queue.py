@@ -115,22 +115,8 @@ def sample_pairs(
     population: Sequence[Pair], *, size: int, floor: float, threshold: float, seed: int = 0
 ) -> list[ReviewRow]:
     """The stratified sample of ``population`` (all candidate pairs): see the module docstring."""
-    strata: dict[str, list[int]] = {}
-    for k, pair in enumerate(population):
-        strata.setdefault(stratum_of(pair, threshold, floor), []).append(k)
-    take = allocate({name: len(members) for name, members in strata.items()}, size)
-    rng = np.random.default_rng(seed)
-    rows: list[ReviewRow] = []
-    for name in sorted(strata):
-        members, n = strata[name], take[name]
-        if n == 0:
-            continue
-        chosen = rng.choice(len(members), size=n, replace=False)
-        weight = len(members) / n
-        rows.extend(ReviewRow(population[members[int(c)]], name, weight) for c in sorted(chosen))
-    return sorted(
-        rows,
-        key=lambda r: (abs(r.pair.similarity - threshold), r.pair.scope, r.pair.path_a, r.pair.path_b),
+    return weighted_queue(
+        [(pair, 1.0, False) for pair in population], size=size, floor=floor, threshold=threshold, seed=seed
     )
 
 

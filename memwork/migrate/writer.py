@@ -415,6 +415,25 @@ class FastPath:
     check_first: bool = True
 
 
+def _copy_row(
+    row: Mapping[str, Any], vector: Any, model_id: str, metadata: Any, created: Any, updated: Any
+) -> tuple[Any, ...]:
+    """One row in ``_DEST_COLUMNS`` order for a binary COPY (the table's or the staging table's)."""
+    return (
+        row["id"],
+        row["user_id"],
+        row["content"],
+        vector,
+        row.get("embedding_model") or model_id,
+        row["type"] or "fact",
+        row["source_session_id"],
+        row["source_message_id"],
+        metadata,
+        created,
+        updated,
+    )
+
+
 def _copy_direct(
     cur: psycopg.Cursor[Any],
     target: str,
@@ -428,21 +447,7 @@ def _copy_direct(
         for row, vector, (metadata, created, updated) in zip(
             batch.rows, _pack_vectors(batch.vectors), values, strict=True
         ):
-            copy.write_row(
-                (
-                    row["id"],
-                    row["user_id"],
-                    row["content"],
-                    vector,
-                    row.get("embedding_model") or model_id,
-                    row["type"] or "fact",
-                    row["source_session_id"],
-                    row["source_message_id"],
-                    metadata,
-                    created,
-                    updated,
-                )
-            )
+            copy.write_row(_copy_row(row, vector, model_id, metadata, created, updated))
 
 
 def _direct_values(
@@ -565,19 +570,7 @@ def _upsert(
         copy.set_types(_COPY_TYPES)
         for row, vector in zip(rows, _pack_vectors(vectors), strict=True):
             copy.write_row(
-                (
-                    row["id"],
-                    row["user_id"],
-                    row["content"],
-                    vector,
-                    row.get("embedding_model") or model_id,
-                    row["type"] or "fact",
-                    row["source_session_id"],
-                    row["source_message_id"],
-                    row["metadata"],
-                    row["created_at"],
-                    row["updated_at"],
-                )
+                _copy_row(row, vector, model_id, row["metadata"], row["created_at"], row["updated_at"])
             )
     cur.execute(*merge)
     return {str(r[0]) for r in cur.fetchall()}
