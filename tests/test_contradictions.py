@@ -209,6 +209,17 @@ def test_cli_find_duplicates_marks_contradictions(store_dir):
     assert data["summary"]["contradiction_pairs"] == 1
 
 
+def test_review_queue_shows_the_reviewer_a_contradiction(store_dir, tmp_path):
+    review = tmp_path / "review.csv"
+    result = _cli("defrag", "review", "--store", store_dir, "-o", str(review))
+    assert result.exit_code == 0, result.output
+    with review.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    flagged = [r for r in rows if r["contradiction"]]
+    assert len(flagged) == 1 and flagged[0]["contradiction"].startswith("negation:"), rows
+    assert {flagged[0]["path_a"], flagged[0]["path_b"]} == {"a.md", "b.md"}
+
+
 def test_cli_supersede_dry_run_apply_undo(store_dir):
     dry = json.loads(_cli("defrag", "supersede", "--store", store_dir, "--json").output)
     assert dry["dry_run"] and dry["operations"][0]["op"] == "supersede"

@@ -54,7 +54,7 @@ AUTO_MERGE_SLACK = 0.05
 _Z_ONE_SIDED_95 = 1.6449
 SIGNALS = ("text", "semantic", "similarity", "combined")
 #: the columns a label file must have (``note`` and ``embedding_model`` are optional)
-REQUIRED_COLUMNS = tuple(c for c in REVIEW_COLUMNS if c not in ("note", "embedding_model"))
+REQUIRED_COLUMNS = tuple(c for c in REVIEW_COLUMNS if c not in ("note", "embedding_model", "contradiction"))
 
 
 # ---- the label file --------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import csv
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from memwork.checks import unit
 from memwork.coverage import MARK_KEYS, out_of_range
-from memwork.defrag.findings import Pair, find_duplicates
+from memwork.defrag.findings import Pair, find_duplicates, flag_contradictions
 from memwork.defrag.pair_sample import PairSample, sample_scope_pairs
 from memwork.entry import Entry
 from memwork.errors import UsageError
@@ -48,6 +48,8 @@ REVIEW_COLUMNS = (
     "similarity",
     "stratum",
     "weight",
+    #: a possible contradiction's reason (memwork.defrag.contradictions): never merged, whatever the label
+    "contradiction",
     "decision",
     "note",
     "embedding_model",
@@ -120,6 +122,13 @@ def sample_pairs(
     )
 
 
+def _flagged(rows: list[ReviewRow], entries: Sequence[Entry]) -> list[ReviewRow]:
+    """The queue's rows with possible contradictions marked, so the reviewer sees them (only the
+    sampled pairs are checked: a few hundred, not the population)."""
+    flagged = flag_contradictions([row.pair for row in rows], entries)
+    return [replace(row, pair=pair) for row, pair in zip(rows, flagged, strict=True)]
+
+
 def _number(value: float | None) -> str:
     return "" if value is None or math.isnan(value) else f"{value:.6f}"
 
@@ -137,7 +146,8 @@ def write_review_queue(rows: Iterable[ReviewRow], path: str | Path, *, embedding
             p = row.pair
             writer.writerow(
                 [p.scope, p.path_a, p.path_b, _number(p.text_similarity), _number(p.semantic_similarity),
-                 _number(p.similarity), row.stratum, f"{row.weight:.6f}", "", "", embedding_model]
+                 _number(p.similarity), row.stratum, f"{row.weight:.6f}",
+                 p.contradiction.reason if p.contradiction is not None else "", "", "", embedding_model]
             )  # fmt: skip
     tmp.replace(path)
     return path
@@ -321,7 +331,7 @@ def build_review_queue(
             raise UsageError("sample_pairs", pair_sample, "must be a whole number >= 1")
         return _sampled_queue(entries, output, size, floor, threshold, seed, progress, pair_sample)
     population = find_duplicates(entries, floor, progress=progress)
-    rows = sample_pairs(population, size=size, floor=floor, threshold=threshold, seed=seed)
+    rows = _flagged(sample_pairs(population, size=size, floor=floor, threshold=threshold, seed=seed), entries)
     model = store_embedding_model(entries)
     write_review_queue(rows, output, embedding_model=model)
     strata: dict[str, dict[str, float]] = {}
@@ -347,7 +357,9 @@ def _sampled_queue(
     band, cutoff = exact_band(entries, threshold, floor, progress=progress)
     sample = sample_scope_pairs(entries, sample_size, seed=seed, check_from=floor)
     population = [p for p in weighted_population(band, sample, cutoff) if p[0].similarity >= floor]
-    rows = weighted_queue(population, size=size, floor=floor, threshold=threshold, seed=seed)
+    rows = _flagged(
+        weighted_queue(population, size=size, floor=floor, threshold=threshold, seed=seed), entries
+    )
     model = store_embedding_model(entries)
     write_review_queue(rows, output, embedding_model=model)
     strata: dict[str, dict[str, float]] = {}
