@@ -186,7 +186,7 @@ class SourceSide:
         self.round_trips += 1
         with self.connect() as conn:
             result = conn.execution_options(stream_results=True, yield_per=5000).execute(text(sql), params)
-            for key, user, head, metadata in result.tuples():
+            for key, user, head, metadata in result:
                 yield str(key), str(user), hash_with_metadata(head, metadata)
 
     def _python_checksums(self, bucket: Bucket) -> dict[str, Checksum]:
