@@ -3,6 +3,11 @@
 Targets (issue 5): the four reports together within 5 minutes; the demo within 3 minutes.
 
     .venv/bin/python benchmarks/reports_bench.py [--items 100000] [--skip-demo] [--skip-reports]
+    .venv/bin/python benchmarks/reports_bench.py --fixed-cost [--repeat 3]
+
+``--fixed-cost`` (issue 20): a report's fixed cost -- ``health_report`` on a 200-entry store -- against a
+bare papermill run of a one-cell notebook with the same kernelspec, in the same process and run, and
+their ratio (target <= 2). Medians of ``--repeat`` runs each, alternated so load drift hits both.
 
 Building the data (100k entries with 384-dim embeddings, 100k legacy items backfilled into the embedded
 PostgreSQL with an HNSW index) is timed separately: it is set-up, not a report.
@@ -79,6 +84,59 @@ def run_reports(data: dict[str, str], out: Path) -> dict[str, float]:
     return timings
 
 
+def bare_papermill(folder: Path) -> float:
+    """Seconds for papermill to run a one-cell notebook (``x = 1``) with memwork's kernelspec."""
+    import nbformat
+    import papermill
+
+    from memwork.reports.kernel import KERNEL_NAME, kernel_environment
+
+    source = folder / "one_cell.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    nb.metadata["kernelspec"] = {"name": KERNEL_NAME, "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, source)
+    start = time.perf_counter()
+    with kernel_environment({}):
+        papermill.execute_notebook(
+            str(source), str(folder / "one_cell.out.ipynb"), kernel_name=KERNEL_NAME,
+            progress_bar=False, log_output=False, request_save_on_cell_execute=False,
+        )  # fmt: skip
+    return time.perf_counter() - start
+
+
+def fixed_cost(repeat: int) -> dict[str, object]:
+    """Median wall time of ``run_report('health_report')`` on a tiny store vs bare papermill."""
+    from statistics import median
+
+    from memwork.reports import run_report
+    from memwork.samples.entries import generate_entries
+    from memwork.stores import open_store
+
+    with tempfile.TemporaryDirectory(prefix="mwfixed-", dir="/tmp") as tmp:
+        os.environ["MEMWORK_HOME"] = tmp
+        store = f"sqlite:///{Path(tmp) / 'entries.db'}"
+        opened = open_store(store, create=True)
+        try:
+            opened.put_many(generate_entries(200, scopes=["agent-0", "agent-1"], seed=1))
+        finally:
+            opened.close()
+        bare: list[float] = []
+        report: list[float] = []
+        verdicts: list[str] = []
+        for _ in range(repeat):
+            bare.append(bare_papermill(Path(tmp)))
+            start = time.perf_counter()
+            run = run_report("health_report", {"store": store}, Path(tmp) / "reports", raise_on_error=False)
+            report.append(time.perf_counter() - start)
+            verdicts.append(run.verdict)
+        b, r = median(bare), median(report)
+        print(f"bare papermill one-cell: {b:.2f} s  {[round(x, 2) for x in bare]}")
+        print(f"memwork report (health_report, 200 entries): {r:.2f} s  {[round(x, 2) for x in report]}")
+        print(f"ratio report / bare: {r / b:.2f} (target <= 2)  verdicts {verdicts}")
+        return {"bare_s": round(b, 2), "report_s": round(r, 2), "ratio": round(r / b, 2),
+                "ratio_target": 2, "verdicts": verdicts}  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -86,7 +144,13 @@ def main() -> int:
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--skip-demo", action="store_true")
     parser.add_argument("--skip-reports", action="store_true")
+    parser.add_argument("--fixed-cost", action="store_true", help="report vs bare papermill only")
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    if args.fixed_cost:
+        figures = fixed_cost(args.repeat)
+        print(json.dumps(figures, indent=2))
+        return 0 if float(figures["ratio"]) <= 2 else 1  # type: ignore[arg-type]
     figures: dict[str, object] = {"items": args.items}
     ok = True
     if not args.skip_reports:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import logging
 import re
+import threading
 from typing import Any
 
 import nbformat
@@ -246,17 +247,49 @@ def footer_block(meta: dict[str, Any]) -> str:
 """
 
 
+_EXPORTERS: dict[bool, Any] = {}
+_EXPORTER_LOCK = threading.RLock()
+
+
+def html_exporter(show_code: bool = False) -> Any:
+    """nbconvert's lab exporter, configured once per process and code setting: importing nbconvert
+    and compiling its template on first use cost ~0.8 s, which a report paid every time."""
+    with _EXPORTER_LOCK:
+        exporter = _EXPORTERS.get(show_code)
+        if exporter is None:
+            from nbconvert import HTMLExporter
+
+            exporter = HTMLExporter(template_name="lab")
+            exporter.exclude_input = not show_code
+            exporter.exclude_input_prompt = True
+            exporter.exclude_output_prompt = True
+            exporter.embed_images = True
+            exporter.log.setLevel(logging.ERROR)  # not "alternative text is missing" once per figure
+            _EXPORTERS[show_code] = exporter
+        return exporter
+
+
+def warm_up(show_code: bool = False) -> threading.Thread:
+    """Import nbconvert and compile the template in the background while the kernel runs, so the
+    render after it does not wait for them (a failure here only means the render does the work)."""
+
+    def work() -> None:
+        with _EXPORTER_LOCK:
+            try:
+                cell = nbformat.v4.new_code_cell("x = 1")
+                html_exporter(show_code).from_notebook_node(nbformat.v4.new_notebook(cells=[cell]))
+            except Exception:  # noqa: BLE001 -- the render will raise it, where it is reported
+                pass
+
+    thread = threading.Thread(target=work, name="memwork-html-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def render_html(nb: nbformat.NotebookNode, meta: dict[str, Any], *, show_code: bool = False) -> str:
     """The executed notebook as one offline HTML page with the provenance header on top."""
-    from nbconvert import HTMLExporter
-
-    exporter = HTMLExporter(template_name="lab")
-    exporter.exclude_input = not show_code
-    exporter.exclude_input_prompt = True
-    exporter.exclude_output_prompt = True
-    exporter.embed_images = True
-    exporter.log.setLevel(logging.ERROR)  # not "alternative text is missing" once per figure
-    body, _ = exporter.from_notebook_node(nb)
+    with _EXPORTER_LOCK:  # one conversion at a time per exporter (and after a warm-up's)
+        body, _ = html_exporter(show_code).from_notebook_node(nb)
     body = strip_external(body)
     title = html.escape(f"memwork report: {meta.get('name')} ({meta.get('run_id')})")
     body = re.sub(r"<title>.*?</title>", f"<title>{title}</title>", body, count=1, flags=re.DOTALL)

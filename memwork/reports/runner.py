@@ -32,7 +32,7 @@ import nbformat
 
 from memwork.errors import ReportExecutionError, ReportInputRefused, UsageError, is_usage_error_name
 from memwork.provenance import folder_commit, memwork_version
-from memwork.reports.html import render_html
+from memwork.reports.html import render_html, warm_up
 from memwork.reports.kernel import KERNEL_NAME, kernel_environment
 from memwork.reports.params import bind_parameters, read_parameters
 from memwork.reports.secrets import (
@@ -308,6 +308,7 @@ def run_report(
         SECRETS_ENV: json.dumps(secrets),
     }
     workdir = Path(cwd).resolve() if cwd is not None else Path.cwd()
+    warm_up(show_code)  # nbconvert's import and template compile overlap the kernel run
     with kernel_environment(kernel_env):
         failure = _execute(notebook, run.notebook_path, injected, workdir, run.scrubber)
     run.duration_s = time.perf_counter() - clock

@@ -17,6 +17,7 @@ transaction that locks the row first (``SELECT ... FOR UPDATE``; ``BEGIN IMMEDIA
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -491,7 +492,7 @@ class SQLStore(Store):
             raw = conn.connection.driver_connection
             assert raw is not None  # an open pooled connection has its psycopg connection
             with raw.cursor(name=f"memwork_iter_{id(conn):x}", binary=True) as cur:
-                cur.adapters.register_loader(self._vector_oid(raw), _VectorBinaryLoader)
+                cur.adapters.register_loader(self._vector_oid(raw), _vector_binary_loader())
                 cur.itersize = _STREAM
                 cur.execute(query, params)
                 for row in cur:
@@ -573,7 +574,9 @@ _COLUMNS = (
 )
 
 
+@functools.cache
 def _vector_binary_loader() -> type:
+    """Made on first use: importing psycopg costs every store user ~50 ms (a report's kernel too)."""
     from psycopg.adapt import Loader
     from psycopg.pq import Format
 
@@ -586,9 +589,6 @@ def _vector_binary_loader() -> type:
             return np.frombuffer(data, dtype=">f4", offset=4).astype(np.float32)
 
     return VectorBinaryLoader
-
-
-_VectorBinaryLoader = _vector_binary_loader()
 
 
 def _superseded(metadata: Any) -> bool:
