@@ -20,9 +20,16 @@ unexport PYTHONDONTWRITEBYTECODE
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	@# setuptools' "Editable installation" notice is information, not a problem: kept off the first screen
-	PYTHONWARNINGS=ignore::UserWarning:setuptools.command.editable_wheel $(BIN)/pip install -q -e '.[$(EXTRAS)]'
+	@# a newer pip is a nicety: the venv's own pip installs the project too
+	$(BIN)/pip install -q --upgrade pip || echo "pip upgrade failed; going on with the venv's pip" >&2
+	@# setuptools' "Editable installation" notice is information, not a problem: kept off the first screen.
+	@# Up to three tries: pip retries a refused connection but not a download cut off mid-file
+	@# ("IncompleteRead"), which once failed a CI run here; a real error fails all three the same way.
+	for try in 1 2 3; do \
+	  PYTHONWARNINGS=ignore::UserWarning:setuptools.command.editable_wheel $(BIN)/pip install -q -e '.[$(EXTRAS)]' \
+	    && break; \
+	  [ $$try = 3 ] && exit 1; echo "pip install failed (try $$try of 3); trying again" >&2; sleep 5; \
+	done
 	touch $(STAMP)
 
 install: $(STAMP)
