@@ -130,4 +130,6 @@ def test_register_refuses_a_duplicate_and_a_step_that_is_not_a_planner():
         register(Action("y", "y", {}, read_only=True))
     with pytest.raises(ValueError, match="two steps take"):
         composite("z", "z", (Step("cleanup_stubs"), Step("compact")), helps={})
+    with pytest.raises(ValueError, match="no parameter"):
+        composite("w", "w", (Step("supersede", fixed={"pairs": None}),), helps={})
     assert "x" not in ACTIONS and "y" not in ACTIONS

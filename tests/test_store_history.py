@@ -4,17 +4,20 @@ with ``--no-history`` -- on every store kind."""
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memwork
 from memwork.cli import main
 from memwork.defrag import run_action, undo
 from memwork.entry import Entry
-from memwork.errors import EntryNotFound
+from memwork.errors import EntryNotFound, StubChainError, UsageError
 from memwork.stores import open_store
 from memwork.stores.transfer import export_jsonl, load_jsonl
 
@@ -136,3 +139,47 @@ def test_export_without_history_writes_what_a_reader_sees(superseded, tmp_path):
         load_jsonl(current, dump, apply=True)
         for entry in current.all_entries():
             assert current.read(entry.path, count_hit=False).path == entry.path
+
+
+# ---- the invariant: an export without history loads into a store where every entry reads ----------------
+@st.composite
+def _histories(draw: st.DrawFn) -> list[Entry]:
+    """Up to 8 entries; some superseded by another, some stubs pointing at any entry (chains too)."""
+    n = draw(st.integers(2, 8))
+    paths = [f"e{i}.md" for i in range(n)]
+    entries = []
+    for i, path in enumerate(paths):
+        role = draw(st.sampled_from(["live", "superseded", "stub"]))
+        target = draw(st.sampled_from([p for p in paths if p != path]))
+        metadata: dict = {}
+        if role == "superseded":
+            metadata = {"superseded_by": target, "valid_until": T0.isoformat()}
+        elif role == "stub":
+            metadata = {"stub": True, "redirect_to": target}
+        entries.append(Entry(path=path, content=f"fact {i}", metadata=metadata, updated_at=T0))
+    return entries
+
+
+@settings(max_examples=60, deadline=None)
+@given(_histories())
+def test_no_history_export_leaves_no_redirect_into_a_missing_entry(entries):
+    from memwork.stores.memory import MemoryStore
+
+    source = MemoryStore(entries)
+    lines = io.StringIO()
+    export_jsonl(source, lines, history=False)
+    kept = [json.loads(line) for line in lines.getvalue().splitlines()]
+    assert not any((r["metadata"] or {}).get("superseded_by") for r in kept)
+    readable = set()
+    for entry in entries:  # what a reader reached before: every path it could read, to where
+        try:
+            readable.add(source.read(entry.path, count_hit=False).path)
+        except UsageError:
+            continue
+    target = MemoryStore([])
+    load_jsonl(target, lines.getvalue().splitlines(), apply=True)
+    for record in kept:
+        try:
+            assert target.read(record["path"], count_hit=False).path in readable
+        except StubChainError as exc:  # only a cycle among stubs, which the source had too
+            assert "cycle" in str(exc) or "hops" in str(exc)

@@ -146,6 +146,8 @@ def composite(name: str, help: str, steps: tuple[Step, ...], helps: Mapping[str,
     """An action running ``steps`` in order; its parameters are theirs, renamed (``helps`` by new name)."""
     params: dict[str, Param] = {}
     for step in steps:
+        if unknown := set(step.fixed) - set(ACTIONS[step.action].params):
+            raise ValueError(f"{name}: step {step.action!r} has no parameter {sorted(unknown)} to fix")
         for param_name, param in ACTIONS[step.action].params.items():
             if param_name in step.fixed:
                 continue
