@@ -163,6 +163,14 @@ def test_local_processes_equal_serial(sqlite_store: str, fs_store: str) -> None:
         executor.close()
 
 
+def test_postgresql_store_read_by_each_worker(pg_url: str) -> None:
+    """Each worker opens the PostgreSQL store itself and reads its own scopes."""
+    spec = seed(pg_url)
+    for action, params in ACTIONS:
+        run = run_partitioned(spec, action, executor="local:2", partitions=4, **params)
+        same(run, serial(spec, action, params))
+
+
 def test_one_scope_and_default_partitions(sqlite_store: str) -> None:
     for action, params in ACTIONS:
         run = run_partitioned(sqlite_store, action, executor="serial", scope="user-03", **params)

@@ -103,8 +103,9 @@ class PartitionedRun:
     computed_indexes: list[int] = field(default_factory=list)
 
     def describe(self) -> str:
+        plural = "" if self.partitions == 1 else "s"
         return (
-            f"{self.partitions} partitions on {self.executor}: {self.computed} computed, "
+            f"{self.partitions} partition{plural} on {self.executor}: {self.computed} computed, "
             f"{self.resumed} resumed from checkpoints"
         )
 
