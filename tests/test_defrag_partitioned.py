@@ -180,6 +180,17 @@ def test_one_scope_and_default_partitions(sqlite_store: str) -> None:
         assert run.partitions == 1
 
 
+def test_a_relative_store_path_reads_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers get the absolute path; the result names the store as the single-process run does."""
+    monkeypatch.chdir(tmp_path)
+    seed("relative-store")
+    action, params = ACTIONS[0]
+    same(
+        run_partitioned("relative-store", action, executor="serial", partitions=3),
+        serial("relative-store", action, params),
+    )
+
+
 def test_an_empty_store_is_an_empty_result(tmp_path: Path) -> None:
     spec = f"sqlite:///{tmp_path / 'empty.db'}"
     open_store(spec, create=True).close()

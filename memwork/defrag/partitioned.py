@@ -257,7 +257,8 @@ def merge_pairs(action: str, params: Mapping[str, Any], results: Sequence[Partit
 
 # ---- the coordinator --------------------------------------------------------------------------------
 def run_dir_for(base: Path, action: str, params: Mapping[str, Any], store: str, scope: str | None) -> Path:
-    """The run folder: one per action, parameters (policy file content included), store and scope."""
+    """The run folder: one per action, parameters (policy file content included), store and scope
+    (``store`` the spec the workers open: hashed into the name, never written out)."""
     key = _digest(
         {
             "format": CHECKPOINT_FORMAT,
@@ -297,8 +298,9 @@ def run_partitioned(
         )
     scope = validate_scope(scope) if scope is not None else None
     checked = act.validate(params)
-    if checked.get("policy"):
-        checked["policy"] = str(Path(checked["policy"]).resolve())
+    # what a worker elsewhere opens: a directory or policy path made absolute (the result keeps both
+    # as given, as the single-process run does)
+    shipped = checked | ({"policy": str(Path(checked["policy"]).resolve())} if checked.get("policy") else {})
     if partitions is not None and (
         isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
     ):
@@ -306,7 +308,7 @@ def run_partitioned(
     spec = _worker_spec(store_spec)
     from memwork.stores import open_store
 
-    with open_store(spec) as store:
+    with open_store(store_spec) as store:
         described = store.describe()
         names = [scope] if scope is not None else store.scopes()
         sizes = {name: n for name in names if (n := store.count(scope=name))}
@@ -316,9 +318,9 @@ def run_partitioned(
         count = partitions or partition_count(sizes, pool.workers)
         groups = plan_partitions(sizes, count)
         base = Path(checkpoint) if checkpoint is not None else workspace_dir() / "defrag-partitions"
-        run_dir = run_dir_for(base.expanduser().resolve(), act.name, checked, described, scope)
+        run_dir = run_dir_for(base.expanduser().resolve(), act.name, shipped, spec, scope)
         specs = [
-            PartitionSpec(i, _digest([[s, sizes[s]] for s in group])[:20], spec, act.name, checked, group)
+            PartitionSpec(i, _digest([[s, sizes[s]] for s in group])[:20], spec, act.name, shipped, group)
             for i, group in enumerate(groups)
         ]
         run = _run_specs(pool, specs, run_dir, sizes, progress, description=f"{act.name} partitions")
