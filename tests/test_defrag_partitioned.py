@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memwork.cli import main
@@ -109,6 +109,7 @@ def same(run, reference: dict) -> None:
 
 
 # ---- planning and merging -------------------------------------------------------------------------
+@settings(max_examples=100, deadline=None)
 @given(st.dictionaries(st.from_regex(r"[a-z]{1,6}", fullmatch=True), st.integers(0, 500), max_size=40),
        st.integers(1, 12))  # fmt: skip
 def test_every_scope_in_exactly_one_partition(sizes: dict[str, int], count: int) -> None:
@@ -166,9 +167,13 @@ def test_local_processes_equal_serial(sqlite_store: str, fs_store: str) -> None:
 def test_postgresql_store_read_by_each_worker(pg_url: str) -> None:
     """Each worker opens the PostgreSQL store itself and reads its own scopes."""
     spec = seed(pg_url)
-    for action, params in ACTIONS:
-        run = run_partitioned(spec, action, executor="local:2", partitions=4, **params)
-        same(run, serial(spec, action, params))
+    executor = open_executor("local:2")
+    try:
+        for action, params in ACTIONS:
+            run = run_partitioned(spec, action, executor=executor, partitions=4, **params)
+            same(run, serial(spec, action, params))
+    finally:
+        executor.close()
 
 
 def test_one_scope_and_default_partitions(sqlite_store: str) -> None:
