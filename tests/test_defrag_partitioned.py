@@ -306,3 +306,12 @@ def test_cli_bad_executor_is_one_line_exit_2(sqlite_store: str, tmp_path: Path, 
         and value in result.stderr
     )
     assert not (tmp_path / "ck").exists()
+
+
+def test_cli_checkpoint_that_is_a_file_is_one_line_exit_2(sqlite_store: str, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    result = CliRunner().invoke(
+        main, ["defrag", "find-related", "--store", sqlite_store, "--checkpoint", str(tmp_path / "file")]
+    )
+    assert result.exit_code == 2 and "checkpoint" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -91,8 +91,8 @@ def _partition_options(command: Any) -> Any:
         "--checkpoint",
         "checkpoint",
         default=None,
-        help="With --executor: folder of the per-partition checkpoints a re-run resumes from "
-        "(default: the workspace's defrag-partitions).",
+        help="Folder of the per-partition checkpoints a re-run resumes from (default: the workspace's "
+        "defrag-partitions); without --executor, partitions run in this process.",
     )(command)
     return click.option(
         "--executor",

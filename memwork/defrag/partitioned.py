@@ -312,13 +312,13 @@ def run_partitioned(
         described = store.describe()
         names = [scope] if scope is not None else store.scopes()
         sizes = {name: n for name in names if (n := store.count(scope=name))}
+    base = _checkpoint_base(checkpoint)
     owned = not _is_executor(executor)
     pool: Executor = open_executor(cast(str | None, executor)) if owned else cast(Executor, executor)
     try:
         count = partitions or partition_count(sizes, pool.workers)
         groups = plan_partitions(sizes, count)
-        base = Path(checkpoint) if checkpoint is not None else workspace_dir() / "defrag-partitions"
-        run_dir = run_dir_for(base.expanduser().resolve(), act.name, shipped, spec, scope)
+        run_dir = run_dir_for(base, act.name, shipped, spec, scope)
         specs = [
             PartitionSpec(i, _digest([[s, sizes[s]] for s in group])[:20], spec, act.name, shipped, group)
             for i, group in enumerate(groups)
@@ -337,6 +337,16 @@ def run_partitioned(
     result.pairs = pairs
     shutil.rmtree(run_dir, ignore_errors=True)
     return PartitionedRun(result, len(specs), run_dir=run_dir, executor=str(pool.spec), **run)
+
+
+def _checkpoint_base(checkpoint: str | Path | None) -> Path:
+    """The folder the run folders go in: ``checkpoint``, or the workspace's ``defrag-partitions``."""
+    if checkpoint is None:
+        return workspace_dir() / "defrag-partitions"
+    base = Path(checkpoint).expanduser().resolve()
+    if base.exists() and not base.is_dir():
+        raise UsageError("checkpoint", str(checkpoint), "is a file, not a folder")
+    return base
 
 
 def _is_executor(value: object) -> bool:
@@ -371,7 +381,10 @@ def _run_specs(
     computed: list[int] = []
     try:
         for k, result in pool.map_unordered(run_partition, todo):
-            write_checkpoint(run_dir, result, todo[k].scopes)
+            try:
+                write_checkpoint(run_dir, result, todo[k].scopes)
+            except OSError as exc:
+                raise UsageError("checkpoint", str(run_dir), f"cannot write: {exc}") from exc
             done[todo[k].index] = result
             computed.append(todo[k].index)
             _advance(progress, todo[k], sizes)
