@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memwork.cli import main
-from memwork.defrag import run_action
+from memwork.defrag import Policy, run_action
 from memwork.defrag.contradictions import Contradiction
 from memwork.defrag.findings import Pair
 from memwork.defrag.partitioned import (
@@ -205,11 +205,18 @@ def test_an_empty_store_is_an_empty_result(tmp_path: Path) -> None:
         assert run.partitions == 0
 
 
-def test_only_the_pair_actions_split(sqlite_store: str) -> None:
+def test_only_the_pair_actions_split(sqlite_store: str, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="action"):
         run_partitioned(sqlite_store, "merge_duplicates", executor="serial")
     with pytest.raises(UsageError, match="similarity_threshold"):
         run_partitioned(sqlite_store, "find_duplicates", executor="serial", similarity_threshold=2)
+    policy = Policy("none", (10.0, 0.0), -5.0, auto_merge=0.5, review=0.4, floor=0.5,
+                    target_precision=0.99, labels_sha256="0" * 64)  # fmt: skip
+    (tmp_path / "policy.json").write_text(json.dumps(policy.to_dict()), encoding="utf-8")
+    with pytest.raises(UsageError, match="policy"):  # its model is recognised over the whole store
+        run_partitioned(
+            sqlite_store, "find_duplicates", executor="serial", policy=str(tmp_path / "policy.json")
+        )
 
 
 # ---- a partition lost mid-run ---------------------------------------------------------------------

@@ -14,10 +14,11 @@ sizes), so a run that lost a worker resumes: the re-run computes only the partit
 and the merged result -- the same pairs, scores, summary and order as :func:`run_action` -- holds no
 pair twice. The run folder is removed once the merged result is complete.
 
-What differs from one process: the pair budget (``MEMWORK_MAX_PAIRS``) is checked per partition
-inside the join and on the merged pairs, not on every candidate of the whole store; a store changed
-between a lost run and its re-run keeps the finished partitions whose scope sizes did not change
-(delete the run folder to start afresh).
+A calibrated ``policy`` is refused here (one line, exit 2): find_duplicates recognises its embedding
+model over the whole store, which no partition sees. What else differs from one process: the pair
+budget (``MEMWORK_MAX_PAIRS``) is checked per partition inside the join and on the merged pairs, not
+on every candidate of the whole store; a store changed between a lost run and its re-run keeps the
+finished partitions whose scope sizes did not change (delete the run folder to start afresh).
 """
 
 from __future__ import annotations
@@ -142,12 +143,6 @@ def _digest(data: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _policy_digest(params: Mapping[str, Any]) -> str | None:
-    """The policy file's content digest (the file may change under the same name)."""
-    policy = params.get("policy")
-    return hashlib.sha256(Path(policy).read_bytes()).hexdigest() if policy else None
-
-
 def _worker_spec(store_spec: str) -> str:
     """The store spec as a worker elsewhere can open it: a directory path made absolute."""
     spec = store_spec.strip()
@@ -247,24 +242,21 @@ def merge_summaries(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {key: totals[key] for key in order.static_order()}
 
 
-def merge_pairs(action: str, params: Mapping[str, Any], results: Sequence[PartitionResult]) -> list[Pair]:
-    """Every partition's pairs in the order the single-process run returns them."""
+def merge_pairs(results: Sequence[PartitionResult]) -> list[Pair]:
+    """Every partition's pairs in the order the single-process run returns them (most similar first)."""
     pairs = [pair for result in results for pair in result.pairs]
-    if action == "find_duplicates" and params.get("policy"):
-        return sorted(pairs, key=lambda p: (-(p.policy_score or 0.0), p.scope, p.path_a, p.path_b))
     return sorted(pairs, key=lambda p: (-p.similarity, p.scope, p.path_a, p.path_b))
 
 
 # ---- the coordinator --------------------------------------------------------------------------------
 def run_dir_for(base: Path, action: str, params: Mapping[str, Any], store: str, scope: str | None) -> Path:
-    """The run folder: one per action, parameters (policy file content included), store and scope
+    """The run folder: one per action, parameters, store and scope
     (``store`` the spec the workers open: hashed into the name, never written out)."""
     key = _digest(
         {
             "format": CHECKPOINT_FORMAT,
             "action": action,
             "params": dict(params),
-            "policy": _policy_digest(params),
             "store": store,
             "scope": scope,
         }
@@ -290,7 +282,8 @@ def run_partitioned(
 
     The result equals ``run_action(store, action, scope=scope, **params)``: same summary, pairs,
     scores and order. A lost worker or failed partition raises :class:`PartitionsLost` (the finished
-    ones stay checkpointed); a usage error of a partition is raised as itself."""
+    ones stay checkpointed); a usage error of a partition is raised as itself. A ``policy`` is
+    refused (its model is recognised over the whole store)."""
     act = lookup(action)
     if act.name not in PARTITIONED_ACTIONS:
         raise UsageError(
@@ -298,9 +291,10 @@ def run_partitioned(
         )
     scope = validate_scope(scope) if scope is not None else None
     checked = act.validate(params)
-    # what a worker elsewhere opens: a directory or policy path made absolute (the result keeps both
-    # as given, as the single-process run does)
-    shipped = checked | ({"policy": str(Path(checked["policy"]).resolve())} if checked.get("policy") else {})
+    if checked.get("policy"):  # its model is recognised over the whole store, not per partition
+        raise UsageError(
+            "policy", checked["policy"], "runs in one process only (no --executor, --checkpoint)"
+        )
     if partitions is not None and (
         isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
     ):
@@ -318,9 +312,9 @@ def run_partitioned(
     try:
         count = partitions or partition_count(sizes, pool.workers)
         groups = plan_partitions(sizes, count)
-        run_dir = run_dir_for(base, act.name, shipped, spec, scope)
+        run_dir = run_dir_for(base, act.name, checked, spec, scope)
         specs = [
-            PartitionSpec(i, _digest([[s, sizes[s]] for s in group])[:20], spec, act.name, shipped, group)
+            PartitionSpec(i, _digest([[s, sizes[s]] for s in group])[:20], spec, act.name, checked, group)
             for i, group in enumerate(groups)
         ]
         run = _run_specs(pool, specs, run_dir, sizes, progress, description=f"{act.name} partitions")
@@ -328,7 +322,7 @@ def run_partitioned(
         if owned:
             pool.close()
     results = run.pop("results")
-    pairs = merge_pairs(act.name, checked, results)
+    pairs = merge_pairs(results)
     PairBudget().spend(len(pairs), next(iter(checked)), checked[next(iter(checked))])
     result = ActionResult(act.name, checked, scope, described)
     result.summary = (
