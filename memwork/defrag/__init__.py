@@ -29,6 +29,7 @@ from memwork.defrag.journal import list_runs, read_run, undo
 from memwork.defrag.label_free import LabelFreeEstimate, estimate_without_labels
 from memwork.defrag.merge import STRATEGIES, merge_entries, union_metadata
 from memwork.defrag.params import Param
+from memwork.defrag.partitioned import PartitionedRun, PartitionsLost, run_partitioned
 from memwork.defrag.plan import Operation, Plan
 from memwork.defrag.planners import (
     Planned,
@@ -67,6 +68,8 @@ __all__ = [
     "Operation",
     "Pair",
     "Param",
+    "PartitionedRun",
+    "PartitionsLost",
     "Plan",
     "Planned",
     "Policy",
@@ -101,6 +104,7 @@ __all__ = [
     "read_run",
     "register",
     "run_action",
+    "run_partitioned",
     "undo",
     "union_metadata",
     "validate_params",
