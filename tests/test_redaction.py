@@ -115,7 +115,7 @@ def test_a_sql_store_describes_itself_by_its_url_password_hidden(sqlite_url):
 
 # text made of the pieces that matter to URL matching: scheme characters, ``://``, userinfo, breaks
 _PIECES = st.sampled_from(
-    ["a", "Z", "9", "+", ".", "-", ":", "/", "://", "@", "u:pw@", "h", "?password=", " ", "'", "<", "é", "1http"]
+    ["a", "Z", "9", "+", ".", "-", ":", "/", "://", "@", "u:pw@", "h", "?password=", " ", "'", "<", "é", "1x"]
 )
 
 
