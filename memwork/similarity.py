@@ -783,13 +783,20 @@ def find_related_pairs(
         codes = np.empty(0, dtype=np.int64)
     i, j = np.divmod(codes, max(n, 1))
     sem = vectors.cosine(i, j)
-    if texts is None:
-        text = np.zeros(len(i))
-    else:
-        text = (space.tokens if space is not None else _Tokens.build(texts)).jaccard(i, j)
+    text = np.zeros(len(i)) if texts is None else _pair_jaccard(texts, i, j, space)
     pairs = _to_pairs(i, j, text, sem)
     ticker.finish()
     return pairs
+
+
+def _pair_jaccard(texts: Sequence[str], i: np.ndarray, j: np.ndarray, space: PairSpace | None) -> np.ndarray:
+    """Exact Jaccard of the pairs, tokenising only the texts they hold (unless ``space`` already
+    has them all): a related search needs a few pairs' word scores, not the whole scope's index."""
+    if space is not None and "tokens" in space.__dict__:
+        return space.tokens.jaccard(i, j)
+    held, at = np.unique(np.concatenate((i, j)), return_inverse=True)
+    tokens = _Tokens.build([texts[k] for k in held.tolist()])
+    return tokens.jaccard(at[: len(i)], at[len(i) :])
 
 
 def score_pairs(

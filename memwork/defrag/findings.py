@@ -20,7 +20,6 @@ those clusters exactly as a full run would.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -163,18 +162,14 @@ def normalised_content(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
-
-
 def exact_pairs(group: Sequence[Entry]) -> dict[tuple[int, int], str]:
     """``{(i, j): "exact" | "normalised"}`` for the positions ``i < j`` of ``group`` whose content is
     the same, or the same after :func:`normalised_content` (empty normalised content is skipped)."""
-    buckets: dict[bytes, list[int]] = defaultdict(list)
+    buckets: dict[str, list[int]] = defaultdict(list)  # keyed by the folded text itself: no digest
     for k, entry in enumerate(group):
         folded = normalised_content(entry.content)
         if folded:
-            buckets[_digest(folded)].append(k)
+            buckets[folded].append(k)
     out: dict[tuple[int, int], str] = {}
     for members in buckets.values():
         for x, i in enumerate(members):
