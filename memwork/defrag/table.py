@@ -185,7 +185,7 @@ def since_summary(since: Since | None, entries: list[Entry]) -> dict[str, Any]:
     """``{"since": {...}, "changed_entries": n}`` for an incremental run's summary, else nothing."""
     if since is None:
         return {}
-    live = [e for group in findings.by_scope(entries).values() for e in group]
+    live = (e for e in entries if not e.is_stub and e.superseded_by is None)  # what by_scope compares
     changed = sum(findings.changed_since(e, since.at) for e in live)
     return {"since": since.to_dict(), "changed_entries": changed}
 
