@@ -15,7 +15,10 @@ from hypothesis import strategies as st
 
 from memwork.cli import main
 from memwork.defrag import plan_merge_duplicates, run_action
+from memwork.defrag.calibrate import Policy, find_policy_pairs
 from memwork.defrag.findings import Pair, changed_since, find_duplicates, find_related
+from memwork.defrag.planners import policy_pairs
+from memwork.defrag.review_queue import store_embedding_model
 from memwork.defrag.since import resolve_since, run_start
 from memwork.entry import Entry
 from memwork.errors import UsageError
@@ -109,9 +112,29 @@ def _merges(planned) -> dict[str, tuple]:
 @HYPO
 @given(stores(), st.sampled_from([0.5, 0.7, 0.85]), st.sampled_from([0.0, 0.7, 1.0]))
 def test_since_merge_plans_the_full_runs_clusters_holding_a_changed_entry(entries, threshold, density):
-    changed = {e.key for e in entries if changed_since(e, SINCE)}
     full = plan_merge_duplicates(entries, threshold, min_cluster_density=density)
     since = plan_merge_duplicates(entries, threshold, min_cluster_density=density, since=SINCE)
+    _assert_same_clusters(entries, full, since)
+
+
+@HYPO
+@given(stores())
+def test_since_with_a_policy_equals_the_full_run(entries):
+    """The policy's pairs and merges (auto_merge / review decisions) the same way."""
+    policy = Policy(store_embedding_model(entries), (6.0, 6.0), -7.0, 0.8, 0.4, 0.3, 0.99, "0" * 64)
+    changed = {e.key for e in entries if changed_since(e, SINCE)}
+    full = find_policy_pairs(entries, policy)
+    assert policy_pairs(entries, policy, since=SINCE) == [p for p in full if touches(p, changed)]
+    _assert_same_clusters(
+        entries,
+        plan_merge_duplicates(entries, policy=policy),
+        plan_merge_duplicates(entries, policy=policy, since=SINCE),
+    )
+
+
+def _assert_same_clusters(entries, full, since):
+    """``since`` plans exactly ``full``'s clusters that hold a changed entry, with their pairs."""
+    changed = {e.key for e in entries if changed_since(e, SINCE)}
 
     def members(cluster):
         return {cluster["survivor"], *cluster["merged"], *cluster.get("chained", [])} - {None}
