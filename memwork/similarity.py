@@ -8,6 +8,11 @@ Every search spends a :class:`PairBudget`: pairs are verified block by block as 
 a search whose result would pass the budget (``--similarity-threshold 0`` on a few thousand
 entries is millions of pairs, gigabytes once they are objects) stops with a one-line usage error
 naming the threshold and the count so far, instead of a ``MemoryError`` minutes later.
+
+An incremental search (``changed=``, for ``--since``) returns exactly the pairs of the full search
+that hold at least one changed position, at O(changed x N) cost: the changed rows probe an inverted
+index of every row's prefix tokens, and the cosine tiles have the changed rows as rows and every row
+as columns. A :class:`PairSpace` indexes one scope once for several such searches.
 """
 
 from __future__ import annotations
@@ -328,6 +333,39 @@ def _budget_blocks(cost: np.ndarray, budget: int) -> list[tuple[int, int]]:
     return blocks
 
 
+def _jaccard_candidates_from(
+    tokens: _Tokens, rows: np.ndarray, threshold: float, tick: Tick = _no_tick
+) -> Iterator[np.ndarray]:
+    """Pair codes ``i*n+j`` (i<j) holding a position of ``rows`` that may reach Jaccard ``threshold``.
+
+    Symmetric prefix filter: if J(x, y) >= t, then |x & y| >= t*max(|x|, |y|), so the prefixes of
+    ``|x| - ceil(t|x|) + 1`` rarest tokens of x and of y share a token. Only the ``rows`` probe (their
+    prefixes against an inverted index of every row's prefix); a pair of two rows is found from both
+    sides and kept once (from its lower position)."""
+    n = len(tokens.sizes)
+    prefixes = tokens.prefixes(threshold)
+    inverted = prefixes.T.tocsr()
+    probe = prefixes[rows]
+    is_row = np.zeros(n, dtype=bool)
+    is_row[rows] = True
+    posting = np.diff(inverted.indptr).astype(np.int64)
+    row_cost = np.asarray(probe @ posting).ravel()
+    for a, b in _budget_blocks(row_cost, _SPARSE_BUDGET):
+        tick(a / max(len(rows), 1))
+        block = (probe[a:b] @ inverted).tocoo()
+        x = rows[block.row.astype(np.int64) + a]
+        y = block.col.astype(np.int64)
+        once = (x != y) & (~is_row[y] | (x < y))
+        x, y = x[once], y[once]
+        size_x, size_y = tokens.sizes[x], tokens.sizes[y]
+        fits = (size_y >= threshold * size_x - _SIZE_SLACK * size_x) & (
+            size_x >= threshold * size_y - _SIZE_SLACK * size_y
+        )
+        x, y = x[fits], y[fits]
+        yield np.minimum(x, y) * n + np.maximum(x, y)
+    tick(1.0)
+
+
 @dataclass
 class _Vectors:
     """The embedded subset as float32 unit rows for the tiles; exact scores re-read the caller's
@@ -402,6 +440,61 @@ class _Vectors:
                 c = np.concatenate([f[1] for f in found])
                 tick(1.0 - ((m - b) / m) ** 2)  # rows a..b done: their share of the triangle
                 yield self.index[r] * n + self.index[c]
+
+    def candidate_blocks_from(
+        self, rows: np.ndarray, low: float, high: float | None, tick: Tick = _no_tick
+    ) -> Iterator[np.ndarray]:
+        """Pair codes holding an input position of ``rows`` whose float32 cosine lies in
+        ``[low-ε, high+ε)``: tiles of ``rows`` (the panel) x every embedded row, so the work is
+        O(len(rows) x m); a pair of two ``rows`` is kept once (from its lower position)."""
+        m, n = len(self.index), len(self.slot)
+        slots = self.slot[rows]
+        slots = slots[slots >= 0]
+        if m < 2 or len(slots) == 0:
+            tick(1.0)
+            return
+        is_row = np.zeros(m, dtype=bool)
+        is_row[slots] = True
+        slack = _cosine_slack(self.unit32.shape[1])
+        floor = np.float32(low - slack)
+        ceiling = None if high is None else np.float32(high + slack)
+        height = min(len(slots), _PANEL_ROWS)
+        width = min(m, _TILE_COLS)
+        buffer = np.empty(height * width, dtype=np.float32)
+        mask = np.empty(height * width, dtype=np.bool_)
+        with _threadpools().limit(limits=_blas_threads(len(slots) * m // max(height, 1)), user_api="blas"):
+            for a in range(0, len(slots), height):
+                panel = self.unit32[slots[a : a + height]]
+                found = [
+                    _panel_hits(panel, self.unit32, c, min(c + width, m), floor, ceiling, buffer, mask)
+                    for c in range(0, m, width)
+                ]
+                r = slots[a + np.concatenate([f[0] for f in found])]
+                c = np.concatenate([f[1] for f in found])
+                once = (r != c) & (~is_row[c] | (r < c))
+                r, c = r[once], c[once]
+                tick(min(1.0, (a + height) / len(slots)))
+                yield self.index[np.minimum(r, c)] * n + self.index[np.maximum(r, c)]
+
+
+def _panel_hits(
+    panel: np.ndarray,
+    unit32: np.ndarray,
+    c0: int,
+    c1: int,
+    floor: np.floating,
+    ceiling: np.floating | None,
+    buffer: np.ndarray,
+    mask: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Panel rows and columns of ``panel x unit32[c0:c1]`` scoring in ``[floor, ceiling)``."""
+    h, w = len(panel), c1 - c0
+    tile = np.matmul(panel, unit32[c0:c1].T, out=buffer[: h * w].reshape(h, w))
+    flat = np.flatnonzero(np.greater_equal(tile.reshape(-1), floor, out=mask[: h * w]))
+    if ceiling is not None:
+        flat = flat[tile.reshape(-1)[flat] < ceiling]
+    r, c = np.divmod(flat, w)
+    return r, c + c0
 
 
 def _tile_hits(
@@ -481,6 +574,47 @@ def _check_lengths(field: str, got: int, want: int) -> None:
         raise UsageError(field, got, f"need one per entry ({want})")
 
 
+class PairSpace:
+    """One scope's texts and vectors, tokenised and converted once (on first use), for several
+    searches over them: the rounds of an incremental search (``--since``) that follow clusters."""
+
+    def __init__(self, texts: Sequence[str], embeddings: Sequence[np.ndarray | Sequence[float] | None]):
+        self.texts, self.embeddings = texts, embeddings
+
+    @functools.cached_property
+    def tokens(self) -> _Tokens:
+        return _Tokens.build(self.texts)
+
+    @functools.cached_property
+    def vectors(self) -> _Vectors:
+        return _Vectors.build(self.embeddings)
+
+
+def _positions(changed: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
+    """Sorted distinct input positions; one outside ``0..n-1`` is a usage error."""
+    rows = np.unique(np.asarray(changed, dtype=np.int64).reshape(-1))
+    if len(rows) and (rows[0] < 0 or rows[-1] >= n):
+        raise UsageError("changed", int(rows[0] if rows[0] < 0 else rows[-1]), f"must be 0..{n - 1}")
+    return rows
+
+
+def _pairs_touching(n: int, rows: np.ndarray | None) -> int:
+    """How many pairs of ``n`` positions hold at least one of ``rows`` (all pairs without rows)."""
+    if rows is None:
+        return n * (n - 1) // 2
+    k = len(rows)
+    return k * (n - k) + k * (k - 1) // 2
+
+
+def _pairs_from(rows: np.ndarray, n: int) -> np.ndarray:
+    """Every pair code holding a position of ``rows`` (threshold 0 with ``changed``), sorted."""
+    others = np.arange(n, dtype=np.int64)
+    codes = [np.minimum(x, others) * n + np.maximum(x, others) for x in rows.tolist()]
+    flat = np.concatenate(codes) if codes else np.empty(0, dtype=np.int64)
+    i, j = np.divmod(flat, max(n, 1))
+    return _unique(flat[i != j])
+
+
 def find_duplicate_pairs(
     texts: Sequence[str],
     embeddings: Sequence[np.ndarray | None],
@@ -489,8 +623,15 @@ def find_duplicate_pairs(
     progress: Progress | None = None,
     budget: PairBudget | None = None,
     keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+    changed: Sequence[int] | np.ndarray | None = None,
+    space: PairSpace | None = None,
 ) -> list[PairScore]:
     """Exactly every pair with ``max(jaccard, cosine) >= threshold``, sorted by (-similarity, i, j).
+
+    With ``changed`` (input positions), only the pairs holding at least one of them -- exactly those
+    pairs of the full search, with the same scores -- found at O(len(changed) x N) cost (module
+    docstring). ``space`` is the :class:`PairSpace` of these texts and vectors, when the caller
+    searches them more than once.
 
     ``keep(text, semantic)`` (semantic NaN where a vector is missing) narrows the result further,
     block by block before the budget is spent: a calibrated policy's score, whose pairs lie far
@@ -511,11 +652,13 @@ def find_duplicate_pairs(
     _check_lengths("embeddings", len(embeddings), n)
     budget = budget if budget is not None else PairBudget()
     ticker = _Ticker(progress, n)
-    tokens = _Tokens.build(texts)
-    vectors = _Vectors.build(embeddings)
+    space = space if space is not None else PairSpace(texts, embeddings)
+    tokens, vectors = space.tokens, space.vectors
+    rows = None if changed is None else _positions(changed, n)
     if threshold == 0.0:
-        budget.spend(n * (n - 1) // 2, "similarity_threshold", threshold)  # before building any of them
-        codes = _all_pairs(n)
+        # before building any of them
+        budget.spend(_pairs_touching(n, rows), "similarity_threshold", threshold)
+        codes = _all_pairs(n) if rows is None else _pairs_from(rows, n)
     else:
         split = 0.45 if len(vectors.index) >= 2 else 0.9  # the joins' rough shares of the time
 
@@ -533,15 +676,25 @@ def find_duplicate_pairs(
                 return passed
             return passed & keep(tokens.jaccard(i, j), sem)
 
+        text_blocks = (
+            _jaccard_candidates(tokens, threshold, ticker.phase(0.0, split))
+            if rows is None
+            else _jaccard_candidates_from(tokens, rows, threshold, ticker.phase(0.0, split))
+        )
         text_codes = _kept(
-            _jaccard_candidates(tokens, threshold, ticker.phase(0.0, split)),
+            text_blocks,
             text_passes,
             n,
             lambda kept: budget.spend(len(kept), "similarity_threshold", threshold),
         )
         text_codes = _unique(text_codes)
+        cosine_blocks = (
+            vectors.candidate_blocks(threshold, None, ticker.phase(split, 0.9))
+            if rows is None
+            else vectors.candidate_blocks_from(rows, threshold, None, ticker.phase(split, 0.9))
+        )
         cosine_codes = _kept(
-            vectors.candidate_blocks(threshold, None, ticker.phase(split, 0.9)),
+            cosine_blocks,
             cosine_passes,
             n,
             lambda kept: budget.spend(
@@ -584,8 +737,13 @@ def find_related_pairs(
     *,
     progress: Progress | None = None,
     budget: PairBudget | None = None,
+    changed: Sequence[int] | np.ndarray | None = None,
+    space: PairSpace | None = None,
 ) -> list[PairScore]:
     """Exactly every embedded pair with ``min <= cosine < max`` (cosine only, no keyword boost).
+
+    ``changed`` and ``space`` as for :func:`find_duplicate_pairs`: only the pairs holding a changed
+    position, at O(changed x N) cost (``space`` must hold these ``texts``, or none when not given).
 
     ``text_similarity`` is the pair's Jaccard when ``texts`` are given, else 0.0; sorting uses the
     hybrid ``similarity`` like :func:`find_duplicate_pairs`, which it shares the pair ``budget``
@@ -601,15 +759,21 @@ def find_related_pairs(
         _check_lengths("texts", len(texts), n)
     budget = budget if budget is not None else PairBudget()
     ticker = _Ticker(progress, n)
-    vectors = _Vectors.build(embeddings)
+    vectors = space.vectors if space is not None else _Vectors.build(embeddings)
+    rows = None if changed is None else _positions(changed, n)
     if low < high:
 
         def in_band(i: np.ndarray, j: np.ndarray) -> np.ndarray:
             sem = vectors.cosine(i, j)
             return (sem >= low) & (sem < high)
 
+        blocks = (
+            vectors.candidate_blocks(low, high, ticker.phase(0.0, 0.9))
+            if rows is None
+            else vectors.candidate_blocks_from(rows, low, high, ticker.phase(0.0, 0.9))
+        )
         codes = _kept(
-            vectors.candidate_blocks(low, high, ticker.phase(0.0, 0.9)),
+            blocks,
             in_band,
             n,
             lambda kept: budget.spend(len(kept), "min_similarity", min_similarity),
@@ -619,10 +783,20 @@ def find_related_pairs(
         codes = np.empty(0, dtype=np.int64)
     i, j = np.divmod(codes, max(n, 1))
     sem = vectors.cosine(i, j)
-    text = _Tokens.build(texts).jaccard(i, j) if texts is not None else np.zeros(len(i))
+    text = np.zeros(len(i)) if texts is None else _pair_jaccard(texts, i, j, space)
     pairs = _to_pairs(i, j, text, sem)
     ticker.finish()
     return pairs
+
+
+def _pair_jaccard(texts: Sequence[str], i: np.ndarray, j: np.ndarray, space: PairSpace | None) -> np.ndarray:
+    """Exact Jaccard of the pairs, tokenising only the texts they hold (unless ``space`` already
+    has them all): a related search needs a few pairs' word scores, not the whole scope's index."""
+    if space is not None and "tokens" in space.__dict__:
+        return space.tokens.jaccard(i, j)
+    held, at = np.unique(np.concatenate((i, j)), return_inverse=True)
+    tokens = _Tokens.build([texts[k] for k in held.tolist()])
+    return tokens.jaccard(at[: len(i)], at[len(i) :])
 
 
 def score_pairs(

@@ -45,7 +45,7 @@ def test_help_lists_exactly_the_actions_own_options(name):
 def test_the_tables_options_by_hand():
     """Not derived from the table: what the guide's actions take."""
     assert help_options("analyze") == COMMON
-    assert help_options("find-duplicates") == COMMON | {"--similarity-threshold", "--policy"}
+    assert help_options("find-duplicates") == COMMON | {"--similarity-threshold", "--policy", "--since"}
     assert help_options("compact") - COMMON == {
         "--apply",
         "--lock-timeout",
@@ -56,6 +56,7 @@ def test_the_tables_options_by_hand():
     assert "--embedder" in help_options("merge-duplicates") and "--embedder" not in help_options("compact")
     assert "--compact-max-hits" in help_options("full") and "--confidence-filter" not in help_options("full")
     assert all("--policy" in help_options(a) for a in ("find-duplicates", "merge-duplicates", "full"))
+    assert all("--since" in help_options(a) for a in ("find-duplicates", "find-related", "merge-duplicates"))
 
 
 @pytest.mark.parametrize("name", list(ACTIONS))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from memwork.cli.options import emit_json, json_option, scope_option, stage_progress, store_option
+from memwork.defrag.params import SINCE
 from memwork.errors import UsageError
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     "every pair from the floor (for a store whose pairs pass MEMWORK_MAX_PAIRS); the weights include it.",
 )
 @click.option("-o", "--output", default="review.csv", show_default=True, help="The review CSV to write.")
+@click.option("--since", default=None, help=SINCE.help)
 @json_option
 def review_command(
     store_spec: str,
@@ -45,6 +47,7 @@ def review_command(
     seed: int,
     sample_pairs: int | None,
     output: str,
+    since: str | None,
     as_json: bool,
 ) -> None:
     """Write a review queue: a stratified sample of candidate pairs for a person to label.
@@ -61,15 +64,19 @@ def review_command(
     from memwork.cli.defrag import _open
     from memwork.defrag.actions import load_entries
     from memwork.defrag.review_queue import build_review_queue
+    from memwork.defrag.since import resolve_since
     from memwork.entry import validate_scope
 
     scope = validate_scope(scope) if scope is not None else None
+    given = resolve_since(since) if since is not None else None
     with _open(store_spec) as store, stage_progress(quiet=as_json) as bar:
         entries = load_entries(store, scope, bar)
         queue = build_review_queue(
             entries, output, size=size, floor=floor, threshold=similarity_threshold, seed=seed,
-            progress=bar, pair_sample=sample_pairs,
+            progress=bar, pair_sample=sample_pairs, since=given.at if given is not None else None,
         )  # fmt: skip
+    if given is not None:
+        queue.since = given.to_dict()
     if as_json:
         emit_json(queue.to_dict())
         return

@@ -239,7 +239,7 @@ def _run(
     result.plan, result.pairs = planned.plan, planned.pairs
     result.entries, result.skipped = planned.entries, planned.skipped
     if apply:
-        with Journal(name, checked, store, scope) as journal:
+        with Journal(name, checked, store, scope, clock=when.isoformat()) as journal:
             try:
                 result.changes = execute(
                     store,
@@ -338,7 +338,7 @@ def _run_steps(
     names = tuple(step.action for step in act.steps)
     if apply:
         applied: list[list[Change]] = []
-        with Journal(act.name, p, store, result.scope) as journal:
+        with Journal(act.name, p, store, result.scope, clock=now.isoformat()) as journal:
             for planned, snapshot in steps:
                 try:
                     applied.append(

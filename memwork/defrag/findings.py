@@ -9,15 +9,22 @@ Duplicates are found in two passes per scope: first an exact pass (a hash of the
 content with case folded and whitespace collapsed), whose pairs have ``kind`` ``exact`` or
 ``normalised`` and need no embeddings; then the similarity join, whose other pairs have ``kind``
 ``similar``. Entries whose normalised content is empty are left to the join.
+
+With ``since`` (``--since``) the pair searches return exactly the full run's pairs that hold an entry
+created or changed at or after that instant (:func:`changed_since`), comparing only those entries
+against their whole scope (O(new x N)); a scope with no such entry is not searched at all. With
+``clusters`` the search then follows the pairs it found to old entries, round by round, until it has
+every pair touching any entry of a cluster that holds a changed one -- what a merge needs to decide
+those clusters exactly as a full run would.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -145,7 +152,7 @@ def report(entry: Entry, now: datetime, note: str | None = None) -> EntryReport:
 def by_scope(entries: Iterable[Entry], *, stubs: bool = False) -> dict[str, list[Entry]]:
     """Entries grouped by scope in (scope, path) order: non-stubs only, or stubs only."""
     groups: dict[str, list[Entry]] = defaultdict(list)
-    for entry in sorted(entries, key=lambda e: e.key):
+    for entry in sorted(entries, key=attrgetter("scope", "path")):  # Entry.key, without a call each
         if entry.is_stub == stubs and entry.superseded_by is None:
             groups[entry.scope].append(entry)
     return dict(groups)
@@ -156,18 +163,14 @@ def normalised_content(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-def _digest(text: str) -> bytes:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
-
-
 def exact_pairs(group: Sequence[Entry]) -> dict[tuple[int, int], str]:
     """``{(i, j): "exact" | "normalised"}`` for the positions ``i < j`` of ``group`` whose content is
     the same, or the same after :func:`normalised_content` (empty normalised content is skipped)."""
-    buckets: dict[bytes, list[int]] = defaultdict(list)
+    buckets: dict[str, list[int]] = defaultdict(list)  # keyed by the folded text itself: no digest
     for k, entry in enumerate(group):
         folded = normalised_content(entry.content)
         if folded:
-            buckets[_digest(folded)].append(k)
+            buckets[folded].append(k)
     out: dict[tuple[int, int], str] = {}
     for members in buckets.values():
         for x, i in enumerate(members):
@@ -230,12 +233,19 @@ def analyze(entries: Iterable[Entry]) -> dict[str, Any]:
     }
 
 
+def changed_since(entry: Entry, since: datetime) -> bool:
+    """Whether ``entry`` was created or changed at or after ``since`` (the ``--since`` test)."""
+    return entry.updated_at >= since or entry.created_at >= since
+
+
 def find_duplicates(
     entries: Iterable[Entry],
     threshold: float = 0.85,
     *,
     progress: Progress | None = None,
     keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+    since: datetime | None = None,
+    clusters: bool = False,
 ) -> list[Pair]:
     """Every same-scope pair with ``max(jaccard(content), cosine(embedding)) >= threshold``.
 
@@ -243,59 +253,130 @@ def find_duplicates(
     ``keep(text, semantic)`` narrows the pairs inside the join, before the pair budget is spent
     (:func:`memwork.similarity.find_duplicate_pairs`); it sees the raw cosine, so it must keep every
     pair its caller may want once an unreadable cosine is set aside (e.g. a score that does not
-    grow when the cosine is replaced by the lower text score)."""
+    grow when the cosine is replaced by the lower text score).
+
+    With ``since`` only the pairs holding an entry changed since then (:func:`changed_since`), and
+    with ``clusters`` too every pair touching an entry connected to one of those through found pairs
+    (module docstring) -- in both cases exactly the full run's pairs, with the same scores."""
     pairs: list[Pair] = []
     groups = by_scope(entries)
     advance = _stage(progress, "finding duplicates", groups)
     budget = similarity.PairBudget()  # one for the whole store, not one per scope
     for scope, group in groups.items():
-        vectors = _comparable_embeddings(group)
-        exact = exact_pairs(group)  # first, needing no embeddings; the join below spends the budget
-        for (i, j), kind in sorted(exact.items()):
-            semantic = similarity.cosine(vectors[i], vectors[j])
-            text = similarity.jaccard(group[i].content, group[j].content)
-            pairs.append(
-                Pair(scope, group[i].path, group[j].path, 1.0, text, semantic,
-                     matched_by=_matched_by(text, semantic, threshold), kind=kind)
-            )  # fmt: skip
-        found = similarity.find_duplicate_pairs(
-            [e.content for e in group],
-            vectors,
-            threshold,
-            progress=advance,
-            budget=budget,
-            keep=keep,
-        )
-        found = [p for p in found if (p.i, p.j) not in exact]
-        # the cosine decides only where it is above the text score: there, did the model read what
-        # tells the two apart? (one tokenizer call per model for all of them, not one per pair)
-        ask = [
-            k
-            for k, p in enumerate(found)
-            if p.semantic_similarity is not None and p.semantic_similarity > p.text_similarity
-        ]
-        readable = pairs_readable([(group[found[k].i], group[found[k].j]) for k in ask], coverage_for_model)
-        unreadable = {k for k, ok in zip(ask, readable, strict=True) if not ok}
-        for k, p in enumerate(found):
-            a, b = group[p.i], group[p.j]
-            semantic, unread = p.semantic_similarity, out_of_range(a) or out_of_range(b)
-            if k in unreadable:
-                semantic, unread = None, True  # the cosine cannot see what tells them apart
-                if p.text_similarity < threshold:
-                    continue
-            pairs.append(
-                Pair(
-                    scope,
-                    a.path,
-                    b.path,
-                    max(p.text_similarity, semantic or 0.0),
-                    p.text_similarity,
-                    semantic,
-                    matched_by=_matched_by(p.text_similarity, semantic, threshold),
-                    out_of_range=unread,
-                )
-            )
+        if since is None:
+            pairs.extend(_scope_duplicates(scope, group, threshold, None, advance, budget, keep))
+            continue
+        rows = [k for k, e in enumerate(group) if changed_since(e, since)]
+        if not rows:
+            if advance is not None:
+                advance.advance(len(group))  # nothing changed here: nothing to compare
+            continue
+        pairs.extend(_rounds(scope, group, threshold, rows, clusters, advance, budget, keep))
     return _sorted(pairs)
+
+
+def _rounds(
+    scope: str,
+    group: list[Entry],
+    threshold: float,
+    rows: list[int],
+    clusters: bool,
+    progress: Progress | None,
+    budget: similarity.PairBudget,
+    keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None,
+) -> list[Pair]:
+    """The pairs holding ``rows``; with ``clusters``, again from each partner not searched yet, until
+    no new entry turns up (one index of the scope for every round)."""
+    space = _Scope(group)
+    position = {e.path: k for k, e in enumerate(group)}
+    found: dict[tuple[str, str], Pair] = {}
+    searched: set[int] = set()
+    frontier = sorted(set(rows))
+    while frontier:
+        got = _scope_duplicates(scope, group, threshold, frontier, progress, budget, keep, space)
+        progress = None  # the stage counts the scope once
+        searched.update(frontier)
+        for pair in got:
+            found.setdefault((pair.path_a, pair.path_b), pair)
+        if not clusters:
+            break
+        frontier = sorted({position[p] for pair in got for p in (pair.path_a, pair.path_b)} - searched)
+    return list(found.values())
+
+
+class _Scope:
+    """One scope's comparable vectors, exact pairs and pair index, each built once for every round."""
+
+    def __init__(self, group: list[Entry]) -> None:
+        self.vectors = _comparable_embeddings(group)
+        self.exact = exact_pairs(group)
+        self.space = similarity.PairSpace([e.content for e in group], self.vectors)
+
+
+def _scope_duplicates(
+    scope: str,
+    group: list[Entry],
+    threshold: float,
+    rows: list[int] | None,
+    advance: Progress | None,
+    budget: similarity.PairBudget,
+    keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None,
+    index: _Scope | None = None,
+) -> list[Pair]:
+    """One scope's duplicate pairs (only those holding a position of ``rows`` when given)."""
+    index = index if index is not None else _Scope(group)
+    vectors, exact = index.vectors, index.exact  # exact first, needing no embeddings
+    touching = set(rows) if rows is not None else None
+    pairs: list[Pair] = []
+    for (i, j), kind in sorted(exact.items()):
+        if touching is not None and i not in touching and j not in touching:
+            continue
+        semantic = similarity.cosine(vectors[i], vectors[j])
+        text = similarity.jaccard(group[i].content, group[j].content)
+        pairs.append(
+            Pair(scope, group[i].path, group[j].path, 1.0, text, semantic,
+                 matched_by=_matched_by(text, semantic, threshold), kind=kind)
+        )  # fmt: skip
+    found = similarity.find_duplicate_pairs(
+        index.space.texts,
+        vectors,
+        threshold,
+        progress=advance,
+        budget=budget,
+        keep=keep,
+        changed=rows,
+        space=index.space,
+    )
+    found = [p for p in found if (p.i, p.j) not in exact]
+    # the cosine decides only where it is above the text score: there, did the model read what
+    # tells the two apart? (one tokenizer call per model for all of them, not one per pair)
+    ask = [
+        k
+        for k, p in enumerate(found)
+        if p.semantic_similarity is not None and p.semantic_similarity > p.text_similarity
+    ]
+    readable = pairs_readable([(group[found[k].i], group[found[k].j]) for k in ask], coverage_for_model)
+    unreadable = {k for k, ok in zip(ask, readable, strict=True) if not ok}
+    for k, p in enumerate(found):
+        a, b = group[p.i], group[p.j]
+        semantic, unread = p.semantic_similarity, out_of_range(a) or out_of_range(b)
+        if k in unreadable:
+            semantic, unread = None, True  # the cosine cannot see what tells them apart
+            if p.text_similarity < threshold:
+                continue
+        pairs.append(
+            Pair(
+                scope,
+                a.path,
+                b.path,
+                max(p.text_similarity, semantic or 0.0),
+                p.text_similarity,
+                semantic,
+                matched_by=_matched_by(p.text_similarity, semantic, threshold),
+                out_of_range=unread,
+            )
+        )
+    return pairs
 
 
 def _stage(progress: Progress | None, description: str, groups: dict[str, list[Entry]]) -> Progress | None:
@@ -319,19 +400,27 @@ def find_related(
     max_similarity: float = 0.85,
     *,
     progress: Progress | None = None,
+    since: datetime | None = None,
 ) -> list[Pair]:
     """Same-scope embedded pairs with ``min <= cosine < max`` (cosine only), with their link status.
 
-    ``progress`` gets one stage whose total is the number of entries (stubs are not)."""
+    ``progress`` gets one stage whose total is the number of entries (stubs are not). With ``since``
+    only the pairs holding an entry changed since then (:func:`changed_since`), exactly as found by a
+    full run, comparing only those entries against their scope."""
     pairs: list[Pair] = []
     groups = by_scope(entries)
     advance = _stage(progress, "finding related pairs", groups)
     budget = similarity.PairBudget()  # one for the whole store, not one per scope
     for scope, group in groups.items():
+        if since is not None and not any(changed_since(e, since) for e in group):
+            if advance is not None:
+                advance.advance(len(group))  # nothing changed here: nothing to compare
+            continue
         vectors = _comparable_embeddings(group)
         keep = [k for k, v in enumerate(vectors) if v is not None]
         if advance is not None and len(keep) < len(group):
             advance.advance(len(group) - len(keep))  # not embedded: nothing to compare
+        rows = None if since is None else [x for x, k in enumerate(keep) if changed_since(group[k], since)]
         found = similarity.find_related_pairs(
             [vectors[k] for k in keep],
             min_similarity,
@@ -339,6 +428,7 @@ def find_related(
             texts=[group[k].content for k in keep],
             progress=advance,
             budget=budget,
+            changed=rows,
         )
         for p in found:
             a, b = group[keep[p.i]], group[keep[p.j]]

@@ -1,6 +1,8 @@
 """The audit journal: one JSON-lines file per applied run under ``<workspace>/journal/``.
 
-Line 1 is the run header (run id, action, parameters, store and its identity, scope, time); then one
+Line 1 is the run header (run id, action, parameters, store and its identity, scope, time, and
+``clock``: the time the run stamps on what it writes, taken before it loads the entries; ``--since
+RUN_ID`` starts from the earlier of the two, :mod:`memwork.defrag.since`); then one
 ``change`` line per entry touched, written *before* the store is changed, with full before and after
 images (:meth:`Entry.to_record`); the last line is the footer with the status. :func:`undo` replays the
 before-images in reverse and is itself journaled.

@@ -166,3 +166,19 @@ PAIR = Param(
     "Supersede only this pair (PATH_A PATH_B, one scope): the older one by the newer, rule or not.",
     nargs=2,
 )
+
+
+def since_value(name: str, value: Any) -> str | None:
+    """None, or a ``--since`` value that resolves (:mod:`memwork.defrag.since`), as given."""
+    from memwork.defrag.since import check_since
+
+    return check_since(name, value)
+
+
+SINCE = Param(
+    None,
+    since_value,
+    str,
+    "Only pairs holding an entry created or changed since RUN_ID (its start) or TIMESTAMP "
+    "(ISO-8601 with timezone): exactly those of a full run, comparing only the changed entries.",
+)

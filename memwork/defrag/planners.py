@@ -24,23 +24,37 @@ contradicting pair is kept apart exactly like a rejected one. The pair carries `
 (kind, differing tokens, reason), a policy's ``merge`` decision becomes ``contradiction``, the cluster
 report lists ``contradictions`` and the summary counts ``contradiction_pairs``;
 ``memwork defrag supersede`` is the action for them.
+
+With ``since`` (``--since``) a merge plans exactly what a full run plans for the clusters that hold
+an entry created or changed since then, and nothing else: such a cluster may hold old entries and
+old pairs (A and B alike for long, C new and like both), and its density, contradictions and
+survivor depend on all of them, so the search follows found pairs from the changed entries round by
+round until it has every pair touching any member (:func:`memwork.defrag.findings.find_duplicates`
+with ``clusters``) -- work proportional to the changed entries and their clusters, times the scope.
+Its ``pairs`` are the full run's pairs touching a changed entry or a member of a planned cluster.
+Clusters of old entries only are left to a full run (an existing stub is still re-pointed when its
+target merges here).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
-from memwork.defrag.calibrate import Policy, find_policy_pairs
+import numpy as np
+
+from memwork.defrag.calibrate import Policy, check_model, find_policy_pairs
 from memwork.defrag.contradictions import Contradiction, detect
 from memwork.defrag.findings import (
     EntryReport,
     Pair,
     age_days,
     by_scope,
+    changed_since,
     find_duplicates,
     find_related,
     flag_contradictions,
@@ -209,6 +223,7 @@ def plan_merge_duplicates(
     policy: Policy | None = None,
     min_cluster_density: float = DEFAULT_MIN_CLUSTER_DENSITY,
     progress: Progress | None = None,
+    since: datetime | None = None,
 ) -> Planned:
     """Merge each cluster of duplicates into one survivor (or only the ``approved`` pairs' clusters).
 
@@ -225,23 +240,30 @@ def plan_merge_duplicates(
     ``min_cluster_density`` is chained, not alike: it is listed in ``clusters`` with ``review`` true
     and its pairs' ``decision`` becomes ``review``; nothing of it merges (module docstring). Not
     applied when only ``approved`` pairs are merged (a person linked them).
+
+    With ``since`` only the clusters holding an entry changed since then are planned, each exactly
+    as a full run plans it (module docstring).
     """
     plan = Plan("merge_duplicates")
     live = by_scope(entries)
     stubs = by_scope(entries, stubs=True)
     similarity: dict[Pair3, float] = dict(getattr(approved, "similarity", {}))
     if policy is not None:
-        pairs = find_policy_pairs(entries, policy, progress=progress)
+        pairs = policy_pairs(entries, policy, progress=progress, since=since, clusters=True)
         merged = [p for p in pairs if p.decision == "merge"]
         links = [(p.scope, p.path_a, p.path_b) for p in merged] + list(approved or [])
         for p in merged:
             similarity.setdefault(pair_key(p.scope, p.path_a, p.path_b), p.policy_score or 0.0)
     elif approved is None:
-        pairs = find_duplicates(entries, similarity_threshold, progress=progress)
+        pairs = find_duplicates(
+            entries, similarity_threshold, progress=progress, since=since, clusters=since is not None
+        )
         links = [(p.scope, p.path_a, p.path_b) for p in pairs]
     else:
         pairs = []
         links = list(approved)
+    if since is not None:
+        links, pairs = _clusters_since(entries, since, links, pairs)
     if rejected is None:
         rejected = getattr(approved, "rejected", ())
     finders: dict[str, _UnionFind] = {}
@@ -318,6 +340,54 @@ def plan_merge_duplicates(
         decisions = [p.decision for p in pairs]
         found |= {"auto_merge_pairs": decisions.count("merge"), "review_pairs": decisions.count("review")}
     return Planned(plan, pairs=pairs, clusters=clusters, summary=found)
+
+
+def policy_pairs(
+    entries: Sequence[Entry],
+    policy: Policy,
+    *,
+    progress: Progress | None = None,
+    since: datetime | None = None,
+    clusters: bool = False,
+) -> list[Pair]:
+    """:func:`~memwork.defrag.calibrate.find_policy_pairs`, incremental with ``since`` (and following
+    clusters with ``clusters``, see :func:`~memwork.defrag.findings.find_duplicates`): the same
+    steps on the incremental search, kept here so the calibration module stays as it is."""
+    if since is None:
+        return find_policy_pairs(entries, policy, progress=progress)
+    check_model(policy, entries)
+    found = find_duplicates(
+        entries, policy.search_floor(), progress=progress, keep=policy.keeps, since=since, clusters=clusters
+    )
+    if not found:
+        return []
+    semantic = [math.nan if p.semantic_similarity is None else p.semantic_similarity for p in found]
+    scores = policy.scores(np.array([p.text_similarity for p in found]), np.array(semantic))
+    kept = [
+        replace(pair, policy_score=float(score), decision=policy.decide(float(score)), matched_by=())
+        for pair, score in zip(found, scores, strict=True)
+    ]
+    kept = [pair for pair in kept if pair.decision != "distinct"]
+    return sorted(kept, key=lambda p: (-(p.policy_score or 0.0), p.scope, p.path_a, p.path_b))
+
+
+def _clusters_since(
+    entries: Sequence[Entry], since: datetime, links: list[Pair3], pairs: list[Pair]
+) -> tuple[list[Pair3], list[Pair]]:
+    """The links of the clusters holding an entry changed since ``since``, and the pairs touching a
+    changed entry or a member of such a cluster (module docstring)."""
+    changed = {e.key for group in by_scope(entries).values() for e in group if changed_since(e, since)}
+    finders: dict[str, _UnionFind] = {}
+    for scope, a, b in links:
+        finders.setdefault(scope, _UnionFind()).union(a, b)
+    members: set[tuple[str, str]] = set()
+    for scope, finder in finders.items():
+        roots = {finder.find(p) for s, p in changed if s == scope and p in finder.parent}
+        members |= {(scope, x) for x in finder.parent if finder.find(x) in roots}
+    kept = [(s, a, b) for s, a, b in links if (s, a) in members]
+    touch = members | changed
+    shown = [p for p in pairs if (p.scope, p.path_a) in touch or (p.scope, p.path_b) in touch]
+    return kept, shown
 
 
 def _flagged(pair: Pair, contradicted: Mapping[Pair3, Contradiction]) -> Pair:

@@ -24,7 +24,8 @@ import csv
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -286,15 +287,18 @@ class ReviewQueue:
     population: int
     rows: list[ReviewRow]
     strata: dict[str, dict[str, float]]
+    #: with ``--since``: what was given and the instant it resolved to
+    since: dict[str, Any] | None = field(default=None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "output": str(self.output),
             "embedding_model": self.embedding_model,
             "population": self.population,
             "rows": len(self.rows),
             "strata": self.strata,
         }
+        return data | ({"since": self.since} if self.since is not None else {})
 
 
 def build_review_queue(
@@ -307,6 +311,7 @@ def build_review_queue(
     seed: int = 0,
     progress: Progress | None = None,
     pair_sample: int | None = None,
+    since: datetime | None = None,
 ) -> ReviewQueue:
     """Sample the review queue of ``entries`` and write it to ``output`` (the store is only read).
 
@@ -314,7 +319,11 @@ def build_review_queue(
     random sample of that many same-scope pairs (:mod:`memwork.defrag.pair_sample`); the pairs at or
     above the threshold stay exact. For a store whose pairs at the floor pass ``MEMWORK_MAX_PAIRS``
     (5,000 FEBRL records: over 3 million at 0.5). Each row's weight then includes the sample's, so
-    the calibration still estimates the whole store; ``population`` is then an estimate."""
+    the calibration still estimates the whole store; ``population`` is then an estimate.
+
+    With ``since`` the population is only the pairs holding an entry created or changed since then
+    (exactly those of a full run, :func:`~memwork.defrag.findings.find_duplicates`): the review of
+    what changed; not with ``pair_sample`` (the uniform sample is of the whole store)."""
     output = Path(output)
     if not output.parent.is_dir():
         raise UsageError("output", str(output), "no such folder")
@@ -329,8 +338,10 @@ def build_review_queue(
     if pair_sample is not None:
         if isinstance(pair_sample, bool) or not isinstance(pair_sample, int) or pair_sample < 1:
             raise UsageError("sample_pairs", pair_sample, "must be a whole number >= 1")
+        if since is not None:
+            raise UsageError("since", since.isoformat(), "cannot be combined with --sample-pairs")
         return _sampled_queue(entries, output, size, floor, threshold, seed, progress, pair_sample)
-    population = find_duplicates(entries, floor, progress=progress)
+    population = find_duplicates(entries, floor, progress=progress, since=since)
     rows = _flagged(sample_pairs(population, size=size, floor=floor, threshold=threshold, seed=seed), entries)
     model = store_embedding_model(entries)
     write_review_queue(rows, output, embedding_model=model)

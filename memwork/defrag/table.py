@@ -16,7 +16,7 @@ from typing import Any
 
 from memwork.defrag import findings
 from memwork.defrag import params as p
-from memwork.defrag.calibrate import find_policy_pairs, load_policy
+from memwork.defrag.calibrate import load_policy
 from memwork.defrag.params import Param
 from memwork.defrag.planners import (
     Planned,
@@ -25,8 +25,10 @@ from memwork.defrag.planners import (
     plan_link_related,
     plan_merge_duplicates,
     plan_supersede,
+    policy_pairs,
 )
 from memwork.defrag.review import Pair3
+from memwork.defrag.since import Since, resolve_since
 from memwork.entry import Entry
 from memwork.errors import UsageError
 from memwork.progress import Progress
@@ -184,6 +186,20 @@ def validate_params(action: str, params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # ---- the read-only actions -----------------------------------------------------------------------------
+def _since(q: dict[str, Any]) -> Since | None:
+    """The resolved ``--since`` of the parameters, None without one."""
+    return resolve_since(q["since"]) if q.get("since") else None
+
+
+def since_summary(since: Since | None, entries: list[Entry]) -> dict[str, Any]:
+    """``{"since": {...}, "changed_entries": n}`` for an incremental run's summary, else nothing."""
+    if since is None:
+        return {}
+    live = (e for e in entries if not e.is_stub and e.superseded_by is None)  # what by_scope compares
+    changed = sum(findings.changed_since(e, since.at) for e in live)
+    return {"since": since.to_dict(), "changed_entries": changed}
+
+
 def _analyze(entries: list[Entry], _: dict[str, Any], ctx: Context) -> Found:
     return Found(findings.analyze(entries))
 
@@ -191,10 +207,12 @@ def _analyze(entries: list[Entry], _: dict[str, Any], ctx: Context) -> Found:
 def _find_duplicates(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
     """Every pair marked with its kind (exact / normalised / similar) and any possible contradiction
     (never merged: a policy's ``merge`` decision becomes ``contradiction``)."""
+    since = _since(q)
+    at = since.at if since is not None else None
     if q.get("policy"):
-        pairs = find_policy_pairs(entries, load_policy(q["policy"]), progress=ctx.progress)
+        pairs = policy_pairs(entries, load_policy(q["policy"]), progress=ctx.progress, since=at)
     else:
-        pairs = findings.find_duplicates(entries, q["similarity_threshold"], progress=ctx.progress)
+        pairs = findings.find_duplicates(entries, q["similarity_threshold"], progress=ctx.progress, since=at)
     pairs = [
         replace(p, decision="contradiction") if p.contradiction is not None and p.decision == "merge" else p
         for p in findings.flag_contradictions(pairs, entries)
@@ -206,15 +224,24 @@ def _find_duplicates(entries: list[Entry], q: dict[str, Any], ctx: Context) -> F
     kinds = {f"{k}_pairs": n for k in ("exact", "normalised") if (n := sum(p.kind == k for p in pairs))}
     flagged = sum(p.contradiction is not None for p in pairs)
     counts = {"pairs": len(pairs)} | kinds | ({"contradiction_pairs": flagged} if flagged else {})
-    return Found(counts | decisions | findings.out_of_range_summary(entries), pairs=pairs)
+    summary = counts | decisions | findings.out_of_range_summary(entries) | since_summary(since, entries)
+    return Found(summary, pairs=pairs)
 
 
 def _find_related(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
-    pairs = findings.find_related(entries, q["min_similarity"], q["max_similarity"], progress=ctx.progress)
+    since = _since(q)
+    pairs = findings.find_related(
+        entries,
+        q["min_similarity"],
+        q["max_similarity"],
+        progress=ctx.progress,
+        since=since.at if since is not None else None,
+    )
     pairs = findings.flag_contradictions(pairs, entries)  # a related pair may contradict too
     status = [pair.link_status for pair in pairs]
     counts = {s: status.count(s) for s in ("unlinked", "one-way", "bidirectional")}
-    return Found({"pairs": len(status)} | counts | findings.out_of_range_summary(entries), pairs=pairs)
+    summary = {"pairs": len(status)} | counts | findings.out_of_range_summary(entries)
+    return Found(summary | since_summary(since, entries), pairs=pairs)
 
 
 def _find_low_quality(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
@@ -229,7 +256,8 @@ def _find_archival(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Fou
 
 # ---- the planners --------------------------------------------------------------------------------------
 def _merge(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
-    return plan_merge_duplicates(
+    since = _since(q)
+    planned = plan_merge_duplicates(
         entries,
         q["similarity_threshold"],
         q["strategy"],
@@ -237,7 +265,10 @@ def _merge(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
         policy=load_policy(q["policy"]) if q.get("policy") else None,
         min_cluster_density=q["min_cluster_density"],
         progress=ctx.progress,
+        since=since.at if since is not None else None,
     )
+    planned.summary |= since_summary(since, entries)
+    return planned
 
 
 def _supersede(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
@@ -257,6 +288,7 @@ def _compact(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Planned:
 
 
 _RELATED = {"min_similarity": p.MIN_SIMILARITY, "max_similarity": p.MAX_SIMILARITY}
+_RELATED_SINCE = _RELATED | {"since": p.SINCE}
 _related_order = p.ordered("min_similarity", "max_similarity")
 
 register(
@@ -273,7 +305,7 @@ register(
         "find_duplicates",
         "Pairs with max(Jaccard, cosine) >= --similarity-threshold (default 0.85), or a policy's pairs; "
         "exact / normalised copies first (no vectors needed), possible contradictions marked.",
-        {"similarity_threshold": p.SIMILARITY_THRESHOLD, "policy": p.POLICY},
+        {"similarity_threshold": p.SIMILARITY_THRESHOLD, "policy": p.POLICY, "since": p.SINCE},
         read_only=True,
         find=_find_duplicates,
         lists=("pairs",),
@@ -303,7 +335,7 @@ register(
     Action(
         "find_related",
         "Pairs with min <= cosine < max similarity (0.60..0.85) and their link status.",
-        _RELATED,
+        _RELATED_SINCE,
         read_only=True,
         find=_find_related,
         lists=("pairs",),
@@ -331,6 +363,7 @@ register(
             "approved": p.APPROVED,
             "policy": p.POLICY,
             "min_cluster_density": p.MIN_CLUSTER_DENSITY,
+            "since": p.SINCE,
         },
         read_only=False,
         plan=_merge,
