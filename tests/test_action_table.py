@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
+from memwork.cli.defrag import PARTITIONED
 from memwork.defrag import ACTIONS, DEFAULTS, Action, Param, register, run_action
 from memwork.defrag.table import Step, composite
 from memwork.entry import Entry, utcnow
@@ -33,6 +34,8 @@ def expected_options(action: Action) -> set[str]:
         own |= {"--apply", "--lock-timeout"}
     if action.reembeds:
         own.add("--embedder")
+    if action.name in PARTITIONED:
+        own |= {"--executor", "--checkpoint"}
     return COMMON | own
 
 
@@ -45,7 +48,13 @@ def test_help_lists_exactly_the_actions_own_options(name):
 def test_the_tables_options_by_hand():
     """Not derived from the table: what the guide's actions take."""
     assert help_options("analyze") == COMMON
-    assert help_options("find-duplicates") == COMMON | {"--similarity-threshold", "--policy", "--since"}
+    assert help_options("find-duplicates") == COMMON | {
+        "--similarity-threshold",
+        "--policy",
+        "--since",
+        "--executor",
+        "--checkpoint",
+    }
     assert help_options("compact") - COMMON == {
         "--apply",
         "--lock-timeout",
