@@ -322,3 +322,19 @@ def test_cli_checkpoint_that_is_a_file_is_one_line_exit_2(sqlite_store: str, tmp
     )
     assert result.exit_code == 2 and "checkpoint" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_since_on_partitions_equals_since_in_one_process(sqlite_store: str) -> None:
+    """``--since`` and ``--executor`` together: the incremental pairs, partitioned, are the
+    single-process incremental pairs (entries n/0..n/2 of each scope changed within three days)."""
+    since = (NOW - timedelta(days=2, hours=12)).isoformat()
+    executor = open_executor("local:2")
+    try:
+        for action, params in ACTIONS:
+            with_since = {**params, "since": since}
+            run = run_partitioned(sqlite_store, action, executor=executor, partitions=5, **with_since)
+            reference = serial(sqlite_store, action, with_since)
+            assert reference["pairs"], "the store must have pairs touching a changed entry"
+            same(run, reference)
+    finally:
+        executor.close()

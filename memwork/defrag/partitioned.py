@@ -231,14 +231,19 @@ def read_checkpoint(run_dir: Path, key: str) -> PartitionResult | None:
 
 # ---- merging ----------------------------------------------------------------------------------------
 def merge_summaries(summaries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The partitions' counts added up, keys in the order they come in every partition."""
+    """The partitions' counts added up, keys in the order they come in every partition; a value that
+    is not a count (``since``: the instant every partition started from) is the same in each."""
     order: graphlib.TopologicalSorter[str] = graphlib.TopologicalSorter()
     totals: dict[str, Any] = {}
     for summary in summaries:
         keys = list(summary)
         for k, key in enumerate(keys):
             order.add(key, *keys[:k][-1:])
-            totals[key] = totals.get(key, 0) + summary[key]
+            value = summary[key]
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                totals[key] = totals.get(key, 0) + value
+            elif totals.setdefault(key, value) != value:
+                raise ValueError(f"partitions disagree on {key}: {totals[key]!r} != {value!r}")
     return {key: totals[key] for key in order.static_order()}
 
 
