@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from memwork.embed import Embedder
-from memwork.errors import UsageError
+from memwork.errors import BackendError, UsageError
 from memwork.executor import Executor, ExecutorSpec, open_executor
 from memwork.identifiers import quote_identifier
 from memwork.migrate.checkpoint import (
@@ -239,18 +239,14 @@ def _apply(
                 table=options.table,
                 page_size=options.page_size,
                 embedder=sent,
-                resume=options.resume,
+                resume=True,  # its own checkpoint (this plan's: see _plan), else its lower bound
                 run_id=run_id,
             )
             for i, r in enumerate(ranges)
         ]
         if progress is not None:
             progress.start(f"import {source.name} ({len(specs)} ranges)", None)
-        reports: dict[int, MigrationReport] = {}
-        for index, part in executor.map_unordered(run_partition, specs):
-            reports[index] = part
-            if progress is not None:
-                progress.advance(part.rows_read)
+        reports = _run_ranges(executor, specs, progress)
         report = _merged(options, source, key, run_id, [reports[i] for i in range(len(specs))], ranges)
         report.destination = url.redacted
         if reused:
@@ -269,6 +265,28 @@ def _apply(
     if report.elapsed_seconds > 0:
         report.rows_per_second = round(report.rows_written / report.elapsed_seconds, 1)
     return report
+
+
+def _run_ranges(
+    executor: Executor, specs: list[PartitionSpec], progress: Progress | None
+) -> dict[int, MigrationReport]:
+    """Every range's report; a worker that died (killed, out of memory) is one clear error --
+    every page a range committed stays, and ``--resume`` continues each range where it stopped."""
+    reports: dict[int, MigrationReport] = {}
+    try:
+        for index, part in executor.map_unordered(run_partition, specs):
+            reports[index] = part
+            if progress is not None:
+                progress.advance(part.rows_read)
+    except Exception as exc:
+        if type(exc).__name__ not in ("BrokenProcessPool", "KilledWorker"):
+            raise
+        left = len(specs) - len(reports)
+        raise BackendError(
+            f"a worker process died ({type(exc).__name__}); {left} of {len(specs)} key range(s) "
+            "unfinished, their committed pages kept: run again with --resume"
+        ) from exc
+    return reports
 
 
 def _prepare_table(pg: psycopg.Connection[Any], options: ImportOptions, embedder: Embedder) -> None:
@@ -312,13 +330,14 @@ def _plan(
         start = found.resume_cursor if found else None
     ranges = plan_ranges(source, start, parts)
     with pg.transaction():
-        if recorded is not None:  # a fresh start: the old ranges' progress is void
-            stale = [stored_key(_bounded(source, r)) for r in recorded]
-            pg.execute(
-                f"DELETE FROM {quote_identifier(CHECKPOINT_TABLE)} "
-                "WHERE target_table = %s AND source_key = ANY(%s)",
-                (options.table, stale),
-            )
+        # a fresh start: every earlier range's progress is void (so a range resumes only its own
+        # pages of this plan -- a range re-run by the executor after its worker died among them)
+        stale = [stored_key(_bounded(source, r)) for r in [*(recorded or []), *ranges]]
+        pg.execute(
+            f"DELETE FROM {quote_identifier(CHECKPOINT_TABLE)} "
+            "WHERE target_table = %s AND source_key = ANY(%s)",
+            (options.table, stale),
+        )
         pg.execute(
             f"INSERT INTO {_PLANS} (target_table, source_key, ranges, run_id) VALUES (%s, %s, %s, %s) "
             "ON CONFLICT (target_table, source_key) DO UPDATE SET ranges = EXCLUDED.ranges, "
