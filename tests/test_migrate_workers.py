@@ -323,3 +323,26 @@ def test_a_dask_worker_killed_mid_run_is_retried_with_no_duplicate_and_no_loss(
     assert report.rows_written <= active and report.checkpoint and report.checkpoint["finished"]
     assert report.checkpoint["rowsWritten"] == active
     assert _digest(pg_url, PARALLEL) == serial == (active, active, serial[2])
+
+
+@pytest.mark.services
+def test_a_parallel_run_waits_for_no_one_process_run_of_the_same_table(mysql_url: str, pg_url: str) -> None:
+    """The coordinator takes the migration's own lock: while a one-process run holds it, a parallel
+    run of the same source into the same table is refused before anything is planned or written."""
+    from memwork.errors import ImportRunning
+    from memwork.migrate.lock import import_lock
+    from memwork.migrate.run import stored_key
+
+    _load(mysql_url, users=3, per_user=20)
+    ensure_schema(pg_url, PARALLEL, DIMS)
+    key = stored_key(LegacyMySQLSource(mysql_url))
+    options = legacy_options(mysql_url, pg_url, f"hash:{DIMS}", apply=True, table=PARALLEL)
+    with (
+        psycopg.connect(pg_url, autocommit=True) as holder,
+        import_lock(holder, PARALLEL, key),
+        pytest.raises(ImportRunning),
+    ):
+        run_partitioned(options, workers=2, executor="serial")
+    with psycopg.connect(pg_url) as conn:
+        assert load_plan(conn, PARALLEL, key) is None
+        assert conn.execute(f"SELECT count(*) FROM {PARALLEL}").fetchone()[0] == 0
