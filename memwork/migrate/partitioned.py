@@ -30,7 +30,7 @@ import json
 import pickle
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from memwork.embed import Embedder
@@ -109,8 +109,9 @@ class PartitionSpec:
 
     index: int
     key_range: KeyRange
-    mysql_url: str
-    database_url: str  # a server URL (``pg://embedded`` resolved by the coordinator)
+    # URLs may hold passwords: never in repr() (a worker's traceback, a scheduler's log)
+    mysql_url: str = field(repr=False)
+    database_url: str = field(repr=False)  # a server URL (``pg://embedded`` resolved by the coordinator)
     table: str
     page_size: int
     embedder: Embedder | str
