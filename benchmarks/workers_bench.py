@@ -52,26 +52,53 @@ TYPES = [
 ]
 
 
-def server_cpu() -> dict[str, float]:
-    """CPU seconds (user + system) so far of every MariaDB and PostgreSQL server process."""
+def server_processes() -> dict[int, tuple[str, float]]:
+    """``{pid: (side, CPU seconds so far)}`` of every MariaDB and PostgreSQL server process."""
     import psutil
 
-    out = {"mariadb": 0.0, "postgres": 0.0}
+    out: dict[int, tuple[str, float]] = {}
     for proc in psutil.process_iter(["name", "cpu_times"]):
         name = (proc.info["name"] or "").lower()
         times = proc.info["cpu_times"]
-        if times is None:
-            continue
         side = (
-            "mariadb"
-            if name.startswith(("mariadbd", "mysqld"))
-            else "postgres"
-            if name == "postgres"
-            else None
+            "mariadb" if name.startswith(("mariadbd", "mysqld")) else "postgres" if name == "postgres" else ""
         )
-        if side:
-            out[side] += times.user + times.system
+        if side and times is not None:
+            out[proc.pid] = (side, times.user + times.system)
     return out
+
+
+class ServerSampler:
+    """CPU seconds per server side over a block, sampled every ``every`` s: a PostgreSQL backend
+    lives only as long as its connection, so a worker's backend is gone before the block ends and
+    must be caught while it runs (what it used in its last ``every`` s is missed)."""
+
+    def __init__(self, every: float = 0.5) -> None:
+        import threading
+
+        self.every, self.stop = every, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.base = server_processes()
+        self.last = dict(self.base)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every):
+            self.last.update(server_processes())
+
+    def __enter__(self) -> ServerSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.last.update(server_processes())
+
+    def used(self) -> dict[str, float]:
+        out = {"mariadb": 0.0, "postgres": 0.0}
+        for pid, (side, sec) in self.last.items():
+            out[side] += sec - self.base.get(pid, (side, 0.0))[1]
+        return out
 
 
 def machine_cpu() -> float:
@@ -94,16 +121,14 @@ class CpuMeter:
 
     def __enter__(self) -> CpuMeter:
         self.machine = machine_cpu()
-        self.servers, self.python, self.started = server_cpu(), python_cpu(), time.perf_counter()
+        self.servers = ServerSampler().__enter__()
+        self.python, self.started = python_cpu(), time.perf_counter()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.elapsed = time.perf_counter() - self.started
-        after = server_cpu()
-        self.used = {
-            "python": python_cpu() - self.python,
-            **{side: after[side] - self.servers[side] for side in after},
-        }
+        self.servers.__exit__()
+        self.used = {"python": python_cpu() - self.python, **self.servers.used()}
         # every other process on the machine (other helpers' jobs): the cores this run did not get
         self.others = max(machine_cpu() - self.machine - sum(self.used.values()), 0.0)
 
