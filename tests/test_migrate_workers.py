@@ -346,3 +346,21 @@ def test_a_parallel_run_waits_for_no_one_process_run_of_the_same_table(mysql_url
     with psycopg.connect(pg_url) as conn:
         assert load_plan(conn, PARALLEL, key) is None
         assert conn.execute(f"SELECT count(*) FROM {PARALLEL}").fetchone()[0] == 0
+
+
+@pytest.mark.services
+def test_the_cli_dry_run_shows_the_ranges(mysql_url: str) -> None:
+    from click.testing import CliRunner
+
+    from memwork.cli import main
+
+    active = _load(mysql_url, users=4, per_user=30)
+    env = {"MEMORY_BACKFILL_MYSQL_URL": mysql_url}
+    args = ["import", "--from", "legacy-mysql", "--workers", "2", "--executor", "serial", "--json"]
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["mode"] == "dry-run" and [p["planned"] for p in report["partitions"]] == [
+        active // 2,
+        active - active // 2,
+    ]
