@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import String, Text, and_, cast, func, or_, select, type_coerce
+from sqlalchemy import String, Text, and_, cast, func, or_, select, true, type_coerce
 
 from memwork.contracts import Page, Row, SourceRecord, record_page, require
 from memwork.entry import as_utc
@@ -153,11 +153,12 @@ def status_counts(conn: Connection) -> dict[str, int]:
     return counts
 
 
-def _after(cursor: Cursor | None, upper: Cursor | None = None) -> Any:
+def _after(cursor: Cursor | None, upper: Cursor | None = None, *, active_only: bool = True) -> Any:
     """The keyset predicate: active rows strictly after ``cursor`` in (updated_at, id) order (and,
-    for a key range, at or before ``upper``)."""
+    for a key range, at or before ``upper``); ``active_only=False``: rows of any status (what the
+    ``(updated_at, id)`` index alone answers, without reading a row)."""
     t = memory_items.c
-    active = t.status == "active"
+    active = t.status == "active" if active_only else true()
     if upper is not None:
         top = upper.bound()
         active = and_(active, or_(t.updated_at < top, and_(t.updated_at == top, t.id <= upper.id)))
@@ -189,13 +190,22 @@ def read_batch(conn: Connection, cursor: Cursor | None, size: int, upper: Cursor
     return _fetch_rows(conn, query)
 
 
+def count_keys(conn: Connection, cursor: Cursor | None) -> int:
+    """Rows of any status after ``cursor``: counted on the ``(updated_at, id)`` index alone."""
+    query = select(func.count()).select_from(memory_items).where(_after(cursor, active_only=False))
+    count = int(conn.execute(query).scalar_one())
+    conn.rollback()
+    return count
+
+
 def nth_cursor(conn: Connection, cursor: Cursor | None, n: int) -> Cursor | None:
-    """The keyset position of the ``n``-th active row after ``cursor`` (1-based; None: fewer rows):
-    the inclusive upper bound of a key range of ``n`` rows. One index walk, read once per plan."""
+    """The keyset position of the ``n``-th row (any status) after ``cursor`` (1-based; None: fewer
+    rows): the inclusive upper bound of a key range. Rows of every status are counted so the walk
+    stays on the ``(updated_at, id)`` index (a status test would read every row it passes); bounds
+    are bounds whatever they count, only the ranges' balance depends on it."""
     t = memory_items.c
-    query = (
-        select(t.updated_at, t.id).where(_after(cursor)).order_by(t.updated_at, t.id).limit(1).offset(n - 1)
-    )
+    where = _after(cursor, active_only=False)
+    query = select(t.updated_at, t.id).where(where).order_by(t.updated_at, t.id).limit(1).offset(n - 1)
     row = conn.execute(query).first()
     conn.rollback()
     return cursor_of({"updated_at": row[0], "id": row[1]}) if row else None
@@ -346,12 +356,19 @@ class LegacyMySQLSource:
             return count_after(self.connection(), self._from(cursor), Cursor.decode(self.upper))
 
     def nth_cursor(self, cursor: str | None, n: int) -> str | None:
-        """The encoded position of the ``n``-th active row after ``cursor`` (a range's upper bound)."""
+        """The encoded position of the ``n``-th row after ``cursor`` (a range's upper bound)."""
         from memwork.db import mysql_errors
 
         with mysql_errors(self.url):
             found = nth_cursor(self.connection(), Cursor.decode(cursor), n)
         return found.encode() if found else None
+
+    def count_keys(self, cursor: str | None) -> int:
+        """Rows of any status after ``cursor`` (what a plan splits; the index alone answers it)."""
+        from memwork.db import mysql_errors
+
+        with mysql_errors(self.url):
+            return count_keys(self.connection(), Cursor.decode(cursor))
 
     def status_counts(self) -> dict[str, int]:
         """Rows per status, plus ``total``."""

@@ -1,8 +1,9 @@
 """One migration over N disjoint key ranges at once: a coordinator plans, an executor runs the ranges.
 
 The legacy table's keyset order ``(updated_at, id)`` is split at quantiles read from the source
-(:func:`plan_ranges`: the ``k*total/N``-th active row's position, one index walk): range ``i`` holds the
-rows strictly after bound ``i`` and at or before bound ``i+1`` (the first starts at the run's start,
+(:func:`plan_ranges`: the ``k*total/N``-th row's position, walked on the ``(updated_at, id)`` index
+alone): range ``i`` holds the rows strictly after bound ``i`` and at or before bound ``i+1`` (the
+first starts at the run's start,
 the last runs to the table's end -- where a row updated during the run moves, as in one process).
 Adjacent ranges share a bound, one exclusive and one inclusive, so no row is in two ranges and none
 in none (a property test holds :func:`split_positions` and :class:`KeyRange` to it).
@@ -90,8 +91,9 @@ def ranges_between(start: str | None, bounds: Sequence[str]) -> list[KeyRange]:
 
 
 def plan_ranges(source: LegacyMySQLSource, start: str | None, parts: int) -> list[KeyRange]:
-    """``parts`` ranges of near-equal row counts after ``start``, their bounds read from the source."""
-    total = source.count(start)
+    """``parts`` ranges of near-equal row counts after ``start``, their bounds read from the source's
+    ``(updated_at, id)`` index (rows of any status: see ``nth_cursor``)."""
+    total = source.count_keys(start)
     bounds: list[str] = []
     position, cursor = 0, start
     for ordinal in split_positions(total, parts):
