@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from memwork.defrag.findings import Pair
     from memwork.defrag.report import DuplicateReview, HealthReport
     from memwork.embed import Embedder
+    from memwork.entry import Entry
     from memwork.facade.facade import MemoryFacade
     from memwork.migrate.run import MigrationReport
     from memwork.reports.runner import ReportRun
@@ -59,8 +60,10 @@ __all__ = [
     "facade_from_env",  # noqa: F822 - served by __getattr__ from the facade, like MemoryFacade
     "health_report",
     "import_source",
+    "list_entries",
     "open_store",
     "preview_merge",
+    "read_entry",
     "related",
     "run_action",
     "run_report",
@@ -102,6 +105,34 @@ def open_store(store: str, *, create: bool = False) -> Store:
     from memwork.stores import open_store as open_spec
 
     return open_spec(store, create=create)
+
+
+def read_entry(store: str | Store, path: str, *, scope: str | None = None, history: bool = False) -> Entry:
+    """The entry at ``path`` as a user reads it (``memwork store read``): a stub followed to its
+    target, a superseded entry (``defrag supersede``) to the newer one that replaced it -- or with
+    ``history`` the superseded entry itself, ``superseded_by`` and ``valid_until`` in its metadata.
+    ``scope`` defaults to ``default``; counts no hit."""
+    from memwork.entry import DEFAULT_SCOPE
+    from memwork.stores import opened_store
+
+    with opened_store(store) as opened:
+        return opened.read(path, scope=scope or DEFAULT_SCOPE, count_hit=False, history=history)
+
+
+def list_entries(
+    store: str | Store, *, scope: str | None = None, prefix: str | None = None, history: bool = False
+) -> pd.DataFrame:
+    """The entries (``memwork store list``), stubs included, as a DataFrame (scope, path, title, size,
+    updated_at, stub, superseded_by, valid_until); superseded entries only with ``history``."""
+    import pandas as pd
+
+    from memwork.stores import opened_store
+    from memwork.stores.transfer import list_view
+
+    with opened_store(store) as opened:
+        rows = list_view(opened, scope=scope, prefix=prefix, history=history)
+    columns = ["scope", "path", "title", "size", "updated_at", "stub", "superseded_by", "valid_until"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def sample_store(n: int = 400, *, embedder: str = "minilm", seed: int = 11) -> str:

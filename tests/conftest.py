@@ -13,6 +13,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Hypothesis's per-example deadline (200 ms) is a wall-clock limit against a constant: on this shared
+# 2-core machine under load a correct example can take longer and the test fails as "flaky". No
+# property here is about speed, so examples run without a deadline (a hung example still hits the
+# per-test timeout of pytest-timeout).
+settings.register_profile("memwork", deadline=None)
+settings.load_profile("memwork")
 
 REQUIRE_SERVICES = os.environ.get("MEMWORK_REQUIRE_SERVICES") == "1"
 #: ``make check`` sets this: the fast loop runs only what needs no server, so every server fixture skips at

@@ -76,15 +76,19 @@ def test_another_actions_option_is_a_click_usage_error(name, tmp_path):
 
 def test_full_composes_the_registered_planners():
     full = ACTIONS["full"]
-    assert [s.action for s in full.steps] == ["merge_duplicates", "cleanup_stubs", "compact"]
+    assert [s.action for s in full.steps] == ["merge_duplicates", "supersede", "cleanup_stubs", "compact"]
     assert all(ACTIONS[s.action].plan is not None for s in full.steps)
-    # its parameters are its steps' parameters (compact's max_hits renamed), with their defaults
+    # its parameters are its steps' parameters (compact's max_hits and supersede's min_similarity
+    # renamed, supersede's pair fixed: full supersedes what the rule flags), with their defaults
     assert DEFAULTS["full"] == (
         DEFAULTS["merge_duplicates"]
+        | {"contradiction_floor": 0.60}
         | DEFAULTS["cleanup_stubs"]
         | {"min_quality_score": 20, "min_age_days": 30, "compact_max_hits": 0}
     )
     assert full.params["compact_max_hits"].check is ACTIONS["compact"].params["max_hits"].check
+    assert full.params["contradiction_floor"].check is ACTIONS["supersede"].params["min_similarity"].check
+    assert "pair" not in full.params
     assert full.reembeds and full.lists == ()
 
 
@@ -126,4 +130,6 @@ def test_register_refuses_a_duplicate_and_a_step_that_is_not_a_planner():
         register(Action("y", "y", {}, read_only=True))
     with pytest.raises(ValueError, match="two steps take"):
         composite("z", "z", (Step("cleanup_stubs"), Step("compact")), helps={})
+    with pytest.raises(ValueError, match="no parameter"):
+        composite("w", "w", (Step("supersede", fixed={"pairs": None}),), helps={})
     assert "x" not in ACTIONS and "y" not in ACTIONS

@@ -105,6 +105,8 @@ COMMANDS = {
     "preview_merge": (("defrag", "merge-duplicates"), set()),
     "run_action": (("defrag", "merge-duplicates"), set()),
     "undo": (("defrag", "undo"), set()),
+    "read_entry": (("store", "read"), set()),
+    "list_entries": (("store", "list"), set()),
     "import_source": (("import",), {"env"}),
     "verify_import": (("verify",), {"env"}),
 }

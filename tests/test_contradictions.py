@@ -146,6 +146,69 @@ def test_supersede_dry_run_writes_nothing_then_apply_and_undo_restore_exactly(an
     assert _records(any_store) == before
 
 
+def test_full_merges_then_supersedes_and_undo_restores_exactly(any_store):
+    """``full`` plans the supersede after the merge (a contradiction pair is never merged); its dry run
+    shows it and writes nothing, --apply supersedes (kept, journaled) and undo restores every byte."""
+    _seed(
+        any_store,
+        Entry(path="x.md", content="Deploy on Friday after the review", updated_at=T0, created_at=T0),
+        Entry(path="y.md", content="Deploy on Friday after the review", updated_at=T0, created_at=T0),
+    )
+    now = T0 + timedelta(days=5)  # nothing old enough for cleanup-stubs or compact
+    before = _records(any_store)
+    dry = run_action(any_store, "full", now=now)
+    assert [op.describe().split(" (")[0] for op in dry.plan if op.kind == "supersede"] == [
+        "supersede a.md by b.md"
+    ]
+    merged = [{op.path, op.target} for op in dry.plan if op.kind == "merge"]
+    assert merged == [{"x.md", "y.md"}]
+    steps = {step["action"]: step for step in dry.summary["steps"]}
+    assert steps["supersede"]["operations"] == {"supersede": 1}
+    assert steps["supersede"]["contradiction_pairs"] == 1
+    keys = [(p.scope, p.path_a, p.path_b) for p in dry.pairs]
+    assert len(keys) == len(set(keys))  # a pair both steps found is listed once
+    assert _records(any_store) == before and list_runs() == []
+    done = run_action(any_store, "full", now=now, apply=True)
+    assert [op.to_dict() for op in done.plan] == [op.to_dict() for op in dry.plan]
+    old = any_store.get("a.md")
+    assert old.superseded_by == "b.md" and old.content == "User is allergic to peanuts."
+    assert [run["run_id"] for run in list_runs()] == [done.run_id]
+    assert any_store.read("a.md", count_hit=False).path == "b.md"
+    undo(done.run_id, any_store)
+    assert _records(any_store) == before
+
+
+def test_full_with_a_policy_supersedes_and_never_merges_the_contradiction(any_store, tmp_path):
+    _seed(any_store)
+    result = run_action(any_store, "full", policy=_policy(tmp_path), now=T0 + timedelta(days=5))
+    assert not any(op.kind == "merge" for op in result.plan)
+    assert [(op.kind, op.path, op.target) for op in result.plan] == [("supersede", "a.md", "b.md")]
+    assert result.params["contradiction_floor"] == 0.60
+    high = run_action(any_store, "full", contradiction_floor=1.0, now=T0 + timedelta(days=5))
+    assert not any(op.kind == "supersede" for op in high.plan)
+
+
+def test_compact_and_cleanup_keep_what_a_superseded_entry_points_at(any_store):
+    """Deleting the newer fact would leave the kept older one pointing nowhere (read would fail)."""
+    _seed(any_store)
+    run_action(any_store, "supersede", apply=True)
+    late = T0 + timedelta(days=400)
+    compact = run_action(any_store, "compact", now=late)
+    assert compact.plan.operations == []
+    assert [(e.path, e.note) for e in compact.skipped] == [("b.md", "it supersedes an older entry")]
+    later = T0 + timedelta(days=4)
+    any_store.put(Entry(path="c.md", content="Allergies: none known.", updated_at=later, created_at=later))
+    any_store.put(
+        Entry(path="b.md", content="", metadata={"stub": True, "redirect_to": "c.md"}, updated_at=later)
+    )
+    cleanup = run_action(any_store, "cleanup_stubs", now=late)
+    assert cleanup.plan.operations == []
+    assert [(e.path, e.note) for e in cleanup.skipped] == [("b.md", "a superseded entry points here")]
+    done = run_action(any_store, "full", now=late, apply=True)
+    assert not any(op.path in ("b.md", "c.md") for op in done.plan if op.kind == "delete")
+    assert any_store.read("a.md", count_hit=False).path == "c.md"
+
+
 def test_superseded_entry_left_out_of_read_and_list_unless_history(any_store):
     _seed(any_store)
     run_action(any_store, "supersede", apply=True)
@@ -229,6 +292,29 @@ def test_cli_supersede_dry_run_apply_undo(store_dir):
     assert text.exit_code == 0, text.output
     with open_store(store_dir) as store:
         assert store.get("a.md").superseded_by is None
+
+
+def test_cli_full_shows_the_supersede_applies_and_undoes(store_dir, tmp_path):
+    policy = _policy(tmp_path)
+    with open_store(store_dir) as store:
+        before = _records(store)
+    dry = _cli("defrag", "full", "--store", store_dir, "--policy", policy, "--json")
+    assert dry.exit_code == 0, dry.output
+    ops = json.loads(dry.output)["operations"]
+    assert [(o["op"], o["path"], o["target"]) for o in ops] == [("supersede", "a.md", "b.md")]
+    text = _cli("defrag", "full", "--store", store_dir, "--policy", policy)
+    assert "supersede a.md by b.md" in text.output, text.output
+    applied = _cli("defrag", "full", "--store", store_dir, "--policy", policy, "--apply", "--json")
+    done = json.loads(applied.output)
+    assert done["applied"] and done["operations"] == ops
+    with open_store(store_dir) as store:
+        assert store.get("a.md").superseded_by == "b.md"
+    assert _cli("defrag", "undo", done["run_id"], "--store", store_dir).exit_code == 0
+    with open_store(store_dir) as store:
+        assert _records(store) == before
+    bad = _cli("defrag", "full", "--store", store_dir, "--contradiction-floor", "2", "--apply")
+    assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1, bad.output
+    assert "contradiction_floor=2" in bad.output
 
 
 @pytest.mark.parametrize(

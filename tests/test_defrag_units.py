@@ -386,6 +386,7 @@ def test_full_preview_equals_apply(strategy):
     assert after_p == after_a
     assert [s["action"] for s in applied["summary"]["steps"]] == [
         "merge_duplicates",
+        "supersede",
         "cleanup_stubs",
         "compact",
     ]

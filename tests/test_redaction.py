@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy.engine.url import make_url
 
 from memwork.cli import main
-from memwork.redaction import redact_text, redact_url, url_secrets
+from memwork.redaction import _URL_IN_TEXT_RE, redact_text, redact_url, url_secrets
 from memwork.reports.secrets import Scrubber, real_value, split_secrets
 
 # (url, what must remain visible)
@@ -109,3 +111,24 @@ def test_a_sql_store_describes_itself_by_its_url_password_hidden(sqlite_url):
     ):
         store.url = url
         assert store.describe() == f"{shown} table=agent_memories"
+
+
+# text made of the pieces that matter to URL matching: scheme characters, ``://``, userinfo, breaks
+_PIECES = st.sampled_from(
+    ["a", "Z", "9", "+", ".", "-", ":", "/", "://", "@", "u:pw@", "h", "?password=", " ", "'", "<", "é", "1x"]
+)
+
+
+@given(st.lists(_PIECES, max_size=40).map("".join))
+def test_redact_text_matches_the_plain_regex_substitution(text):
+    """Found from each ``://`` (fast on a report page's base64 figures), the URLs are exactly the ones
+    the regex finds scanning the whole text."""
+    expected = _URL_IN_TEXT_RE.sub(lambda m: redact_url(m.group(0)) or "", text)
+    assert redact_text(text) == expected
+
+
+def test_redact_text_around_long_runs_of_scheme_characters():
+    """A report page: base64 figures (long runs of scheme characters) around one URL with a password."""
+    run = "QUJD+x" * 50_000
+    text = f"<img src='data:image/png;base64,{run}'> see https://u:S3cretPW@h/db {run}"
+    assert redact_text(text) == text.replace("S3cretPW", "***")

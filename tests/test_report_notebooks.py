@@ -140,6 +140,7 @@ def test_duplicate_review_writes_the_review_file(tmp_path, store):
         "text_similarity",
         "semantic_similarity",
         "matched_by",
+        "kind",
         "decision",
     }
     # the sample is embedded with the real model: its Chinese entries pair by text only

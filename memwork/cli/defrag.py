@@ -61,7 +61,11 @@ def defrag() -> None:
 
 #: help examples of the actions that need more than ``--store``
 EXAMPLES: dict[str, tuple[str, ...]] = {
-    "find_duplicates": ("memwork defrag find-duplicates --store ./memory --json",),
+    "find_duplicates": (
+        "memwork defrag find-duplicates --store ./memory --json",
+        "memwork defrag find-duplicates --store pg://embedded --executor local:4",
+        "memwork defrag find-duplicates --store postgresql://db/mem --executor dask://sched:8786",
+    ),
     "supersede": (
         "memwork defrag supersede --store ./memory",
         "memwork defrag supersede --store ./memory --apply",
@@ -77,6 +81,51 @@ def _open(store_spec: str) -> Store:
     return open_store(store_spec)
 
 
+#: the actions that run as scope partitions on ``--executor`` (:mod:`memwork.defrag.partitioned`)
+PARTITIONED = ("find_duplicates", "find_related")
+
+
+def _partition_options(command: Any) -> Any:
+    """``--executor`` and ``--checkpoint`` of the actions that split by scope."""
+    command = click.option(
+        "--checkpoint",
+        "checkpoint",
+        default=None,
+        help="Folder of the per-partition checkpoints a re-run resumes from (default: the workspace's "
+        "defrag-partitions); without --executor, partitions run in this process.",
+    )(command)
+    return click.option(
+        "--executor",
+        "executor_spec",
+        default=None,
+        help="Run scope partitions on serial, local, local:N or dask://HOST:PORT; resumable. "
+        "Default: one process, no partitions.",
+    )(command)
+
+
+def _run_partitioned(
+    action: Action,
+    store_spec: str,
+    scope: str | None,
+    executor_spec: str | None,
+    checkpoint: str | None,
+    as_json: bool,
+    params: dict[str, Any],
+) -> Any:
+    """The action as checkpointed scope partitions; how many were resumed goes to stderr."""
+    from memwork.defrag.partitioned import run_partitioned
+    from memwork.executor import parse_executor
+
+    executor = parse_executor(executor_spec)  # a bad value is one line, exit 2, before anything runs
+    with stage_progress(quiet=as_json) as bar:
+        run = run_partitioned(
+            store_spec, action.name, scope=scope, executor=str(executor), checkpoint=checkpoint,
+            progress=bar, **params,
+        )  # fmt: skip
+    click.echo(f"defrag {action.cli_name}: {run.describe()}", err=True)
+    return run.result
+
+
 def _make_action(action: Action) -> click.Command:
     """The click command of ``action``: its own options only, generated from its parameters."""
     name = action.cli_name
@@ -88,6 +137,8 @@ def _make_action(action: Action) -> click.Command:
         apply: bool = False,
         embedder: str | None = None,
         lock_timeout: float | None = None,
+        executor_spec: str | None = None,
+        checkpoint: str | None = None,
         **opts: Any,
     ) -> None:
         from memwork.defrag import run_action
@@ -96,17 +147,22 @@ def _make_action(action: Action) -> click.Command:
 
         params = {k: v for k, v in opts.items() if v is not None}
         try:
-            with _open(store_spec) as store, stage_progress(quiet=as_json) as bar:
-                result = run_action(
-                    store,
-                    action.name,
-                    scope=scope,
-                    apply=apply,
-                    embedder=embedder,
-                    progress=bar,
-                    lock_timeout=lock_timeout,
-                    **params,
+            if executor_spec is not None or checkpoint is not None:
+                result = _run_partitioned(
+                    action, store_spec, scope, executor_spec, checkpoint, as_json, params
                 )
+            else:
+                with _open(store_spec) as store, stage_progress(quiet=as_json) as bar:
+                    result = run_action(
+                        store,
+                        action.name,
+                        scope=scope,
+                        apply=apply,
+                        embedder=embedder,
+                        progress=bar,
+                        lock_timeout=lock_timeout,
+                        **params,
+                    )
         except RunStopped as stopped:
             if as_json:  # what was applied and how to undo it, on stdout too; the error line on stderr
                 emit_json(stopped_run_dict(stopped))
@@ -134,6 +190,8 @@ def _make_action(action: Action) -> click.Command:
             type=float,
             help="With --apply: seconds to wait for another run on this store/scope (default 60), then fail.",
         )(command)
+    if action.name in PARTITIONED:
+        command = _partition_options(command)
     command = scope_option(store_option()(command))
     if not action.read_only:
         command = apply_option(command)

@@ -1,4 +1,5 @@
-"""CLI: ``memwork store load|export|info`` -- load any store from JSON lines, dump it, summarise it.
+"""CLI: ``memwork store load|export|info|read|list`` -- load any store from JSON lines, dump it,
+summarise it, read one entry or list them (with ``--history``: superseded entries as kept).
 
 ``store load`` was ``store import`` (still accepted, hidden): ``memwork import`` is the migration of a
 source into pgvector, an unrelated thing."""
@@ -18,14 +19,21 @@ from memwork.cli.options import (
     stage_progress,
     store_option,
 )
+from memwork.entry import DEFAULT_SCOPE
 from memwork.errors import MissingStore
 from memwork.stores import DEFAULT_DIMENSION, Store, open_store
-from memwork.stores.transfer import export_jsonl, load_jsonl, store_info
+from memwork.stores.transfer import entry_view, export_jsonl, list_view, load_jsonl, store_info
+
+#: ``--history`` on read and list: superseded entries (``defrag supersede``) as kept
+HISTORY_HELP = (
+    "Show superseded entries (defrag supersede) as kept, with superseded_by and valid_until, "
+    "instead of following them to the newer entry / leaving them out."
+)
 
 
 @click.group("store")
 def store_group() -> None:
-    """Load, dump and summarise memory stores.
+    """Load, dump, summarise, read and list memory stores.
 
     \b
     Example:
@@ -97,9 +105,16 @@ store_group.add_command(_hidden_alias(load_command, "import"))
     default="-",
     help="File (default: stdout).",
 )
+@click.option(
+    "--history/--no-history",
+    default=True,
+    show_default=True,
+    help="Keep superseded entries (a backup restores them exactly); --no-history writes what a "
+    "reader sees: superseded entries and the stubs leading into them left out.",
+)
 @json_option
-def export_command(store_spec: str, scope: str | None, output: str, as_json: bool) -> None:
-    """Write every entry (stubs included) as JSON lines, in (scope, path) order.
+def export_command(store_spec: str, scope: str | None, output: str, history: bool, as_json: bool) -> None:
+    """Write every entry (stubs and superseded entries included) as JSON lines, in (scope, path) order.
 
     \b
     Example:
@@ -109,7 +124,7 @@ def export_command(store_spec: str, scope: str | None, output: str, as_json: boo
     # no bar when the lines themselves go to the terminal
     quiet = as_json or (output == "-" and sys.stdout.isatty())
     with open_store(store_spec) as store, stage_progress(quiet=quiet) as bar:
-        count = export_jsonl(store, out, scope=scope, progress=bar)
+        count = export_jsonl(store, out, scope=scope, progress=bar, history=history)
     if output != "-":
         if as_json:
             emit_json({"exported": count, "output": output})
@@ -139,6 +154,70 @@ def info_command(store_spec: str, as_json: bool) -> None:
     )
     for scope, per in info["scopes"].items():
         click.echo(f"  {scope}: {per['entries']} entries, {per['stubs']} stubs, {per['size']} bytes")
+
+
+@store_group.command("read")
+@store_option()
+@click.option("--scope", default=DEFAULT_SCOPE, show_default=True, help="The entry's scope.")
+@click.argument("path")
+@click.option("--history", is_flag=True, help=HISTORY_HELP)
+@json_option
+def read_command(store_spec: str, scope: str, path: str, history: bool, as_json: bool) -> None:
+    """Show the entry at PATH as a user reads it: a stub is followed to its target, a superseded
+    entry to the newer one that replaced it. With --history a superseded entry is shown itself.
+
+    Reading here counts no hit (an inspection does not keep an entry alive).
+
+    \b
+    Example:
+        memwork store read --store ./memory --scope alice facts/allergy.md --history
+    """
+    with open_store(store_spec) as store:
+        entry = store.read(path, scope=scope, count_hit=False, history=history)
+    view = entry_view(entry, requested=path)
+    if as_json:
+        emit_json(view)
+        return
+    followed = f" (asked for {path}, followed)" if view["path"] != view["requested"] else ""
+    click.echo(f"{view['scope']}/{view['path']}{followed}")
+    if view["title"]:
+        click.echo(f"title: {view['title']}")
+    click.echo(f"updated: {view['updated_at']}  hits: {view['hits']}  size: {view['size']} bytes")
+    if view["superseded_by"]:
+        click.echo(f"superseded by: {view['superseded_by']}  valid until: {view['valid_until'] or '-'}")
+    if view["stub"]:
+        click.echo(f"stub: redirects to {view['redirect_to'] or '-'}")
+    click.echo("")
+    click.echo(view["content"])
+
+
+@store_group.command("list")
+@store_option()
+@scope_option
+@click.option("--prefix", default=None, help="Only paths starting with this.")
+@click.option("--history", is_flag=True, help=HISTORY_HELP)
+@json_option
+def list_command(
+    store_spec: str, scope: str | None, prefix: str | None, history: bool, as_json: bool
+) -> None:
+    """List the entries (stubs included), in (scope, path) order; superseded entries only with
+    --history, marked with what superseded them.
+
+    \b
+    Example:
+        memwork store list --store ./memory --scope alice --history
+    """
+    with open_store(store_spec) as store:
+        rows = list_view(store, scope=scope, prefix=prefix, history=history)
+    if as_json:
+        emit_json({"entries": rows, "history": history})
+        return
+    for row in rows:
+        mark = " [stub]" if row["stub"] else ""
+        if row["superseded_by"]:
+            mark = f" [superseded by {row['superseded_by']}, valid until {row['valid_until'] or '-'}]"
+        click.echo(f"{row['scope']}/{row['path']}  {row['size']} bytes  {row['updated_at']}{mark}")
+    click.echo(f"{len(rows)} entries" + ("" if history else " (superseded ones: --history)"), err=True)
 
 
 commands = [store_group]

@@ -13,6 +13,7 @@ the first one left. A conflict with another writer stops the run with
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -289,6 +290,15 @@ def _step_report(
     return report
 
 
+def _distinct_pairs(pairs: Iterable[findings.Pair]) -> list[findings.Pair]:
+    """Each pair once, as the first step that found it saw it (merge and supersede both list a
+    contradiction pair in the duplicate band)."""
+    seen: dict[tuple[str, str, str], findings.Pair] = {}
+    for pair in pairs:
+        seen.setdefault((pair.scope, pair.path_a, pair.path_b), pair)
+    return list(seen.values())
+
+
 def _run_steps(
     result: ActionResult,
     act: Action,
@@ -312,7 +322,7 @@ def _run_steps(
         planner = ACTIONS[step.action]
         assert planner.plan is not None  # register() refuses a step that is not a planner
         state = sim.snapshot()
-        planned = planner.plan(state, {n: p[step.name_of(n)] for n in planner.params}, ctx)
+        planned = planner.plan(state, step.params_of(p, planner.params), ctx)
         steps.append((planned, {e.key: e for e in state}))
         step_changes.append(execute(sim, planned.plan, now=now, embedder=embedder))
     before = health(entries)
@@ -321,7 +331,7 @@ def _run_steps(
     for planned, _ in steps:
         plan.extend(planned.plan)
     result.plan = plan
-    result.pairs = [pair for planned, _ in steps for pair in planned.pairs]
+    result.pairs = _distinct_pairs(pair for planned, _ in steps for pair in planned.pairs)
     result.entries = [e for planned, _ in steps for e in planned.entries]
     result.skipped = [e for planned, _ in steps for e in planned.skipped]
     clusters = [c for planned, _ in steps for c in planned.clusters]

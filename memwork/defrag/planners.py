@@ -430,6 +430,12 @@ def _stub_targets(
     }
 
 
+def _superseded_targets(entries: Iterable[Entry]) -> set[tuple[str, str]]:
+    """The entries a kept superseded entry points at: deleting one would leave that history
+    pointing nowhere (and lose the fact that replaced it)."""
+    return {(e.scope, normalize_path(t)) for e in entries if (t := e.superseded_by) is not None}
+
+
 def plan_cleanup_stubs(
     entries: Sequence[Entry], age_days_min: float = 90, max_hits: int = 10, *, now: datetime
 ) -> Planned:
@@ -439,7 +445,9 @@ def plan_cleanup_stubs(
     """
     plan = Plan("cleanup_stubs")
     stubs = [e for group in by_scope(entries, stubs=True).values() for e in group]
-    doomed = {e.key for e in stubs if age_days(e, now) >= age_days_min and e.hits <= max_hits}
+    pinned = _superseded_targets(entries)
+    old = {e.key for e in stubs if age_days(e, now) >= age_days_min and e.hits <= max_hits}
+    doomed = old - pinned
     while True:
         needed = _stub_targets(stubs, excluding=doomed) & doomed
         if not needed:
@@ -451,7 +459,8 @@ def plan_cleanup_stubs(
             chosen.append(report(stub, now))
             plan.add(Operation("delete", stub.scope, stub.path, reason="old, rarely read stub"))
         elif age_days(stub, now) >= age_days_min and stub.hits <= max_hits:
-            skipped.append(report(stub, now, note="another stub redirects here"))
+            why = "a superseded entry points here" if stub.key in pinned else "another stub redirects here"
+            skipped.append(report(stub, now, note=why))
     return Planned(plan, entries=chosen, skipped=skipped)
 
 
@@ -465,10 +474,12 @@ def plan_compact(
 ) -> Planned:
     """Delete entries with quality < ``min_quality_score``, age >= ``min_age_days`` and hits <= ``max_hits``.
 
-    Stubs are never compacted, and an entry a stub redirects to is kept (run cleanup_stubs first).
+    Stubs are never compacted, and an entry a stub redirects to is kept (run cleanup_stubs first), as
+    is one that supersedes a kept older entry (``supersede``: it is the fact that replaced it).
     """
     plan = Plan("compact")
     targets = _stub_targets(entries)
+    newer = _superseded_targets(entries)
     chosen, skipped = [], []
     for group in by_scope(entries).values():
         for entry in group:
@@ -478,8 +489,9 @@ def plan_compact(
                 and entry.hits <= max_hits
             ):
                 continue
-            if entry.key in targets:
-                skipped.append(report(entry, now, note="a stub redirects here"))
+            if entry.key in targets or entry.key in newer:
+                why = "a stub redirects here" if entry.key in targets else "it supersedes an older entry"
+                skipped.append(report(entry, now, note=why))
                 continue
             chosen.append(report(entry, now))
             plan.add(Operation("delete", entry.scope, entry.path, reason="low quality, old, unread"))

@@ -216,7 +216,18 @@ def _store_shown(spec: str | Store, opened: Store) -> str:
     return (redact_url(spec) or spec) if isinstance(spec, str) else opened.describe()
 
 
-# ---- the duplicate_review notebook: computed in memwork.defrag.review_report (re-exported here) ----
-from memwork.defrag.review_report import DuplicateReview, duplicate_review  # noqa: E402
+# ---- the duplicate_review notebook: computed in memwork.defrag.review_report (re-exported here, and
+# imported when first asked for: the health report's kernel does not need the review queue) ----
+if TYPE_CHECKING:
+    from memwork.defrag.review_report import DuplicateReview, duplicate_review
+else:
+
+    def __getattr__(name: str) -> Any:
+        if name in ("DuplicateReview", "duplicate_review"):
+            from memwork.defrag import review_report
+
+            return getattr(review_report, name)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["DuplicateReview", "HealthReport", "duplicate_review", "health_report"]

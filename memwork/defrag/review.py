@@ -21,7 +21,7 @@ from memwork.errors import InvalidPath, UsageError
 
 COLUMNS = ("scope", "path_a", "path_b", "similarity", "decision")
 #: what the review file also shows per pair, for the reviewer (not read back)
-SIGNAL_COLUMNS = ("text_similarity", "semantic_similarity", "matched_by")
+SIGNAL_COLUMNS = ("text_similarity", "semantic_similarity", "matched_by", "kind")
 DECISIONS = ("approve", "reject", "")
 #: a labelled review queue (:mod:`memwork.defrag.review_queue`) also counts: its labels, mapped
 LABEL_DECISIONS = {"duplicate": "approve", "distinct": "reject", "unsure": ""}
@@ -49,8 +49,10 @@ class ReviewedPairs(list[Pair3]):
 
 def write_review_csv(pairs: Iterable[Pair], path: str | Path) -> Path:
     """Write ``pairs`` for review, decision column empty, each with both signals (text and semantic
-    similarity, the latter "out of model range" when a vector could not be compared) and which of
-    them reached the threshold. Returns the path."""
+    similarity, the latter "out of model range" when a vector could not be compared), which of
+    them reached the threshold and the pair's kind (``exact``, ``normalised``: the same after case and
+    whitespace folding, or ``similar``: a reviewer skims a copy and reads a near duplicate). Returns
+    the path."""
     path = Path(path)
     with path.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
@@ -58,7 +60,8 @@ def write_review_csv(pairs: Iterable[Pair], path: str | Path) -> Path:
         for pair in pairs:
             writer.writerow(
                 [pair.scope, pair.path_a, pair.path_b, f"{pair.similarity:.6f}",
-                 f"{pair.text_similarity:.6f}", pair.semantic_text(6), "+".join(pair.matched_by), ""]
+                 f"{pair.text_similarity:.6f}", pair.semantic_text(6), "+".join(pair.matched_by), pair.kind,
+                 ""]
             )  # fmt: skip
     return path
 

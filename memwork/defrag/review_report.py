@@ -180,7 +180,8 @@ class DuplicateReview:
         return sorted(self.pairs, key=lambda p: (p["text_similarity"] >= 0.9999, -p["similarity"]))
 
     def side_by_side(self, limit: int = 25) -> pd.DataFrame:
-        """The first pairs as a pandas table with a word diff (HTML) of their contents."""
+        """The first pairs as a pandas table with their kind (exact / normalised / similar) and a word
+        diff (HTML) of their contents."""
         import pandas as pd
 
         from memwork.reports.display import word_diff_html
@@ -190,7 +191,7 @@ class DuplicateReview:
             a = self.contents.get((p["scope"], p["path_a"]), "")
             b = self.contents.get((p["scope"], p["path_b"]), "")
             rows.append(
-                {"scope": p["scope"], "a": p["path_a"], "b": p["path_b"],
+                {"scope": p["scope"], "a": p["path_a"], "b": p["path_b"], "kind": p.get("kind", "similar"),
                  "text (Jaccard)": round(p["text_similarity"], 3), "semantic (cosine)": _semantic(p),
                  "matched by": " + ".join(p.get("matched_by") or ()) or _policy_text(p),
                  "word diff (a → b)": word_diff_html(a, b)}

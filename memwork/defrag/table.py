@@ -9,7 +9,7 @@ leaves, its parameters derived from theirs. Adding an action is one :func:`regis
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -56,13 +56,19 @@ Planner = Callable[[list[Entry], dict[str, Any], Context], Planned]
 
 @dataclass(frozen=True)
 class Step:
-    """One planner of a composite action; ``rename`` maps its parameter names to the composite's."""
+    """One planner of a composite action; ``rename`` maps its parameter names to the composite's,
+    ``fixed`` holds the ones the composite does not offer (the step always runs with that value)."""
 
     action: str
     rename: Mapping[str, str] = field(default_factory=dict)
+    fixed: Mapping[str, Any] = field(default_factory=dict)
 
     def name_of(self, param: str) -> str:
         return self.rename.get(param, param)
+
+    def params_of(self, composite: Mapping[str, Any], names: Iterable[str]) -> dict[str, Any]:
+        """The step's parameters (``names``) taken from the composite's checked ``composite`` ones."""
+        return {n: self.fixed[n] if n in self.fixed else composite[self.name_of(n)] for n in names}
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,11 @@ def composite(name: str, help: str, steps: tuple[Step, ...], helps: Mapping[str,
     """An action running ``steps`` in order; its parameters are theirs, renamed (``helps`` by new name)."""
     params: dict[str, Param] = {}
     for step in steps:
+        if unknown := set(step.fixed) - set(ACTIONS[step.action].params):
+            raise ValueError(f"{name}: step {step.action!r} has no parameter {sorted(unknown)} to fix")
         for param_name, param in ACTIONS[step.action].params.items():
+            if param_name in step.fixed:
+                continue
             new = step.name_of(param_name)
             if new in params:
                 raise ValueError(f"{name}: two steps take {new!r}; rename one")
@@ -365,13 +375,19 @@ register(
 register(
     composite(
         "full",
-        "merge-duplicates, then cleanup-stubs, then compact; health before and after.",
+        "merge-duplicates, then supersede (possible contradictions: the older fact superseded by the "
+        "newer, kept), then cleanup-stubs, then compact; health before and after.",
         (
             Step("merge_duplicates"),
+            Step("supersede", {"min_similarity": "contradiction_floor"}, fixed={"pair": None}),
             Step("cleanup_stubs"),
             Step("compact", {"max_hits": "compact_max_hits"}),
         ),
-        helps={"compact_max_hits": "full: compact's --max-hits."},
+        helps={
+            "compact_max_hits": "full: compact's --max-hits.",
+            "contradiction_floor": "full: supersede's --min-similarity (lowest max(Jaccard, cosine) of "
+            "a possible contradiction), 0..1.",
+        },
     )
 )
 

@@ -18,6 +18,7 @@ import numpy as np
 from memwork.reports.display import ALT_ATTRIBUTE, Table, cell_text, word_diff_html, write_full_csv
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -244,18 +245,43 @@ def threshold_figure(review: DuplicateReview) -> Figure | None:
 
 
 # ---- pair cards and tables -----------------------------------------------------------------------------
+#: how a card names a pair's kind (:attr:`memwork.defrag.findings.Pair.kind`): a copy is skimmed, a
+#: near duplicate read
+KIND_TEXT = {
+    "exact": "exact copy",
+    "normalised": "normalised copy (the same after case and whitespace folding)",
+    "similar": "similar (the similarity join)",
+}
+#: the pair table's first columns (duplicate_pairs.csv); the pairs' other fields follow
+PAIR_TABLE_FIRST = ("scope", "path_a", "path_b", "kind", "similarity", "text_similarity", "semantic_similarity")
+
+
+def pair_table(pairs: list[dict[str, Any]]) -> pd.DataFrame:
+    """The pairs as the table written whole beside the cards: kind right after the two paths, a
+    possible contradiction as its reason."""
+    import pandas as pd
+
+    rows = [p | {"contradiction": _reason(p.get("contradiction"))} for p in pairs]
+    frame = pd.DataFrame(rows)
+    first = [c for c in PAIR_TABLE_FIRST if c in frame.columns]
+    return frame[first + [c for c in frame.columns if c not in first]]
+
+
+def _reason(contradiction: dict[str, Any] | None) -> str:
+    return str(contradiction.get("reason", "")) if contradiction else ""
+
+
 class PairCards:
-    """The first pairs as cards: which signal fired (or the policy's score and decision), both scores
-    and a word diff; "first N of M" with every pair in ``duplicate_pairs.csv`` beside the HTML."""
+    """The first pairs as cards: the pair's kind (exact, normalised or similar), which signal fired
+    (or the policy's score and decision), both scores and a word diff; "first N of M" with every
+    pair in ``duplicate_pairs.csv`` (:func:`pair_table`) beside the HTML."""
 
     def __init__(self, review: DuplicateReview, limit: int = CARDS) -> None:
-        import pandas as pd
-
         self.review = review
         self.pairs = review.shown_pairs()
         self.limit = limit
-        whole = pd.DataFrame(self.pairs)
-        self.csv_path = write_full_csv(whole, "duplicate_pairs") if len(self.pairs) > limit else None
+        cut = len(self.pairs) > limit
+        self.csv_path = write_full_csv(pair_table(self.pairs), "duplicate_pairs") if cut else None
 
     def _card(self, p: dict[str, Any]) -> str:
         t = self.review.threshold
@@ -273,8 +299,11 @@ class PairCards:
             return f"<span style='font-weight:{weight}'>{name} {html.escape(shown)}{mark}</span>"
 
         head = f"{html.escape(p['scope'])} · {html.escape(p['path_a'])} ↔ {html.escape(p['path_b'])}"
+        kind = str(p.get("kind") or "similar")
         line = " &nbsp;|&nbsp; ".join(
             [
+                f"<span class='mw-kind' data-kind='{html.escape(kind)}'><b>"
+                f"{html.escape(KIND_TEXT.get(kind, kind))}</b></span>",
                 score("text (Jaccard)", "text", p["text_similarity"]),
                 score("semantic (cosine)", "semantic", sem),
             ]

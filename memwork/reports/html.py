@@ -264,6 +264,8 @@ def html_exporter(show_code: bool = False) -> Any:
             exporter.exclude_input_prompt = True
             exporter.exclude_output_prompt = True
             exporter.embed_images = True
+            # validate once after the preprocessors, not after each of the twelve (papermill wrote it valid)
+            exporter.optimistic_validation = True
             exporter.log.setLevel(logging.ERROR)  # not "alternative text is missing" once per figure
             _EXPORTERS[show_code] = exporter
         return exporter

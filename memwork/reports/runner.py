@@ -21,6 +21,7 @@ import platform
 import shutil
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
@@ -103,6 +104,27 @@ def git_commit() -> str:
     from memwork.provenance import memwork_commit
 
     return memwork_commit()
+
+
+def provenance(workdir: Path) -> dict[str, Any]:
+    """What a run records about the code and the folder it ran with (package versions, memwork's
+    version and commit, the working folder's commit): none of it depends on the run's result."""
+    return {
+        "versions": package_versions(),
+        "memwork_version": memwork_version(),
+        "git_commit": git_commit(),
+        "working_folder_commit": folder_commit(workdir),
+    }
+
+
+def _provenance_meanwhile(workdir: Path) -> Future[dict[str, Any]]:
+    """:func:`provenance` in a thread while the kernel runs (package metadata scans and two ``git``
+    calls, ~50 ms a run, off the report's path; issue 20)."""
+    executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memwork-provenance")
+    try:
+        return executor.submit(provenance, workdir)
+    finally:
+        executor.shutdown(wait=False)
 
 
 def package_versions() -> dict[str, str]:
@@ -309,6 +331,7 @@ def run_report(
     }
     workdir = Path(cwd).resolve() if cwd is not None else Path.cwd()
     warm_up(show_code)  # nbconvert's import and template compile overlap the kernel run
+    recorded = _provenance_meanwhile(workdir)
     with kernel_environment(kernel_env):
         failure = _execute(notebook, run.notebook_path, injected, workdir, run.scrubber)
     run.duration_s = time.perf_counter() - clock
@@ -319,7 +342,7 @@ def run_report(
     if failure:
         run.failure, run.error_name, run.error = failure, failure.ename, failure.text
     defaults = {k: p.default for k, p in declared.items() if k != GATE_PARAMETER}
-    _finish_artifacts(run, notebook, show_code=show_code, workdir=workdir, declared=defaults)
+    _finish_artifacts(run, notebook, show_code=show_code, workdir=workdir, declared=defaults, recorded=recorded)
     if index:
         from memwork.reports.index import build_index  # index reads the runner's folder layout
 
@@ -359,9 +382,16 @@ def _discard_run(run_dir: Path, created: list[Path]) -> None:
 
 
 def _finish_artifacts(
-    run: ReportRun, source: Path, *, show_code: bool, workdir: Path, declared: dict[str, Any] | None = None
+    run: ReportRun,
+    source: Path,
+    *,
+    show_code: bool,
+    workdir: Path,
+    declared: dict[str, Any] | None = None,
+    recorded: Future[dict[str, Any]] | None = None,
 ) -> None:
-    """summary.json (synthesised when the notebook died first), HTML, then the manifest."""
+    """summary.json (synthesised when the notebook died first), HTML, then the manifest (with the
+    :func:`provenance` ``recorded`` while the kernel ran, else gathered now)."""
     run.summary = run.scrubber.data(_read_summary(run.summary_path))
     if run.error:
         run.summary = {**run.summary, "verdict": "ERROR", "error": run.error}
@@ -378,10 +408,7 @@ def _finish_artifacts(
     meta = {
         **run.to_dict(),
         "reasons": run.summary.get("reasons") or [],
-        "versions": package_versions(),
-        "memwork_version": memwork_version(),
-        "git_commit": git_commit(),
-        "working_folder_commit": folder_commit(workdir),
+        **(recorded.result() if recorded is not None else provenance(workdir)),
         "python_executable": sys.executable,
         "cell_timings": _cell_timings(nb),
         "declared": declared or {},

@@ -19,11 +19,12 @@ import inspect
 import json
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
-
-import nbformat
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memwork.redaction import REDACTED, redact_text, redact_value, url_secrets
+
+if TYPE_CHECKING:  # nbformat only where notebooks are written: a report's kernel never needs it
+    import nbformat
 
 T = TypeVar("T")
 
@@ -121,6 +122,8 @@ class Scrubber:
         return value
 
     def notebook(self, nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+        import nbformat
+
         return nbformat.from_dict(self.data(nb))
 
 
@@ -145,6 +148,8 @@ class _ScrubbingHandler:
         return self.local(path)
 
     def write(self, buf: str, path: str) -> None:
+        import nbformat
+
         local = self.local(path)
         nb = nbformat.reads(buf, as_version=4)
         scrubber = self.scrubbers.get(local) or Scrubber()

@@ -47,7 +47,6 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
 from memwork.checks import dimension as check_dimension
@@ -115,10 +114,17 @@ def build_table(name: str, dialect: str, dimension: int) -> Table:
     json_type: Any = JSON()
     emb_type: Any = LargeBinary()
     stamp: Any = DateTime(timezone=False)
+    content_type: Any = Text()
+    # each dialect module on first use: a SQLite store (a report's kernel) need not load the others
     if dialect == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
         path_type, scope_type = postgresql.VARCHAR(500, collation="C"), postgresql.VARCHAR(128, collation="C")
         json_type, emb_type = postgresql.JSONB(), _pg_vector_type(dimension)
     elif dialect == "mysql":
+        from sqlalchemy.dialects import mysql
+
+        content_type = Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
         path_type = mysql.VARCHAR(500, charset="utf8mb4", collation="utf8mb4_bin")
         scope_type = mysql.VARCHAR(128, charset="utf8mb4", collation="utf8mb4_bin")
         emb_type, stamp = mysql.LONGBLOB(), mysql.DATETIME(fsp=6)
@@ -128,7 +134,7 @@ def build_table(name: str, dialect: str, dimension: int) -> Table:
         Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
         Column("scope", scope_type, nullable=False, server_default=DEFAULT_SCOPE),
         Column("file_path", path_type, nullable=False),
-        Column("content", Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb"), nullable=False),
+        Column("content", content_type, nullable=False),
         Column("title", String(200), nullable=False, server_default=""),
         Column("embedding", emb_type, nullable=True),
         Column("metadata", json_type, nullable=False),
@@ -324,9 +330,13 @@ class SQLStore(Store):
         columns = [k for k in rows[0] if k not in ("scope", "file_path")]
         stmt: Any
         if self.dialect == "mysql":
+            from sqlalchemy.dialects import mysql
+
             mysql_insert = mysql.insert(self.table)
             stmt = mysql_insert.on_duplicate_key_update({k: mysql_insert.inserted[k] for k in columns})
         else:
+            from sqlalchemy.dialects import postgresql, sqlite
+
             insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
             upsert: Any = insert(self.table)
             stmt = upsert.on_conflict_do_update(

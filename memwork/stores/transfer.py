@@ -25,6 +25,7 @@ import numpy as np
 
 from memwork.entry import (
     MAX_HITS,
+    VALID_UNTIL,
     Entry,
     as_utc,
     check_content_size,
@@ -104,19 +105,91 @@ def export_jsonl(
     *,
     scope: str | None = None,
     progress: Progress | None = None,
+    history: bool = True,
 ) -> int:
     """Write every entry (stubs included) of ``store`` -- or of one scope -- as JSON lines to ``out``
     (a path or a text stream), in (scope, path) order. Returns the number of entries written.
 
+    An export is a backup, so by default it keeps the history: superseded entries (``defrag
+    supersede``) are written as kept, ``superseded_by`` and ``valid_until`` in their metadata, and a
+    load restores them exactly (read still follows them to the newer entry, and an undo of the
+    supersede still finds its before-image). ``history=False`` writes what a reader sees instead:
+    superseded entries left out, and with them every stub whose redirects lead into one (it would
+    point at an entry the file does not hold).
+
     ``progress`` gets one "exporting" stage whose total is the store's entry count."""
     count = 0
     total = store.count(scope=scope) if progress is not None else None
+    hidden = set() if history else _history_keys(store, scope)
     with _text_out(out) as handle:
         for entry in track(store.iter_entries(scope=scope), progress, "exporting", total):
+            if entry.key in hidden:
+                continue
             handle.write(entry_line(entry))
             handle.write("\n")
             count += 1
     return count
+
+
+def _history_keys(store: Store, scope: str | None) -> set[tuple[str, str]]:
+    """The superseded entries of ``store`` (or one scope) and the stubs whose chain reaches one."""
+    superseded: set[tuple[str, str]] = set()
+    redirects: dict[tuple[str, str], tuple[str, str]] = {}
+    for entry in store.iter_entries(scope=scope):
+        if entry.superseded_by is not None:
+            superseded.add(entry.key)
+        elif entry.is_stub and entry.redirect_to:
+            redirects[entry.key] = (entry.scope, entry.redirect_to)
+    hidden = set(superseded)
+    for key in redirects:
+        seen, at = {key}, redirects[key]
+        while at in redirects and at not in seen:  # a cycle is left to load and read to report
+            seen.add(at)
+            at = redirects[at]
+        if at in superseded:
+            hidden.add(key)
+    return hidden
+
+
+# ---- read and list with history ------------------------------------------------------------------
+def entry_view(entry: Entry, *, requested: str | None = None) -> dict[str, Any]:
+    """An entry as a person inspects it (``memwork store read --json``): its record without the vector
+    (``embedding_dimension`` instead), the path that was asked for, and what makes it history:
+    ``superseded_by`` with ``valid_until`` (superseded by a newer entry) or ``redirect_to`` (a stub)."""
+    record = entry.to_record()
+    del record["embedding"]
+    dimension = None if entry.embedding is None else len(entry.embedding)
+    return (
+        {"requested": requested if requested is not None else entry.path}
+        | record
+        | {
+            "size": entry.size,
+            "embedding_dimension": dimension,
+            "stub": entry.is_stub,
+            "redirect_to": entry.redirect_to,
+            "superseded_by": entry.superseded_by,
+            "valid_until": entry.metadata.get(VALID_UNTIL) if entry.superseded_by is not None else None,
+        }
+    )
+
+
+def list_view(
+    store: Store, *, scope: str | None = None, prefix: str | None = None, history: bool = False
+) -> list[dict[str, Any]]:
+    """What :meth:`Store.list` lists (every entry, stubs included; superseded ones only with
+    ``history``), each with ``stub``, ``superseded_by`` and ``valid_until`` so a history is readable."""
+    scope = validate_scope(scope) if scope is not None else None
+    rows = []
+    for entry in store.iter_entries(scope=scope, prefix=prefix):
+        newer = entry.superseded_by
+        if newer is not None and not history:
+            continue
+        rows.append(
+            {"scope": entry.scope, "path": entry.path, "title": entry.title, "size": entry.size,
+             "updated_at": entry.updated_at.isoformat(), "stub": entry.is_stub,
+             "superseded_by": newer, "valid_until": entry.metadata.get(VALID_UNTIL) if newer else None}
+        )  # fmt: skip
+    return rows
 
 
 # ---- load ---------------------------------------------------------------------------------------
