@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import click
 
-from memwork.cli.migrate import page_size_option, repair_and_print, repair_option, run_and_print
+from memwork.cli.migrate import (
+    check_workers,
+    page_size_option,
+    repair_and_print,
+    repair_option,
+    run_and_print,
+    workers_options,
+)
 from memwork.cli.options import apply_option, json_option
 from memwork.cli.pgvector import pg_url_option, table_option
 from memwork.errors import UsageError
@@ -30,6 +37,7 @@ MYSQL_URL_ENV = "MEMORY_BACKFILL_MYSQL_URL"
 @click.option("--prune-inactive", is_flag=True, help="Delete rows whose source is archived or deleted.")
 @click.option("--create-schema", is_flag=True, help="Create the destination table when it is missing.")
 @repair_option
+@workers_options
 @json_option
 def backfill_command(
     apply: bool,
@@ -46,6 +54,8 @@ def backfill_command(
     prune_inactive: bool,
     create_schema: bool,
     repair_run_id: str | None,
+    workers: int | None,
+    executor_spec: str | None,
     as_json: bool,
 ) -> None:
     """Copy active h5_user_memory_items into pgvector: `memwork import --from legacy-mysql` under
@@ -61,6 +71,11 @@ def backfill_command(
         MEMORY_BACKFILL_MYSQL_URL=mysql://... MEMORY_PGVECTOR_DATABASE_URL=postgresql://... \\
             memwork backfill --apply --embedder minilm --resume
         memwork backfill --repair cert-20260601T120000-ab12cd --apply
+        memwork backfill --apply --embedder hash:384 --workers 2 --executor dask://sched:8786
+
+    --workers N splits the table into N disjoint key ranges (quantiles of (updated_at, id)), each
+    with its own checkpoint and lock, run by --executor (local processes by default); --resume reuses
+    the recorded ranges whatever N is, and a killed worker's range resumes where it committed.
     """
     from memwork.embed import MemoryModuleEmbedder
     from memwork.migrate.backfill import Cursor, legacy_options
@@ -75,6 +90,7 @@ def backfill_command(
         raise UsageError("mysql_url", mysql_url, f"set {MYSQL_URL_ENV} or --mysql-url")
     if apply and not (database_url or "").strip():
         raise UsageError("database_url", None, "--apply needs MEMORY_PGVECTOR_DATABASE_URL or --to")
+    parallel = check_workers(workers, executor_spec, repair_run_id)
     cursor = Cursor.parse(cursor_updated_at, cursor_id or "") if cursor_updated_at is not None else None
     options = legacy_options(
         mysql_url,
@@ -99,7 +115,7 @@ def backfill_command(
         raise UsageError("embedder", None, "--apply needs --embedder SPEC or --embedding-module PATH")
     else:
         options.embedder = embedder_spec or None
-    run_and_print(options, as_json)
+    run_and_print(options, as_json, parallel=parallel, workers=workers, executor=executor_spec)
 
 
 commands: list = [backfill_command]

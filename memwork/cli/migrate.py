@@ -57,6 +57,37 @@ def page_size_option(default: int) -> Any:
     )
 
 
+def workers_options(f: F) -> F:
+    """``--workers N`` and ``--executor SPEC``: the legacy table over N disjoint key ranges at once."""
+    f = click.option(
+        "--executor",
+        "executor_spec",
+        default=None,
+        metavar="SPEC",
+        help="Where --workers' key ranges run: local (default), local:N or dask://HOST:8786.",
+    )(f)
+    return click.option(
+        "--workers",
+        type=int,
+        default=None,
+        help="Split the legacy table into N disjoint key ranges run at once, each resumable alone.",
+    )(f)
+
+
+def check_workers(workers: int | None, executor_spec: str | None, repair_run_id: str | None) -> bool:
+    """True when the run is split into key ranges; usage errors for what cannot be."""
+    if workers is not None and workers < 1:
+        raise UsageError("workers", workers, "must be a positive integer")
+    if executor_spec is not None:
+        from memwork.executor import parse_executor
+
+        parse_executor(executor_spec)  # a bad value is bad input before anything connects
+    parallel = executor_spec is not None or (workers or 1) > 1
+    if parallel and repair_run_id is not None:
+        raise UsageError("workers", workers, "cannot be combined with --repair (it copies failed keys only)")
+    return parallel
+
+
 def parse_settings(settings: tuple[str, ...]) -> dict[str, str]:
     """``("VAR=VALUE", ...)`` as a dict; a pair without ``=`` or a name is a usage error naming it."""
     out: dict[str, str] = {}
@@ -89,6 +120,7 @@ def parse_settings(settings: tuple[str, ...]) -> dict[str, str]:
     "--prune-inactive", is_flag=True, help="Delete this source's rows it holds as archived or deleted."
 )
 @repair_option
+@workers_options
 @_set_option
 @json_option
 def import_command(
@@ -104,6 +136,8 @@ def import_command(
     create_schema: bool,
     prune_inactive: bool,
     repair_run_id: str | None,
+    workers: int | None,
+    executor_spec: str | None,
     settings: tuple[str, ...],
     as_json: bool,
 ) -> None:
@@ -123,8 +157,15 @@ def import_command(
             --to postgresql://localhost/memwork --resume
         memwork import --from legacy-mysql --set MEMORY_BACKFILL_MYSQL_URL=mysql://... \\
             --apply --embedder minilm
+        memwork import --from legacy-mysql --apply --embedder hash:384 --workers 2 --resume
+
+    --workers N (legacy-mysql only) splits the table into N disjoint key ranges, each with its own
+    checkpoint, run by --executor (local processes, or dask://HOST:8786); --resume reuses the
+    recorded ranges whatever N is.
     """
     from memwork.migrate.run import ImportOptions, environment
+
+    parallel = check_workers(workers, executor_spec, repair_run_id)
 
     options = ImportOptions(
         source=source,
@@ -143,7 +184,7 @@ def import_command(
     if repair_run_id is not None:
         repair_and_print(repair_run_id, options, as_json)
         return
-    run_and_print(options, as_json)
+    run_and_print(options, as_json, parallel=parallel, workers=workers, executor=executor_spec)
 
 
 def repair_and_print(run_id: str, options: Any, as_json: bool) -> None:
@@ -188,14 +229,26 @@ def repair_and_print(run_id: str, options: Any, as_json: bool) -> None:
         raise click.exceptions.Exit(OWNED_ELSEWHERE_EXIT)
 
 
-def run_and_print(options: Any, as_json: bool) -> None:
-    """Run one migration (``import`` and ``backfill``), print its report, exit 3 when it left rows
-    another source owns."""
+def run_and_print(
+    options: Any,
+    as_json: bool,
+    *,
+    parallel: bool = False,
+    workers: int | None = None,
+    executor: str | None = None,
+) -> None:
+    """Run one migration (``import`` and ``backfill``; ``parallel``: over key ranges), print its
+    report, exit 3 when it left rows another source owns."""
     from memwork.migrate.ownership import OWNED_ELSEWHERE_EXIT
     from memwork.migrate.run import run_import
 
     with stage_progress(quiet=as_json or not options.apply, unit="rows") as bar:
-        report = run_import(options, progress=bar)
+        if parallel:
+            from memwork.migrate.partitioned import run_partitioned
+
+            report = run_partitioned(options, workers=workers, executor=executor, progress=bar)
+        else:
+            report = run_import(options, progress=bar)
     if as_json:
         emit_json(report.to_dict())
     else:
@@ -237,6 +290,9 @@ def _print_import(data: dict[str, Any]) -> None:
             f"owned elsewhere: {data['ownedElsewhere']} id(s) another source holds in {data['table']} "
             "were quarantined, not overwritten or deleted (exit 3)"
         )
+    for part in data.get("partitions") or []:
+        done = f"written: {part['rowsWritten']}" if "rowsWritten" in part else f"planned: {part['planned']}"
+        click.echo(f"  range {part['index']}: ({part['lower']}, {part['upper']}]  {done}")
     for reject in data["quarantined"]:
         click.echo(f"  rejected {reject['id']}: {reject['reason']}")
     for note in data["notes"]:

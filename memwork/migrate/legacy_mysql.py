@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import String, Text, and_, cast, func, or_, select, type_coerce
+from sqlalchemy import String, Text, and_, cast, func, or_, select, true, type_coerce
 
 from memwork.contracts import Page, Row, SourceRecord, record_page, require
 from memwork.entry import as_utc
@@ -153,36 +153,62 @@ def status_counts(conn: Connection) -> dict[str, int]:
     return counts
 
 
-def _after(cursor: Cursor | None) -> Any:
-    """The keyset predicate: active rows strictly after ``cursor`` in (updated_at, id) order."""
-    active = memory_items.c.status == "active"
+def _after(cursor: Cursor | None, upper: Cursor | None = None, *, active_only: bool = True) -> Any:
+    """The keyset predicate: active rows strictly after ``cursor`` in (updated_at, id) order (and,
+    for a key range, at or before ``upper``); ``active_only=False``: rows of any status (what the
+    ``(updated_at, id)`` index alone answers, without reading a row)."""
+    t = memory_items.c
+    active = t.status == "active" if active_only else true()
+    if upper is not None:
+        top = upper.bound()
+        active = and_(active, or_(t.updated_at < top, and_(t.updated_at == top, t.id <= upper.id)))
     if cursor is None:
         return active
-    t = memory_items.c
     at = cursor.bound()
     return and_(active, or_(t.updated_at > at, and_(t.updated_at == at, t.id > cursor.id)))
 
 
-def count_after(conn: Connection, cursor: Cursor | None) -> int:
+def count_after(conn: Connection, cursor: Cursor | None, upper: Cursor | None = None) -> int:
     """Active source rows strictly after ``cursor`` (what a run without a limit would read)."""
     return int(
-        conn.execute(select(func.count()).select_from(memory_items).where(_after(cursor))).scalar_one()
+        conn.execute(select(func.count()).select_from(memory_items).where(_after(cursor, upper))).scalar_one()
     )
 
 
-def read_batch(conn: Connection, cursor: Cursor | None, size: int) -> list[Row]:
-    """The next ``size`` active rows after ``cursor``, keyset order, never OFFSET.
+def read_batch(conn: Connection, cursor: Cursor | None, size: int, upper: Cursor | None = None) -> list[Row]:
+    """The next ``size`` active rows after ``cursor`` (up to ``upper``), keyset order, never OFFSET.
 
     The Core statement runs on the DBAPI cursor (half the per-row cost of SQLAlchemy result rows),
     and the read transaction ends right after, so a long backfill never pins an InnoDB snapshot.
     """
     query = (
         select(*_SOURCE_COLUMNS)
-        .where(_after(cursor))
+        .where(_after(cursor, upper))
         .order_by(memory_items.c.updated_at, memory_items.c.id)
         .limit(size)
     )
     return _fetch_rows(conn, query)
+
+
+def count_keys(conn: Connection, cursor: Cursor | None) -> int:
+    """Rows of any status after ``cursor``: counted on the ``(updated_at, id)`` index alone."""
+    query = select(func.count()).select_from(memory_items).where(_after(cursor, active_only=False))
+    count = int(conn.execute(query).scalar_one())
+    conn.rollback()
+    return count
+
+
+def nth_cursor(conn: Connection, cursor: Cursor | None, n: int) -> Cursor | None:
+    """The keyset position of the ``n``-th row (any status) after ``cursor`` (1-based; None: fewer
+    rows): the inclusive upper bound of a key range. Rows of every status are counted so the walk
+    stays on the ``(updated_at, id)`` index (a status test would read every row it passes); bounds
+    are bounds whatever they count, only the ranges' balance depends on it."""
+    t = memory_items.c
+    where = _after(cursor, active_only=False)
+    query = select(t.updated_at, t.id).where(where).order_by(t.updated_at, t.id).limit(1).offset(n - 1)
+    row = conn.execute(query).first()
+    conn.rollback()
+    return cursor_of({"updated_at": row[0], "id": row[1]}) if row else None
 
 
 def _fetch_rows(conn: Connection, query: Any) -> list[Row]:
@@ -267,12 +293,29 @@ class LegacyMySQLSource:
 
     url: str
     name: str = SOURCE_NAME
+    #: a key range ``(lower, upper]`` of encoded cursors (None: the table's start / end); a source with
+    #: either bound is one partition of a parallel migration (:mod:`memwork.migrate.partitioned`)
+    lower: str | None = None
+    upper: str | None = None
     _conn: Connection | None = field(default=None, repr=False)
 
     @property
     def key(self) -> str:
-        """``legacy-mysql:<url without password>/h5_user_memory_items``."""
-        return f"{SOURCE_NAME}:{redact_url(self.url)}/{memory_items.name}"
+        """``legacy-mysql:<url without password>/h5_user_memory_items``; a key range appends
+        ``#range(LOWER,UPPER]``, so each range keeps its own checkpoint and lock."""
+        whole = f"{SOURCE_NAME}:{redact_url(self.url)}/{memory_items.name}"
+        if not self.partial:
+            return whole
+        return f"{whole}#range({self.lower or ''},{self.upper or ''}]"
+
+    @property
+    def partial(self) -> bool:
+        """True for one key range of the table (a partition), not the whole of it."""
+        return self.lower is not None or self.upper is not None
+
+    def _from(self, cursor: str | None) -> Cursor | None:
+        """Where a read starts: after ``cursor``, else after the range's lower bound."""
+        return Cursor.decode(cursor if cursor is not None else self.lower)
 
     def connection(self) -> Connection:
         """The one read connection of this source (opened on first use)."""
@@ -287,9 +330,9 @@ class LegacyMySQLSource:
         """The fast path: up to ``size`` active rows after ``cursor`` as the writer's text rows."""
         from memwork.db import mysql_errors
 
-        position = Cursor.decode(cursor)
+        position = self._from(cursor)
         with mysql_errors(self.url):
-            rows = read_batch(self.connection(), position, size)
+            rows = read_batch(self.connection(), position, size, Cursor.decode(self.upper))
         if not rows:
             return RowPage(rows, None)
         following = cursor_of(rows[-1])
@@ -310,7 +353,22 @@ class LegacyMySQLSource:
         from memwork.db import mysql_errors
 
         with mysql_errors(self.url):
-            return count_after(self.connection(), Cursor.decode(cursor))
+            return count_after(self.connection(), self._from(cursor), Cursor.decode(self.upper))
+
+    def nth_cursor(self, cursor: str | None, n: int) -> str | None:
+        """The encoded position of the ``n``-th row after ``cursor`` (a range's upper bound)."""
+        from memwork.db import mysql_errors
+
+        with mysql_errors(self.url):
+            found = nth_cursor(self.connection(), Cursor.decode(cursor), n)
+        return found.encode() if found else None
+
+    def count_keys(self, cursor: str | None) -> int:
+        """Rows of any status after ``cursor`` (what a plan splits; the index alone answers it)."""
+        from memwork.db import mysql_errors
+
+        with mysql_errors(self.url):
+            return count_keys(self.connection(), Cursor.decode(cursor))
 
     def status_counts(self) -> dict[str, int]:
         """Rows per status, plus ``total``."""

@@ -131,6 +131,8 @@ class ImportOptions:
     sample_size: int = 5
     cursor: str | None = None
     prune_inactive: bool = False
+    #: the run id to record (the partitions of one parallel run share their coordinator's); None: new
+    run_id: str | None = None
 
     def validate(self) -> None:
         """Every input problem as one usage error naming the field and value, before any I/O."""
@@ -204,6 +206,8 @@ class MigrationReport:
     inactive: dict[str, Any] | None = None
     models_in_table: dict[str, int] | None = None
     run_id: str | None = None
+    #: a parallel run's key ranges, one entry each (bounds, counts, checkpoint); None: one process
+    partitions: list[dict[str, Any]] | None = None
     elapsed_seconds: float = 0.0
     rows_per_second: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -251,7 +255,7 @@ def _resume_base(
     table with none, the checkpoint an earlier version kept (read once: the first page committed
     writes this one)."""
     found = read_import_checkpoint(pg, table, key)
-    if found is None and source.name == LEGACY_SOURCE:
+    if found is None and source.name == LEGACY_SOURCE and not getattr(source, "partial", False):
         legacy = read_legacy_checkpoint(pg, table)
         if legacy is not None:
             cursor = Cursor.from_json(legacy["cursor"]).encode()
@@ -274,7 +278,7 @@ def _start(options: ImportOptions, source: Source, key: str) -> tuple[str | None
 
 def _dry_run(options: ImportOptions, source: Source, key: str, progress: Progress | None) -> MigrationReport:
     report = _new_report("dry-run", options, source, key)
-    embedder = _checked(options.embedder)  # a bad --embedder is bad input in a dry run too
+    embedder = checked_embedder(options.embedder)  # a bad --embedder is bad input in a dry run too
     started = time.perf_counter()
     if options.resume:
         report.destination = destination(options).redacted
@@ -345,8 +349,8 @@ def _apply(options: ImportOptions, source: Source, key: str, progress: Progress 
     owner = owner_of(source.name, key)
     report = _new_report("apply", options, source, key)
     report.destination = url.redacted
-    report.run_id, report.rejects_table = _new_run_id(), REJECTS_TABLE
-    embedder = _checked(options.embedder)
+    report.run_id, report.rejects_table = options.run_id or new_run_id(), REJECTS_TABLE
+    embedder = checked_embedder(options.embedder)
     now = datetime.now(UTC)
     started = time.perf_counter()
     rows_path = callable(getattr(source, "read_rows", None))
@@ -419,7 +423,8 @@ def _apply(options: ImportOptions, source: Source, key: str, progress: Progress 
         if writer is not None:
             checkpoint = writer.checkpoint
         report.checkpoint = checkpoint.to_json()
-        if hasattr(source, "inactive_ids"):
+        if hasattr(source, "inactive_ids") and not getattr(source, "partial", False):
+            # one key range of a parallel run: its coordinator reconciles the whole table once
             from memwork.migrate.reconcile import inactive_report
 
             report.inactive = inactive_report(
@@ -678,7 +683,7 @@ def _finish_timing(report: MigrationReport, started: float, rows: int) -> None:
         report.rows_per_second = round(rows / report.elapsed_seconds, 1)
 
 
-def _checked(embedder: Embedder | str | None) -> Embedder | None:
+def checked_embedder(embedder: Embedder | str | None) -> Embedder | None:
     """The embedder loaded and tried on a probe text: a spec that names none, or an embedder that
     fails for everything, is a usage error before anything is read or written -- a dry run too."""
     loaded = load_embedder(embedder) if isinstance(embedder, str) else embedder
@@ -687,7 +692,7 @@ def _checked(embedder: Embedder | str | None) -> Embedder | None:
     return loaded
 
 
-def _new_run_id() -> str:
+def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
 
 
