@@ -129,10 +129,11 @@ def label_free_precision(entries: list[Entry], seed: int) -> tuple[dict[str, Any
     return estimate.at(DEFAULT), f"exact from {cutoff} + {SAMPLE:,}-pair sample"
 
 
-def run_set(name: str, seed: int) -> dict[str, Any]:
-    data = load_febrl(name)
+def run_set(name: str, seed: int, data: FebrlSet | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
-    embed_entries(data.entries)
+    if data is None:
+        data = load_febrl(name)
+        embed_entries(data.entries)
     embed_s = time.perf_counter() - t0
     entries, truth = data.entries, data.truth
     floor_truth = truth_above_floor(data)
@@ -168,6 +169,7 @@ def run_set(name: str, seed: int) -> dict[str, Any]:
     free, free_how = label_free_precision(entries, seed)
     return {
         "set": name,
+        "seed": seed,
         "entries": len(entries),
         "true_pairs": len(truth),
         "true_pairs_above_floor": len(floor_truth),
@@ -176,6 +178,7 @@ def run_set(name: str, seed: int) -> dict[str, Any]:
         "queue": queue_how,
         "labels": cal.counts,
         "policy": {
+            "features": list(policy.features),
             "coef": policy.coef,
             "intercept": policy.intercept,
             "review": policy.review,
@@ -211,6 +214,11 @@ def _ci(value: Any) -> str:
     return "" if not value or None in value else f" [{value[0]:.3f}, {value[1]:.3f}]"
 
 
+def _terms(pol: dict[str, Any]) -> str:
+    names = [f.replace("_similarity", "") for f in pol["features"]]
+    return " + ".join(f"{c:.2f}*{n}" for c, n in zip(pol["coef"], names, strict=True))
+
+
 def print_set(row: dict[str, Any]) -> None:
     d = row["default"]
     print(
@@ -225,8 +233,8 @@ def print_set(row: dict[str, Any]) -> None:
     pol = row["policy"]
     print(
         f"(b) policy from {n['duplicate'] + n['distinct']} labels ({n['duplicate']} duplicate) of the review "
-        f"queue ({row['queue']}): score = sigmoid({pol['coef'][0]:.2f}*text + {pol['coef'][1]:.2f}*semantic "
-        f"{pol['intercept']:+.2f}), review {pol['review']}, auto_merge {pol['auto_merge']}"
+        f"queue ({row['queue']}): score = sigmoid({_terms(pol)} {pol['intercept']:+.2f}), "
+        f"review {pol['review']}, auto_merge {pol['auto_merge']}"
     )
     for point, values in row["calibrated"].items():
         t, e = values["true"], values["estimated"]
@@ -254,6 +262,28 @@ def print_set(row: dict[str, Any]) -> None:
     )
     missed = check(row)
     print("targets: " + ("all met" if not missed else "MISSED: " + "; ".join(missed)))
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """One line per set and seed: the figures the targets are about."""
+    print(f"\n| set | seed | default F1 | calibrated F1 review / auto_merge | est P vs true | "
+          f"est R vs true (>= floor) | label-free P vs true | targets |\n|{' --- |' * 8}")  # fmt: skip
+    for row in rows:
+        rev, auto = row["calibrated"]["review"], row["calibrated"]["auto_merge"]
+        e, t = rev["estimated"], rev["true"]
+        free = (row["label_free"]["estimate"] or {}).get("precision")
+        missed = check(row)
+        cells = [
+            row["set"],
+            str(row["seed"]),
+            _f(row["default"]["f1"]),
+            f"{_f(t['f1'])} (at {rev['threshold']}) / {_f(auto['true']['f1'])} (at {auto['threshold']})",
+            f"{_f(e['precision'])} vs {_f(t['precision'])}",
+            f"{_f(e['recall'])} vs {_f(t['recall_above_floor'])}",
+            f"{_f(free)} vs {_f(row['label_free']['true_precision'])}",
+            "met" if not missed else "MISSED: " + "; ".join(missed),
+        ]
+        print("| " + " | ".join(cells) + " |")
 
 
 # ---- timing at scale ------------------------------------------------------------------------------
@@ -320,9 +350,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", default="febrl1,febrl3", help="comma-separated: febrl1, febrl2, febrl3")
     parser.add_argument("--scale", type=int, default=0, help="also time review and calibrate on N entries")
     parser.add_argument("--seed", type=int, default=0, help="seed of the queue, the sample and the bootstrap")
+    parser.add_argument("--seeds", default="", help="comma-separated seeds to run each set with (a table)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
-    rows = [run_set(name.strip(), args.seed) for name in args.sets.split(",") if name.strip()]
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()] or [args.seed]
+    rows = []
+    for name in (n.strip() for n in args.sets.split(",")):
+        if name:
+            data = load_febrl(name)
+            embed_entries(data.entries)
+            rows.extend(run_set(name, seed, data) for seed in seeds)
     scale = run_scale(args.scale, args.seed) if args.scale else None
     missed = [m for row in rows for m in check(row)]
     if args.json:
@@ -334,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if missed else 0
     for row in rows:
         print_set(row)
+    if len(rows) > 1:
+        print_table(rows)
     if scale:
         print(
             f"\n== scale: {scale['entries']:,} entries in {scale['scopes']} scopes (FEBRL3 copies), "

@@ -151,7 +151,19 @@ class DuplicateReview:
             sem = np.array(
                 [math.nan if q.semantic_similarity is None else q.semantic_similarity for q in sampled]
             )
-            scores = self.policy.scores(text, sem)
+            chars = None
+            if self.policy.uses_char:
+                from memwork.defrag.char_similarity import char_similarity
+
+                chars = np.array(
+                    [
+                        char_similarity(
+                            self.contents[(q.scope, q.path_a)], self.contents[(q.scope, q.path_b)]
+                        )
+                        for q in sampled
+                    ]
+                )
+            scores = self.policy.scores(text, sem, chars)
             keep = scores < self.policy.review
             values += [float(s) for s in scores[keep]]
             weights += [self.sample.weight] * int(keep.sum())
