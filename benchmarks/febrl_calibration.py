@@ -232,8 +232,9 @@ def _terms(pol: dict[str, Any]) -> str:
 def print_set(row: dict[str, Any]) -> None:
     d = row["default"]
     print(
-        f"\n== {row['set']}: {row['entries']:,} entries, {row['true_pairs']:,} true pairs "
-        f"({row['true_pairs_above_floor']:,} at or above the floor {FLOOR}); embedding {row['embed_s']} s"
+        f"\n== {row['set']} (seed {row['seed']}): {row['entries']:,} entries, "
+        f"{row['true_pairs']:,} true pairs ({row['true_pairs_above_floor']:,} at or above the floor "
+        f"{FLOOR}); embedding {row['embed_s']} s"
     )
     print(
         f"(a) default max(J,cos) >= {DEFAULT}: P {_f(d['precision'])}  R {_f(d['recall'])}  F1 {_f(d['f1'])}"
@@ -369,7 +370,11 @@ def main(argv: list[str] | None = None) -> int:
         if name:
             data = load_febrl(name)
             embed_entries(data.entries)
-            rows.extend(run_set(name, seed, data) for seed in seeds)
+            for seed in seeds:
+                rows.append(run_set(name, seed, data))
+                if not args.json:
+                    print_set(rows[-1])
+                    sys.stdout.flush()
     scale = run_scale(args.scale, args.seed) if args.scale else None
     missed = [m for row in rows for m in check(row)]
     if args.json:
@@ -379,8 +384,6 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         return 1 if missed else 0
-    for row in rows:
-        print_set(row)
     if len(rows) > 1:
         print_table(rows)
     if scale:
