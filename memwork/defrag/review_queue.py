@@ -412,6 +412,28 @@ def build_review_queue(
     return ReviewQueue(output, model, len(population), rows, dict(sorted(strata.items())))
 
 
+def with_char_band(
+    population: list[tuple[Pair, float, bool]],
+    entries: Sequence[Entry],
+    threshold: float,
+    floor: float,
+    cutoff: float,
+) -> tuple[list[tuple[Pair, float, bool]], np.ndarray]:
+    """``population`` (:func:`weighted_population` of the exact band from ``cutoff`` and a pair sample)
+    with the exact ``char_high`` pairs below the band (:func:`char_band`) in place of the sampled
+    ones, and every pair's character similarity: a sampled pair the character band holds exactly is
+    counted there, not estimated from the sample (so no pair is counted twice)."""
+    chars = pair_chars([p for p, _, _ in population], entries)
+    kept = [
+        k
+        for k, (p, _, _) in enumerate(population)
+        if not (floor <= p.similarity < cutoff and chars[k] >= threshold)
+    ]
+    by_chars = char_band(entries, threshold, floor, cutoff) if cutoff > floor else []
+    out = [population[k] for k in kept] + [(p, 1.0, False) for p in by_chars]
+    return out, np.concatenate((chars[kept], pair_chars(by_chars, entries)))
+
+
 def _sampled_queue(
     entries: Sequence[Entry],
     output: Path,
@@ -425,16 +447,14 @@ def _sampled_queue(
     """The queue drawn from the exact band, the exact ``char_high`` pairs below it (:func:`char_band`)
     and a uniform sample of the other pairs below it (weighted)."""
     band, cutoff = exact_band(entries, threshold, floor, progress=progress)
-    by_chars = char_band(entries, threshold, floor, cutoff)
     sample = sample_scope_pairs(entries, sample_size, seed=seed, check_from=floor)
-    population = [p for p in weighted_population(band, sample, cutoff) if p[0].similarity >= floor]
-    chars = pair_chars([p for p, _, _ in population], entries)
-    # a sampled pair the character band holds exactly is counted there, not estimated here
-    kept = [
-        k for k, (p, _, _) in enumerate(population) if not (p.similarity < cutoff and chars[k] >= threshold)
-    ]
-    population = [population[k] for k in kept] + [(p, 1.0, False) for p in by_chars]
-    chars = np.concatenate((chars[kept], pair_chars(by_chars, entries)))
+    population, chars = with_char_band(
+        [p for p in weighted_population(band, sample, cutoff) if p[0].similarity >= floor],
+        entries,
+        threshold,
+        floor,
+        cutoff,
+    )
     rows = _flagged(
         weighted_queue(population, size=size, floor=floor, threshold=threshold, seed=seed, chars=chars),
         entries,
