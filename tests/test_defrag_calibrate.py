@@ -140,7 +140,7 @@ def test_calibrate_weights_and_policy(entries: list[Entry], tmp_path: Path) -> N
     at = policy.report["estimates"]["combined"]["auto_merge"]
     assert at is None or at["precision"] >= 0.95
     assert at is None or at["precision_ci"][0] <= at["precision"] <= at["precision_ci"][1]
-    assert set(result.curves) == {"threshold", "text", "semantic", "similarity", "combined"}
+    assert set(result.curves) == {"threshold", "text", "semantic", "similarity", "char", "combined"}
 
 
 # ---- the CLI, end to end ----------------------------------------------------------------------------
@@ -258,14 +258,15 @@ def test_labelled_queue_is_an_approved_file(store: str, tmp_path: Path) -> None:
 def test_policy_merge_applies_and_undoes(store: str, policy_file: Path) -> None:
     with open_store(store) as s:
         before = {e.key: e.to_record() for e in s.all_entries()}
+    shown = run("defrag", "find-duplicates", "--store", store, "--policy", str(policy_file))
+    assert shown.exit_code == 0 and "policy" in shown.output
     done = run(
         "defrag", "merge-duplicates", "--store", store, "--policy", str(policy_file), "--apply", "--json"
     )
     assert done.exit_code == 0, done.output
     applied = json.loads(done.output)
     assert applied["applied"] and applied["summary"]["auto_merge_pairs"] > 0
-    shown = run("defrag", "find-duplicates", "--store", store, "--policy", str(policy_file))
-    assert shown.exit_code == 0 and "policy" in shown.output
+    assert run("defrag", "find-duplicates", "--store", store, "--policy", str(policy_file)).exit_code == 0
     assert run("defrag", "undo", applied["run_id"], "--store", store).exit_code == 0
     with open_store(store) as s:
         assert {e.key: e.to_record() for e in s.all_entries()} == before

@@ -20,6 +20,7 @@ from memwork.defrag.pair_sample import sample_scope_pairs, triangle_pairs
 from memwork.defrag.review_queue import (
     build_review_queue,
     exact_band,
+    pair_chars,
     weighted_population,
     weighted_queue,
 )
@@ -129,6 +130,7 @@ def test_the_policy_search_starts_higher_and_loses_no_pair(hashed: list[Entry], 
     scores = policy.scores(
         np.array([p.text_similarity for p in every]),
         np.array([math.nan if p.semantic_similarity is None else p.semantic_similarity for p in every]),
+        pair_chars(every, hashed) if policy.uses_char else None,
     )
     want = {(p.scope, p.path_a, p.path_b) for p, s in zip(every, scores, strict=True) if s >= policy.review}
     assert {(p.scope, p.path_a, p.path_b) for p in find_policy_pairs(hashed, policy)} == want

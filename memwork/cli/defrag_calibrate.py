@@ -53,9 +53,11 @@ def review_command(
     """Write a review queue: a stratified sample of candidate pairs for a person to label.
 
     Pairs from --floor up (never across scopes), stratified by both signals (text high/semantic low,
-    semantic high/text low, both high, near the threshold, below it), most uncertain first; each row
-    has its stratum and sampling weight. Reviewers write duplicate, distinct or unsure in `decision`,
-    then `memwork defrag calibrate --labels FILE`. Only reads the store.
+    semantic high/text low, both high, near the threshold, below it) and the character similarity
+    (char_high: both below but the characters alike, typo-style duplicates; counted exactly, even
+    with --sample-pairs), most uncertain first; each row has its stratum, sampling weight and character
+    similarity. Reviewers write duplicate, distinct or unsure in `decision`, then
+    `memwork defrag calibrate --labels FILE`. Only reads the store.
 
     \b
     Example:
@@ -123,10 +125,12 @@ def calibrate_command(
 ) -> None:
     """Learn a two-threshold duplicate policy from a labelled review file, or estimate without labels.
 
-    Precision, recall and F1 against threshold for each signal and a learned combination of both,
-    weighted by the sampling weights (estimates of the whole store) with bootstrap intervals; the
-    policy merges from `auto_merge` (estimated precision >= target) and sends pairs from `review` up
-    to a person. Use it with --policy on find-duplicates, merge-duplicates and full.
+    Precision, recall and F1 against threshold for each signal and a learned combination of text,
+    semantic and character similarity (of text and semantic for a review file without the
+    char_similarity column), weighted by the sampling weights (estimates of the whole store) with
+    bootstrap intervals; the policy merges from `auto_merge` (estimated precision >= target) and
+    sends pairs from `review` up to a person. Use it with --policy on find-duplicates,
+    merge-duplicates and full.
 
     Without --labels, --store gives a label-free estimate: a two-component Fellegi-Sunter mixture
     fitted by EM over the candidate pairs' (Jaccard, cosine) levels, estimated precision and recall

@@ -2,12 +2,14 @@
 
 A reviewer labels the rows of a review queue (:mod:`memwork.defrag.review_queue`) ``duplicate``,
 ``distinct`` or ``unsure``. :func:`calibrate` turns the labels into precision / recall / F1 against
-threshold for each signal (text, semantic, their max -- the guide's rule) and for a learned
-combination of both (a weighted logistic regression), every figure **weighted by the sampling
-weights**, so it estimates the whole population of candidate pairs (every same-scope pair at or above
-the queue's floor), not the sample. Within a stratum the labelled rows stand for the unlabelled and
-``unsure`` ones (weights scaled by sampled / labelled). Intervals: 95 % percentile bootstrap,
-resampling labelled pairs within each stratum (the combination's coefficients are held fixed).
+threshold for each signal (text, semantic, their max -- the guide's rule --, and the character
+similarity of :mod:`memwork.defrag.char_similarity` when the file has that column) and for a
+learned combination of them (a weighted logistic regression; a file written before the column gives
+the two-signal model), every figure **weighted by the sampling weights**, so it estimates the whole
+population of candidate pairs (every same-scope pair at or above the queue's floor), not the
+sample. Within a stratum the labelled rows stand for the unlabelled and ``unsure`` ones (weights
+scaled by sampled / labelled). Intervals: 95 % percentile bootstrap, resampling labelled pairs
+within each stratum (the combination's coefficients are held fixed).
 
 Recall is of the duplicates at or above the floor: pairs below it were never candidates.
 
@@ -18,7 +20,9 @@ the threshold: where a few labels of a sparse stratum each stand for thousands o
 clean those few look, the threshold is not trusted), and ``review``, the threshold of the best
 estimated F1 (capped at ``auto_merge``): pairs in between go to a person, never merged
 automatically. It records the embedding model of the labelled store and the label file's SHA-256;
-a policy is refused on a store whose vectors another model made (:func:`check_model`).
+a policy is refused on a store whose vectors another model made (:func:`check_model`). The policy
+file names its features and the character similarity's definition (version 2); a version 1 file
+(text and semantic only) still loads and scores as before.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from memwork.checks import unit
+from memwork.defrag.char_similarity import CHAR_FEATURE, CHAR_VERSION, char_join
 from memwork.defrag.findings import Pair, find_duplicates
 from memwork.defrag.review_queue import LABELS, REVIEW_COLUMNS, store_embedding_model
 from memwork.entry import Entry
@@ -43,7 +48,11 @@ from memwork.errors import UsageError
 from memwork.progress import Progress
 from memwork.workspace import sha256_file, write_json_file
 
-POLICY_VERSION = 1
+POLICY_VERSION = 2
+#: the policy versions :func:`load_policy` reads (1: text and semantic only, no ``features`` check)
+POLICY_VERSIONS = (1, 2)
+#: the two signals every policy combines, and the optional third
+BASE_FEATURES = ("text_similarity", "semantic_similarity")
 DEFAULT_TARGET_PRECISION = 0.99
 BOOTSTRAP_SAMPLES = 400
 #: the thresholds the curves are computed at
@@ -52,9 +61,12 @@ GRID = np.round(np.linspace(0.0, 1.0, 101), 2)
 #: asks of 200 labels), besides the point estimate >= target
 AUTO_MERGE_SLACK = 0.05
 _Z_ONE_SIDED_95 = 1.6449
-SIGNALS = ("text", "semantic", "similarity", "combined")
-#: the columns a label file must have (``note`` and ``embedding_model`` are optional)
-REQUIRED_COLUMNS = tuple(c for c in REVIEW_COLUMNS if c not in ("note", "embedding_model", "contradiction"))
+SIGNALS = ("text", "semantic", "similarity", "char", "combined")
+#: the columns a label file must have (``note``, ``embedding_model``, ``contradiction`` and
+#: ``char_similarity`` are optional: files written before them still read)
+REQUIRED_COLUMNS = tuple(
+    c for c in REVIEW_COLUMNS if c not in ("note", "embedding_model", "contradiction", CHAR_FEATURE)
+)
 
 
 # ---- the label file --------------------------------------------------------------------------------
@@ -71,10 +83,17 @@ class Labels:
     y: np.ndarray
     strata: list[str]
     embedding_model: str
+    #: character similarity per row (NaN: the file has no such column or the cell is empty)
+    char: np.ndarray | None = None
 
     @property
     def labelled(self) -> np.ndarray:
         return self.y >= 0
+
+    @property
+    def has_char(self) -> bool:
+        """Every labelled row has a character similarity: the combination may use it."""
+        return self.char is not None and bool(np.isfinite(self.char[self.labelled]).all())
 
     def counts(self) -> dict[str, int]:
         return {
@@ -122,13 +141,16 @@ def read_labels(path: str | Path) -> Labels:
 
 
 def _read_labels(path: Path) -> Labels:
-    cols: dict[str, list[Any]] = {k: [] for k in ("text", "semantic", "similarity", "weight", "y", "strata")}
+    cols: dict[str, list[Any]] = {
+        k: [] for k in ("text", "semantic", "similarity", "char", "weight", "y", "strata")
+    }
     models: set[str] = set()
     with path.open(newline="", encoding="utf-8-sig") as fh:
         reader = csv.DictReader(fh)
         missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
             raise UsageError("labels", str(path), f"missing column(s) {', '.join(missing)}")
+        with_char = CHAR_FEATURE in (reader.fieldnames or [])
         for rowno, row in enumerate(reader, start=2):
             for name in ("scope", "path_a", "path_b", "stratum"):
                 if not (row.get(name) or "").strip():
@@ -141,6 +163,8 @@ def _read_labels(path: Path) -> Labels:
                 _number(rowno, "semantic_similarity", row.get("semantic_similarity"), -1, 1, empty=True)
             )
             cols["similarity"].append(_number(rowno, "similarity", row.get("similarity"), 0, 1))
+            if with_char:
+                cols["char"].append(_number(rowno, CHAR_FEATURE, row.get(CHAR_FEATURE), 0, 1, empty=True))
             weight = _number(rowno, "weight", row.get("weight"), 0, math.inf)
             if weight <= 0:
                 raise _bad(rowno, "weight", row.get("weight"), "must be greater than 0")
@@ -164,6 +188,7 @@ def _read_labels(path: Path) -> Labels:
         y=np.array(cols["y"], dtype=np.int64),
         strata=cols["strata"],
         embedding_model=models.pop(),
+        char=np.array(cols["char"]) if with_char else None,
     )
 
 
@@ -224,21 +249,28 @@ def bootstrap_weights(labels: Labels, weight: np.ndarray, samples: int, seed: in
 
 
 # ---- the combination and the policy ------------------------------------------------------------------
-def features(text: np.ndarray, semantic: np.ndarray) -> np.ndarray:
-    """The two signals as model input; a missing cosine counts as the text score (judged by words)."""
-    return np.column_stack([text, np.where(np.isnan(semantic), text, semantic)])
+def features(text: np.ndarray, semantic: np.ndarray, char: np.ndarray | None = None) -> np.ndarray:
+    """The signals as model input; a missing cosine counts as the text score (judged by words).
+    Without ``char`` the two-signal input of a version 1 policy."""
+    columns = [text, np.where(np.isnan(semantic), text, semantic)]
+    if char is not None:
+        columns.append(char)
+    return np.column_stack(columns)
 
 
-def _fit(labels: Labels, weight: np.ndarray) -> tuple[tuple[float, float], float]:
-    """A logistic regression of duplicate on (text, semantic), weighted by ``weight``."""
+def _label_features(labels: Labels) -> np.ndarray:
+    return features(labels.text, labels.semantic, labels.char if labels.has_char else None)
+
+
+def _fit(labels: Labels, weight: np.ndarray) -> tuple[tuple[float, ...], float]:
+    """A logistic regression of duplicate on (text, semantic[, char]), weighted by ``weight``."""
     from sklearn.linear_model import LogisticRegression
 
     keep = labels.labelled
-    x = features(labels.text, labels.semantic)[keep]
+    x = _label_features(labels)[keep]
     w = weight[keep] / weight[keep].mean()
     model = LogisticRegression(C=100.0, max_iter=1000).fit(x, labels.y[keep], sample_weight=w)
-    coef = model.coef_[0]
-    return (float(coef[0]), float(coef[1])), float(model.intercept_[0])
+    return tuple(float(c) for c in model.coef_[0]), float(model.intercept_[0])
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -247,11 +279,12 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Policy:
-    """Two thresholds on a combined score of (text, semantic): ``auto_merge`` (None: nothing merges
-    automatically) and ``review`` (pairs from it up to ``auto_merge`` go to a person)."""
+    """Two thresholds on a combined score of (text, semantic[, char]): ``auto_merge`` (None: nothing
+    merges automatically) and ``review`` (pairs from it up to ``auto_merge`` go to a person).
+    ``coef`` has one weight per name of ``features``."""
 
     embedding_model: str
-    coef: tuple[float, float]
+    coef: tuple[float, ...]
     intercept: float
     auto_merge: float | None
     review: float
@@ -260,14 +293,44 @@ class Policy:
     labels_sha256: str
     source: str | None = None
     report: dict[str, Any] = field(default_factory=dict, compare=False)
+    features: tuple[str, ...] = BASE_FEATURES
 
-    def scores(self, text: np.ndarray, semantic: np.ndarray) -> np.ndarray:
-        """The combined score (estimated probability of a duplicate) of each pair."""
-        x = features(np.asarray(text, dtype=float), np.asarray(semantic, dtype=float))
+    @property
+    def uses_char(self) -> bool:
+        """The score needs the pair's character similarity (:mod:`memwork.defrag.char_similarity`)."""
+        return CHAR_FEATURE in self.features
+
+    def scores(self, text: np.ndarray, semantic: np.ndarray, char: np.ndarray | None = None) -> np.ndarray:
+        """The combined score (estimated probability of a duplicate) of each pair; ``char`` is
+        required when the policy uses it."""
+        if self.uses_char and char is None:
+            raise ValueError("this policy scores the character similarity too: pass char")
+        x = features(
+            np.asarray(text, dtype=float),
+            np.asarray(semantic, dtype=float),
+            np.asarray(char, dtype=float) if self.uses_char else None,
+        )
         return _sigmoid(x @ np.array(self.coef) + self.intercept)
 
-    def score(self, text: float, semantic: float | None) -> float:
-        return float(self.scores(np.array([text]), np.array([math.nan if semantic is None else semantic]))[0])
+    def score(self, text: float, semantic: float | None, char: float | None = None) -> float:
+        chars = None if char is None else np.array([char])
+        sem = np.array([math.nan if semantic is None else semantic])
+        return float(self.scores(np.array([text]), sem, chars)[0])
+
+    def _char_bound(self) -> float:
+        """The most the character term can add to the logit (0 without it): char is in [0, 1]."""
+        return max(self.coef[2], 0.0) if self.uses_char else 0.0
+
+    def char_floor(self) -> float | None:
+        """The lowest character similarity a pair the policy keeps can have (None: no bound).
+
+        With text and cosine at most 1, ``a*text + b*semantic <= max(a, 0) + max(b, 0)``, so a score of
+        at least ``review`` needs ``c*char >= logit(review) - intercept - that``."""
+        if not self.uses_char or self.coef[2] <= 0 or not 0.0 < self.review < 1.0:
+            return None
+        a, b, c = self.coef
+        need = math.log(self.review / (1 - self.review)) - self.intercept - max(a, 0.0) - max(b, 0.0)
+        return float(min(1.0, max(0.0, need / c - 1e-9)))
 
     def decide(self, score: float) -> str:
         """``merge`` (at or above auto_merge), ``review`` (at or above review) or ``distinct``."""
@@ -282,21 +345,25 @@ class Policy:
         of at least ``review`` needs ``max >= (logit(review) - intercept) / (a+b)``: the exact join can
         start there instead of at the floor (on 5,000 FEBRL records the floor's pairs are millions,
         past ``MEMWORK_MAX_PAIRS``; the policy's are a few thousand). Never below the floor."""
-        a, b = self.coef
+        a, b = self.coef[:2]
         if a < 0 or b < 0 or a + b <= 0 or not 0.0 < self.review < 1.0:
             return self.floor
-        bound = (math.log(self.review / (1 - self.review)) - self.intercept) / (a + b)
+        logit = math.log(self.review / (1 - self.review))
+        bound = (logit - self.intercept - self._char_bound()) / (a + b)
         # a hair lower: the join's float slack is not the score's
         return float(min(1.0, max(self.floor, bound - 1e-9)))
 
     def keeps(self, text: np.ndarray, semantic: np.ndarray) -> np.ndarray:
         """Which pairs may score ``review`` or more: the join's filter (a hair loose for float
         rounding; the exact decision is made after). With both coefficients >= 0 the raw cosine
-        scores at least what the pair scores once an unreadable cosine is replaced by the text score."""
-        a, b = self.coef
+        scores at least what the pair scores once an unreadable cosine is replaced by the text score.
+        The character term, unknown inside the join, counts at its most."""
+        a, b = self.coef[:2]
         if a < 0 or b < 0:
             return np.ones(len(text), dtype=bool)
-        return np.asarray(self.scores(text, semantic) >= self.review - 1e-9)
+        x = features(np.asarray(text, dtype=float), np.asarray(semantic, dtype=float))
+        bound = _sigmoid(x @ np.array(self.coef[:2]) + self.intercept + self._char_bound())
+        return np.asarray(bound >= self.review - 1e-9)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -304,10 +371,11 @@ class Policy:
             "embedding_model": self.embedding_model,
             "score": {
                 "kind": "logistic",
-                "features": ["text_similarity", "semantic_similarity"],
+                "features": list(self.features),
                 "coef": list(self.coef),
                 "intercept": self.intercept,
-            },
+            }
+            | ({"char_version": CHAR_VERSION} if self.uses_char else {}),
             "auto_merge": self.auto_merge,
             "review": self.review,
             "floor": self.floor,
@@ -324,9 +392,18 @@ def load_policy(path: str | Path) -> Policy:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         score = data["score"]
-        if data["version"] != POLICY_VERSION or score["kind"] != "logistic":
+        if data["version"] not in POLICY_VERSIONS or score["kind"] != "logistic":
             raise ValueError("unknown version or score kind")
-        coef = (float(score["coef"][0]), float(score["coef"][1]))
+        names = tuple(score.get("features") or BASE_FEATURES) if data["version"] > 1 else BASE_FEATURES
+        if names not in (BASE_FEATURES, (*BASE_FEATURES, CHAR_FEATURE)):
+            raise ValueError(f"unknown features {list(names)}")
+        if CHAR_FEATURE in names and score.get("char_version") != CHAR_VERSION:
+            raise ValueError(
+                f"character similarity {score.get('char_version')!r}, this memwork has {CHAR_VERSION!r}"
+            )
+        if len(score["coef"]) != len(names):
+            raise ValueError(f"{len(score['coef'])} coefficients for {len(names)} features")
+        coef = tuple(float(c) for c in score["coef"])
         auto = data["auto_merge"]
         policy = Policy(
             embedding_model=str(data["embedding_model"]),
@@ -338,6 +415,7 @@ def load_policy(path: str | Path) -> Policy:
             target_precision=unit("target_precision", data["target_precision"]),
             labels_sha256=str(data["labels_sha256"]),
             source=str(path),
+            features=names,
         )
     except UsageError as exc:
         raise UsageError("policy", str(path), f"bad {exc.field}: {exc.problem}") from None
@@ -457,13 +535,11 @@ def calibrate(
         raise UsageError("labels", str(labels_path), "need at least one duplicate and one distinct label")
     weight = stratum_weights(labels)
     coef, intercept = _fit(labels, weight)
-    combined = _sigmoid(features(labels.text, labels.semantic) @ np.array(coef) + intercept)
-    scores = {
-        "text": labels.text,
-        "semantic": labels.semantic,
-        "similarity": labels.similarity,
-        "combined": combined,
-    }
+    combined = _sigmoid(_label_features(labels) @ np.array(coef) + intercept)
+    scores = {"text": labels.text, "semantic": labels.semantic, "similarity": labels.similarity}
+    if labels.has_char and labels.char is not None:
+        scores["char"] = labels.char
+    scores["combined"] = combined
     boot_w = bootstrap_weights(labels, weight, samples, seed)
     curves: dict[str, dict[str, list[float | None]]] = {"threshold": {"grid": [float(t) for t in GRID]}}
     signals: dict[str, Any] = {}
@@ -490,6 +566,7 @@ def calibrate(
         floor=queue_floor(labels),
         target_precision=target,
         labels_sha256=labels.sha256,
+        features=(*BASE_FEATURES, CHAR_FEATURE) if labels.has_char else BASE_FEATURES,
         report={
             "labels": {"path": str(labels.path)} | labels.counts(),
             "unlabelled_strata": unlabelled,
@@ -535,14 +612,57 @@ def find_policy_pairs(
     ``matched_by`` is empty (no single threshold fired: the policy's score decided).
     A store whose vectors another model made is refused first (:func:`check_model`)."""
     check_model(policy, entries)
-    found = find_duplicates(entries, policy.search_floor(), progress=progress, keep=policy.keeps)
+    found = _policy_candidates(entries, policy, progress)
     if not found:
         return []
     semantic = np.array([math.nan if p.semantic_similarity is None else p.semantic_similarity for p in found])
-    scores = policy.scores(np.array([p.text_similarity for p in found]), semantic)
+    chars = None
+    if policy.uses_char:
+        from memwork.defrag.review_queue import pair_chars
+
+        chars = pair_chars(found, entries)
+    scores = policy.scores(np.array([p.text_similarity for p in found]), semantic, chars)
     kept = [
         replace(pair, policy_score=float(score), decision=policy.decide(float(score)), matched_by=())
         for pair, score in zip(found, scores, strict=True)
     ]
     kept = [pair for pair in kept if pair.decision != "distinct"]
     return sorted(kept, key=lambda p: (-(p.policy_score or 0.0), p.scope, p.path_a, p.path_b))
+
+
+def _policy_candidates(entries: Sequence[Entry], policy: Policy, progress: Progress | None) -> list[Pair]:
+    """Every pair at or above the policy's floor that may score ``review`` or more (a superset).
+
+    Two exact joins can find them: the similarity join from :meth:`Policy.search_floor` (narrowed by
+    :meth:`Policy.keeps`), or -- for a policy weighing the character similarity, whose bound on the
+    similarity may reach down to the floor, millions of pairs on 5,000 FEBRL records -- the character
+    join from :meth:`Policy.char_floor`, its pairs then scored as ``find_duplicates`` scores them and
+    kept from the floor up. The character join is tried first when it bounds anything; past the pair
+    budget, the similarity join."""
+    from memwork.similarity import MAX_PAIRS_ENV
+
+    char_floor = policy.char_floor()
+    if char_floor is not None and char_floor > 0:
+        try:
+            return _char_candidates(entries, policy, char_floor)
+        except UsageError as exc:
+            if MAX_PAIRS_ENV not in str(exc):
+                raise
+    return find_duplicates(entries, policy.search_floor(), progress=progress, keep=policy.keeps)
+
+
+def _char_candidates(entries: Sequence[Entry], policy: Policy, char_floor: float) -> list[Pair]:
+    """The pairs with character similarity from ``char_floor`` and hybrid similarity from the
+    policy's floor up, scored exactly (same-scope pairs only)."""
+    from memwork.defrag.findings import by_scope
+    from memwork.defrag.pair_sample import _scored
+    from memwork.similarity import PairBudget
+
+    budget = PairBudget()
+    out: list[Pair] = []
+    low = policy.search_floor()
+    for scope, group in by_scope(entries).items():
+        i, j, _ = char_join([e.content for e in group], char_floor, budget=budget)
+        if len(i):
+            out.extend(p for p in _scored(scope, group, i, j, policy.floor) if p.similarity >= low)
+    return out

@@ -9,13 +9,16 @@ the sample is honest about what lies below the duplicate threshold. Each pair fa
 - ``both_high``: both signals at or above the threshold;
 - ``text_high``: the words say duplicate, the vectors do not (or there is no vector);
 - ``semantic_high``: the vectors say duplicate, the words do not;
+- ``char_high``: neither says duplicate, but the characters do (character similarity at or above
+  the threshold, :mod:`memwork.defrag.char_similarity`: typo-style duplicates);
 - ``below:LO-HI``: both signals below the threshold, in equal-width bins from the floor up.
 
-Every non-empty stratum gets an equal share of the sample (what a small stratum cannot use goes to
-the others), drawn without replacement with a seeded generator; each row's ``weight`` is
-``N_h / n_h``, the inverse of its inclusion probability, so a weighted sum over the labelled rows
-estimates the same sum over the whole population (Horvitz-Thompson). Rows are written most
-uncertain first (closest to the threshold).
+Each row also carries the pair's character similarity (column ``char_similarity``), the third
+signal a calibrated policy may combine. Every non-empty stratum gets an equal share of the sample
+(what a small stratum cannot use goes to the others), drawn without replacement with a seeded
+generator; each row's ``weight`` is ``N_h / n_h``, the inverse of its inclusion probability, so a
+weighted sum over the labelled rows estimates the same sum over the whole population
+(Horvitz-Thompson). Rows are written most uncertain first (closest to the threshold).
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ import numpy as np
 
 from memwork.checks import unit
 from memwork.coverage import MARK_KEYS, out_of_range
-from memwork.defrag.findings import Pair, find_duplicates, flag_contradictions
-from memwork.defrag.pair_sample import PairSample, sample_scope_pairs
+from memwork.defrag.char_similarity import char_join, char_similarities
+from memwork.defrag.findings import Pair, by_scope, find_duplicates, flag_contradictions
+from memwork.defrag.pair_sample import PairSample, _scored, sample_scope_pairs
 from memwork.entry import Entry
 from memwork.errors import UsageError
 from memwork.progress import Progress
@@ -47,6 +51,8 @@ REVIEW_COLUMNS = (
     "text_similarity",
     "semantic_similarity",
     "similarity",
+    #: character similarity (memwork.defrag.char_similarity); files written before it lack the column
+    "char_similarity",
     "stratum",
     "weight",
     #: a possible contradiction's reason (memwork.defrag.contradictions): never merged, whatever the label
@@ -73,10 +79,15 @@ class ReviewRow:
     pair: Pair
     stratum: str
     weight: float
+    #: the pair's character similarity (None: not computed)
+    char: float | None = None
 
 
-def stratum_of(pair: Pair, threshold: float, floor: float, band: float = NEAR_BAND) -> str:
-    """The stratum of ``pair`` (module docstring); one name per pair, deterministic."""
+def stratum_of(
+    pair: Pair, threshold: float, floor: float, band: float = NEAR_BAND, char: float | None = None
+) -> str:
+    """The stratum of ``pair`` (module docstring) given its character similarity ``char`` (None:
+    unknown, never ``char_high``); one name per pair, deterministic."""
     text, semantic = pair.text_similarity, pair.semantic_similarity
     if abs(pair.similarity - threshold) < band:
         return "near_threshold"
@@ -88,6 +99,8 @@ def stratum_of(pair: Pair, threshold: float, floor: float, band: float = NEAR_BA
         return "text_high"
     if semantic_high:
         return "semantic_high"
+    if char is not None and char >= threshold:
+        return "char_high"
     top = max(floor, threshold - band)
     width = (top - floor) / BELOW_BINS if top > floor else 1.0
     k = min(BELOW_BINS - 1, max(0, int((pair.similarity - floor) / width)))
@@ -115,12 +128,39 @@ def allocate(sizes: dict[str, int], total: int) -> dict[str, int]:
 
 
 def sample_pairs(
-    population: Sequence[Pair], *, size: int, floor: float, threshold: float, seed: int = 0
+    population: Sequence[Pair],
+    *,
+    size: int,
+    floor: float,
+    threshold: float,
+    seed: int = 0,
+    chars: Sequence[float] | np.ndarray | None = None,
 ) -> list[ReviewRow]:
-    """The stratified sample of ``population`` (all candidate pairs): see the module docstring."""
+    """The stratified sample of ``population`` (all candidate pairs, ``chars`` their character
+    similarities): see the module docstring."""
     return weighted_queue(
-        [(pair, 1.0, False) for pair in population], size=size, floor=floor, threshold=threshold, seed=seed
+        [(pair, 1.0, False) for pair in population],
+        size=size,
+        floor=floor,
+        threshold=threshold,
+        seed=seed,
+        chars=chars,
     )
+
+
+def pair_chars(pairs: Sequence[Pair], entries: Sequence[Entry]) -> np.ndarray:
+    """The character similarity of each pair (:mod:`memwork.defrag.char_similarity`)."""
+    if not pairs:
+        return np.zeros(0)
+    index: dict[tuple[str, str], int] = {}
+    texts: list[str] = []
+    for e in entries:
+        if not e.is_stub:
+            index[(e.scope, e.path)] = len(texts)
+            texts.append(e.content)
+    i = np.array([index[(p.scope, p.path_a)] for p in pairs], dtype=np.int64)
+    j = np.array([index[(p.scope, p.path_b)] for p in pairs], dtype=np.int64)
+    return char_similarities(texts, i, j)
 
 
 def _flagged(rows: list[ReviewRow], entries: Sequence[Entry]) -> list[ReviewRow]:
@@ -147,7 +187,7 @@ def write_review_queue(rows: Iterable[ReviewRow], path: str | Path, *, embedding
             p = row.pair
             writer.writerow(
                 [p.scope, p.path_a, p.path_b, _number(p.text_similarity), _number(p.semantic_similarity),
-                 _number(p.similarity), row.stratum, f"{row.weight:.6f}",
+                 _number(p.similarity), _number(row.char), row.stratum, f"{row.weight:.6f}",
                  p.contradiction.reason if p.contradiction is not None else "", "", "", embedding_model]
             )  # fmt: skip
     tmp.replace(path)
@@ -155,10 +195,12 @@ def write_review_queue(rows: Iterable[ReviewRow], path: str | Path, *, embedding
 
 
 # ---- a queue from a population known through weighted pairs (a sample below the band) -------------
-def weighted_stratum(pair: Pair, sampled: bool, threshold: float, floor: float) -> str:
+def weighted_stratum(
+    pair: Pair, sampled: bool, threshold: float, floor: float, char: float | None = None
+) -> str:
     """The pair's stratum; a sampled pair gets a stratum of its own (``below:0.50-0.60~sampled``), so
     no stratum mixes exact pairs (weight 1) with sampled ones: every stratum has one weight."""
-    name = stratum_of(pair, threshold, floor)
+    name = stratum_of(pair, threshold, floor, char=char)
     return name + "~sampled" if sampled else name
 
 
@@ -185,6 +227,25 @@ def exact_band(
     return find_duplicates(entries, threshold, progress=progress), threshold
 
 
+def char_band(entries: Sequence[Entry], threshold: float, floor: float, below: float) -> list[Pair]:
+    """The exact pairs whose character similarity reaches ``threshold`` with a hybrid similarity from
+    ``floor`` up to (not including) ``below``: the ``char_high`` stratum where the exact band stops.
+
+    Why: the duplicates a rule misses are rare among the millions of pairs below the exact band, so a
+    uniform sample holds a handful and the recall estimate is blind to them (FEBRL2: 7 % of its
+    duplicates lie below 0.7, about one in a 50,000-pair sample); found by characters they are
+    counted, not sampled. Same-scope pairs only; scored as :func:`find_duplicates` scores them."""
+    from memwork.similarity import PairBudget
+
+    budget = PairBudget()
+    out: list[Pair] = []
+    for scope, group in by_scope(entries).items():
+        i, j, _ = char_join([e.content for e in group], threshold, budget=budget)
+        if len(i):
+            out.extend(p for p in _scored(scope, group, i, j, floor) if floor <= p.similarity < below)
+    return out
+
+
 def weighted_queue(
     population: list[tuple[Pair, float, bool]],
     *,
@@ -192,16 +253,18 @@ def weighted_queue(
     floor: float,
     threshold: float,
     seed: int,
+    chars: Sequence[float] | np.ndarray | None = None,
 ) -> list[ReviewRow]:
     """The review queue (:mod:`memwork.defrag.review_queue`) drawn from a population known through
     weighted pairs ``(pair, weight, sampled)``. A stratum holding both exact and sampled pairs (near the
     threshold) is split in two, so within each stratum every pair has one weight ``w`` and a drawn row
     weighs ``w * N_h / n_h`` -- the two-stage inclusion probability's inverse, so the calibration's
     weighted estimates stay unbiased for the whole store. Equal to ``sample_pairs`` when nothing was
-    sampled (every weight 1)."""
+    sampled (every weight 1). ``chars``: the pairs' character similarities (None: not known)."""
+    char = [None] * len(population) if chars is None else [float(c) for c in chars]
     strata: dict[str, list[int]] = {}
     for k, (pair, _, sampled) in enumerate(population):
-        strata.setdefault(weighted_stratum(pair, sampled, threshold, floor), []).append(k)
+        strata.setdefault(weighted_stratum(pair, sampled, threshold, floor, char[k]), []).append(k)
     take = allocate({name: len(members) for name, members in strata.items()}, size)
     rng = np.random.default_rng(seed)
     rows: list[ReviewRow] = []
@@ -212,7 +275,10 @@ def weighted_queue(
         chosen = rng.choice(len(members), size=n, replace=False)
         base = population[members[0]][1]
         weight = base * len(members) / n
-        rows.extend(ReviewRow(population[members[int(c)]][0], name, weight) for c in sorted(chosen))
+        rows.extend(
+            ReviewRow(population[members[int(c)]][0], name, weight, char[members[int(c)]])
+            for c in sorted(chosen)
+        )
     return sorted(
         rows,
         key=lambda r: (abs(r.pair.similarity - threshold), r.pair.scope, r.pair.path_a, r.pair.path_b),
@@ -342,16 +408,41 @@ def build_review_queue(
             raise UsageError("since", since.isoformat(), "cannot be combined with --sample-pairs")
         return _sampled_queue(entries, output, size, floor, threshold, seed, progress, pair_sample)
     population = find_duplicates(entries, floor, progress=progress, since=since)
-    rows = _flagged(sample_pairs(population, size=size, floor=floor, threshold=threshold, seed=seed), entries)
+    chars = pair_chars(population, entries)
+    rows = _flagged(
+        sample_pairs(population, size=size, floor=floor, threshold=threshold, seed=seed, chars=chars), entries
+    )
     model = store_embedding_model(entries)
     write_review_queue(rows, output, embedding_model=model)
     strata: dict[str, dict[str, float]] = {}
-    for pair in population:
-        name = stratum_of(pair, threshold, floor)
+    for pair, char in zip(population, chars.tolist(), strict=True):
+        name = stratum_of(pair, threshold, floor, char=char)
         strata.setdefault(name, {"population": 0, "sampled": 0})["population"] += 1
     for row in rows:
         strata[row.stratum]["sampled"] += 1
     return ReviewQueue(output, model, len(population), rows, dict(sorted(strata.items())))
+
+
+def with_char_band(
+    population: list[tuple[Pair, float, bool]],
+    entries: Sequence[Entry],
+    threshold: float,
+    floor: float,
+    cutoff: float,
+) -> tuple[list[tuple[Pair, float, bool]], np.ndarray]:
+    """``population`` (:func:`weighted_population` of the exact band from ``cutoff`` and a pair sample)
+    with the exact ``char_high`` pairs below the band (:func:`char_band`) in place of the sampled
+    ones, and every pair's character similarity: a sampled pair the character band holds exactly is
+    counted there, not estimated from the sample (so no pair is counted twice)."""
+    chars = pair_chars([p for p, _, _ in population], entries)
+    kept = [
+        k
+        for k, (p, _, _) in enumerate(population)
+        if not (floor <= p.similarity < cutoff and chars[k] >= threshold)
+    ]
+    by_chars = char_band(entries, threshold, floor, cutoff) if cutoff > floor else []
+    out = [population[k] for k in kept] + [(p, 1.0, False) for p in by_chars]
+    return out, np.concatenate((chars[kept], pair_chars(by_chars, entries)))
 
 
 def _sampled_queue(
@@ -364,18 +455,26 @@ def _sampled_queue(
     progress: Progress | None,
     sample_size: int,
 ) -> ReviewQueue:
-    """The queue drawn from the exact band plus a uniform sample of pairs below it (weighted)."""
+    """The queue drawn from the exact band, the exact ``char_high`` pairs below it (:func:`char_band`)
+    and a uniform sample of the other pairs below it (weighted)."""
     band, cutoff = exact_band(entries, threshold, floor, progress=progress)
     sample = sample_scope_pairs(entries, sample_size, seed=seed, check_from=floor)
-    population = [p for p in weighted_population(band, sample, cutoff) if p[0].similarity >= floor]
+    population, chars = with_char_band(
+        [p for p in weighted_population(band, sample, cutoff) if p[0].similarity >= floor],
+        entries,
+        threshold,
+        floor,
+        cutoff,
+    )
     rows = _flagged(
-        weighted_queue(population, size=size, floor=floor, threshold=threshold, seed=seed), entries
+        weighted_queue(population, size=size, floor=floor, threshold=threshold, seed=seed, chars=chars),
+        entries,
     )
     model = store_embedding_model(entries)
     write_review_queue(rows, output, embedding_model=model)
     strata: dict[str, dict[str, float]] = {}
-    for pair, weight, sampled in population:
-        name = weighted_stratum(pair, sampled, threshold, floor)
+    for (pair, weight, sampled), char in zip(population, chars.tolist(), strict=True):
+        name = weighted_stratum(pair, sampled, threshold, floor, char)
         strata.setdefault(name, {"population": 0, "sampled": 0})["population"] += weight
     for row in rows:
         strata[row.stratum]["sampled"] += 1

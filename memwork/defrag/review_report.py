@@ -38,6 +38,7 @@ from memwork.defrag.review_queue import (
     weighted_population,
     weighted_queue,
     weighted_stratum,
+    with_char_band,
     write_review_queue,
 )
 from memwork.errors import UsageError
@@ -151,7 +152,19 @@ class DuplicateReview:
             sem = np.array(
                 [math.nan if q.semantic_similarity is None else q.semantic_similarity for q in sampled]
             )
-            scores = self.policy.scores(text, sem)
+            chars = None
+            if self.policy.uses_char:
+                from memwork.defrag.char_similarity import char_similarity
+
+                chars = np.array(
+                    [
+                        char_similarity(
+                            self.contents[(q.scope, q.path_a)], self.contents[(q.scope, q.path_b)]
+                        )
+                        for q in sampled
+                    ]
+                )
+            scores = self.policy.scores(text, sem, chars)
             keep = scores < self.policy.review
             values += [float(s) for s in scores[keep]]
             weights += [self.sample.weight] * int(keep.sum())
@@ -420,10 +433,13 @@ def duplicate_review(
     write_review_csv(band, path)
     model = store_embedding_model(entries)
     deep, cutoff = exact_band(entries, threshold, floor) if not sample.complete else (band, threshold)
-    population = weighted_population(deep, sample, cutoff)
+    population, chars = with_char_band(
+        weighted_population(deep, sample, cutoff), entries, threshold, floor, cutoff
+    )
+    at_floor = [k for k, p in enumerate(population) if p[0].similarity >= floor]
     queue_rows = weighted_queue(
-        [p for p in population if p[0].similarity >= floor],
-        size=queue_size, floor=floor, threshold=threshold, seed=seed,
+        [population[k] for k in at_floor],
+        size=queue_size, floor=floor, threshold=threshold, seed=seed, chars=chars[at_floor],
     )  # fmt: skip
     queue_file = write_review_queue(queue_rows, folder / "review_queue.csv", embedding_model=model)
     free = estimate_weighted(
@@ -438,22 +454,26 @@ def duplicate_review(
         calibration=calibration, labels_file=labels,
         labelled_estimate=_labelled_at(labels, threshold, seed) if labels else None,
         label_free=label_free, plan_summary=dict(plan.summary), queue_file=str(queue_file),
-        queue_strata=_strata_counts(population, queue_rows, threshold, floor),
+        queue_strata=_strata_counts(population, chars, queue_rows, threshold, floor),
         embedding_model=model, contradiction=contradiction_check(),
     )  # fmt: skip
     return review
 
 
 def _strata_counts(
-    population: list[tuple[Pair, float, bool]], rows: list[ReviewRow], threshold: float, floor: float
+    population: list[tuple[Pair, float, bool]],
+    chars: np.ndarray,
+    rows: list[ReviewRow],
+    threshold: float,
+    floor: float,
 ) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for row in rows:
         out.setdefault(row.stratum, {"pairs (estimated)": 0.0, "sampled": 0})["sampled"] += 1
-    for pair, weight, sampled in population:
+    for (pair, weight, sampled), char in zip(population, chars.tolist(), strict=True):
         if pair.similarity < floor:
             continue
-        name = weighted_stratum(pair, sampled, threshold, floor)
+        name = weighted_stratum(pair, sampled, threshold, floor, char)
         if name in out:
             out[name]["pairs (estimated)"] += weight
     return {

@@ -146,12 +146,13 @@ def scatter_figure(review: DuplicateReview) -> Figure:
     if review.policy is not None:
         pol = review.policy
         xs = np.linspace(0, 1, 50)
-        a, b = pol.coef
+        a, b = pol.coef[:2]
+        # a policy weighing the character similarity has no boundary in the (text, semantic) plane
         for level, style, label in (
             (pol.review, ":", "policy review"),
             (pol.auto_merge, "-", "policy auto-merge"),
         ):
-            if level is None or not 0 < level < 1 or b == 0:
+            if level is None or not 0 < level < 1 or b == 0 or len(pol.coef) > 2:
                 continue
             ys = (math.log(level / (1 - level)) - pol.intercept - a * xs) / b
             ax.plot(xs, ys, color="tab:purple", linestyle=style, linewidth=1.2, label=f"{label} {level:g}")
