@@ -118,6 +118,7 @@ class MemoryFacade:
         #: the watchdog gave up on at their deadline
         self.inline = {"calls": 0, "timedOut": 0}
         self._inline_lock = threading.Lock()
+        self._inline_cached: tuple[Backend, Callable[[Mapping[str, Any]], bool] | None] | None = None
 
     # ---- selection -----------------------------------------------------------------------------
     def availability(self, backend: Backend) -> Availability:
@@ -194,8 +195,10 @@ class MemoryFacade:
         if not self.policy.enabled:
             return None
         backend = self.registry.find(self.policy.backend)
-        inline = getattr(backend, "deadline_inline", None)
-        if backend is None or not callable(inline) or not supports_of(backend)["resolve"]:
+        if backend is None:
+            return None
+        inline = self._inline_check(backend)
+        if inline is None:
             return None
         try:
             clean = validate("resolve", request)
@@ -216,6 +219,17 @@ class MemoryFacade:
             with self._inline_lock:
                 self.inline["calls"] += 1
                 self.inline["timedOut"] += scope.timed_out
+
+    def _inline_check(self, backend: Backend) -> Callable[[Mapping[str, Any]], bool] | None:
+        """The backend's ``deadline_inline`` when it has one and supports resolve (remembered for the
+        last backend asked: this runs on every resolve)."""
+        cached = self._inline_cached
+        if cached is not None and cached[0] is backend:
+            return cached[1]
+        inline = getattr(backend, "deadline_inline", None)
+        usable = inline if callable(inline) and supports_of(backend)["resolve"] else None
+        self._inline_cached = (backend, usable)
+        return usable
 
     def write(self, request: Mapping[str, Any], *, deadline: Deadline | None = None) -> dict[str, Any]:
         """Record memory evidence (legacy: saveAndAnalyze); ``status`` says whether it is stored."""
