@@ -156,3 +156,20 @@ def test_a_read_blocked_by_a_table_lock_is_answered_fail_open_by_the_deadline(
             pytest.fail("legacy resolve never recovered after the lock")
     finally:
         facade.close()
+
+
+def test_more_concurrent_reads_than_connections_wait_for_one_without_a_deadline(loaded: str) -> None:
+    """Outside a bounded call a read waits for a free connection slot (no deadline to bound it)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memwork.legacy.reader import MAX_OPEN
+
+    store = LegacyMemoryStore(loaded)
+    reader = store.reader
+    assert reader is not None
+    try:
+        with ThreadPoolExecutor(2 * MAX_OPEN) as pool:
+            answers = list(pool.map(lambda _: reader.read("u2", 4), range(4 * MAX_OPEN)))
+        assert all(answer == answers[0] for answer in answers) and len(answers[0][0]) == 4
+    finally:
+        store.close()

@@ -16,8 +16,10 @@ Inline resolve: :meth:`MemoryFacade.resolve` (the blocking call; not :meth:`~Mem
 the service awaits on its event loop) runs on the caller's own thread when the selected backend says
 that every wait of this request is bounded by the call's deadline (``deadline_inline(request)``:
 pgvector with an embedding given -- pool wait, ``statement_timeout``, and its socket shut down by the
-process-wide :class:`~memwork.facade.safety.Watchdog` at the deadline). That saves the hand-off to a
-worker and back, which cost more than the query itself; the answer is still fail-open by the deadline.
+process-wide :class:`~memwork.facade.safety.Watchdog` at the deadline; legacy on MariaDB/MySQL once its
+read path holds a connection -- ``max_statement_time`` and the same watchdog, see
+:mod:`memwork.legacy.reader`). That saves the hand-off to a worker and back, which cost more than the
+query itself; the answer is still fail-open by the deadline.
 
 Writes (and compactions) say what happened in ``status``: ``stored`` (committed), ``failed``
 (nothing stored: bad input, shed, rolled back, or cut off at the deadline by the commit gate of

@@ -109,7 +109,7 @@ class Reader:
             "goals": PROFILE_LIMIT,
         }
         budget = None if scope is None else scope.check()
-        if not self._slots.acquire(timeout=-1 if budget is None else budget):
+        if not self._slots.acquire(timeout=budget):
             raise CutOff(f"{_label(scope)} timed out waiting for a legacy connection")
         try:
             for attempt in (1, 2):
