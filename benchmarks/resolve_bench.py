@@ -10,11 +10,12 @@ Then the facade against the bare prepared SQL on the same table, query by query 
 facade p50 and p95 <= 1.5x bare), for pgvector (this embedded PostgreSQL table) and legacy (the
 legacy tables in a scratch MariaDB database, ``--mysql-url``):
 
-* pgvector -- ``facade.resolve`` (``MEMORY_BACKEND=pgvector``, fail-open deadline, worker pool) vs
-  one autocommit psycopg connection running the minimal k-NN statement, prepared
+* pgvector -- ``facade.resolve`` (``MEMORY_BACKEND=pgvector``, fail-open deadline, inline with the
+  watchdog) vs one autocommit psycopg connection running the minimal k-NN statement, prepared
   (``bare``), and the adapter's own statement, prepared, on that connection (``bare-same-sql``);
-* legacy -- ``facade.resolve`` (``MEMORY_BACKEND=legacy``) vs the same three SELECTs (memories,
-  profile, goals) compiled once and run with pymysql on one connection.
+* legacy -- ``facade.resolve`` (``MEMORY_BACKEND=legacy``; inline, one ``UNION ALL`` round trip, see
+  :mod:`memwork.legacy.reader`) vs the same three SELECTs (memories, profile, goals) compiled once and
+  run with pymysql on one connection.
 
     python benchmarks/resolve_bench.py [--rows 100000] [--users 1000] [--queries 300] [--facade-only]
 """

@@ -34,7 +34,6 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 #: declared runtime dependencies memwork never imports, and why they are declared anyway
 NOT_IMPORTED = {
-    "pymysql": "the SQLAlchemy driver of mysql+pymysql:// URLs, loaded by SQLAlchemy",
     "ipykernel": "the kernel papermill starts for the report notebooks",
 }
 #: extras' packages memwork never imports

@@ -320,3 +320,20 @@ def test_the_guard_counters_show_in_the_facade_status(half_reembedded):
         assert _counters(backend)["counters"]["otherModelRowsLeftOut"] == 2
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", "America/St_Johns"])
+def test_server_formatted_timestamps_read_as_pythons_isoformat(pg_url: str, zone: str) -> None:
+    """Issue 20: resolve reads createdAt/updatedAt as text formatted by PostgreSQL; it must be exactly
+    what ``datetime.isoformat()`` gives for the same value in the session's time zone."""
+    from memwork.backends.pgvector import _iso
+    from memwork.db import embedded
+
+    values = ["2025-06-01 10:00:00+00", "2025-06-01 10:00:00.5+00", "2024-12-31 23:59:59.000001+00"]
+    with psycopg.connect(embedded.ensure(pg_url, create=False).libpq or "", autocommit=True) as conn:
+        conn.execute("SELECT set_config('TimeZone', %s, false)", (zone,))
+        for value in values:
+            parsed, text = conn.execute(
+                f"SELECT x, {_iso('x')} FROM (SELECT %s::timestamptz AS x) AS v", (value,)
+            ).fetchone()
+            assert text == parsed.isoformat(), (zone, value)

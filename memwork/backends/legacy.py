@@ -79,6 +79,17 @@ class LegacyConversationMemoryBackend(BaseBackend):
             return Availability.no(f"{LEGACY_URL_VAR}: {exc.problem}")
         return Availability.ok()
 
+    def deadline_inline(self, request: Mapping[str, Any]) -> bool:
+        """True when every wait of this resolve is bounded by the call's deadline, so the facade may
+        run it on the caller's thread: MariaDB/MySQL with a connection of the read path ready (its
+        statement bounded by ``max_statement_time`` and the watchdog's socket shutdown, see
+        :mod:`memwork.legacy.reader`). The first call, and SQLite, take the worker pool."""
+        reader = self.store.reader if not self.problem else None
+        return reader is not None and reader.has_idle()
+
+    def close(self) -> None:
+        self.store.close()
+
     def resolve(self, request: Mapping[str, Any]) -> dict[str, Any]:
         clean = validate("resolve", request)
         return self.store.resolve(clean["userId"], clean["limit"])

@@ -28,6 +28,8 @@ distances do not compare. Rows left out are counted (:meth:`PgvectorBackend.coun
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
 import socket
@@ -92,7 +94,29 @@ _COLUMNS = (
     "id, source_memory_id, user_id, content, type, source_session_id, source_message_id, "
     "metadata, embedding_model, created_at, updated_at"
 )
-_T_COLUMNS = ", ".join(f"t.{name.strip()}" for name in _COLUMNS.split(","))
+
+
+def _iso(column: str) -> str:
+    """SQL giving ``column`` (timestamptz) as Python's ``datetime.isoformat()`` text in the session's
+    time zone -- what the API returns -- so the client neither parses nor formats timestamps."""
+    return (
+        f"to_char({column}, 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN to_char({column}, 'US') = '000000' "
+        f"THEN '' ELSE to_char({column}, '.US') END || to_char({column}, 'TZH:TZM')"
+    )
+
+
+def _result_columns(prefix: str = "") -> str:
+    """The result's columns as the API needs them: ``metadata`` as JSON text (``{}`` is not parsed),
+    timestamps as ISO text (:func:`_iso`)."""
+    p = prefix
+    return (
+        f"{p}id, {p}source_memory_id, {p}user_id, {p}content, {p}type, {p}source_session_id, "
+        f"{p}source_message_id, {p}metadata::text AS metadata, {p}embedding_model, "
+        f"{_iso(p + 'created_at')} AS created_at, {_iso(p + 'updated_at')} AS updated_at"
+    )
+
+
+_T_COLUMNS = _result_columns("t.")
 
 
 class PgvectorBackend(BaseBackend):
@@ -119,6 +143,7 @@ class PgvectorBackend(BaseBackend):
         self.database_url = database_url
         self.model = model or None
         self.table = check_identifier(table)
+        self._quoted = quote_identifier(self.table)
         self.pool_max = pool_max
         self.query_embedder = query_embedder
         self.search = search
@@ -159,7 +184,7 @@ class PgvectorBackend(BaseBackend):
             return {"semanticMemories": []}
         vector = self._query_vector(request)
         rows = self._search(user_id, vector, limit)
-        return {"semanticMemories": [_memory(row) for row in rows]}
+        return {"semanticMemories": _memories(rows)}
 
     def counters(self) -> dict[str, Any]:
         """The mixed-model guard since start: resolves, those that left rows of another model out,
@@ -207,7 +232,7 @@ class PgvectorBackend(BaseBackend):
                 vector = np.asarray(embedding, dtype=np.float32).reshape(-1)
             except (TypeError, ValueError):
                 raise UsageError("embedding", "<non-numeric>", "must be a list of numbers") from None
-            if vector.size == 0 or not np.all(np.isfinite(vector)):
+            if vector.size == 0 or not np.isfinite(vector).all():
                 raise UsageError("embedding", "<vector>", "must be a non-empty list of finite numbers")
             return vector
         query = request.get("query")
@@ -238,11 +263,13 @@ class PgvectorBackend(BaseBackend):
             return self._pool
 
     def _search(self, user_id: str, vector: np.ndarray, limit: int) -> list[tuple]:
-        table = quote_identifier(self.table)
+        table = self._quoted
         scope = current_scope()
         wait = self.timeout if scope is None else min(self.timeout, scope.check())
         try:
-            with self._get_pool().connection(timeout=wait) as conn:
+            pool = self._get_pool()
+            conn = pool.getconn(timeout=wait)  # not the context manager: this runs on every resolve
+            try:
                 if scope is not None and not scope.on_abandon(lambda: _abort(conn)):
                     scope.check()  # the caller gave up while we waited for the connection: CutOff
                 try:
@@ -250,6 +277,8 @@ class PgvectorBackend(BaseBackend):
                 finally:
                     if scope is not None:
                         scope.clear_abandon()  # before the connection goes back to the pool
+            finally:
+                pool.putconn(conn)  # a broken one (aborted at the deadline) is discarded there
         except Exception as exc:  # psycopg and pool errors become one backend error
             if isinstance(exc, UsageError | BackendError):
                 raise
@@ -358,19 +387,7 @@ def _exact_search(
     Only the rows of one model answer (``model``, else the user's most common one); column 13
     counts the user's rows of other models left out.
     """
-    capped = "" if cap is None else "LIMIT %(cap)s"
-    # the CTE holds only what ranking, counting and the model pick need (id, model, distance, each
-    # computed once); the result's columns are read for the top ``limit`` rows only, by primary key
-    sql = (
-        f"WITH mine AS MATERIALIZED (SELECT id, embedding_model, embedding <=> %(vector)s AS distance "
-        f"FROM {table} WHERE user_id = %(user)s {capped}), "
-        f"pick AS MATERIALIZED ({_model_pick('mine', '%(model)s')} AS model), "
-        "top AS (SELECT id, distance FROM mine WHERE embedding_model IS NOT DISTINCT FROM "
-        "(SELECT model FROM pick) ORDER BY distance, id LIMIT %(limit)s) "
-        f"SELECT {_T_COLUMNS}, top.distance, (SELECT count(*) FROM mine) AS n, "
-        "(SELECT count(*) FROM mine WHERE embedding_model IS DISTINCT FROM (SELECT model FROM pick)) "
-        f"FROM top JOIN {table} t ON t.id = top.id ORDER BY top.distance, top.id"
-    )
+    sql = _exact_sql(table, cap is not None)
     params = {
         "user": user_id,
         "vector": vector,
@@ -382,6 +399,24 @@ def _exact_search(
     if cap is not None and rows and rows[0][12] > cap:
         return None
     return rows
+
+
+@functools.cache
+def _exact_sql(table: str, capped: bool) -> str:
+    """The exact search's statement (built once per table; psycopg prepares it on the server)."""
+    cap = "LIMIT %(cap)s" if capped else ""
+    # the CTE holds only what ranking, counting and the model pick need (id, model, distance, each
+    # computed once); the result's columns are read for the top ``limit`` rows only, by primary key
+    return (
+        f"WITH mine AS MATERIALIZED (SELECT id, embedding_model, embedding <=> %(vector)s AS distance "
+        f"FROM {table} WHERE user_id = %(user)s {cap}), "
+        f"pick AS MATERIALIZED ({_model_pick('mine', '%(model)s')} AS model), "
+        "top AS (SELECT id, distance FROM mine WHERE embedding_model IS NOT DISTINCT FROM "
+        "(SELECT model FROM pick) ORDER BY distance, id LIMIT %(limit)s) "
+        f"SELECT {_T_COLUMNS}, top.distance, (SELECT count(*) FROM mine) AS n, "
+        "(SELECT count(*) FROM mine WHERE embedding_model IS DISTINCT FROM (SELECT model FROM pick)) "
+        f"FROM top JOIN {table} t ON t.id = top.id ORDER BY top.distance, top.id"
+    )
 
 
 def _hnsw_search(
@@ -408,46 +443,53 @@ def _hnsw_search(
         found = conn.execute(_model_pick(sample, "%s"), (None, user_id)).fetchone()
         model = found[0] if found else None
     sql = (
-        f"WITH near AS MATERIALIZED (SELECT {_COLUMNS}, embedding <=> %s AS distance FROM {table} "
+        f"WITH near AS MATERIALIZED (SELECT {_result_columns()}, embedding <=> %s AS distance FROM {table} "
         f"WHERE user_id = %s AND embedding_model IS NOT DISTINCT FROM %s ORDER BY embedding <=> %s LIMIT %s) "
         f"SELECT * FROM near ORDER BY distance, id"
     )
     return conn.execute(sql, (vector, user_id, model, vector, limit)).fetchall()
 
 
-def _memory(row: tuple) -> dict[str, Any]:
-    """One result row in the API's JSON shape (camelCase, ISO timestamps, score = 1 - cosine distance)."""
-    (
+def _memories(rows: list[tuple]) -> list[dict[str, Any]]:
+    """The result rows in the API's JSON shape (camelCase, ISO timestamps, score = 1 - cosine
+    distance); built in one loop -- it runs for every row of every resolve."""
+    loads, isfinite = json.loads, math.isfinite
+    out = []
+    for (
         row_id,
         source_id,
         user_id,
         content,
         type_,
-        session_id,
-        message_id,
-        metadata,
+        session,
+        message,
+        meta,
         model,
         created,
         updated,
-    ) = row[:11]
-    distance: float | None = float(row[11])
-    if distance is not None and not math.isfinite(distance):  # a stored vector without direction
-        distance = None
-    return {
-        "id": source_id or str(row_id),
-        "userId": user_id,
-        "content": content,
-        "type": type_,
-        "score": None if distance is None else 1.0 - distance,
-        "distance": distance,
-        "sourceMemoryId": source_id,
-        "sourceSessionId": session_id,
-        "sourceMessageId": message_id,
-        "metadata": metadata or {},
-        "embeddingModel": model,
-        "createdAt": created.isoformat() if created else None,
-        "updatedAt": updated.isoformat() if updated else None,
-    }
+        dist,
+        *_,
+    ) in rows:
+        if dist is not None and not isfinite(dist):  # a stored vector without direction
+            dist = None
+        out.append(
+            {
+                "id": source_id or str(row_id),
+                "userId": user_id,
+                "content": content,
+                "type": type_,
+                "score": None if dist is None else 1.0 - dist,
+                "distance": dist,
+                "sourceMemoryId": source_id,
+                "sourceSessionId": session,
+                "sourceMessageId": message,
+                "metadata": {} if not meta or meta == "{}" else loads(meta),
+                "embeddingModel": model,
+                "createdAt": created,
+                "updatedAt": updated,
+            }
+        )
+    return out
 
 
 def _limit(value: object) -> int:

@@ -16,8 +16,10 @@ Inline resolve: :meth:`MemoryFacade.resolve` (the blocking call; not :meth:`~Mem
 the service awaits on its event loop) runs on the caller's own thread when the selected backend says
 that every wait of this request is bounded by the call's deadline (``deadline_inline(request)``:
 pgvector with an embedding given -- pool wait, ``statement_timeout``, and its socket shut down by the
-process-wide :class:`~memwork.facade.safety.Watchdog` at the deadline). That saves the hand-off to a
-worker and back, which cost more than the query itself; the answer is still fail-open by the deadline.
+process-wide :class:`~memwork.facade.safety.Watchdog` at the deadline; legacy on MariaDB/MySQL once its
+read path holds a connection -- ``max_statement_time`` and the same watchdog, see
+:mod:`memwork.legacy.reader`). That saves the hand-off to a worker and back, which cost more than the
+query itself; the answer is still fail-open by the deadline.
 
 Writes (and compactions) say what happened in ``status``: ``stored`` (committed), ``failed``
 (nothing stored: bad input, shed, rolled back, or cut off at the deadline by the commit gate of
@@ -118,6 +120,7 @@ class MemoryFacade:
         #: the watchdog gave up on at their deadline
         self.inline = {"calls": 0, "timedOut": 0}
         self._inline_lock = threading.Lock()
+        self._inline_cached: tuple[Backend, Callable[[Mapping[str, Any]], bool] | None] | None = None
 
     # ---- selection -----------------------------------------------------------------------------
     def availability(self, backend: Backend) -> Availability:
@@ -194,8 +197,10 @@ class MemoryFacade:
         if not self.policy.enabled:
             return None
         backend = self.registry.find(self.policy.backend)
-        inline = getattr(backend, "deadline_inline", None)
-        if backend is None or not callable(inline) or not supports_of(backend)["resolve"]:
+        if backend is None:
+            return None
+        inline = self._inline_check(backend)
+        if inline is None:
             return None
         try:
             clean = validate("resolve", request)
@@ -216,6 +221,17 @@ class MemoryFacade:
             with self._inline_lock:
                 self.inline["calls"] += 1
                 self.inline["timedOut"] += scope.timed_out
+
+    def _inline_check(self, backend: Backend) -> Callable[[Mapping[str, Any]], bool] | None:
+        """The backend's ``deadline_inline`` when it has one and supports resolve (remembered for the
+        last backend asked: this runs on every resolve)."""
+        cached = self._inline_cached
+        if cached is not None and cached[0] is backend:
+            return cached[1]
+        inline = getattr(backend, "deadline_inline", None)
+        usable = inline if callable(inline) and supports_of(backend)["resolve"] else None
+        self._inline_cached = (backend, usable)
+        return usable
 
     def write(self, request: Mapping[str, Any], *, deadline: Deadline | None = None) -> dict[str, Any]:
         """Record memory evidence (legacy: saveAndAnalyze); ``status`` says whether it is stored."""

@@ -45,18 +45,18 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, RowMapping, and_, delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError
 
-from memwork.db import get_engine
+from memwork.db import get_engine, parse_url
 from memwork.deadline import current_scope
 from memwork.errors import BackendError, CutOff, NotStored, UsageError
 from memwork.legacy.exact import exact_eq
 from memwork.legacy.extractor import ExtractedItem, Extractor, extract_rules
+from memwork.legacy.reader import PROFILE_LIMIT, Reader
 from memwork.legacy.schema import ITEM_TYPES, memory_items, messages, metadata
 from memwork.redaction import describe_error
 from memwork.similarity import find_duplicate_pairs, jaccard, tokenize
 
 DUPLICATE_THRESHOLD = 0.8  #: Jaccard at or above which two items say the same thing
 MAX_PENDING_PER_RUN = 1000
-PROFILE_LIMIT = 200
 DEADLOCK_RETRIES = 2  #: a transaction MariaDB chose as a deadlock victim is run again (time allowing)
 MYSQL_DEADLOCK = 1213
 
@@ -187,6 +187,26 @@ class LegacyMemoryStore:
         self.duplicate_threshold = duplicate_threshold
         self._schema_ready = not auto_create
         self._lock = threading.Lock()
+        self._reader: Reader | None = None
+
+    @property
+    def reader(self) -> Reader | None:
+        """MariaDB/MySQL: the one-round-trip read path of :meth:`resolve` (:mod:`memwork.legacy.reader`)."""
+        if self._reader is None:
+            parsed = parse_url(self.database_url)
+            if parsed.dialect != "mysql" or parsed.sqlalchemy is None:
+                return None
+            with self._lock:
+                if self._reader is None:
+                    self._reader = Reader(parsed.sqlalchemy)
+        return self._reader
+
+    def close(self) -> None:
+        """Close the read path's connections (the engine is shared: :func:`memwork.db.dispose_all`)."""
+        with self._lock:
+            reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.close()
 
     @property
     def engine(self) -> Engine:
@@ -469,11 +489,16 @@ class LegacyMemoryStore:
 
     # ---- read and cleanup ----------------------------------------------------------------------
     def resolve(self, user_id: str, limit: int) -> dict[str, Any]:
-        """Active memories newest first, the profile and the active goals."""
-        with self.engine.connect() as conn:
-            memories = self._active(conn, user_id, limit=limit)
-            profile_rows = self._active(conn, user_id, "profile", PROFILE_LIMIT)
-            goals = self._active(conn, user_id, "goal", PROFILE_LIMIT)
+        """Active memories newest first, the profile and the active goals (MariaDB/MySQL: one
+        statement on the :attr:`reader`)."""
+        reader = self.reader
+        if reader is not None:
+            memories, profile_rows, goals = reader.read(user_id, limit)
+        else:
+            with self.engine.connect() as conn:
+                memories = self._active(conn, user_id, limit=limit)
+                profile_rows = self._active(conn, user_id, "profile", PROFILE_LIMIT)
+                goals = self._active(conn, user_id, "goal", PROFILE_LIMIT)
         return {
             "profile": build_profile(profile_rows),
             "semanticMemories": [],
