@@ -173,3 +173,28 @@ def test_more_concurrent_reads_than_connections_wait_for_one_without_a_deadline(
         assert all(answer == answers[0] for answer in answers) and len(answers[0][0]) == 4
     finally:
         store.close()
+
+
+def test_each_part_is_newest_first_whatever_order_the_union_arrives_in() -> None:
+    """SQL promises no order for a UNION ALL's rows: the reader sorts each part by its keyset again,
+    so a server that interleaves or reverses the parts still gives the three SELECTs' answers."""
+    import random
+
+    from memwork.legacy.reader import _COLUMNS, _split
+
+    start = datetime(2025, 1, 1)
+    rows = []
+    for part in (0, 1, 2):
+        for k in range(6):
+            item = {name: None for name in _COLUMNS}
+            # ties on updated_at are broken by id, as the (updated_at, id) keyset does
+            item.update(id=part * 100 + k, updated_at=start + timedelta(minutes=k // 2), metadata="{}")
+            rows.append((part, *(item[name] for name in _COLUMNS)))
+    expected = _split(tuple(rows))
+    for seed in range(5):
+        shuffled = list(rows)
+        random.Random(seed).shuffle(shuffled)
+        assert _split(tuple(shuffled)) == expected
+    for part in expected:
+        keys = [(item["updated_at"], item["id"]) for item in part]
+        assert keys == sorted(keys, reverse=True) and len(keys) == 6

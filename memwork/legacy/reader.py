@@ -54,8 +54,9 @@ def _compile() -> tuple[str, dict[str, Any]]:
     """The three newest-first SELECTs as one ``UNION ALL`` of parenthesized parts, compiled once for
     MySQL (pyformat). No derived tables and no ORDER BY over the union: both make MariaDB copy the rows
     (TEXT columns: into an on-disk temporary table), which cost more than the two round trips saved.
-    MariaDB sends a ``UNION ALL``'s parts one after another, each in its own order; rows are told
-    apart by their ``part`` column."""
+    Each part's LIMIT picks its newest rows (its own ORDER BY decides which); the order in which the
+    union's rows arrive is not promised by SQL, so rows are told apart by their ``part`` column and
+    each part is put in newest-first order again here (:func:`_split`: at most ``limit`` rows)."""
     mine = and_(
         memory_items.c.user_id == exact_text(bindparam("user", type_=memory_items.c.user_id.type)),
         memory_items.c.status == "active",
@@ -216,7 +217,14 @@ def _split(rows: tuple[tuple[Any, ...], ...]) -> list[list[dict[str, Any]]]:
         if isinstance(meta, str | bytes):
             item["metadata"] = json.loads(meta)
         out[int(row[0])].append(item)
+    for part in out:  # newest first, as each part's ORDER BY chose them (the union keeps no order)
+        part.sort(key=_newest_first, reverse=True)
     return out
+
+
+def _newest_first(item: dict[str, Any]) -> tuple[Any, Any]:
+    """The ``(updated_at, id)`` keyset, the order of the three SELECTs (both columns NOT NULL)."""
+    return item["updated_at"], item["id"]
 
 
 def _label(scope: CallScope | None) -> str:
