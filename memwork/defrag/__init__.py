@@ -15,10 +15,11 @@ calibration, the label-free estimate or the review queue (issue 20).
 
 from __future__ import annotations
 
-import importlib
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+from memwork.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from memwork.defrag.actions import ActionResult, run_action
@@ -186,19 +187,7 @@ __all__ = [
 
 
 if not TYPE_CHECKING:  # mypy sees the imports above, not a catch-all __getattr__
-
-    def __getattr__(name: str) -> Any:
-        """A public name, imported from its submodule when first asked for (and kept)."""
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
 
 class _Package(ModuleType):

@@ -10,8 +10,9 @@ Names are imported from their submodule when first asked for (PEP 562): a report
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from memwork.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from memwork.reports.index import build_index, collect_runs
@@ -69,16 +70,4 @@ __all__ = [
 ]
 
 if not TYPE_CHECKING:  # mypy sees the imports above, not a catch-all __getattr__
-
-    def __getattr__(name: str) -> Any:
-        """A public name, imported from its submodule when first asked for (and kept)."""
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
