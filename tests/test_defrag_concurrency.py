@@ -329,13 +329,14 @@ def test_full_apply_conflict_in_a_later_step_reports_what_was_applied(kind, tmp_
     assert f"path={target!r}: changed since the plan was made (scope 'default')" in line
     assert (
         "the run stopped after applying 1000 changes "
-        "(merge_duplicates 1000, cleanup_stubs 0, compact 0 of 20)" in line
+        "(merge_duplicates 1000, supersede 0, cleanup_stubs 0, compact 0 of 20)" in line
     )
     assert f"`memwork defrag undo {run_id}`" in line
     assert report["applied"] is True and report["complete"] is False
     assert report["changes_applied"] == 1000 == len(journaled_changes(run_id))
     assert [(s["action"], s["status"], s["changes"]) for s in report["steps"]] == [
         ("merge_duplicates", "applied", 1000),
+        ("supersede", "applied", 0),
         ("cleanup_stubs", "applied", 0),
         ("compact", "stopped", 0),
     ]
