@@ -232,3 +232,18 @@ def test_cli_workers_alone_equals_the_default_run(migration: Migration) -> None:
             summary.pop(name)
         summary["rows"].pop("round_trips")
     assert one == three
+
+
+@pytest.mark.services
+@pytest.mark.parametrize(("engine", "where"), [("sqlite", "sql"), ("mysql", "python")])
+def test_key_ranges_on_sqlite_and_python_checksums(
+    request: pytest.FixtureRequest, pg_url: str, engine: str, where: str
+) -> None:
+    """The hash ranges select the same users in SQLite's SQL and in rows hashed here (a MySQL 8)."""
+    source = request.getfixturevalue("sqlite_url" if engine == "sqlite" else "mysql_url")
+    m = build_migration(source, pg_url, n_users=9, items_per_user=20, dimensions=DIMS, seed=5)
+    _damage(m)
+    reference = _certify(m, source_checksums=where, retrieval=False)
+    split = _certify(m, source_checksums=where, retrieval=False, executor="serial", workers=3)
+    assert split.rows.source_checksums == where and len(split.execution["ranges"]) == 3
+    assert len(reference.rows.bad) == 4 and _comparable(m, split) == _comparable(m, reference)
