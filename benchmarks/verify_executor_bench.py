@@ -4,10 +4,13 @@
 Loads N active legacy rows and backfills them (as ``certify_bench.py``), then for each executor
 certifies the clean copy and, after ``--damaged`` rows were damaged (missing, changed, moved to
 another user, extra), the damaged one -- retrieval off and no vector sample, so the time is the rows
-gate's. Each run's certificate must equal the one-process run's (summary without timings, executor,
-round trips and run id); the load average is recorded before and after each run.
+gate's, with the CPU seconds of this process and its workers, ``mariadbd`` and the ``postgres``
+processes (every one on the machine: other jobs' too). Each run's certificate must equal the
+one-process run's (summary without timings, executor, round trips and run id); the load average is
+recorded before and after each run.
 
     python benchmarks/verify_executor_bench.py [--rows 200000] [--users 2000] [--executors none,local:2]
+    python benchmarks/verify_executor_bench.py --executors none,serial,local:2 --workers 2 --repeat 1
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _pgvector_common import scratch_mysql, scratch_pg
 from certify_bench import damage, load_source
+from workers_bench import ServerSampler, python_cpu
 
 
 def comparable(cert) -> str:
@@ -34,18 +38,27 @@ def comparable(cert) -> str:
     return json.dumps(summary, sort_keys=True, default=str).replace(cert.run_id, "RUN")
 
 
-def run(mysql_url: str, pg_url: str, executor: str | None) -> tuple[dict, str]:
+def run(mysql_url: str, pg_url: str, executor: str | None, workers: int | None) -> tuple[dict, str]:
     from memwork.certify import CertifyOptions, certify
 
     options = CertifyOptions(
-        mysql_url, pg_url, retrieval=False, vector_sample=0, executor=executor, record_failures=False
+        mysql_url,
+        pg_url,
+        retrieval=False,
+        vector_sample=0,
+        executor=executor,
+        workers=workers if executor else None,
+        record_failures=False,
     )
     load = os.getloadavg()
-    started = time.perf_counter()
-    cert = certify(options)
+    started, python = time.perf_counter(), python_cpu()
+    with ServerSampler() as servers:
+        cert = certify(options)
+    cpu = {"python": round(python_cpu() - python, 1), **{k: round(v, 1) for k, v in servers.used().items()}}
     figure = {
         "executor": executor or "one process",
         "seconds": round(time.perf_counter() - started, 2),
+        "cpu_s": cpu,
         "rows_s": cert.timings.get("rows"),
         "verdict": cert.verdict,
         "bad": len(cert.rows.bad),
@@ -64,6 +77,7 @@ def main() -> int:
     parser.add_argument("--dims", type=int, default=16)
     parser.add_argument("--damaged", type=int, default=100)
     parser.add_argument("--executors", default="none,local:2", help="Comma-separated; none: one process.")
+    parser.add_argument("--workers", type=int, default=None, help="Key ranges (default: the executor's).")
     parser.add_argument("--repeat", type=int, default=2, help="Runs of each executor (alternating).")
     parser.add_argument(
         "--mysql-admin-url",
@@ -90,7 +104,7 @@ def main() -> int:
             reference: str | None = None
             for _ in range(args.repeat):
                 for executor in executors:
-                    figure, shown = run(mysql_url, pg_url, executor)
+                    figure, shown = run(mysql_url, pg_url, executor, args.workers)
                     reference = reference or shown
                     figure |= {"state": state, "identical": shown == reference}
                     same = same and shown == reference
