@@ -38,20 +38,8 @@ from typing import Any
 from memwork.certify.canonical import key_md5
 from memwork.certify.rows import ScannedRows, bisect_users, user_checksums
 from memwork.certify.sides import Bucket, DestSide, HashRange, SourceSide
-from memwork.errors import MemworkError
+from memwork.errors import MemworkError, RangesLost
 from memwork.executor import Executor, ExecutorSpec, crash_point, open_executor
-
-
-class RangesLost(MemworkError):
-    """A worker died before every key range finished; a verification keeps no partial result."""
-
-    exit_code = 1
-
-    def __init__(self, done: int, total: int, cause: BaseException) -> None:
-        super().__init__(
-            f"verify key ranges: {done} of {total} finished before a worker died "
-            f"({type(cause).__name__}); a verification keeps no partial result: run it again"
-        )
 
 
 def plan_user_ranges(counts: Mapping[str, int], parts: int) -> list[HashRange]:
