@@ -11,6 +11,7 @@ recorded before and after each run.
 
     python benchmarks/verify_executor_bench.py [--rows 200000] [--users 2000] [--executors none,local:2]
     python benchmarks/verify_executor_bench.py --executors none,serial,local:2 --workers 2 --repeat 1
+    python benchmarks/verify_executor_bench.py --executors none,local:2,dask --workers 2
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -70,13 +73,34 @@ def run(mysql_url: str, pg_url: str, executor: str | None, workers: int | None) 
     return figure, comparable(cert)
 
 
+@contextmanager
+def dask_cluster(wanted: bool, workers: int) -> Iterator[str | None]:
+    """A ``distributed.LocalCluster`` of ``workers`` processes when ``dask`` is among the executors
+    (its start printed apart: it is paid once per cluster, not per verification)."""
+    if not wanted:
+        yield None
+        return
+    import distributed
+
+    started = time.perf_counter()
+    with distributed.LocalCluster(
+        n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+    ) as cluster:
+        print(json.dumps({"dask_cluster_start_s": round(time.perf_counter() - started, 2)}), flush=True)
+        yield "dask://" + cluster.scheduler_address.split("://", 1)[1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--users", type=int, default=2000)
     parser.add_argument("--dims", type=int, default=16)
     parser.add_argument("--damaged", type=int, default=100)
-    parser.add_argument("--executors", default="none,local:2", help="Comma-separated; none: one process.")
+    parser.add_argument(
+        "--executors",
+        default="none,local:2",
+        help="Comma-separated; none: one process; dask: a LocalCluster of --workers.",
+    )
     parser.add_argument("--workers", type=int, default=None, help="Key ranges (default: the executor's).")
     parser.add_argument("--repeat", type=int, default=2, help="Runs of each executor (alternating).")
     parser.add_argument(
@@ -94,7 +118,12 @@ def main() -> int:
     executors = [None if e == "none" else e for e in args.executors.split(",")]
     out: dict = {"rows": args.rows, "users": args.users, "cores": os.cpu_count(), "runs": []}
     same = True
-    with scratch_mysql(args.mysql_admin_url) as mysql_url, scratch_pg(args.pgdata) as pg_url:
+    with (
+        scratch_mysql(args.mysql_admin_url) as mysql_url,
+        scratch_pg(args.pgdata) as pg_url,
+        dask_cluster("dask" in executors, args.workers or 2) as address,
+    ):
+        executors = [address if e == "dask" else e for e in executors]
         out["loaded"] = load_source(mysql_url, args.rows, args.users)
         ensure_schema(pg_url, "memory_embeddings", args.dims, create_vector_index=True)
         run_backfill(legacy_apply_options(mysql_url, pg_url, HashEmbedder(args.dims), batch_size=5000))
