@@ -315,12 +315,16 @@ def verify_import(
     table: str | None = None,
     page_size: int | None = None,
     allow_quarantined: bool = False,
+    executor: str | None = None,
+    workers: int | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Certificate:
     """Is the copy at ``to`` faithful to ``source``? (``memwork verify``): the migration certificate --
     each bad row by id, kind, user and field, vectors against their model or the source's, the index,
-    retrieval per user size; ``.verdict`` is PASS or FAIL and ``.reasons()`` says why, gate by gate."""
-    options = _given(table=table, page_size=page_size)
+    retrieval per user size; ``.verdict`` is PASS or FAIL and ``.reasons()`` says why, gate by gate.
+    ``executor`` / ``workers`` (legacy-mysql): the row checksums as key ranges of users on
+    ``local:N`` or ``dask://HOST:PORT`` -- the same certificate."""
+    options = _given(table=table, page_size=page_size, executor=executor, workers=workers)
     return _run_verify(source, to=to, env=env, allow_quarantined=allow_quarantined, **options)
 
 

@@ -324,3 +324,17 @@ class ImportRunning(MemworkError):
             f"table={table!r} source={source_key!r}: another import of this source into this table is "
             "running; try again when it has finished"
         )
+
+
+class RangesLost(MemworkError):
+    """A worker died before every key range of a verification finished (exit 1); a verification
+    writes nothing before its end, so it keeps no partial result: it is run again."""
+
+    exit_code = 1
+
+    def __init__(self, done: int, total: int, cause: BaseException) -> None:
+        self.done, self.total = done, total
+        super().__init__(
+            f"verify key ranges: {done} of {total} finished before a worker died "
+            f"({type(cause).__name__}); a verification keeps no partial result: run it again"
+        )

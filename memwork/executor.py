@@ -37,6 +37,10 @@ R = TypeVar("R")
 
 ExecutorKind = Literal["serial", "local", "dask"]
 
+#: TEST ONLY: ``N:MARKER[:raise]`` makes partition ``N`` die (``os._exit(9)``, or raise) the first
+#: time, when it creates the file ``MARKER``; the suite uses it to kill a worker mid-run
+CRASH_ENV = "MEMWORK_TEST_CRASH_PARTITION"
+
 #: the spellings ``--executor`` accepts, for the one-line usage error
 EXECUTOR_FORMS = "serial, local, local:N or dask://HOST:PORT"
 
@@ -187,6 +191,24 @@ class DaskExecutor:
 
     def close(self) -> None:
         self._client.close()
+
+
+def crash_point(index: int) -> None:
+    """TEST ONLY (:data:`CRASH_ENV`): die once in partition ``index``, as a killed worker does."""
+    raw = os.environ.get(CRASH_ENV)
+    if not raw:
+        return
+    target, _, rest = raw.partition(":")
+    marker, _, mode = rest.rpartition(":") if rest.endswith(":raise") else (rest, "", "exit")
+    if not target.isdigit() or int(target) != index:
+        return
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return  # died once already: this is the re-run
+    if mode == "raise":
+        raise RuntimeError(f"test crash of partition {index}")
+    os._exit(9)
 
 
 def open_executor(value: str | ExecutorSpec | None) -> Executor:

@@ -10,6 +10,7 @@ It is the one verification of a migration into pgvector (``memwork verify``, ali
 * :mod:`~memwork.certify.listing` -- the same from a source's listing: its records mapped as the
   importer writes them;
 * :mod:`~memwork.certify.rows` -- per-user checksums, bisection to single rows, per-field diffs;
+* :mod:`~memwork.certify.partitioned` -- that per-user pass as key ranges of users on an executor;
 * :mod:`~memwork.certify.vectors` -- vectors against their model, the index against the query;
 * :mod:`~memwork.certify.retrieval` -- recall@k and underfill by user size;
 * :mod:`~memwork.certify.preserved` -- the source's own search against the destination's, per user;

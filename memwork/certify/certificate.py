@@ -126,6 +126,10 @@ class CertifyOptions:
     min_overlap: float = 0.95
     source_checksums: str = "auto"  #: legacy table: ``sql``, ``python`` (rows hashed here) or ``auto``
     min_user_share: float | None = None  #: None: every sampled user must pass
+    #: legacy-mysql: the row pass over key ranges of users on ``local``, ``local:N`` or
+    #: ``dask://HOST:PORT`` (:mod:`memwork.certify.partitioned`); None: in this process
+    executor: str | None = None
+    workers: int | None = None  #: key ranges (default: the executor's workers); > 1 alone: ``local:N``
 
     def check(self) -> None:
         """Every impossible setting as one usage error naming it, before any I/O."""
@@ -163,6 +167,7 @@ class CertifyOptions:
             raise UsageError("page_size", self.page_size, f"must be from 1 to {MAX_PAGE_SIZE}")
         if self.expected_dimensions is not None:
             dimension("expected_dimensions", self.expected_dimensions)
+        self._check_partitions()
         unit("min_recall", self.min_recall)
         unit("max_underfill", self.max_underfill)
         for name in ("users_per_bucket", "queries_per_user"):
@@ -174,6 +179,26 @@ class CertifyOptions:
                 raise UsageError(f"max_{kind}", allowed, "a row served to another user is never tolerated")
             if not isinstance(allowed, int) or allowed < 0:
                 raise UsageError(f"max_{kind}", allowed, "must be a non-negative integer")
+
+    def _check_partitions(self) -> None:
+        if self.workers is not None and (
+            isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1
+        ):
+            raise UsageError("workers", self.workers, "must be a positive integer")
+        if self.executor is not None:
+            from memwork.executor import parse_executor
+
+            parse_executor(self.executor)  # a bad value is bad input before anything connects
+        if self.partitioned and not self.legacy:
+            shown = self.executor if self.executor is not None else self.workers
+            raise UsageError(
+                "executor", shown, f"only {LEGACY_SOURCE} splits into key ranges (other sources: one listing)"
+            )
+
+    @property
+    def partitioned(self) -> bool:
+        """The row pass runs as key ranges on an executor (an executor given, or more than one worker)."""
+        return self.executor is not None or (self.workers or 1) > 1
 
     @property
     def legacy(self) -> bool:
@@ -212,6 +237,8 @@ class Certificate:
     notes: list[str] = field(default_factory=list)
     thresholds: dict[str, Any] = field(default_factory=dict)
     preserved: PreservationReport | None = None
+    #: how the row pass ran: the executor (None: in this process) and each key range's counts
+    execution: dict[str, Any] = field(default_factory=lambda: {"executor": None, "ranges": []})
 
     @property
     def verdict(self) -> str:
@@ -319,7 +346,7 @@ class Certificate:
         """``summary.json``: the verdict, its reasons and everything measured, with a ``digest`` (the
         SHA-256 of the rest, timings left out) a sign-off can reference."""
         body = self._summary_body()
-        measured = {k: v for k, v in body.items() if k != "timings"}
+        measured = {k: v for k, v in body.items() if k not in ("timings", "execution")}
         canonical = json.dumps(measured, sort_keys=True, default=str, separators=(",", ":"))
         return body | {"digest": "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()}
 
@@ -386,6 +413,7 @@ class Certificate:
                 if b.recall is not None
             },
             "timings": self.timings,
+            "execution": self.execution,
         }
 
 
@@ -552,6 +580,15 @@ def _certify(
         started = time.perf_counter()
         mark = side.high_water_mark()
         rejects = _rejected_keys(conn, options.table, None if source is None else key)
+        scanned = None
+        if options.partitioned:  # the per-user pass as key ranges; everything else once, here
+            from memwork.certify.partitioned import scan_partitioned
+
+            assert sql_side is not None  # options.check(): legacy-mysql only
+            scanned, cert.execution = scan_partitioned(
+                sql_side, dest_url, table=options.table, owner=owner, leaf=options.leaf,
+                high_water_mark=mark, executor=options.executor, workers=options.workers,
+            )  # fmt: skip
         cert.rows = compare_rows(
             side,
             dest,
@@ -559,6 +596,7 @@ def _certify(
             high_water_mark=mark,
             rejects=_Printable(rejects),
             checkpoint_cursor=cursor,
+            scanned=scanned,
         )
         cert.quarantined = [rejects[printable(b.key)] for b in cert.rows.bad if b.kind == "quarantined"]
         timings["rows"] = round(time.perf_counter() - started, 3)

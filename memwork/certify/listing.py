@@ -42,6 +42,8 @@ class ListingSide:
                 continue
             if bucket.user is not None and user != bucket.user:
                 continue
+            if bucket.user is None and bucket.users is not None and user not in bucket.users:
+                continue
             if bucket.prefix and not key_md5(key).startswith(bucket.prefix):
                 continue
             yield key, user, row

@@ -114,35 +114,97 @@ def _both(first: Callable[[], T], second: Callable[[], U]) -> tuple[T, U]:
         return first(), later.result()
 
 
+@dataclass
+class ScannedRows:
+    """What the per-user pass over some users found, before any row is classified: both sides'
+    per-user checksums and each bad key with its user. Several of these (key-range partitions)
+    merge into the one a single pass gives: their users are disjoint."""
+
+    source: dict[str, Checksum] = field(default_factory=dict)
+    dest: dict[str, Checksum] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)  #: key -> user (source side)
+    extra: dict[str, str] = field(default_factory=dict)  #: key -> user (destination side)
+    changed: dict[str, str] = field(default_factory=dict)
+    buckets_compared: int = 0
+    round_trips: int = 0
+
+    @classmethod
+    def merged(cls, parts: list[ScannedRows]) -> ScannedRows:
+        """The partitions' findings as one (given in partition order; every dict keyed disjointly)."""
+        out = cls()
+        for part in parts:
+            _join(out.source, part.source)
+            _join(out.dest, part.dest)
+            _join(out.missing, part.missing)
+            _join(out.extra, part.extra)
+            _join(out.changed, part.changed)
+            out.buckets_compared += part.buckets_compared
+            out.round_trips += part.round_trips
+        return out
+
+
+def _join(mine: dict[str, T], theirs: Mapping[str, T]) -> None:
+    """``theirs`` into ``mine``; partitions hold disjoint users, so a shared key is a planning bug."""
+    shared = mine.keys() & theirs.keys()
+    if shared:
+        raise ValueError(f"key ranges overlap: {sorted(shared)[:3]}")
+    mine.update(theirs)
+
+
 def _bisect(
     source: RowSource,
     dest: DestSide,
     user: str,
     counts: tuple[int, int],
     leaf: int,
-    report: RowsReport,
-) -> tuple[set[str], set[str], set[str]]:
-    """Missing, extra and changed keys of one user whose checksum disagreed."""
-    missing: set[str] = set()
-    extra: set[str] = set()
-    changed: set[str] = set()
+    found: ScannedRows,
+) -> None:
+    """The missing, extra and changed keys of one user whose checksum disagreed, into ``found``."""
     stack: list[tuple[str, int, int]] = [("", *counts)]
     while stack:
         prefix, s_n, d_n = stack.pop()
         bucket = Bucket(user, prefix)
-        report.buckets_compared += 1
+        found.buckets_compared += 1
         if max(s_n, d_n) <= leaf or len(prefix) >= 32:
             s, d = _both(partial(source.row_hashes, bucket), partial(dest.row_hashes, bucket))
-            missing |= s.keys() - d.keys()
-            extra |= d.keys() - s.keys()
-            changed |= {k for k in s.keys() & d.keys() if s[k] != d[k]}
+            found.missing.update(dict.fromkeys(s.keys() - d.keys(), user))
+            found.extra.update(dict.fromkeys(d.keys() - s.keys(), user))
+            found.changed.update(dict.fromkeys((k for k in s.keys() & d.keys() if s[k] != d[k]), user))
             continue
         s_sums, d_sums = _both(partial(source.checksums, bucket), partial(dest.checksums, bucket))
         for child in sorted(s_sums.keys() | d_sums.keys()):
             a, b = s_sums.get(child), d_sums.get(child)
             if a != b:
                 stack.append((child, a[0] if a else 0, b[0] if b else 0))
-    return missing, extra, changed
+
+
+def user_checksums(source: RowSource, dest: DestSide, bucket: Bucket | None = None) -> ScannedRows:
+    """Both sides' per-user checksums of ``bucket``'s users (default all; or one key range), at once."""
+    bucket = bucket or Bucket()
+    trips = source.round_trips + dest.round_trips
+    s_users, d_users = _both(partial(source.checksums, bucket), partial(dest.checksums, bucket))
+    return ScannedRows(s_users, d_users, round_trips=source.round_trips + dest.round_trips - trips)
+
+
+def bisect_users(
+    source: RowSource,
+    dest: DestSide,
+    found: ScannedRows,
+    *,
+    leaf: int = DEFAULT_LEAF,
+    on_user: Callable[[str], None] | None = None,
+) -> ScannedRows:
+    """Every user whose checksums disagree bisected down to its bad keys (users in sorted order)."""
+    trips = source.round_trips + dest.round_trips
+    for user in sorted(found.source.keys() | found.dest.keys()):
+        a, b = found.source.get(user), found.dest.get(user)
+        if a == b:
+            continue
+        if on_user is not None:
+            on_user(user)
+        _bisect(source, dest, user, (a[0] if a else 0, b[0] if b else 0), leaf, found)
+    found.round_trips += source.round_trips + dest.round_trips - trips
+    return found
 
 
 def compare_rows(
@@ -154,31 +216,28 @@ def compare_rows(
     rejects: set[str] | None = None,
     checkpoint_cursor: str | None = None,
     on_user: Callable[[str], None] | None = None,
+    scanned: ScannedRows | None = None,
 ) -> RowsReport:
-    """Checksum both sides per user, bisect every disagreeing user, classify each bad row."""
+    """Checksum both sides per user, bisect every disagreeing user, classify each bad row.
+
+    ``scanned``: the per-user pass already made elsewhere (key-range partitions run by an executor,
+    merged): only the classification runs here, on ``source`` and ``dest`` -- the same as one pass."""
     report = RowsReport(high_water_mark=high_water_mark, source_checksums=source.checksums_in)
-    s_users, d_users = _both(lambda: source.checksums(Bucket()), lambda: dest.checksums(Bucket()))
+    remote = 0
+    if scanned is None:
+        scanned = bisect_users(source, dest, user_checksums(source, dest), leaf=leaf, on_user=on_user)
+    else:
+        remote = scanned.round_trips
+    s_users, d_users = scanned.source, scanned.dest
     report.source_rows = sum(c[0] for c in s_users.values())
     report.dest_rows = sum(c[0] for c in d_users.values())
     report.source_checksum, report.dest_checksum = table_checksum(s_users), table_checksum(d_users)
     report.dest_unkeyed = dest.unkeyed()
-    missing: dict[str, str] = {}  # key -> user (source side)
-    extra: dict[str, str] = {}  # key -> user (destination side)
-    changed: dict[str, str] = {}
+    report.buckets_compared = scanned.buckets_compared
     for user in sorted(s_users.keys() | d_users.keys()):
-        a: Checksum | None = s_users.get(user)
-        b: Checksum | None = d_users.get(user)
-        tally = UserTally(source=a[0] if a else 0, dest=b[0] if b else 0, checksum_ok=a == b)
-        report.users[user] = tally
-        if a == b:
-            continue
-        if on_user is not None:
-            on_user(user)
-        m, e, c = _bisect(source, dest, user, (tally.source, tally.dest), leaf, report)
-        missing.update(dict.fromkeys(m, user))
-        extra.update(dict.fromkeys(e, user))
-        changed.update(dict.fromkeys(c, user))
-    _classify(report, source, dest, missing, extra, changed, rejects or set())
+        a, b = s_users.get(user), d_users.get(user)
+        report.users[user] = UserTally(source=a[0] if a else 0, dest=b[0] if b else 0, checksum_ok=a == b)
+    _classify(report, source, dest, scanned.missing, scanned.extra, scanned.changed, rejects or set())
     _set_boundary_apart(report, source, dest, checkpoint_cursor)
     for row in report.bad + report.after_boundary:
         if row.kind in ("missing", "quarantined"):
@@ -188,7 +247,7 @@ def compare_rows(
         else:
             for name in {row.user, row.dest_user} - {None}:
                 report.users[str(name)].changed.append(row.key)
-    report.round_trips = source.round_trips + dest.round_trips
+    report.round_trips = source.round_trips + dest.round_trips + remote
     return report
 
 

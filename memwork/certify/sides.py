@@ -16,7 +16,9 @@ pass (``checksums="python"`` forces it on any engine).
 
 Partitioning by user first, then by hex prefixes of ``md5(key)``, keeps every predicate an exact
 equality (no key *ranges* whose order would depend on each engine's collation) and splits any bucket
-16 ways, so k bad rows cost O(k log16 n) round trips after the one clean pass.
+16 ways, so k bad rows cost O(k log16 n) round trips after the one clean pass. A verification split
+into partitions (:mod:`memwork.certify.partitioned`) gives each a :class:`HashRange` of ``md5(user_id)``:
+hex text, ordered alike by every engine.
 """
 
 from __future__ import annotations
@@ -59,11 +61,30 @@ _ROW_COLUMNS = (
 
 
 @dataclass(frozen=True)
+class HashRange:
+    """Users whose ``md5(user_id)`` (lowercase hex) lies strictly after ``lower`` and at or before
+    ``upper`` (None: the start / end of the hash space). Hex digits compare alike in every engine and
+    collation, so both sides select the same users -- a range of the ids themselves would not."""
+
+    lower: str | None = None
+    upper: str | None = None
+
+    def __contains__(self, user: object) -> bool:
+        digest = key_md5(str(user))
+        return (self.lower is None or digest > self.lower) and (self.upper is None or digest <= self.upper)
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"lower": self.lower, "upper": self.upper}
+
+
+@dataclass(frozen=True)
 class Bucket:
-    """Where a checksum is taken: all users (``user`` None), one user, or a key-hash prefix in it."""
+    """Where a checksum is taken: all users (``user`` None; only those in ``users`` when given), one
+    user, or a key-hash prefix in it."""
 
     user: str | None = None
     prefix: str = ""
+    users: HashRange | None = None
 
 
 class RowSource(Protocol):
@@ -162,6 +183,13 @@ class SourceSide:
         if bucket.user is not None:
             where += " AND user_id = :user"
             params["user"] = bucket.user
+        elif bucket.users is not None:
+            if bucket.users.lower is not None:
+                where += f" AND {self._md5('user_id')} > :users_lower"
+                params["users_lower"] = bucket.users.lower
+            if bucket.users.upper is not None:
+                where += f" AND {self._md5('user_id')} <= :users_upper"
+                params["users_upper"] = bucket.users.upper
         if bucket.prefix:
             where += f" AND substr({self._md5('id')}, 1, {len(bucket.prefix)}) = :prefix"
             params["prefix"] = bucket.prefix
@@ -255,6 +283,11 @@ class SourceSide:
                     out[str(row["id"])] = {"key": str(row["id"]), **dict(row)}
         return out
 
+    def user_counts(self) -> dict[str, int]:
+        """Active rows per user, from the ``(user_id, status)`` index alone: what key ranges are cut by."""
+        sql = f"SELECT user_id, COUNT(*) FROM {self.table} WHERE status = 'active' GROUP BY user_id"
+        return {str(u): int(n) for u, n in self._run(sql, {})}
+
     def high_water_mark(self) -> str | None:
         """``max(updated_at)`` of every row (any status), canonical text: the run's boundary."""
         from memwork.certify.canonical import canonical_timestamp
@@ -284,6 +317,13 @@ class DestSide:
         if bucket.user is not None:
             where += " AND user_id = %s"
             params.append(bucket.user)
+        elif bucket.users is not None:  # "C": byte order, as the other engines compare hex
+            if bucket.users.lower is not None:
+                where += ' AND md5(user_id) COLLATE "C" > %s'
+                params.append(bucket.users.lower)
+            if bucket.users.upper is not None:
+                where += ' AND md5(user_id) COLLATE "C" <= %s'
+                params.append(bucket.users.upper)
         if bucket.prefix:
             where += f" AND left(md5(source_memory_id), {len(bucket.prefix)}) = %s"
             params.append(bucket.prefix)

@@ -123,6 +123,21 @@ def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
     help="legacy-mysql: checksum rows in its database (sql) or stream and hash them here (python); "
     "auto takes sql unless the server has no JSON_NORMALIZE (MySQL 8).",
 )
+@click.option(
+    "--executor",
+    "executor_spec",
+    default=None,
+    metavar="SPEC",
+    help="legacy-mysql: run the row checksums as key ranges of users on serial, local, local:N or "
+    "dask://HOST:PORT (default: in this process); the certificate is the same.",
+)
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="Key ranges of users to split the row checksums into (default: the executor's workers; "
+    "alone: local:N).",
+)
 @json_option
 def verify_command(
     source: str,
@@ -155,6 +170,8 @@ def verify_command(
     min_overlap: float,
     min_user_share: float | None,
     source_checksums: str,
+    executor_spec: str | None,
+    workers: int | None,
     as_json: bool,
 ) -> None:
     """Verify a migration into pgvector: the certificate of any source's copy -- each bad row by id,
@@ -165,13 +182,16 @@ def verify_command(
     source owns are compared. Recall@k and underfill are measured per user size; a source that can
     search (qdrant) is also queried like the destination per sampled user (overlap@k, RBO, a claim).
     Failures go to the destination's ``memwork_certify_failures`` table and ``summary.json``; exit 1
-    on FAIL, with the repair command.
+    on FAIL, with the repair command. --executor / --workers (legacy-mysql) run the row checksums as
+    key ranges of users in worker processes or on a Dask cluster; everything else runs once, here.
 
     \b
     Example:
         memwork verify --source-url mysql://root@127.0.0.1/app --to pg://embedded --output out/
         memwork verify --from qdrant --to postgresql://localhost/memwork --json
         memwork verify --source-url sqlite:///legacy.db --to pg://embedded --self-test
+        memwork verify --source-url mysql://root@db/app --to postgresql://pg/memwork \\
+            --executor dask://scheduler:8786 --workers 16
         memwork verify --from qdrant --set MEMORY_QDRANT_URL=local:/data/q --to pg://embedded \\
             --queries queries.jsonl
     """
@@ -209,7 +229,11 @@ def verify_command(
         min_overlap=min_overlap,
         min_user_share=min_user_share,
         source_checksums=source_checksums,
+        executor=executor_spec,
+        workers=workers,
     )
+    if self_test and (executor_spec is not None or workers is not None):
+        raise UsageError("executor", executor_spec or workers, "--self-test runs in one process")
     if self_test:
         _self_test(options, as_json)
         return
@@ -221,6 +245,9 @@ def verify_command(
         f"verdict: {cert.verdict}  run: {cert.run_id}  source: {cert.source_key}  table: {cert.table}",
         cert.claim(),
     ]
+    ranges, executor = cert.execution["ranges"], cert.execution["executor"]
+    if ranges:
+        lines.append(f"rows: checksummed as {len(ranges)} key range(s) of users on {executor}")
     for gate, reasons in cert.gates.items():
         lines.append(f"{gate}: {'FAIL' if reasons else 'PASS'}")
         lines += [f"  {reason}" for reason in reasons]

@@ -39,7 +39,8 @@ from memwork.defrag.findings import Pair
 from memwork.defrag.table import Context, lookup
 from memwork.entry import utcnow, validate_scope
 from memwork.errors import MemworkError, UsageError
-from memwork.executor import Executor, open_executor
+from memwork.executor import CRASH_ENV as CRASH_ENV  # the test hook, named where tests look
+from memwork.executor import Executor, crash_point, open_executor
 from memwork.progress import Progress
 from memwork.similarity import PairBudget
 from memwork.workspace import workspace_dir
@@ -52,9 +53,6 @@ MIN_PARTITION_PAIRS = 200_000
 PARTITIONS_PER_WORKER = 4
 #: the checkpoint files' layout; a change makes older run folders unused
 CHECKPOINT_FORMAT = 1
-#: TEST ONLY: ``N:MARKER[:raise]`` makes partition ``N`` die (``os._exit(9)``, or raise) the first
-#: time, when it creates the file ``MARKER``; the suite uses it to kill a worker mid-run
-CRASH_ENV = "MEMWORK_TEST_CRASH_PARTITION"
 
 
 class PartitionsLost(MemworkError):
@@ -150,29 +148,11 @@ def _worker_spec(store_spec: str) -> str:
 
 
 # ---- the worker -------------------------------------------------------------------------------------
-def _test_crash(index: int) -> None:
-    """TEST ONLY (:data:`CRASH_ENV`): die once in partition ``index``, as a killed worker does."""
-    raw = os.environ.get(CRASH_ENV)
-    if not raw:
-        return
-    target, _, rest = raw.partition(":")
-    marker, _, mode = rest.rpartition(":") if rest.endswith(":raise") else (rest, "", "exit")
-    if not target.isdigit() or int(target) != index:
-        return
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except FileExistsError:
-        return  # died once already: this is the re-run
-    if mode == "raise":
-        raise RuntimeError(f"test crash of partition {index}")
-    os._exit(9)
-
-
 def run_partition(spec: PartitionSpec) -> PartitionResult:
     """One partition, where the data lives: open the store, read its scopes, run the action."""
     from memwork.stores import open_store
 
-    _test_crash(spec.index)
+    crash_point(spec.index)
     with open_store(spec.store) as store:
         entries = [entry for scope in spec.scopes for entry in store.all_entries(scope=scope)]
     found = lookup(spec.action).find(entries, dict(spec.params), Context(utcnow()))  # type: ignore[misc]
