@@ -322,6 +322,93 @@ def test_the_guard_counters_show_in_the_facade_status(half_reembedded):
         backend.close()
 
 
+# one statement answers the search and the guard: its one-model fast path and its grouping path
+GUARD_CASES = {
+    # user rows (source id, model); configured model; expected answer (nearest first); rows left out
+    "one model": ([("a", "m1"), ("b", "m1")], None, ["a", "b"], 0),
+    "one model, another configured": ([("a", "m1"), ("b", "m1")], "m2", [], 2),
+    "one model, it configured": ([("a", "m1"), ("b", "m1")], "m1", ["a", "b"], 0),
+    "no model": ([("a", None), ("b", None)], None, ["a", "b"], 0),
+    "no model, one configured": ([("a", None), ("b", None)], "m1", [], 2),
+    "model and none: most rows win": ([("a", None), ("b", "m1"), ("c", "m1")], None, ["b", "c"], 1),
+    "none has most rows": ([("a", "m1"), ("b", None), ("c", None)], None, ["b", "c"], 1),
+    "a tie: the smaller id": ([("a", "m2"), ("b", "m1"), ("c", "m2"), ("d", "m1")], None, ["b", "d"], 2),
+    "mixed, configured": ([("a", "m2"), ("b", "m1"), ("c", "m2")], "m1", ["b"], 2),
+}
+
+
+@pytest.mark.parametrize("search", ["auto", "exact"])
+@pytest.mark.parametrize("case", list(GUARD_CASES))
+def test_the_guard_in_the_search_statement(pg_url, case, search):
+    """Issue 20 folded the model guard into the search statement with a fast path for a user of one
+    model; every branch answers from one model and counts the rows it left out. Rows nearer the query
+    come first in ``rows`` (a, b, c, d: decreasing cosine)."""
+    rows, model, expected, left_out = GUARD_CASES[case]
+    ensure_schema(pg_url, "memory_embeddings", 3)
+    angles = {"a": 0.0, "b": 0.3, "c": 0.6, "d": 0.9}
+    _seed_models(
+        pg_url,
+        [("alice", s, [float(np.cos(angles[s])), float(np.sin(angles[s])), 0.0], m) for s, m in rows]
+        + [("bob", "bob-1", [1.0, 0.0, 0.0], "m3")],  # another user's model never counts
+    )
+    backend = PgvectorBackend(pg_url, search=search, model=model)
+    try:
+        found = backend.resolve({"userId": "alice", "embedding": [1.0, 0.0, 0.0], "limit": 10})
+        counters = backend.counters()
+    finally:
+        backend.close()
+    memories = found["semanticMemories"]
+    assert [m["id"] for m in memories] == expected
+    assert len({m["embeddingModel"] for m in memories}) <= 1  # never two models in one answer
+    assert counters["resolves"] == 1
+    assert (counters["guardedResolves"], counters["otherModelRowsLeftOut"]) == (int(left_out > 0), left_out)
+
+
+def _round_trips(pool, action) -> int:
+    """How many times ``action()`` made the client wait for the server on the pool's one connection:
+    the libpq protocol trace's ``Sync`` (extended protocol) and ``Query`` (simple protocol) messages."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as trace:
+        with pool.connection() as conn:
+            pgconn = conn.pgconn  # the pool of one hands this same connection to ``action``
+        pgconn.trace(trace.fileno())
+        try:
+            action()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        sent = [line.split("\t") for line in trace.read().splitlines()]
+    return sum(1 for f in sent if len(f) > 3 and f[1] == "F" and f[3] in ("Sync", "Query"))
+
+
+@pytest.mark.parametrize("model", [None, "model-a"])
+def test_a_guarded_resolve_is_one_round_trip(half_reembedded, model):
+    """The search, the model pick and the other-model count travel in one prepared statement: one
+    round trip per resolve under a steady deadline, with the mixed-model rows still left out and
+    counted (fold the guard back into a statement of its own and this fails)."""
+    from memwork.deadline import CallScope, Deadline, using_scope
+
+    backend = PgvectorBackend(half_reembedded, pool_max=1, model=model)
+    request = {"userId": "alice", "embedding": [1.0, 0.0, 0.0], "limit": 10}
+
+    def resolve() -> list[str]:
+        with using_scope(CallScope(Deadline.after(60.0), "resolve")):
+            return [m["id"] for m in backend.resolve(request)["semanticMemories"]]
+
+    try:
+        resolve()  # opens the pool, sets the session's statement_timeout once
+        answers: list[list[str]] = []
+        trips = _round_trips(backend._get_pool(), lambda: answers.extend(resolve() for _ in range(3)))
+        counters = backend.counters()
+    finally:
+        backend.close()
+    expected = ["new-1", "new-2", "new-3"] if model is None else ["old-1", "old-2"]
+    assert answers == [expected] * 3
+    assert trips == 3
+    assert counters["resolves"] == 4 and counters["otherModelRowsLeftOut"] == 4 * (5 - len(expected))
+
+
 @pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", "America/St_Johns"])
 def test_server_formatted_timestamps_read_as_pythons_isoformat(pg_url: str, zone: str) -> None:
     """Issue 20: resolve reads createdAt/updatedAt as text formatted by PostgreSQL; it must be exactly

@@ -98,11 +98,10 @@ _COLUMNS = (
 
 def _iso(column: str) -> str:
     """SQL giving ``column`` (timestamptz) as Python's ``datetime.isoformat()`` text in the session's
-    time zone -- what the API returns -- so the client neither parses nor formats timestamps."""
-    return (
-        f"to_char({column}, 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN to_char({column}, 'US') = '000000' "
-        f"THEN '' ELSE to_char({column}, '.US') END || to_char({column}, 'TZH:TZM')"
-    )
+    time zone -- what the API returns -- so the client neither parses nor formats timestamps. One
+    ``to_char`` (``.000000`` can only be the fraction: ``isoformat`` leaves a zero fraction out); four
+    calls per value cost ~35 us of server time per resolve of 10 rows."""
+    return f"replace(to_char({column}, 'YYYY-MM-DD\"T\"HH24:MI:SS.USTZH:TZM'), '.000000', '')"
 
 
 def _result_columns(prefix: str = "") -> str:
@@ -267,7 +266,7 @@ class PgvectorBackend(BaseBackend):
         scope = current_scope()
         wait = self.timeout if scope is None else min(self.timeout, scope.check())
         try:
-            pool = self._get_pool()
+            pool = self._pool or self._get_pool()  # the lock only while the pool is not open
             conn = pool.getconn(timeout=wait)  # not the context manager: this runs on every resolve
             try:
                 if scope is not None and not scope.on_abandon(lambda: _abort(conn)):
@@ -315,13 +314,14 @@ class PgvectorBackend(BaseBackend):
             return self._guard(_hnsw_search(conn, table, user_id, vector, limit, self))
 
     def _guard(self, rows: list[tuple]) -> list[tuple]:
-        """Count the resolve and the other-model rows its statement left out (column 13)."""
+        """Count the resolve and the other-model rows its statement left out (column 13); the rows
+        that answer (the exact statement's row of NULLs, counts only, is not one)."""
         left_out = int(rows[0][13] or 0) if rows and len(rows[0]) > 13 else 0
         with self._lock:
             self._guarded["resolves"] += 1
             self._guarded["guardedResolves"] += left_out > 0
             self._guarded["otherModelRowsLeftOut"] += left_out
-        return rows
+        return [] if rows and rows[0][0] is None else rows
 
 
 def _model_pick(rows: str, model_param: str) -> str:
@@ -385,38 +385,51 @@ def _exact_search(
     With ``cap`` (``auto``), one statement both searches and counts up to ``cap + 1`` rows; None
     means the user has more than ``cap`` rows and the caller should use the HNSW path instead.
     Only the rows of one model answer (``model``, else the user's most common one); column 13
-    counts the user's rows of other models left out.
+    counts the user's rows of other models left out. A raw cursor (``$n`` parameters, no
+    placeholder conversion), prepared on the server from the first call.
     """
-    sql = _exact_sql(table, cap is not None)
-    params = {
-        "user": user_id,
-        "vector": vector,
-        "limit": limit,
-        "cap": None if cap is None else cap + 1,
-        "model": model,
-    }
-    rows = conn.execute(sql, params).fetchall()
+    import psycopg
+
+    params = (vector, user_id, limit, None if cap is None else cap + 1, model)
+    cursor = psycopg.RawCursor(conn)
+    rows = cursor.execute(_exact_sql(table), params, prepare=True).fetchall()
     if cap is not None and rows and rows[0][12] > cap:
         return None
     return rows
 
 
 @functools.cache
-def _exact_sql(table: str, capped: bool) -> str:
-    """The exact search's statement (built once per table; psycopg prepares it on the server)."""
-    cap = "LIMIT %(cap)s" if capped else ""
-    # the CTE holds only what ranking, counting and the model pick need (id, model, distance, each
-    # computed once); the result's columns are read for the top ``limit`` rows only, by primary key
+def _exact_sql(table: str) -> str:
+    """The exact search's statement (built once per table), parameters ``$1`` vector, ``$2`` user,
+    ``$3`` limit, ``$4`` cap (NULL: no cap), ``$5`` configured model.
+
+    One round trip answers the search and the mixed-model guard. ``mine`` holds only what ranking,
+    counting and the model pick need (id, model, distance, each computed once); ``stats`` counts it
+    in one pass -- rows, rows with a model, the least and greatest model (byte order) -- which settles
+    the common one-model user without grouping: the per-model grouping and the other-model count
+    run only for a user holding two models (PostgreSQL evaluates an uncorrelated subquery when first
+    needed, so the branches not taken cost nothing). The result's columns are read and formatted for
+    the top ``limit`` rows only, by primary key. With no row to answer, one row of NULLs still carries
+    the counts (:meth:`PgvectorBackend._guard` counts it, then drops it)."""
+    single = "(nn = 0 OR (nn = n AND lo = hi))"
     return (
-        f"WITH mine AS MATERIALIZED (SELECT id, embedding_model, embedding <=> %(vector)s AS distance "
-        f"FROM {table} WHERE user_id = %(user)s {cap}), "
-        f"pick AS MATERIALIZED ({_model_pick('mine', '%(model)s')} AS model), "
-        "top AS (SELECT id, distance FROM mine WHERE embedding_model IS NOT DISTINCT FROM "
-        "(SELECT model FROM pick) ORDER BY distance, id LIMIT %(limit)s) "
-        f"SELECT {_T_COLUMNS}, top.distance, (SELECT count(*) FROM mine) AS n, "
-        "(SELECT count(*) FROM mine WHERE embedding_model IS DISTINCT FROM (SELECT model FROM pick)) "
-        f"FROM top JOIN {table} t ON t.id = top.id ORDER BY top.distance, top.id"
+        "WITH mine AS MATERIALIZED (SELECT id, embedding_model AS model, embedding <=> $1 AS distance "
+        f"FROM {table} WHERE user_id = $2 LIMIT $4), "
+        'stats AS MATERIALIZED (SELECT count(*) AS n, count(model) AS nn, min(model COLLATE "C") AS lo, '
+        'max(model COLLATE "C") AS hi FROM mine), '
+        f"pick AS MATERIALIZED (SELECT n, lo, {single} AS single, coalesce($5::text, "
+        f"CASE WHEN {single} THEN lo ELSE ({_MODEL_OF_MOST_ROWS}) END) AS model FROM stats), "
+        "top AS (SELECT id, distance FROM mine WHERE model IS NOT DISTINCT FROM (SELECT model FROM pick) "
+        "ORDER BY distance, id LIMIT $3) "
+        f"SELECT {_T_COLUMNS}, top.distance, pick.n, CASE WHEN NOT pick.single THEN "
+        "(SELECT count(*) FROM mine WHERE model IS DISTINCT FROM (SELECT model FROM pick)) "
+        "WHEN pick.lo IS NOT DISTINCT FROM pick.model THEN 0 ELSE pick.n END "
+        f"FROM pick LEFT JOIN (top JOIN {table} t ON t.id = top.id) ON true ORDER BY top.distance, top.id"
     )
+
+
+#: the model holding most of ``mine``'s rows (ties: the smaller id; a row without a model loses them)
+_MODEL_OF_MOST_ROWS = "SELECT model FROM mine GROUP BY 1 ORDER BY count(*) DESC, 1 NULLS LAST LIMIT 1"
 
 
 def _hnsw_search(
@@ -455,21 +468,10 @@ def _memories(rows: list[tuple]) -> list[dict[str, Any]]:
     distance); built in one loop -- it runs for every row of every resolve."""
     loads, isfinite = json.loads, math.isfinite
     out = []
-    for (
-        row_id,
-        source_id,
-        user_id,
-        content,
-        type_,
-        session,
-        message,
-        meta,
-        model,
-        created,
-        updated,
-        dist,
-        *_,
-    ) in rows:
+    for row in rows:
+        row_id, source_id, user_id, content, type_, session, message, meta, model, created, updated, dist = (
+            row[:12]
+        )
         if dist is not None and not isfinite(dist):  # a stored vector without direction
             dist = None
         out.append(
