@@ -63,6 +63,8 @@ from memwork.workspace import workspace_dir
 PARTITIONED_ACTIONS = ("find_duplicates", "find_related")
 #: fewest pairs worth a partition of its own (smaller stores run as fewer partitions)
 MIN_PARTITION_PAIRS = 200_000
+#: most entries a partition of whole scopes reads at once (bounds a worker's memory)
+MAX_PARTITION_ENTRIES = 100_000
 #: partitions per worker: a lost worker costs a small share, and a slow partition is not alone
 PARTITIONS_PER_WORKER = 4
 #: most blocks a split scope is cut into (``B`` blocks make ``B * (B + 1) / 2`` tiles)
@@ -452,7 +454,8 @@ def _plan_specs(
     count: int,
     split: Mapping[str, int],
 ) -> tuple[list[PartitionSpec], dict[str, int]]:
-    """The units of work: the unsplit scopes grouped into partitions, then each split scope's tiles
+    """The units of work: the unsplit scopes grouped into partitions (enough that none reads more
+    than :data:`MAX_PARTITION_ENTRIES` entries when its scopes allow), then each split scope's tiles
     (its block bounds listed from the store: paths only). Returns them and the blocks per split scope."""
     from memwork.stores import open_store
 
@@ -466,6 +469,7 @@ def _plan_specs(
     rest_cost = sum(pair_cost(n) for n in rest.values())
     share = total / max(count, 1)
     rest_count = count if not bounds or not share else max(1, min(count, -(-rest_cost // max(int(share), 1))))
+    rest_count = max(rest_count, -(-sum(rest.values()) // MAX_PARTITION_ENTRIES))  # a worker's memory
     specs = [
         PartitionSpec(
             0, _digest([[s, sizes[s]] for s in group])[:20], spec, action, params, group,
