@@ -152,6 +152,8 @@ def run(n: int, action: str, executor: str) -> dict[str, Any]:
     out["digest"] = digest(result)
     out["peak_rss_mb"] = _peak_mb(resource.RUSAGE_SELF)
     out["worker_peak_rss_mb"] = _peak_mb(resource.RUSAGE_CHILDREN)
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out["workers_cpu_s"] = round(workers.ru_utime + workers.ru_stime, 1)
     out["load_avg"] = f"{before} -> {_load_avg()}"
     return out
 
@@ -190,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
             for action in args.actions.split(","):
                 got = _child("--run", str(n), action, args.executor)
                 line = (
-                    f"N={n:,} {action} on {args.executor}: {got['wall_s']:.1f} s (coordinator CPU "
-                    f"{got['cpu_s']:.1f} s), {got['pairs']:,} pairs, {got['partitions']} partitions, "
+                    f"N={n:,} {action} on {args.executor}: {got['wall_s']:.1f} s (CPU: coordinator "
+                    f"{got['cpu_s']:.1f} s, workers {got['workers_cpu_s']:.1f} s), {got['pairs']:,} pairs, "
+                    f"{got['partitions']} partitions, "
                     f"split {got['split']}; peak RSS coordinator {got['peak_rss_mb']:,} MB, largest "
                     f"worker {got['worker_peak_rss_mb']:,} MB; load {got['load_avg']}"
                 )
@@ -205,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
                     same = ref["digest"] == got["digest"]
                     failed |= not same
                     line += (
-                        f"\n    one process: {ref['wall_s']:.1f} s, {ref['pairs']:,} pairs, peak RSS "
-                        f"{ref['peak_rss_mb']:,} MB; identical result: {same}; load {ref['load_avg']}"
+                        f"\n    one process: {ref['wall_s']:.1f} s (CPU {ref['cpu_s']:.1f} s), "
+                        f"{ref['pairs']:,} pairs, peak RSS {ref['peak_rss_mb']:,} MB; "
+                        f"identical result: {same}; load {ref['load_avg']}"
                     )
                 print(line, flush=True)
     return 1 if failed else 0
