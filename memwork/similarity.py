@@ -366,6 +366,31 @@ def _jaccard_candidates_from(
     tick(1.0)
 
 
+def _jaccard_candidates_cross(
+    tokens: _Tokens, left: int, threshold: float, tick: Tick = _no_tick
+) -> Iterator[np.ndarray]:
+    """Pair codes ``i*n+j`` with ``i < left <= j`` that may reach Jaccard ``threshold``: the rows
+    before ``left`` probe with their prefixes an inverted index of the prefixes of the rows from
+    ``left`` on (the symmetric filter of :func:`_jaccard_candidates_from`), so each pair once."""
+    n = len(tokens.sizes)
+    prefixes = tokens.prefixes(threshold)
+    probe = prefixes[:left]
+    inverted = prefixes[left:].T.tocsr()
+    posting = np.diff(inverted.indptr).astype(np.int64)
+    row_cost = np.asarray(probe @ posting).ravel()
+    for a, b in _budget_blocks(row_cost, _SPARSE_BUDGET):
+        tick(a / max(left, 1))
+        block = (probe[a:b] @ inverted).tocoo()
+        x = block.row.astype(np.int64) + a
+        y = block.col.astype(np.int64) + left
+        size_x, size_y = tokens.sizes[x], tokens.sizes[y]
+        fits = (size_y >= threshold * size_x - _SIZE_SLACK * size_x) & (
+            size_x >= threshold * size_y - _SIZE_SLACK * size_y
+        )
+        yield x[fits] * n + y[fits]
+    tick(1.0)
+
+
 @dataclass
 class _Vectors:
     """The embedded subset as float32 unit rows for the tiles; exact scores re-read the caller's
@@ -475,6 +500,36 @@ class _Vectors:
                 r, c = r[once], c[once]
                 tick(min(1.0, (a + height) / len(slots)))
                 yield self.index[np.minimum(r, c)] * n + self.index[np.maximum(r, c)]
+
+    def candidate_blocks_cross(
+        self, left: int, low: float, high: float | None, tick: Tick = _no_tick
+    ) -> Iterator[np.ndarray]:
+        """Pair codes ``i*n+j`` with input positions ``i < left <= j`` whose float32 cosine lies in
+        ``[low-ε, high+ε)``: panels of the rows before ``left`` x the embedded rows from ``left`` on
+        (rows are kept in input order, so the two sides are two runs of ``unit32``)."""
+        m, n = len(self.index), len(self.slot)
+        split = int(np.searchsorted(self.index, left))
+        if split == 0 or split == m:
+            tick(1.0)
+            return
+        slack = _cosine_slack(self.unit32.shape[1])
+        floor = np.float32(low - slack)
+        ceiling = None if high is None else np.float32(high + slack)
+        height = min(split, _PANEL_ROWS)
+        width = min(m - split, _TILE_COLS)
+        buffer = np.empty(height * width, dtype=np.float32)
+        mask = np.empty(height * width, dtype=np.bool_)
+        with _threadpools().limit(limits=_blas_threads(max(split, m - split)), user_api="blas"):
+            for a in range(0, split, height):
+                panel = self.unit32[a : min(a + height, split)]
+                found = [
+                    _panel_hits(panel, self.unit32, c, min(c + width, m), floor, ceiling, buffer, mask)
+                    for c in range(split, m, width)
+                ]
+                r = a + np.concatenate([f[0] for f in found])
+                c = np.concatenate([f[1] for f in found])
+                tick(min(1.0, (a + height) / split))
+                yield self.index[r] * n + self.index[c]
 
 
 def _panel_hits(
@@ -606,6 +661,19 @@ def _pairs_touching(n: int, rows: np.ndarray | None) -> int:
     return k * (n - k) + k * (k - 1) // 2
 
 
+def _cross_pairs(left: int, n: int) -> np.ndarray:
+    """Every pair code ``i*n+j`` with ``i < left <= j`` (threshold 0 with ``cross``), sorted."""
+    i, j = np.meshgrid(np.arange(left, dtype=np.int64), np.arange(left, n, dtype=np.int64), indexing="ij")
+    return (i * n + j).reshape(-1)
+
+
+def _cross_at(cross: int | None, n: int) -> int | None:
+    """``cross`` checked against ``n`` positions (None: no cross join)."""
+    if cross is not None and not 0 <= cross <= n:
+        raise UsageError("cross", cross, f"must be 0..{n}")
+    return cross
+
+
 def _pairs_from(rows: np.ndarray, n: int) -> np.ndarray:
     """Every pair code holding a position of ``rows`` (threshold 0 with ``changed``), sorted."""
     others = np.arange(n, dtype=np.int64)
@@ -625,8 +693,13 @@ def find_duplicate_pairs(
     keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
     changed: Sequence[int] | np.ndarray | None = None,
     space: PairSpace | None = None,
+    cross: int | None = None,
 ) -> list[PairScore]:
     """Exactly every pair with ``max(jaccard, cosine) >= threshold``, sorted by (-similarity, i, j).
+
+    With ``cross`` (a position), only the pairs ``i < cross <= j`` -- the rows before it against the
+    rows from it on, one off-diagonal tile of a scope's pair matrix -- exactly those pairs of the
+    full search, with the same scores, at O(cross x (N - cross)) cost. Not with ``changed``.
 
     With ``changed`` (input positions), only the pairs holding at least one of them -- exactly those
     pairs of the full search, with the same scores -- found at O(len(changed) x N) cost (module
@@ -655,10 +728,17 @@ def find_duplicate_pairs(
     space = space if space is not None else PairSpace(texts, embeddings)
     tokens, vectors = space.tokens, space.vectors
     rows = None if changed is None else _positions(changed, n)
+    cross = _cross_at(cross, n)
+    if cross is not None and rows is not None:
+        raise UsageError("cross", cross, "cannot be combined with changed rows")
     if threshold == 0.0:
         # before building any of them
-        budget.spend(_pairs_touching(n, rows), "similarity_threshold", threshold)
-        codes = _all_pairs(n) if rows is None else _pairs_from(rows, n)
+        if cross is not None:
+            budget.spend(cross * (n - cross), "similarity_threshold", threshold)
+            codes = _cross_pairs(cross, n)
+        else:
+            budget.spend(_pairs_touching(n, rows), "similarity_threshold", threshold)
+            codes = _all_pairs(n) if rows is None else _pairs_from(rows, n)
     else:
         split = 0.45 if len(vectors.index) >= 2 else 0.9  # the joins' rough shares of the time
 
@@ -676,11 +756,13 @@ def find_duplicate_pairs(
                 return passed
             return passed & keep(tokens.jaccard(i, j), sem)
 
-        text_blocks = (
-            _jaccard_candidates(tokens, threshold, ticker.phase(0.0, split))
-            if rows is None
-            else _jaccard_candidates_from(tokens, rows, threshold, ticker.phase(0.0, split))
-        )
+        text_tick, cosine_tick = ticker.phase(0.0, split), ticker.phase(split, 0.9)
+        if cross is not None:
+            text_blocks = _jaccard_candidates_cross(tokens, cross, threshold, text_tick)
+        elif rows is None:
+            text_blocks = _jaccard_candidates(tokens, threshold, text_tick)
+        else:
+            text_blocks = _jaccard_candidates_from(tokens, rows, threshold, text_tick)
         text_codes = _kept(
             text_blocks,
             text_passes,
@@ -688,11 +770,12 @@ def find_duplicate_pairs(
             lambda kept: budget.spend(len(kept), "similarity_threshold", threshold),
         )
         text_codes = _unique(text_codes)
-        cosine_blocks = (
-            vectors.candidate_blocks(threshold, None, ticker.phase(split, 0.9))
-            if rows is None
-            else vectors.candidate_blocks_from(rows, threshold, None, ticker.phase(split, 0.9))
-        )
+        if cross is not None:
+            cosine_blocks = vectors.candidate_blocks_cross(cross, threshold, None, cosine_tick)
+        elif rows is None:
+            cosine_blocks = vectors.candidate_blocks(threshold, None, cosine_tick)
+        else:
+            cosine_blocks = vectors.candidate_blocks_from(rows, threshold, None, cosine_tick)
         cosine_codes = _kept(
             cosine_blocks,
             cosine_passes,
@@ -739,11 +822,13 @@ def find_related_pairs(
     budget: PairBudget | None = None,
     changed: Sequence[int] | np.ndarray | None = None,
     space: PairSpace | None = None,
+    cross: int | None = None,
 ) -> list[PairScore]:
     """Exactly every embedded pair with ``min <= cosine < max`` (cosine only, no keyword boost).
 
-    ``changed`` and ``space`` as for :func:`find_duplicate_pairs`: only the pairs holding a changed
-    position, at O(changed x N) cost (``space`` must hold these ``texts``, or none when not given).
+    ``changed``, ``space`` and ``cross`` as for :func:`find_duplicate_pairs`: only the pairs holding
+    a changed position, at O(changed x N) cost, or only the pairs ``i < cross <= j`` (``space`` must
+    hold these ``texts``, or none when not given).
 
     ``text_similarity`` is the pair's Jaccard when ``texts`` are given, else 0.0; sorting uses the
     hybrid ``similarity`` like :func:`find_duplicate_pairs`, which it shares the pair ``budget``
@@ -761,17 +846,22 @@ def find_related_pairs(
     ticker = _Ticker(progress, n)
     vectors = space.vectors if space is not None else _Vectors.build(embeddings)
     rows = None if changed is None else _positions(changed, n)
+    cross = _cross_at(cross, n)
+    if cross is not None and rows is not None:
+        raise UsageError("cross", cross, "cannot be combined with changed rows")
     if low < high:
 
         def in_band(i: np.ndarray, j: np.ndarray) -> np.ndarray:
             sem = vectors.cosine(i, j)
             return (sem >= low) & (sem < high)
 
-        blocks = (
-            vectors.candidate_blocks(low, high, ticker.phase(0.0, 0.9))
-            if rows is None
-            else vectors.candidate_blocks_from(rows, low, high, ticker.phase(0.0, 0.9))
-        )
+        tick = ticker.phase(0.0, 0.9)
+        if cross is not None:
+            blocks = vectors.candidate_blocks_cross(cross, low, high, tick)
+        elif rows is None:
+            blocks = vectors.candidate_blocks(low, high, tick)
+        else:
+            blocks = vectors.candidate_blocks_from(rows, low, high, tick)
         codes = _kept(
             blocks,
             in_band,

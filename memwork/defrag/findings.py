@@ -158,6 +158,38 @@ def by_scope(entries: Iterable[Entry], *, stubs: bool = False) -> dict[str, list
     return dict(groups)
 
 
+def compared(entry: Entry) -> bool:
+    """Whether the pair searches compare ``entry`` (what :func:`by_scope` keeps: no stub, not superseded)."""
+    return not entry.is_stub and entry.superseded_by is None
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One tile of a scope's pair matrix, for a scope too big for one worker.
+
+    The scope's compared entries in :func:`by_scope` order are cut into blocks; a tile pairs block i
+    (``left``) against block j (``right``, i < j), or within block i (``right`` None, the diagonal),
+    so every pair of the scope lies in exactly one tile. ``dims`` counts the vector dimensions of
+    the whole scope's compared entries (what picks its comparable vectors, as in one process);
+    ``counted`` are the entries whose counts the tile's summary carries (every entry of block i,
+    stubs too, on the diagonal; none off it), so the tiles of a scope count each entry once."""
+
+    scope: str
+    left: list[Entry]
+    right: list[Entry] | None
+    dims: Counter[int]
+    counted: list[Entry] = field(default_factory=list)
+
+    @property
+    def group(self) -> list[Entry]:
+        return self.left + (self.right or [])
+
+    @property
+    def cross(self) -> int | None:
+        """The first position of ``right`` in :attr:`group` (None on the diagonal)."""
+        return None if self.right is None else len(self.left)
+
+
 def normalised_content(text: str) -> str:
     """The content with case folded and every run of whitespace one space (the ``normalised`` pass)."""
     return " ".join(text.casefold().split())
@@ -190,11 +222,13 @@ def flag_contradictions(pairs: Iterable[Pair], entries: Iterable[Entry]) -> list
     return out
 
 
-def _comparable_embeddings(entries: list[Entry]) -> list[np.ndarray | None]:
+def _comparable_embeddings(entries: list[Entry], dims: Counter[int] | None = None) -> list[np.ndarray | None]:
     """Embeddings of the scope's most common dimension; others count as not embedded (cosine of
     vectors of different models is meaningless), and so do vectors out of their model's range (the
-    model could not read the text: unrelated ones collide)."""
-    dims = Counter(e.embedding.shape[0] for e in entries if e.embedding is not None)
+    model could not read the text: unrelated ones collide). ``dims``: the scope's dimension counts
+    when ``entries`` are only part of it (a :class:`Tile`)."""
+    if dims is None:
+        dims = Counter(e.embedding.shape[0] for e in entries if e.embedding is not None)
     if not dims:
         return [None] * len(entries)
     dim = max(dims, key=lambda d: (dims[d], d))
@@ -305,12 +339,27 @@ def _rounds(
 
 
 class _Scope:
-    """One scope's comparable vectors, exact pairs and pair index, each built once for every round."""
+    """One scope's comparable vectors, exact pairs and pair index, each built once for every round
+    (or a tile's: its exact pairs only those across ``cross`` when it is off the diagonal)."""
 
-    def __init__(self, group: list[Entry]) -> None:
-        self.vectors = _comparable_embeddings(group)
+    def __init__(
+        self, group: list[Entry], dims: Counter[int] | None = None, cross: int | None = None
+    ) -> None:
+        self.vectors = _comparable_embeddings(group, dims)
         self.exact = exact_pairs(group)
+        if cross is not None:
+            self.exact = {(i, j): kind for (i, j), kind in self.exact.items() if i < cross <= j}
         self.space = similarity.PairSpace([e.content for e in group], self.vectors)
+        self.cross = cross
+
+
+def tile_duplicates(tile: Tile, threshold: float, budget: similarity.PairBudget | None = None) -> list[Pair]:
+    """The duplicate pairs of one :class:`Tile`: exactly the pairs :func:`find_duplicates` finds in
+    the tile's part of its scope's pair matrix, with the same scores."""
+    group = tile.group
+    budget = budget if budget is not None else similarity.PairBudget()
+    index = _Scope(group, tile.dims, tile.cross)
+    return _sorted(_scope_duplicates(tile.scope, group, threshold, None, None, budget, None, index))
 
 
 def _scope_duplicates(
@@ -346,6 +395,7 @@ def _scope_duplicates(
         keep=keep,
         changed=rows,
         space=index.space,
+        cross=index.cross,
     )
     found = [p for p in found if (p.i, p.j) not in exact]
     # the cosine decides only where it is above the text score: there, did the model read what
@@ -416,29 +466,59 @@ def find_related(
             if advance is not None:
                 advance.advance(len(group))  # nothing changed here: nothing to compare
             continue
-        vectors = _comparable_embeddings(group)
-        keep = [k for k, v in enumerate(vectors) if v is not None]
-        if advance is not None and len(keep) < len(group):
-            advance.advance(len(group) - len(keep))  # not embedded: nothing to compare
-        rows = None if since is None else [x for x, k in enumerate(keep) if changed_since(group[k], since)]
-        found = similarity.find_related_pairs(
-            [vectors[k] for k in keep],
-            min_similarity,
-            max_similarity,
-            texts=[group[k].content for k in keep],
-            progress=advance,
-            budget=budget,
-            changed=rows,
-        )
-        for p in found:
-            a, b = group[keep[p.i]], group[keep[p.j]]
-            if not pair_readable(a, b, coverage_for_model):
-                continue  # the cosine cannot see what tells them apart
-            sem = p.semantic_similarity if p.semantic_similarity is not None else 0.0
-            pairs.append(
-                Pair(scope, a.path, b.path, sem, p.text_similarity, sem, link_status(a, b), ("semantic",))
-            )
+        pairs.extend(_scope_related(scope, group, min_similarity, max_similarity, advance, budget, since))
     return _sorted(pairs)
+
+
+def tile_related(
+    tile: Tile, min_similarity: float, max_similarity: float, budget: similarity.PairBudget | None = None
+) -> list[Pair]:
+    """The related pairs of one :class:`Tile`: exactly the pairs :func:`find_related` finds in the
+    tile's part of its scope's pair matrix, with the same scores and link status."""
+    budget = budget if budget is not None else similarity.PairBudget()
+    found = _scope_related(
+        tile.scope, tile.group, min_similarity, max_similarity, None, budget, None, tile.dims, tile.cross
+    )
+    return _sorted(found)
+
+
+def _scope_related(
+    scope: str,
+    group: list[Entry],
+    min_similarity: float,
+    max_similarity: float,
+    advance: Progress | None,
+    budget: similarity.PairBudget,
+    since: datetime | None,
+    dims: Counter[int] | None = None,
+    cross: int | None = None,
+) -> list[Pair]:
+    """One scope's related pairs (or a tile's: ``dims`` the scope's, only pairs across ``cross``)."""
+    vectors = _comparable_embeddings(group, dims)
+    keep = [k for k, v in enumerate(vectors) if v is not None]
+    if advance is not None and len(keep) < len(group):
+        advance.advance(len(group) - len(keep))  # not embedded: nothing to compare
+    rows = None if since is None else [x for x, k in enumerate(keep) if changed_since(group[k], since)]
+    found = similarity.find_related_pairs(
+        [vectors[k] for k in keep],
+        min_similarity,
+        max_similarity,
+        texts=[group[k].content for k in keep],
+        progress=advance,
+        budget=budget,
+        changed=rows,
+        cross=None if cross is None else sum(k < cross for k in keep),
+    )
+    pairs = []
+    for p in found:
+        a, b = group[keep[p.i]], group[keep[p.j]]
+        if not pair_readable(a, b, coverage_for_model):
+            continue  # the cosine cannot see what tells them apart
+        sem = p.semantic_similarity if p.semantic_similarity is not None else 0.0
+        pairs.append(
+            Pair(scope, a.path, b.path, sem, p.text_similarity, sem, link_status(a, b), ("semantic",))
+        )
+    return pairs
 
 
 def _sorted(pairs: list[Pair]) -> list[Pair]:

@@ -3,8 +3,20 @@
 Memory stores are scoped per user or agent and a pair never spans two scopes, so ``find_duplicates``
 and ``find_related`` are many independent exact joins, one per scope. :func:`run_partitioned` groups
 the scopes into partitions of roughly equal pair cost (``n * (n - 1) / 2`` per scope of ``n``
-entries; a scope is never split), and maps :func:`run_partition` over them with an
-:mod:`memwork.executor` executor: in this process, in local worker processes, or on a Dask cluster.
+entries), and maps :func:`run_partition` over them with an :mod:`memwork.executor` executor: in
+this process, in local worker processes, or on a Dask cluster.
+
+A scope whose pair cost exceeds a partition's share (the total over the partition count) is split
+into tiles of its pair matrix instead: its entries in the finders' order (by path) are cut into
+``B`` blocks at paths the coordinator lists (:func:`block_bounds`), and each block pair ``(i, j)``,
+``i <= j``, is one unit of work -- a diagonal tile pairs within block ``i``, an off-diagonal one
+block ``i`` against block ``j`` -- run by the action's tile finder (the same exact joins, through
+their cross entry point ``cross=``), so every pair of the scope is found in exactly one tile, with
+the scores of one process. A tile's worker streams its scope and keeps only its two blocks (and
+the scope's vector dimension counts, which pick the comparable vectors); the diagonal tiles carry
+the scope's entry counts of the summary. An incremental run (``since``) splits no scope: it is
+already O(changed x N). The two actions have no per-scope step after pairing (contradiction flags,
+link status and the summary's pair counts are per pair), so the merge is the sort below.
 
 A partition spec carries the store spec, its scope names and the action's parameters, never the
 entries: the worker opens the store and reads its scopes itself, and only the pairs come back. Each
@@ -23,21 +35,24 @@ finished partitions whose scope sizes did not change (delete the run folder to s
 
 from __future__ import annotations
 
+import bisect
 import graphlib
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, cast
 
 from memwork.defrag.actions import ActionResult
 from memwork.defrag.contradictions import Contradiction
-from memwork.defrag.findings import Pair
+from memwork.defrag.findings import Pair, Tile, compared
 from memwork.defrag.table import Context, lookup
-from memwork.entry import utcnow, validate_scope
+from memwork.entry import Entry, utcnow, validate_scope
 from memwork.errors import MemworkError, UsageError
 from memwork.executor import CRASH_ENV as CRASH_ENV  # the test hook, named where tests look
 from memwork.executor import Executor, crash_point, open_executor
@@ -49,10 +64,14 @@ from memwork.workspace import workspace_dir
 PARTITIONED_ACTIONS = ("find_duplicates", "find_related")
 #: fewest pairs worth a partition of its own (smaller stores run as fewer partitions)
 MIN_PARTITION_PAIRS = 200_000
+#: most entries a partition of whole scopes reads at once (bounds a worker's memory)
+MAX_PARTITION_ENTRIES = 100_000
 #: partitions per worker: a lost worker costs a small share, and a slow partition is not alone
 PARTITIONS_PER_WORKER = 4
+#: most blocks a split scope is cut into (``B`` blocks make ``B * (B + 1) / 2`` tiles)
+MAX_BLOCKS = 64
 #: the checkpoint files' layout; a change makes older run folders unused
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2
 
 
 class PartitionsLost(MemworkError):
@@ -69,8 +88,23 @@ class PartitionsLost(MemworkError):
 
 
 @dataclass(frozen=True)
+class TileSpec:
+    """Which tile of a split scope: the first path of each block but the first (the blocks' bounds
+    in the finders' path order) and the blocks paired, ``i <= j``."""
+
+    bounds: tuple[str, ...]
+    i: int
+    j: int
+
+    def block(self, path: str) -> int:
+        """The block holding ``path``."""
+        return bisect.bisect_right(self.bounds, path)
+
+
+@dataclass(frozen=True)
 class PartitionSpec:
-    """What a worker needs for one partition: where the store is, which scopes, which action."""
+    """What a worker needs for one partition: where the store is, which scopes, which action;
+    with ``tile`` one tile of its one scope. ``weight``: the entries it counts for progress."""
 
     index: int
     key: str
@@ -78,6 +112,8 @@ class PartitionSpec:
     action: str
     params: Mapping[str, Any]
     scopes: tuple[str, ...]
+    tile: TileSpec | None = None
+    weight: int = 0
 
 
 @dataclass(frozen=True)
@@ -100,12 +136,16 @@ class PartitionedRun:
     run_dir: Path
     executor: str
     computed_indexes: list[int] = field(default_factory=list)
+    #: split scope -> its blocks (each gave ``B * (B + 1) / 2`` of the partitions as tiles)
+    split: dict[str, int] = field(default_factory=dict)
 
     def describe(self) -> str:
         plural = "" if self.partitions == 1 else "s"
+        tiles = sum(b * (b + 1) // 2 for b in self.split.values())
+        split = f" ({tiles} tiles of {len(self.split)} split scope{'' if len(self.split) == 1 else 's'})"
         return (
-            f"{self.partitions} partition{plural} on {self.executor}: {self.computed} computed, "
-            f"{self.resumed} resumed from checkpoints"
+            f"{self.partitions} partition{plural}{split if self.split else ''} on {self.executor}: "
+            f"{self.computed} computed, {self.resumed} resumed from checkpoints"
         )
 
 
@@ -117,10 +157,47 @@ def pair_cost(entries: int) -> int:
 
 def partition_count(sizes: Mapping[str, int], workers: int) -> int:
     """How many partitions: a few per worker, none under :data:`MIN_PARTITION_PAIRS` of cost
-    (unless the store is smaller), never more than the scopes."""
+    (unless the store is smaller); more than the scopes only by splitting one into tiles."""
     total = sum(pair_cost(n) for n in sizes.values())
     by_cost = -(-total // MIN_PARTITION_PAIRS)
-    return max(1, min(len(sizes), workers * PARTITIONS_PER_WORKER, by_cost))
+    return max(1, min(workers * PARTITIONS_PER_WORKER, by_cost))
+
+
+def split_scopes(sizes: Mapping[str, int], count: int, blocks: int | None = None) -> dict[str, int]:
+    """Scope -> blocks, for each scope whose pair cost exceeds a partition's share (the total cost
+    over ``count``): enough blocks that a tile costs about a share (``blocks`` when given), at
+    least 2, at most :data:`MAX_BLOCKS` and the scope's entries."""
+    total = sum(pair_cost(n) for n in sizes.values())
+    share = total / max(count, 1)
+    out: dict[str, int] = {}
+    for scope in sorted(sizes):
+        n, cost = sizes[scope], pair_cost(sizes[scope])
+        if count < 2 or n < 2 or cost <= share:
+            continue
+        b = blocks if blocks is not None else _blocks_for(-(-cost // max(int(share), 1)))
+        out[scope] = max(2, min(b, n, MAX_BLOCKS))
+    return out
+
+
+def _blocks_for(tiles: int) -> int:
+    """The fewest blocks whose tiles (``B * (B + 1) / 2``) are at least ``tiles``."""
+    b = 1
+    while b * (b + 1) // 2 < tiles:
+        b += 1
+    return b
+
+
+def block_bounds(paths: Sequence[str], blocks: int) -> tuple[str, ...]:
+    """The first path of each block but the first: ``paths`` sorted (the finders' order) cut into
+    ``blocks`` runs of near-equal length (fewer when there are fewer paths)."""
+    ordered = sorted(set(paths))
+    blocks = max(1, min(blocks, len(ordered)))
+    return tuple(ordered[len(ordered) * k // blocks] for k in range(1, blocks))
+
+
+def tile_pairs(blocks: int) -> list[tuple[int, int]]:
+    """Every block pair ``(i, j)`` with ``i <= j``: the tiles that cover a scope's pair matrix once."""
+    return [(i, j) for i in range(blocks) for j in range(i, blocks)]
 
 
 def plan_partitions(sizes: Mapping[str, int], count: int) -> list[tuple[str, ...]]:
@@ -149,14 +226,46 @@ def _worker_spec(store_spec: str) -> str:
 
 # ---- the worker -------------------------------------------------------------------------------------
 def run_partition(spec: PartitionSpec) -> PartitionResult:
-    """One partition, where the data lives: open the store, read its scopes, run the action."""
+    """One partition, where the data lives: open the store, read its scopes (or the two blocks of
+    its tile), run the action (or its tile finder)."""
     from memwork.stores import open_store
 
     crash_point(spec.index)
+    action = lookup(spec.action)
     with open_store(spec.store) as store:
-        entries = [entry for scope in spec.scopes for entry in store.all_entries(scope=scope)]
-    found = lookup(spec.action).find(entries, dict(spec.params), Context(utcnow()))  # type: ignore[misc]
+        if spec.tile is not None:
+            tile = read_tile(store.iter_entries(scope=spec.scopes[0]), spec.scopes[0], spec.tile)
+        else:
+            entries = [entry for scope in spec.scopes for entry in store.all_entries(scope=scope)]
+    if spec.tile is not None:
+        found = action.tiled(tile, dict(spec.params), Context(utcnow()))  # type: ignore[misc]
+    else:
+        found = action.find(entries, dict(spec.params), Context(utcnow()))  # type: ignore[misc]
     return PartitionResult(spec.key, found.summary, found.pairs)
+
+
+def read_tile(entries: Iterable[Entry], scope: str, spec: TileSpec) -> Tile:
+    """The tile ``spec`` of ``scope`` from its entries (streamed: only the tile's two blocks are
+    kept), with the vector dimensions of the whole scope counted on the way."""
+    dims: Counter[int] = Counter()
+    left: list[Entry] = []
+    right: list[Entry] = []
+    counted: list[Entry] = []
+    for entry in entries:
+        live = compared(entry)
+        if live and entry.embedding is not None:
+            dims[entry.embedding.shape[0]] += 1
+        block = spec.block(entry.path)
+        if block == spec.i:
+            if spec.i == spec.j:
+                counted.append(entry)
+            if live:
+                left.append(entry)
+        elif block == spec.j and live:
+            right.append(entry)
+    by_path = attrgetter("path")
+    left.sort(key=by_path)
+    return Tile(scope, left, sorted(right, key=by_path) if spec.i != spec.j else None, dims, counted)
 
 
 # ---- checkpoints ------------------------------------------------------------------------------------
@@ -257,13 +366,15 @@ def run_partitioned(
     executor: str | Executor | None = "local",
     checkpoint: str | Path | None = None,
     partitions: int | None = None,
+    blocks: int | None = None,
     progress: Progress | None = None,
     **params: Any,
 ) -> PartitionedRun:
     """Run ``find_duplicates`` or ``find_related`` on the store ``store_spec`` names as scope
     partitions on ``executor`` (an ``--executor`` string or an open :class:`Executor`, left open),
     resuming from the checkpoints in ``checkpoint`` (default: the workspace's
-    ``defrag-partitions`` folder). ``partitions`` overrides :func:`partition_count`.
+    ``defrag-partitions`` folder). ``partitions`` overrides :func:`partition_count`; ``blocks``
+    the blocks of each scope split into tiles (:func:`split_scopes`).
 
     The result equals ``run_action(store, action, scope=scope, **params)``: same summary, pairs,
     scores and order. A lost worker or failed partition raises :class:`PartitionsLost` (the finished
@@ -280,10 +391,9 @@ def run_partitioned(
         raise UsageError(
             "policy", checked["policy"], "runs in one process only (no --executor, --checkpoint)"
         )
-    if partitions is not None and (
-        isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
-    ):
-        raise UsageError("partitions", partitions, "must be a whole number >= 1")
+    for name, value, least in (("partitions", partitions, 1), ("blocks", blocks, 2)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise UsageError(name, value, f"must be a whole number >= {least}")
     spec = _worker_spec(store_spec)
     from memwork.stores import open_store
 
@@ -296,13 +406,10 @@ def run_partitioned(
     pool: Executor = open_executor(cast(str | None, executor)) if owned else cast(Executor, executor)
     try:
         count = partitions or partition_count(sizes, pool.workers)
-        groups = plan_partitions(sizes, count)
+        split = {} if checked.get("since") else split_scopes(sizes, count, blocks)
+        specs, split = _plan_specs(store_spec, spec, act.name, checked, sizes, count, split)
         run_dir = run_dir_for(base, act.name, checked, spec, scope)
-        specs = [
-            PartitionSpec(i, _digest([[s, sizes[s]] for s in group])[:20], spec, act.name, checked, group)
-            for i, group in enumerate(groups)
-        ]
-        run = _run_specs(pool, specs, run_dir, sizes, progress, description=f"{act.name} partitions")
+        run = _run_specs(pool, specs, run_dir, progress, sum(sizes.values()), f"{act.name} partitions")
     finally:
         if owned:
             pool.close()
@@ -315,7 +422,49 @@ def run_partitioned(
     )
     result.pairs = pairs
     shutil.rmtree(run_dir, ignore_errors=True)
-    return PartitionedRun(result, len(specs), run_dir=run_dir, executor=str(pool.spec), **run)
+    return PartitionedRun(result, len(specs), run_dir=run_dir, executor=str(pool.spec), split=split, **run)
+
+
+def _plan_specs(
+    store_spec: str,
+    spec: str,
+    action: str,
+    params: Mapping[str, Any],
+    sizes: Mapping[str, int],
+    count: int,
+    split: Mapping[str, int],
+) -> tuple[list[PartitionSpec], dict[str, int]]:
+    """The units of work: the unsplit scopes grouped into partitions (enough that none reads more
+    than :data:`MAX_PARTITION_ENTRIES` entries when its scopes allow), then each split scope's tiles
+    (its block bounds listed from the store: paths only). Returns them and the blocks per split scope."""
+    from memwork.stores import open_store
+
+    bounds: dict[str, tuple[str, ...]] = {}
+    if split:
+        with open_store(store_spec) as store:
+            for name, b in split.items():
+                bounds[name] = block_bounds([info.path for info in store.list(scope=name, history=True)], b)
+    rest = {name: n for name, n in sizes.items() if name not in bounds}
+    total = sum(pair_cost(n) for n in sizes.values())
+    rest_cost = sum(pair_cost(n) for n in rest.values())
+    share = total / max(count, 1)
+    rest_count = count if not bounds or not share else max(1, min(count, -(-rest_cost // max(int(share), 1))))
+    rest_count = max(rest_count, -(-sum(rest.values()) // MAX_PARTITION_ENTRIES))  # a worker's memory
+    specs = [
+        PartitionSpec(
+            0, _digest([[s, sizes[s]] for s in group])[:20], spec, action, params, group,
+            weight=sum(sizes[s] for s in group),
+        )
+        for group in plan_partitions(rest, rest_count)
+    ]  # fmt: skip
+    for name, edges in sorted(bounds.items()):
+        tiles = tile_pairs(len(edges) + 1)
+        for k, (i, j) in enumerate(tiles):
+            key = _digest([[name, sizes[name]], list(edges), i, j])[:20]
+            weight = sizes[name] * (k + 1) // len(tiles) - sizes[name] * k // len(tiles)
+            specs.append(PartitionSpec(0, key, spec, action, params, (name,), TileSpec(edges, i, j), weight))
+    specs = [replace(s, index=k) for k, s in enumerate(specs)]
+    return specs, {name: len(edges) + 1 for name, edges in bounds.items()}
 
 
 def _checkpoint_base(checkpoint: str | Path | None) -> Path:
@@ -341,20 +490,19 @@ def _run_specs(
     pool: Executor,
     specs: list[PartitionSpec],
     run_dir: Path,
-    sizes: Mapping[str, int],
     progress: Progress | None,
-    *,
+    entries: int,
     description: str,
 ) -> dict[str, Any]:
     """Each partition's result, from its checkpoint or computed (and checkpointed as it arrives)."""
     if progress is not None:
-        progress.start(description, sum(sizes.values()))
+        progress.start(description, entries)
     done: dict[int, PartitionResult] = {}
     for spec in specs:
         found = read_checkpoint(run_dir, spec.key)
         if found is not None:
             done[spec.index] = found
-            _advance(progress, spec, sizes)
+            _advance(progress, spec)
     resumed = len(done)
     todo = [spec for spec in specs if spec.index not in done]
     computed: list[int] = []
@@ -366,7 +514,7 @@ def _run_specs(
                 raise UsageError("checkpoint", str(run_dir), f"cannot write: {exc}") from exc
             done[todo[k].index] = result
             computed.append(todo[k].index)
-            _advance(progress, todo[k], sizes)
+            _advance(progress, todo[k])
     except MemworkError:
         raise
     except Exception as exc:
@@ -379,6 +527,6 @@ def _run_specs(
     }
 
 
-def _advance(progress: Progress | None, spec: PartitionSpec, sizes: Mapping[str, int]) -> None:
+def _advance(progress: Progress | None, spec: PartitionSpec) -> None:
     if progress is not None:
-        progress.advance(sum(sizes[s] for s in spec.scopes))
+        progress.advance(spec.weight)

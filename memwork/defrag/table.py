@@ -53,6 +53,8 @@ class Found:
 
 
 Finder = Callable[[list[Entry], dict[str, Any], Context], Found]
+#: the same finder on one tile of a scope's pair matrix (:mod:`memwork.defrag.partitioned`)
+TileFinder = Callable[[findings.Tile, dict[str, Any], Context], Found]
 Planner = Callable[[list[Entry], dict[str, Any], Context], Planned]
 
 
@@ -90,6 +92,8 @@ class Action:
     reembeds: bool = False
     #: a check across parameters, after each one is checked
     check: Callable[[dict[str, Any]], None] | None = None
+    #: its ``find`` on one tile of a scope (the merged tiles give ``find``'s pairs and summary)
+    tiled: TileFinder | None = None
 
     @property
     def cli_name(self) -> str:
@@ -213,6 +217,24 @@ def _find_duplicates(entries: list[Entry], q: dict[str, Any], ctx: Context) -> F
         pairs = policy_pairs(entries, load_policy(q["policy"]), progress=ctx.progress, since=at)
     else:
         pairs = findings.find_duplicates(entries, q["similarity_threshold"], progress=ctx.progress, since=at)
+    return _duplicates_found(pairs, entries, entries, q, since)
+
+
+def _tile_duplicates(tile: findings.Tile, q: dict[str, Any], ctx: Context) -> Found:
+    """:func:`_find_duplicates` on one tile (no policy, no ``since``: those run in one piece)."""
+    pairs = findings.tile_duplicates(tile, q["similarity_threshold"])
+    return _duplicates_found(pairs, tile.group, tile.counted, q, None)
+
+
+def _duplicates_found(
+    pairs: list[findings.Pair],
+    entries: list[Entry],
+    counted: list[Entry],
+    q: dict[str, Any],
+    since: Since | None,
+) -> Found:
+    """The pairs flagged and counted: ``entries`` hold both sides of every pair, ``counted`` are
+    the entries the summary counts (a tile counts each entry of its scope once over all tiles)."""
     pairs = [
         replace(p, decision="contradiction") if p.contradiction is not None and p.decision == "merge" else p
         for p in findings.flag_contradictions(pairs, entries)
@@ -224,7 +246,7 @@ def _find_duplicates(entries: list[Entry], q: dict[str, Any], ctx: Context) -> F
     kinds = {f"{k}_pairs": n for k in ("exact", "normalised") if (n := sum(p.kind == k for p in pairs))}
     flagged = sum(p.contradiction is not None for p in pairs)
     counts = {"pairs": len(pairs)} | kinds | ({"contradiction_pairs": flagged} if flagged else {})
-    summary = counts | decisions | findings.out_of_range_summary(entries) | since_summary(since, entries)
+    summary = counts | decisions | findings.out_of_range_summary(counted) | since_summary(since, counted)
     return Found(summary, pairs=pairs)
 
 
@@ -237,11 +259,24 @@ def _find_related(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Foun
         progress=ctx.progress,
         since=since.at if since is not None else None,
     )
+    return _related_found(pairs, entries, entries, since)
+
+
+def _tile_related(tile: findings.Tile, q: dict[str, Any], ctx: Context) -> Found:
+    """:func:`_find_related` on one tile (no ``since``: an incremental run runs in one piece)."""
+    pairs = findings.tile_related(tile, q["min_similarity"], q["max_similarity"])
+    return _related_found(pairs, tile.group, tile.counted, None)
+
+
+def _related_found(
+    pairs: list[findings.Pair], entries: list[Entry], counted: list[Entry], since: Since | None
+) -> Found:
+    """The pairs flagged and counted (``entries`` and ``counted`` as for :func:`_duplicates_found`)."""
     pairs = findings.flag_contradictions(pairs, entries)  # a related pair may contradict too
     status = [pair.link_status for pair in pairs]
     counts = {s: status.count(s) for s in ("unlinked", "one-way", "bidirectional")}
-    summary = {"pairs": len(status)} | counts | findings.out_of_range_summary(entries)
-    return Found(summary | since_summary(since, entries), pairs=pairs)
+    summary = {"pairs": len(status)} | counts | findings.out_of_range_summary(counted)
+    return Found(summary | since_summary(since, counted), pairs=pairs)
 
 
 def _find_low_quality(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
@@ -309,6 +344,7 @@ register(
         read_only=True,
         find=_find_duplicates,
         lists=("pairs",),
+        tiled=_tile_duplicates,
     )
 )
 register(
@@ -340,6 +376,7 @@ register(
         find=_find_related,
         lists=("pairs",),
         check=_related_order,
+        tiled=_tile_related,
     )
 )
 register(
