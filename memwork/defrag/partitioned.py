@@ -280,6 +280,10 @@ def run_partitioned(
         raise UsageError(
             "policy", checked["policy"], "runs in one process only (no --executor, --checkpoint)"
         )
+    if checked.get("candidates", "exact") != "exact":  # the HNSW stage streams the store itself
+        raise UsageError(
+            "candidates", checked["candidates"], "runs in one process only (no --executor, --checkpoint)"
+        )
     if partitions is not None and (
         isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1
     ):
