@@ -25,6 +25,7 @@ nearest -- the estimate counts those misses too.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -212,6 +213,7 @@ def find_related_hnsw(
 def _run(
     store: Store, rule: _Rule, scope: str | None, opts: Settings, progress: Progress | None
 ) -> ApproximateRun:
+    began = time.perf_counter()
     pg = knn.pg_store(store, "candidates", "hnsw")
     scope = validate_scope(scope) if scope is not None else None
     index = knn.require_hnsw_index(pg)
@@ -230,7 +232,9 @@ def _run(
         if progress is not None:
             progress.advance(sizes[name][0])
     pairs = sorted(found.values(), key=lambda p: (-p.similarity, p.scope, p.path_a, p.path_b))
+    searched = time.perf_counter()
     recall = _estimate(pg, rule, sizes, set(big), found, opts)
+    seconds = {"search": round(searched - began, 2), "recall_check": round(time.perf_counter() - searched, 2)}
     summary = {
         "candidates": "hnsw",
         "index": index,
@@ -238,6 +242,7 @@ def _run(
         "scopes_hnsw": len(big),
         "entries_hnsw": sum(sizes[s][0] for s in big),
         "embedded_out_of_range": knn.count_out_of_range(pg, MARK_KEY, scope),
+        "seconds": seconds,
     } | opts.to_dict()
     return ApproximateRun(pairs, recall, summary)
 
