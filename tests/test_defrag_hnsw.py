@@ -222,3 +222,9 @@ def test_library_checks_the_knobs(pg_store: SQLStore) -> None:
         run_action(pg_store, "find_related", candidates="hnsw", exact_upto=-1)
     with pytest.raises(UsageError, match="min_similarity"):
         find_related_hnsw(pg_store, 0.9, 0.5)
+
+
+def test_cli_text_names_the_recall_estimate_and_its_sample(pg_store: SQLStore, pg_url: str) -> None:
+    result = _cli("find-related", "--store", pg_url, "--candidates", "hnsw", "--recall-sample", "40")
+    assert result.exit_code == 0, result.stderr
+    assert "recall estimate" in result.stdout and "of 40 random rows" in result.stdout

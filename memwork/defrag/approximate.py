@@ -225,12 +225,13 @@ def _run(
     budget = similarity.PairBudget()  # the exact path's guard, over the whole store
     found: dict[Key, Pair] = {}
     for name in sizes:
-        got = _exact_scope(pg, rule, name) if name in small else _hnsw_scope(pg, rule, name, opts)
+        exact = name in small
+        got = _exact_scope(pg, rule, name) if exact else _hnsw_scope(pg, rule, name, opts, progress)
         new = [p for p in got if _key(p) not in found]
         budget.spend(len(new), "candidates", "hnsw")
         found.update((_key(p), p) for p in new)
-        if progress is not None:
-            progress.advance(sizes[name][0])
+        if progress is not None:  # a big scope advanced per batch of its embedded rows
+            progress.advance(sizes[name][0] - (0 if exact else sizes[name][1]))
     pairs = sorted(found.values(), key=lambda p: (-p.similarity, p.scope, p.path_a, p.path_b))
     searched = time.perf_counter()
     recall = _estimate(pg, rule, sizes, set(big), found, opts)
@@ -263,7 +264,9 @@ def _exact_scope(store: SQLStore, rule: _Rule, scope: str) -> list[Pair]:
     return findings.flag_contradictions(rule.exact(scope, group, None), group)
 
 
-def _hnsw_scope(store: SQLStore, rule: _Rule, scope: str, opts: Settings) -> list[Pair]:
+def _hnsw_scope(
+    store: SQLStore, rule: _Rule, scope: str, opts: Settings, progress: Progress | None
+) -> list[Pair]:
     """A big scope's pairs from HNSW candidates, batch by batch; a pair found from both of its
     entries' batches is kept once."""
     found: dict[Key, Pair] = {}
@@ -283,6 +286,8 @@ def _hnsw_scope(store: SQLStore, rule: _Rule, scope: str, opts: Settings) -> lis
         verified = rule.verify(scope, group, [i for i, _ in pairs], [j for _, j in pairs])
         for pair in findings.flag_contradictions(verified, group):
             found.setdefault(_key(pair), pair)
+        if progress is not None:
+            progress.advance(len(ids))
     return list(found.values())
 
 
