@@ -190,8 +190,11 @@ def main() -> None:
             out = run_exact(url, rest[0])
         print(json.dumps(out))
         return
+    given = os.environ.get("MEMWORK_PGDATA")
     for size in (int(s) for s in args.sizes.split(",")):
         print(json.dumps(measure(size, args.exact_upto_n, args.k, args.ef_search, args.sample)), flush=True)
+        if given is None:  # scratch_pg set it: the next size gets a server of its own, stopped after it
+            os.environ.pop("MEMWORK_PGDATA", None)
 
 
 if __name__ == "__main__":
