@@ -786,14 +786,44 @@ def find_duplicate_pairs(
         )
         codes = _unique(np.concatenate((text_codes, cosine_codes)))
     i, j = np.divmod(codes, max(n, 1))
+    pairs = _verified(tokens, vectors, i, j, threshold, keep)
+    ticker.finish()
+    return pairs
+
+
+def _verified(
+    tokens: _Tokens,
+    vectors: _Vectors,
+    i: np.ndarray,
+    j: np.ndarray,
+    threshold: float,
+    keep: Callable[[np.ndarray, np.ndarray], np.ndarray] | None,
+) -> list[PairScore]:
+    """The pairs ``(i[k], j[k])`` with ``max(jaccard, cosine) >= threshold`` (and ``keep``), scored
+    exactly: the last step of every duplicate search, whatever found its candidates."""
     text = tokens.jaccard(i, j)
     sem = vectors.cosine(i, j)
     kept = (text >= threshold) | (sem >= threshold)
     if keep is not None:
         kept &= keep(text, sem)
-    pairs = _to_pairs(i[kept], j[kept], text[kept], sem[kept])
-    ticker.finish()
-    return pairs
+    return _to_pairs(i[kept], j[kept], text[kept], sem[kept])
+
+
+def verify_duplicate_pairs(
+    texts: Sequence[str],
+    embeddings: Sequence[np.ndarray | None],
+    i: Sequence[int] | np.ndarray,
+    j: Sequence[int] | np.ndarray,
+    threshold: float,
+) -> list[PairScore]:
+    """Of the candidate pairs ``(i[k], j[k])`` (input positions, ``i < j``), exactly those
+    :func:`find_duplicate_pairs` returns, with its scores: for candidates found elsewhere (an
+    approximate nearest-neighbour index), verified by the very same step."""
+    threshold = unit("similarity_threshold", threshold)
+    _check_lengths("embeddings", len(embeddings), len(texts))
+    space = PairSpace(texts, embeddings)
+    i, j = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
+    return _verified(space.tokens, space.vectors, i, j, threshold, None)
 
 
 def _kept(
@@ -852,8 +882,7 @@ def find_related_pairs(
     if low < high:
 
         def in_band(i: np.ndarray, j: np.ndarray) -> np.ndarray:
-            sem = vectors.cosine(i, j)
-            return (sem >= low) & (sem < high)
+            return _in_band(vectors.cosine(i, j), low, high)
 
         tick = ticker.phase(0.0, 0.9)
         if cross is not None:
@@ -877,6 +906,31 @@ def find_related_pairs(
     pairs = _to_pairs(i, j, text, sem)
     ticker.finish()
     return pairs
+
+
+def _in_band(sem: np.ndarray, low: float, high: float) -> np.ndarray:
+    """The related band: ``low <= cosine < high`` (False where a vector is missing)."""
+    return (sem >= low) & (sem < high)
+
+
+def verify_related_pairs(
+    embeddings: Sequence[np.ndarray | None],
+    min_similarity: float,
+    max_similarity: float,
+    texts: Sequence[str],
+    i: Sequence[int] | np.ndarray,
+    j: Sequence[int] | np.ndarray,
+) -> list[PairScore]:
+    """Of the candidate pairs ``(i[k], j[k])`` (``i < j``), exactly those :func:`find_related_pairs`
+    returns, with its scores (the candidates found elsewhere, verified by the same band and formulas)."""
+    low = unit("min_similarity", min_similarity)
+    high = unit("max_similarity", max_similarity)
+    _check_lengths("texts", len(texts), len(embeddings))
+    left, right = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
+    sem = _Vectors.build(embeddings).cosine(left, right)
+    kept = _in_band(sem, low, high) if low < high else np.zeros(len(left), dtype=bool)
+    left, right, sem = left[kept], right[kept], sem[kept]
+    return _to_pairs(left, right, _pair_jaccard(texts, left, right, None), sem)
 
 
 def _pair_jaccard(texts: Sequence[str], i: np.ndarray, j: np.ndarray, space: PairSpace | None) -> np.ndarray:

@@ -54,6 +54,11 @@ def test_the_tables_options_by_hand():
         "--since",
         "--executor",
         "--checkpoint",
+        "--candidates",
+        "--k",
+        "--ef-search",
+        "--recall-sample",
+        "--exact-upto",
     }
     assert help_options("compact") - COMMON == {
         "--apply",

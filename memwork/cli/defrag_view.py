@@ -85,6 +85,8 @@ def show_result(result: ActionResult) -> None:
         line = out_of_range_line(summary_of_step)
         if line:
             console.print(line, markup=False)
+    if "recall_check" in summary:
+        console.print(recall_line(summary), markup=False)
     if result.entries:
         table = Table(title=f"{len(result.entries)} entries")
         for col in ("scope", "path", "quality", "age (days)", "hits", "issues"):
@@ -125,6 +127,22 @@ def show_result(result: ActionResult) -> None:
         console.print(f"Dry run: {freed} bytes would be freed. Re-run with --apply to execute this plan.")
     else:
         console.print("Nothing to do.")
+
+
+def recall_line(summary: dict) -> str:
+    """The approximate stage's recall estimate, its interval and its sample, in one line."""
+    check, estimate = summary["recall_check"], summary["recall_estimate"]
+    low, high = check["interval_95"]
+    value = (
+        "n/a (no pair holds a sampled row)"
+        if estimate is None
+        else f"{estimate:.3f} (95% {low:.3f}-{high:.3f})"
+    )
+    return (
+        f"Candidates from the HNSW index (k {summary['k']}, ef_search {summary['ef_search']}): "
+        f"recall estimate {value}, from {check['sample_exact_pairs']} exact pairs of "
+        f"{check['sample_rows']} random rows."
+    )
 
 
 def _flag(pair: Pair) -> str:

@@ -222,8 +222,13 @@ def _run(
 ) -> ActionResult:
     """Load, plan and (with ``apply``, under the caller's run lock) write one action."""
     name = act.name
-    entries = load_entries(store, scope, progress)
     result = ActionResult(name, checked, scope, store.describe())
+    if act.reads_store(checked):  # the approximate candidate stage: the store is never loaded whole
+        assert act.find_in_store is not None  # reads_store says so
+        found = act.find_in_store(store, scope, checked, Context(when, progress))
+        result.summary, result.pairs, result.entries = found.summary, found.pairs, found.entries
+        return result
+    entries = load_entries(store, scope, progress)
     if act.find is not None:
         found = act.find(entries, checked, Context(when, progress))
         result.summary, result.pairs, result.entries = found.summary, found.pairs, found.entries

@@ -376,16 +376,12 @@ def _scope_duplicates(
     index = index if index is not None else _Scope(group)
     vectors, exact = index.vectors, index.exact  # exact first, needing no embeddings
     touching = set(rows) if rows is not None else None
-    pairs: list[Pair] = []
-    for (i, j), kind in sorted(exact.items()):
-        if touching is not None and i not in touching and j not in touching:
-            continue
-        semantic = similarity.cosine(vectors[i], vectors[j])
-        text = similarity.jaccard(group[i].content, group[j].content)
-        pairs.append(
-            Pair(scope, group[i].path, group[j].path, 1.0, text, semantic,
-                 matched_by=_matched_by(text, semantic, threshold), kind=kind)
-        )  # fmt: skip
+    chosen = [
+        (ij, kind)
+        for ij, kind in sorted(exact.items())
+        if touching is None or ij[0] in touching or ij[1] in touching
+    ]
+    pairs = _exact_kind_pairs(scope, group, vectors, chosen, threshold)
     found = similarity.find_duplicate_pairs(
         index.space.texts,
         vectors,
@@ -397,7 +393,33 @@ def _scope_duplicates(
         space=index.space,
         cross=index.cross,
     )
-    found = [p for p in found if (p.i, p.j) not in exact]
+    return pairs + _similar_pairs(scope, group, [p for p in found if (p.i, p.j) not in exact], threshold)
+
+
+def _exact_kind_pairs(
+    scope: str,
+    group: list[Entry],
+    vectors: list[np.ndarray | None],
+    chosen: list[tuple[tuple[int, int], str]],
+    threshold: float,
+) -> list[Pair]:
+    """The pairs of the exact pass (same content, or same once normalised): similarity 1.0."""
+    pairs: list[Pair] = []
+    for (i, j), kind in chosen:
+        semantic = similarity.cosine(vectors[i], vectors[j])
+        text = similarity.jaccard(group[i].content, group[j].content)
+        pairs.append(
+            Pair(scope, group[i].path, group[j].path, 1.0, text, semantic,
+                 matched_by=_matched_by(text, semantic, threshold), kind=kind)
+        )  # fmt: skip
+    return pairs
+
+
+def _similar_pairs(
+    scope: str, group: list[Entry], found: list[similarity.PairScore], threshold: float
+) -> list[Pair]:
+    """The similarity join's scored pairs as :class:`Pair`, a cosine the model could not read set
+    aside (the pair then stands on its text score alone)."""
     # the cosine decides only where it is above the text score: there, did the model read what
     # tells the two apart? (one tokenizer call per model for all of them, not one per pair)
     ask = [
@@ -407,6 +429,7 @@ def _scope_duplicates(
     ]
     readable = pairs_readable([(group[found[k].i], group[found[k].j]) for k in ask], coverage_for_model)
     unreadable = {k for k, ok in zip(ask, readable, strict=True) if not ok}
+    pairs: list[Pair] = []
     for k, p in enumerate(found):
         a, b = group[p.i], group[p.j]
         semantic, unread = p.semantic_similarity, out_of_range(a) or out_of_range(b)
@@ -427,6 +450,33 @@ def _scope_duplicates(
             )
         )
     return pairs
+
+
+def duplicates_touching(
+    scope: str, group: list[Entry], threshold: float, rows: list[int] | None
+) -> list[Pair]:
+    """The exact search of one scope's live entries (``group``, in path order): every duplicate pair,
+    or only those holding a position of ``rows`` -- the reference an approximate search is measured by."""
+    return _scope_duplicates(scope, group, threshold, rows, None, similarity.PairBudget(), None)
+
+
+def verify_duplicates(
+    scope: str, group: list[Entry], i: Sequence[int], j: Sequence[int], threshold: float
+) -> list[Pair]:
+    """Of the candidate pairs ``(group[i[k]], group[j[k]])`` (``i < j``; ``group`` one scope's live
+    entries in path order), exactly those the full search returns, with its scores and kinds: the
+    same exact pass, join verification and readability check, only the candidates came from elsewhere."""
+    vectors = _comparable_embeddings(group)
+    exact = exact_pairs(group)
+    candidates = sorted(set(zip(i, j, strict=True)))
+    chosen = [(ij, exact[ij]) for ij in candidates if ij in exact]
+    rest = [ij for ij in candidates if ij not in exact]
+    found = similarity.verify_duplicate_pairs(
+        [e.content for e in group], vectors, [a for a, _ in rest], [b for _, b in rest], threshold
+    )
+    return _exact_kind_pairs(scope, group, vectors, chosen, threshold) + _similar_pairs(
+        scope, group, found, threshold
+    )
 
 
 def _stage(progress: Progress | None, description: str, groups: dict[str, list[Entry]]) -> Progress | None:
@@ -466,7 +516,8 @@ def find_related(
             if advance is not None:
                 advance.advance(len(group))  # nothing changed here: nothing to compare
             continue
-        pairs.extend(_scope_related(scope, group, min_similarity, max_similarity, advance, budget, since))
+        rows = None if since is None else [k for k, e in enumerate(group) if changed_since(e, since)]
+        pairs.extend(_scope_related(scope, group, min_similarity, max_similarity, rows, advance, budget))
     return _sorted(pairs)
 
 
@@ -477,7 +528,7 @@ def tile_related(
     tile's part of its scope's pair matrix, with the same scores and link status."""
     budget = budget if budget is not None else similarity.PairBudget()
     found = _scope_related(
-        tile.scope, tile.group, min_similarity, max_similarity, None, budget, None, tile.dims, tile.cross
+        tile.scope, tile.group, min_similarity, max_similarity, None, None, budget, tile.dims, tile.cross
     )
     return _sorted(found)
 
@@ -485,40 +536,72 @@ def tile_related(
 def _scope_related(
     scope: str,
     group: list[Entry],
-    min_similarity: float,
-    max_similarity: float,
+    low: float,
+    high: float,
+    rows: list[int] | None,
     advance: Progress | None,
     budget: similarity.PairBudget,
-    since: datetime | None,
     dims: Counter[int] | None = None,
     cross: int | None = None,
 ) -> list[Pair]:
-    """One scope's related pairs (or a tile's: ``dims`` the scope's, only pairs across ``cross``)."""
+    """One scope's related pairs: only those holding a position of ``rows`` when given; for a tile,
+    ``dims`` are the whole scope's and only the pairs across ``cross`` count."""
     vectors = _comparable_embeddings(group, dims)
     keep = [k for k, v in enumerate(vectors) if v is not None]
     if advance is not None and len(keep) < len(group):
         advance.advance(len(group) - len(keep))  # not embedded: nothing to compare
-    rows = None if since is None else [x for x, k in enumerate(keep) if changed_since(group[k], since)]
+    at = {k: x for x, k in enumerate(keep)}
+    changed = None if rows is None else [at[k] for k in rows if k in at]
     found = similarity.find_related_pairs(
         [vectors[k] for k in keep],
-        min_similarity,
-        max_similarity,
+        low,
+        high,
         texts=[group[k].content for k in keep],
         progress=advance,
         budget=budget,
-        changed=rows,
+        changed=changed,
         cross=None if cross is None else sum(k < cross for k in keep),
     )
-    pairs = []
+    return _related_pairs(scope, [group[k] for k in keep], found)
+
+
+def _related_pairs(scope: str, group: list[Entry], found: list[similarity.PairScore]) -> list[Pair]:
+    """The scored related pairs as :class:`Pair` with their link status; a pair whose cosine the model
+    could not read is dropped (the cosine cannot see what tells them apart)."""
+    pairs: list[Pair] = []
     for p in found:
-        a, b = group[keep[p.i]], group[keep[p.j]]
+        a, b = group[p.i], group[p.j]
         if not pair_readable(a, b, coverage_for_model):
-            continue  # the cosine cannot see what tells them apart
+            continue
         sem = p.semantic_similarity if p.semantic_similarity is not None else 0.0
         pairs.append(
             Pair(scope, a.path, b.path, sem, p.text_similarity, sem, link_status(a, b), ("semantic",))
         )
     return pairs
+
+
+def related_touching(
+    scope: str, group: list[Entry], low: float, high: float, rows: list[int] | None
+) -> list[Pair]:
+    """The exact related search of one scope's live entries (in path order), only the pairs holding
+    a position of ``rows`` when given: the reference for an approximate search."""
+    return _scope_related(scope, group, low, high, rows, None, similarity.PairBudget())
+
+
+def verify_related(
+    scope: str, group: list[Entry], i: Sequence[int], j: Sequence[int], low: float, high: float
+) -> list[Pair]:
+    """Of the candidate pairs ``(group[i[k]], group[j[k]])`` (``i < j``), exactly those
+    :func:`find_related` returns, with its scores and link status."""
+    vectors = _comparable_embeddings(group)
+    keep = [k for k, v in enumerate(vectors) if v is not None]
+    at = {k: x for x, k in enumerate(keep)}
+    both = [(at[a], at[b]) for a, b in zip(i, j, strict=True) if a in at and b in at]
+    found = similarity.verify_related_pairs(
+        [vectors[k] for k in keep], low, high, [group[k].content for k in keep],
+        [a for a, _ in both], [b for _, b in both],
+    )  # fmt: skip
+    return _related_pairs(scope, [group[k] for k in keep], found)
 
 
 def _sorted(pairs: list[Pair]) -> list[Pair]:

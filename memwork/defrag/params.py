@@ -182,3 +182,46 @@ SINCE = Param(
     "Only pairs holding an entry created or changed since RUN_ID (its start) or TIMESTAMP "
     "(ISO-8601 with timezone): exactly those of a full run, comparing only the changed entries.",
 )
+
+
+def candidates(name: str, value: Any) -> str:
+    """How pairs are found: ``exact`` or ``hnsw`` (:mod:`memwork.defrag.approximate`)."""
+    label = str(value).strip().lower()
+    if label not in ("exact", "hnsw"):
+        raise UsageError(name, value, "must be exact or hnsw")
+    return label
+
+
+def optional_whole(low: int, high: int | None = None) -> Check:
+    """None (the default) or a whole number from ``low`` (to ``high`` when given)."""
+
+    def check(name: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        too_high = high is not None and isinstance(value, int) and value > high
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or too_high:
+            bound = f"from {low} to {high}" if high is not None else f">= {low}"
+            raise UsageError(name, value, f"must be a whole number {bound}")
+        return value
+
+    return check
+
+
+CANDIDATES = Param(
+    "exact",
+    candidates,
+    str,
+    "exact (default: every pair) or hnsw (PostgreSQL + pgvector: candidates from the store's HNSW "
+    "index, verified exactly, with a recall estimate).",
+)
+#: the knobs of ``--candidates hnsw`` (None: its default; refused with ``exact``)
+APPROXIMATE = {
+    "k": Param(None, optional_whole(1, 1000), int, "hnsw: neighbours asked per entry (default 50)."),
+    "ef_search": Param(None, optional_whole(1, 1000), int, "hnsw: hnsw.ef_search (default 2k, >= 40)."),
+    "recall_sample": Param(
+        None, optional_whole(1), int, "hnsw: random rows whose exact pairs check the recall (default 1000)."
+    ),
+    "exact_upto": Param(
+        None, optional_whole(0), int, "hnsw: scopes of at most this many entries are joined exactly (10000)."
+    ),
+}

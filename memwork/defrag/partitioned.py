@@ -391,6 +391,10 @@ def run_partitioned(
         raise UsageError(
             "policy", checked["policy"], "runs in one process only (no --executor, --checkpoint)"
         )
+    if checked.get("candidates", "exact") != "exact":  # the HNSW stage streams the store itself
+        raise UsageError(
+            "candidates", checked["candidates"], "runs in one process only (no --executor, --checkpoint)"
+        )
     for name, value, least in (("partitions", partitions, 1), ("blocks", blocks, 2)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
             raise UsageError(name, value, f"must be a whole number >= {least}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memwork.defrag import findings
 from memwork.defrag import params as p
@@ -32,6 +32,9 @@ from memwork.defrag.since import Since, resolve_since
 from memwork.entry import Entry
 from memwork.errors import UsageError
 from memwork.progress import Progress
+
+if TYPE_CHECKING:
+    from memwork.stores.base import Store
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class Found:
 Finder = Callable[[list[Entry], dict[str, Any], Context], Found]
 #: the same finder on one tile of a scope's pair matrix (:mod:`memwork.defrag.partitioned`)
 TileFinder = Callable[[findings.Tile, dict[str, Any], Context], Found]
+#: a finder that reads the store itself (never loading it whole): ``(store, scope, params, context)``
+StoreFinder = Callable[["Store", str | None, dict[str, Any], Context], Found]
 Planner = Callable[[list[Entry], dict[str, Any], Context], Planned]
 
 
@@ -94,6 +99,12 @@ class Action:
     check: Callable[[dict[str, Any]], None] | None = None
     #: its ``find`` on one tile of a scope (the merged tiles give ``find``'s pairs and summary)
     tiled: TileFinder | None = None
+    #: used instead of ``find`` when ``candidates`` is not ``exact``: reads the store in batches
+    find_in_store: StoreFinder | None = None
+
+    def reads_store(self, params: Mapping[str, Any]) -> bool:
+        """Whether these (checked) parameters run :attr:`find_in_store` instead of loading entries."""
+        return self.find_in_store is not None and params.get("candidates", "exact") != "exact"
 
     @property
     def cli_name(self) -> str:
@@ -279,6 +290,65 @@ def _related_found(
     return Found(summary | since_summary(since, counted), pairs=pairs)
 
 
+def _approximate_check(params: dict[str, Any]) -> None:
+    """``--candidates hnsw`` takes its knobs and no ``--policy``/``--since``; ``exact`` takes no knob."""
+    knobs = {name: params[name] for name in p.APPROXIMATE if params.get(name) is not None}
+    if params["candidates"] == "exact":
+        for name, value in knobs.items():
+            raise UsageError(name, value, "only with --candidates hnsw")
+        return
+    for name in ("policy", "since"):
+        if params.get(name):
+            raise UsageError(name, params[name], "not with --candidates hnsw (exact candidates only)")
+    from memwork.defrag.approximate import settings
+
+    settings(params["k"], params["ef_search"], params["recall_sample"], params["exact_upto"])
+
+
+def _approximate_summary(run: Any) -> dict[str, Any]:
+    """``recall_estimate`` and its sample first, then how the run found its candidates."""
+    recall = run.recall.to_dict()
+    return {"recall_estimate": recall.pop("recall_estimate"), "recall_check": recall} | run.summary
+
+
+def _options(q: dict[str, Any]) -> Any:
+    from memwork.defrag.approximate import settings
+
+    return settings(q["k"], q["ef_search"], q["recall_sample"], q["exact_upto"])
+
+
+def _duplicates_in_store(store: Store, scope: str | None, q: dict[str, Any], ctx: Context) -> Found:
+    """``find_duplicates --candidates hnsw``: candidates from the store's HNSW index, verified exactly
+    (contradictions marked there, from the texts read with each batch)."""
+    from memwork.defrag.approximate import find_duplicates_hnsw
+
+    run = find_duplicates_hnsw(
+        store, q["similarity_threshold"], scope=scope, options=_options(q), progress=ctx.progress
+    )
+    pairs = run.pairs
+    kinds = {f"{k}_pairs": n for k in ("exact", "normalised") if (n := sum(p.kind == k for p in pairs))}
+    flagged = sum(p.contradiction is not None for p in pairs)
+    counts = {"pairs": len(pairs)} | kinds | ({"contradiction_pairs": flagged} if flagged else {})
+    return Found(counts | _approximate_summary(run), pairs=pairs)
+
+
+def _related_in_store(store: Store, scope: str | None, q: dict[str, Any], ctx: Context) -> Found:
+    """``find_related --candidates hnsw`` (see :func:`_duplicates_in_store`)."""
+    from memwork.defrag.approximate import find_related_hnsw
+
+    run = find_related_hnsw(
+        store,
+        q["min_similarity"],
+        q["max_similarity"],
+        scope=scope,
+        options=_options(q),
+        progress=ctx.progress,
+    )
+    status = [pair.link_status for pair in run.pairs]
+    counts = {s: status.count(s) for s in ("unlinked", "one-way", "bidirectional")}
+    return Found({"pairs": len(status)} | counts | _approximate_summary(run), pairs=run.pairs)
+
+
 def _find_low_quality(entries: list[Entry], q: dict[str, Any], ctx: Context) -> Found:
     found = findings.find_low_quality(entries, q["confidence_filter"], now=ctx.now)
     return Found({"entries": len(found)}, entries=found)
@@ -326,6 +396,12 @@ _RELATED = {"min_similarity": p.MIN_SIMILARITY, "max_similarity": p.MAX_SIMILARI
 _RELATED_SINCE = _RELATED | {"since": p.SINCE}
 _related_order = p.ordered("min_similarity", "max_similarity")
 
+
+def _related_checks(params: dict[str, Any]) -> None:
+    _related_order(params)
+    _approximate_check(params)
+
+
 register(
     Action(
         "analyze",
@@ -340,11 +416,19 @@ register(
         "find_duplicates",
         "Pairs with max(Jaccard, cosine) >= --similarity-threshold (default 0.85), or a policy's pairs; "
         "exact / normalised copies first (no vectors needed), possible contradictions marked.",
-        {"similarity_threshold": p.SIMILARITY_THRESHOLD, "policy": p.POLICY, "since": p.SINCE},
+        {
+            "similarity_threshold": p.SIMILARITY_THRESHOLD,
+            "policy": p.POLICY,
+            "since": p.SINCE,
+            "candidates": p.CANDIDATES,
+        }
+        | p.APPROXIMATE,
         read_only=True,
         find=_find_duplicates,
         lists=("pairs",),
         tiled=_tile_duplicates,
+        check=_approximate_check,
+        find_in_store=_duplicates_in_store,
     )
 )
 register(
@@ -371,12 +455,13 @@ register(
     Action(
         "find_related",
         "Pairs with min <= cosine < max similarity (0.60..0.85) and their link status.",
-        _RELATED_SINCE,
+        _RELATED_SINCE | {"candidates": p.CANDIDATES} | p.APPROXIMATE,
         read_only=True,
         find=_find_related,
         lists=("pairs",),
-        check=_related_order,
+        check=_related_checks,
         tiled=_tile_related,
+        find_in_store=_related_in_store,
     )
 )
 register(
