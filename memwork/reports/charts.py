@@ -53,7 +53,7 @@ def nice_ticks(top: float, *, integer: bool, most: int = 8) -> list[float]:
     step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
     if integer:
         step = max(1.0, float(math.ceil(step)))
-    count = int(math.floor(top / step + 1e-9))
+    count = math.floor(top / step + 1e-9)
     return [round(i * step, 10) for i in range(count + 1)]
 
 
@@ -70,7 +70,10 @@ def _axis_end(right: float, left: float, fractions: list[float], labels: list[st
     ``bbox_inches="tight"`` grows the figure instead; a label past a full bar would be cut off)."""
     span = right - left
     overflow = max(
-        [f * span + 4 + len(label) * VALUE_FONT * GLYPH - span for f, label in zip(fractions, labels, strict=True)]
+        [
+            f * span + 4 + len(label) * VALUE_FONT * GLYPH - span
+            for f, label in zip(fractions, labels, strict=True)
+        ]
         or [0.0]
     )
     return right - max(overflow, 0.0)
@@ -103,9 +106,14 @@ def bar_chart(
     width, height = 7 * DPI, round((0.45 * max(len(labels), 2) + 1) * DPI)
     label_width = max([len(k) for k in labels] or [1]) * TICK_FONT * GLYPH
     left = 12 + label_width + 8 + (TICK_FONT + 8 if ylabel else 0)
-    right = _axis_end(width - 16, left, [min(max(n, 0.0), end) / end for n in numbers], [
-        f"{_number(n)}{unit}" for n in numbers
-    ])
+    # the last tick's label is centred on the axis end: half of it must fit on the figure too
+    last_tick = len(_number(ticks[-1])) * TICK_FONT * GLYPH / 2 if ticks else 0.0
+    right = _axis_end(
+        width - max(16.0, last_tick + 4),
+        left,
+        [min(max(n, 0.0), end) / end for n in numbers],
+        [f"{_number(n)}{unit}" for n in numbers],
+    )
     top_y = 12 + TITLE_FONT + 10
     bottom = height - (12 + TICK_FONT + 6 + (TICK_FONT + 6 if xlabel else 0))
 
@@ -126,19 +134,23 @@ def bar_chart(
     for i, (label, value) in enumerate(zip(labels, numbers, strict=True)):
         y, bar = top_y + slot * i + slot * 0.1, slot * 0.8
         parts.append(
-            f'<rect x="{left}" y="{y:.1f}" width="{x_of(value) - left:.1f}" height="{bar:.1f}" fill="{BAR_COLOR}"/>'
+            f'<rect x="{left}" y="{y:.1f}" width="{x_of(value) - left:.1f}" height="{bar:.1f}" '
+            f'fill="{BAR_COLOR}"/>'
         )
         middle = y + bar / 2 + TICK_FONT * 0.35
         parts.append(_text(left - 6, middle, label, TICK_FONT, "end"))
         parts.append(_text(x_of(value) + 4, middle, f"{_number(value)}{unit}", VALUE_FONT))
     parts.append(
-        f'<rect x="{left}" y="{top_y}" width="{right - left}" height="{bottom - top_y}" fill="none" stroke="#000"/>'
+        f'<rect x="{left}" y="{top_y}" width="{right - left}" height="{bottom - top_y}" '
+        'fill="none" stroke="#000"/>'
     )
     if xlabel:
         parts.append(_text((left + right) / 2, height - 10, xlabel, TICK_FONT, "middle"))
     if ylabel:
         middle = (top_y + bottom) / 2
-        parts.append(_text(14, middle, ylabel, TICK_FONT, "middle", f' transform="rotate(-90 14 {middle:.1f})"'))
+        parts.append(
+            _text(14, middle, ylabel, TICK_FONT, "middle", f' transform="rotate(-90 14 {middle:.1f})"')
+        )
     parts.append("</svg>")
     spelled = ", ".join(f"{k} {_number(v)}{unit}" for k, v in values.items())
     return Chart("".join(parts), f"{title}: {spelled}" if spelled else f"{title}: no values")
