@@ -25,14 +25,18 @@ import unicodedata
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
-from threadpoolctl import ThreadpoolController
 
 from memwork.checks import unit
 from memwork.errors import ConfigError, UsageError
 from memwork.progress import Progress
+
+if TYPE_CHECKING:  # scipy and threadpoolctl load on the first join, not with the module (a report's
+    # kernel imports this module for its tokenizer and scores, never joining: issue 20)
+    import scipy.sparse as sp
+    from threadpoolctl import ThreadpoolController
 
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 #: Scripts written without spaces: kana, CJK ideographs (+ ext. A, compatibility, ext. B+), hangul.
@@ -240,6 +244,8 @@ def _blas_threads(rows: int) -> int:
 @functools.cache
 def _threadpools() -> ThreadpoolController:
     """Inspecting loaded BLAS libraries is slow; do it once per process."""
+    from threadpoolctl import ThreadpoolController
+
     return ThreadpoolController()
 
 
@@ -252,6 +258,8 @@ class _Tokens:
 
     @classmethod
     def build(cls, texts: Sequence[str]) -> _Tokens:
+        import scipy.sparse as sp
+
         sets = [tokenize(text) for text in texts]
         sizes = np.fromiter(map(len, sets), dtype=np.int64, count=len(sets))
         vocab: defaultdict[str, int] = defaultdict(itertools.count().__next__)
@@ -267,6 +275,8 @@ class _Tokens:
 
     def prefixes(self, fraction: float) -> sp.csr_matrix:
         """Each row's first ``|x| - ceil(f|x|) + 1`` rarest tokens (AllPairs prefix, slack-widened)."""
+        import scipy.sparse as sp
+
         sizes = self.sizes
         need = np.ceil(fraction * sizes - _SIZE_SLACK * sizes).astype(np.int64)
         plen = np.clip(sizes - need + 1, 0, sizes)

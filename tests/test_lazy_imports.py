@@ -34,6 +34,7 @@ def test_the_health_notebooks_imports_skip_what_the_report_does_not_use():
     or pandas before a figure or a table is asked for."""
     code = (
         "from memwork.defrag.report import health_report\n"
+        "from memwork.reports.charts import bar_chart\n"
         "from memwork.reports.display import Table, bar_figure, check_file, check_range, fields, show\n"
         "from memwork.reports.standalone import begin, given_names\n"
         "from memwork.reports import real_value, record, gate_on_verdict\n"
@@ -42,6 +43,32 @@ def test_the_health_notebooks_imports_skip_what_the_report_does_not_use():
     watched = ("sklearn", "matplotlib", "pandas", "nbformat", "papermill", "sqlalchemy",
                "memwork.defrag.calibrate", "memwork.defrag.label_free", "memwork.defrag.review_queue",
                "memwork.defrag.review_report", "memwork.reports.runner", "memwork.reports.index")  # fmt: skip
+    assert _loaded_after(code, watched) == []
+
+
+def test_the_health_report_is_computed_and_shown_without_pandas_matplotlib_or_scipy(tmp_path):
+    """What the health notebook's cells do -- read a SQL store, compute the report, draw its three bar
+    charts and show its tables (HTML and plain text) -- loads none of the three: they were most of a
+    report's fixed cost in its kernel (issue 20)."""
+    store = f"sqlite:///{tmp_path / 'entries.db'}"
+    code = (
+        "from memwork.samples.entries import generate_entries\n"
+        "from memwork.stores import open_store\n"
+        f"opened = open_store({store!r}, create=True)\n"
+        "opened.put_many(generate_entries(60, scopes=['a', 'b'], seed=1))\n"
+        "opened.close()\n"
+        "from memwork.defrag.report import health_report\n"
+        "from memwork.reports.charts import bar_chart\n"
+        "from memwork.reports.display import Table, fields\n"
+        f"report = health_report({store!r}, age_days=1)\n"
+        "charts = [bar_chart(report.coverage(), 'Coverage', limit=100, unit=' %'),\n"
+        "          bar_chart(report.health['by_type'], 'Entries by type', ylabel='type')]\n"
+        "assert all(c.img_html().startswith('<img src=\"data:image/svg+xml;base64,') for c in charts)\n"
+        "tables = [Table(rows, limit=25) for rows in report.tables().values()] + [fields(report.size())]\n"
+        "assert sum(bool(t.rows) for t in tables) >= 3, [t.total for t in tables]\n"
+        "shown = [(t._repr_html_(), repr(t)) for t in tables]\n"
+    )
+    watched = ("pandas", "matplotlib", "scipy", "sklearn", "yaml", "filelock")
     assert _loaded_after(code, watched) == []
 
 

@@ -13,6 +13,7 @@ import pytest
 from memwork.defrag.report import DEFAULT_MIN_SCORE, HealthReport
 from memwork.errors import UsageError, VerdictError, VerdictInconclusive
 from memwork.reports import gate_on_verdict, notebooks_dir, read_parameters
+from memwork.reports.charts import bar_chart, nice_ticks
 from memwork.reports.display import Table, bar_figure, figure_alt, histograms_figure
 from memwork.reports.gates import gates_of, judged, needs_input, parse_waivers
 from memwork.reports.history import compare, differences, fingerprint, group_of, key_numbers
@@ -169,6 +170,42 @@ def test_figures_carry_their_numbers_in_alt_text_and_titled_axes():
     hist.canvas.draw()  # the log axis reads 1, 2, 5, 10 ...: plain numbers, not a pile of 2×10⁰ labels
     labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
     assert labels and all(label.replace(",", "").isdigit() for label in labels), labels
+
+
+def test_the_svg_bar_chart_shows_what_the_matplotlib_one_does():
+    values = {"metadata": 40.0, "tags": 72.5, "embedding": 100.0}
+    args = ("Coverage (% of entries)",)
+    kwargs = {"xlabel": "entries covered (%)", "limit": 100, "unit": " %"}
+    chart, fig = bar_chart(values, *args, **kwargs), bar_figure(values, *args, **kwargs)
+    spelled = "Coverage (% of entries): metadata 40 %, tags 72.5 %, embedding 100 %"
+    assert chart.alt == figure_alt(fig) == spelled
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", chart.svg)
+    # title, axis label, each bar's label and value label, and the ticks 0 ... 100 of the limit
+    for text in ("Coverage (% of entries)", "entries covered (%)", "metadata", "40 %", "72.5 %", "100 %"):
+        assert text in texts, text
+    assert [t for t in texts if t.isdigit()] == ["0", "20", "40", "60", "80", "100"]
+    bars = [float(w) for w in re.findall(r'<rect x="[\d.]+" y="[\d.]+" width="([\d.]+)"', chart.svg)]
+    assert bars[0] == pytest.approx(bars[2] * 0.4, abs=0.2)
+    assert bars[1] == pytest.approx(bars[2] * 0.725, abs=0.2)
+    img = chart.img_html()
+    assert img.startswith('<img src="data:image/svg+xml;base64,') and f'alt="{spelled}"' in img
+    counts = bar_chart({"fact": 12_345, "<b>": 3}, "Entries by type", ylabel="type")
+    assert "12,345" in counts.svg and "&lt;b&gt;" in counts.svg and "<b>" not in counts.svg  # escaped
+    assert all(t.is_integer() for t in nice_ticks(3.45, integer=True))  # counts: whole ticks only
+    assert bar_chart({}, "Nothing").alt == "Nothing: no values"
+
+
+def test_tables_from_rows_match_tables_from_frames():
+    rows = [
+        {"path": f"p{i}", "tags": ["a"], "score": i / 3, "n": 20_000 + i, "ok": i % 2 == 0} for i in range(4)
+    ]
+    rows[1]["extra"] = "only here"  # a key some rows lack: a blank cell, as pandas shows NaN
+    from_rows, from_frame = Table(rows, limit=3), Table(pd.DataFrame(rows), limit=3)
+    strip = re.compile(r"text-align:(left|right)")  # a missing number: pandas' NaN aligns right
+    assert strip.sub("", from_rows._repr_html_()) == strip.sub("", from_frame._repr_html_())
+    assert from_rows.columns == ["path", "tags", "score", "n", "ok", "extra"]
+    assert repr(from_rows).splitlines()[1].split() == ["p0", "a", "0", "20,000", "yes"]
+    assert from_rows.frame.shape == (3, 6)
 
 
 def test_a_cut_table_is_written_whole_as_csv_and_linked(tmp_path, monkeypatch):

@@ -132,26 +132,32 @@ class HealthReport:
             )  # fmt: skip
         return rows
 
+    def tables(self) -> dict[str, list[dict[str, Any]]]:
+        """The notebook's tables as rows (no pandas: the report's kernel shows them without it):
+        scopes, low quality, archival, stubs."""
+        scopes = [
+            {"scope": s, **{k: v for k, v in d.items() if k != "coverage"}}
+            for s, d in self.analysis["scopes"].items()
+        ]
+        return {
+            "scopes": scopes,
+            "low_quality": self.low_quality,
+            "archival": self.archival,
+            "stubs": self.stubs,
+        }
+
     def frames(self) -> dict[str, pd.DataFrame]:
-        """pandas tables: by type, by confidence, scopes, low quality, archival, stubs."""
+        """pandas tables: by type, by confidence, and :meth:`tables` (scopes, low quality, archival,
+        stubs)."""
         import pandas as pd
 
         h = self.health
-        scopes = pd.DataFrame(
-            [
-                {"scope": s, **{k: v for k, v in d.items() if k != "coverage"}}
-                for s, d in self.analysis["scopes"].items()
-            ]
-        )
         return {
             "by_type": pd.Series(h.get("by_type", {}), name="entries")
             .sort_values(ascending=False)
             .to_frame(),
             "by_confidence": pd.Series(h.get("by_confidence", {}), name="entries").to_frame(),
-            "scopes": scopes,
-            "low_quality": pd.DataFrame(self.low_quality),
-            "archival": pd.DataFrame(self.archival),
-            "stubs": pd.DataFrame(self.stubs),
+            **{name: pd.DataFrame(rows) for name, rows in self.tables().items()},
         }
 
     def summary(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import html
 import io
 import json
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,8 @@ from memwork.reports.summary import REPORT_DIR_ENV
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from memwork.reports.charts import Chart
 
 
 # ---- parameter checks (the notebooks' validation cells) -----------------------------------------
@@ -67,6 +70,8 @@ def cell_text(value: Any) -> str:
     """A value as an approver should read it: blank for None/NaN, lists joined, dicts as ``k: v``."""
     if value is None:
         return ""
+    if isinstance(value, str):
+        return value
     if isinstance(value, bool | np.bool_):
         return "yes" if value else "no"
     if isinstance(value, float | np.floating):
@@ -82,13 +87,9 @@ def cell_text(value: Any) -> str:
         return "; ".join(f"{k}: {cell_text(v)}" for k, v in value.items())
     if isinstance(value, list | tuple | set | frozenset):
         return ", ".join(cell_text(v) for v in value)
-    try:
-        import pandas as pd
-
-        if value is pd.NA or value is pd.NaT:
-            return ""
-    except ImportError:  # pragma: no cover - pandas is a dependency
-        pass
+    pd = sys.modules.get("pandas")  # pandas' missing values exist only once pandas is loaded
+    if pd is not None and (value is pd.NA or value is pd.NaT):
+        return ""
     return str(value)
 
 
@@ -101,10 +102,24 @@ def _is_number(value: Any) -> bool:
     )
 
 
+def _columns_and_rows(rows: Any) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Column names and row tuples of a table given as a list of dicts (read here, without pandas:
+    the health report's kernel never imports it, issue 20) or anything ``pandas.DataFrame`` takes."""
+    if isinstance(rows, list | tuple) and all(isinstance(r, dict) for r in rows):
+        columns = list(dict.fromkeys(k for r in rows for k in r))  # first appearance, as pandas
+        return [str(c) for c in columns], [tuple(r.get(c) for c in columns) for r in rows]
+    import pandas as pd
+
+    frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+    return [str(c) for c in frame.columns], list(frame.itertuples(index=False, name=None))
+
+
 class Table:
     """A table shown for reading, not for pandas: every value whole (no ``...`` truncation), blanks
     instead of NaN, lists and dicts spelled out, text left-aligned and numbers right-aligned (inline
-    styles, so the HTML report and JupyterLab agree), no row index, and a sentence when empty."""
+    styles, so the HTML report and JupyterLab agree), no row index, and a sentence when empty.
+
+    Rows given as a list of dicts are shown without pandas; a DataFrame is read once."""
 
     def __init__(
         self,
@@ -117,19 +132,25 @@ class Table:
         csv: str = "",
         full: Any = None,
     ) -> None:
-        import pandas as pd
-
-        frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
+        columns, body = _columns_and_rows(rows)
         # ``full``: the whole table, when ``rows`` were cut before (e.g. the first pairs with their
         # word diffs): the count and the CSV are the whole table's
-        whole = frame if full is None else full if isinstance(full, pd.DataFrame) else pd.DataFrame(full)
-        self.total = max(len(whole), len(frame))
-        self.frame = frame.head(limit) if limit is not None else frame
+        whole = (columns, body) if full is None else _columns_and_rows(full)
+        self.total = max(len(whole[1]), len(body))
+        self.columns = columns
+        self.rows = body[:limit] if limit is not None else body
         self.empty = empty
         self.html_columns = set(html_columns)
         self.align_numbers = align_numbers
         #: the whole table as CSV beside the report (written only when the table is cut)
-        self.csv_path = write_full_csv(whole, csv) if self.total > len(self.frame) else None
+        self.csv_path = _write_csv(*whole, csv) if self.total > len(self.rows) else None
+
+    @property
+    def frame(self) -> Any:
+        """The rows shown, as a pandas DataFrame (built when asked for)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=self.columns)
 
     def _cell(self, column: str, value: Any) -> str:
         if column in self.html_columns:
@@ -148,34 +169,36 @@ class Table:
         return f"<td style='text-align:{align};vertical-align:top;{wrap}'>{text}</td>"
 
     def _repr_html_(self) -> str:
-        if self.frame.empty:
+        if not self.rows:
             return f"<p><em>{html.escape(self.empty)}</em></p>"
         head = "".join(
-            f"<th style='text-align:left;vertical-align:bottom'>{html.escape(str(c))}</th>"
-            for c in self.frame.columns
+            f"<th style='text-align:left;vertical-align:bottom'>{html.escape(str(c))}</th>" for c in self.columns
         )
         body = "".join(
-            "<tr>" + "".join(self._cell(c, v) for c, v in zip(self.frame.columns, row, strict=True)) + "</tr>"
-            for row in self.frame.itertuples(index=False, name=None)
+            "<tr>" + "".join(self._cell(c, v) for c, v in zip(self.columns, row, strict=True)) + "</tr>"
+            for row in self.rows
         )
         more = ""
-        if self.total > len(self.frame):
+        if self.total > len(self.rows):
             whole = (
                 f" -- all {self.total} rows: <a href='{html.escape(self.csv_path.name)}'>"
                 f"{html.escape(self.csv_path.name)}</a>"
                 if self.csv_path is not None
                 else ""
             )
-            more = f"<p><em>first {len(self.frame)} of {self.total} rows</em>{whole}</p>"
+            more = f"<p><em>first {len(self.rows)} of {self.total} rows</em>{whole}</p>"
         return (
             f"<table class='dataframe mw-table'><thead><tr>{head}</tr></thead>"
             f"<tbody>{body}</tbody></table>{more}"
         )
 
     def __repr__(self) -> str:
-        if self.frame.empty:
+        """Plain text, columns right-aligned to their widest value (the text/plain a notebook keeps)."""
+        if not self.rows:
             return self.empty
-        return self.frame.map(cell_text).to_string(index=False)
+        cells = [list(self.columns)] + [[cell_text(v) for v in row] for row in self.rows]
+        widths = [max(len(line[i]) for line in cells) for i in range(len(self.columns))]
+        return "\n".join(" ".join(t.rjust(w) for t, w in zip(line, widths, strict=True)) for line in cells)
 
 
 def table(
@@ -194,9 +217,24 @@ def table(
 _CSV_NAME_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def write_full_csv(frame: Any, name: str = "") -> Path | None:
+def _csv_value(value: Any) -> Any:
+    """A value as the CSV holds it: blank for None/NaN, lists and dicts spelled out as the table shows."""
+    if value is None or (isinstance(value, float | np.floating) and not np.isfinite(value)):
+        return ""
+    if isinstance(value, list | tuple | set | frozenset | dict):
+        return cell_text(value)
+    return value
+
+
+def write_full_csv(rows: Any, name: str = "") -> Path | None:
     """A cut table written whole as ``<name>.csv`` in the run folder (None outside a run: nothing is
-    written by hand). Lists and dicts are spelled out as the table shows them."""
+    written by hand). ``rows``: a DataFrame or a list of dicts. Lists and dicts are spelled out as the
+    table shows them."""
+    return _write_csv(*_columns_and_rows(rows), name)
+
+
+def _write_csv(columns: list[str], body: list[tuple[Any, ...]], name: str) -> Path | None:
+    import csv
     import os
 
     target = os.environ.get(REPORT_DIR_ENV, "")
@@ -209,11 +247,10 @@ def write_full_csv(frame: Any, name: str = "") -> Path | None:
     while not name and path.exists():
         n += 1
         path = folder / f"{stem}-{n}.csv"
-    plain = frame.copy()
-    for column in plain.columns:
-        if plain[column].map(lambda v: isinstance(v, (list, tuple, set, dict))).any():
-            plain[column] = plain[column].map(cell_text)
-    plain.to_csv(path, index=False)
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        writer.writerows([_csv_value(v) for v in row] for row in body)
     return path
 
 
@@ -246,13 +283,21 @@ def figure_alt(fig: Figure) -> str:
     return "; ".join(titles) or "figure"
 
 
-def show(fig: Figure, alt: str = "") -> None:
-    """Display a matplotlib figure as an inline PNG with alt text carrying its numbers, and close it
-    (works under any backend; the alt text makes the figure accessible and its numbers diffable)."""
+def show(fig: Figure | Chart, alt: str = "") -> None:
+    """Display a figure as an inline image with alt text carrying its numbers: a
+    :class:`~memwork.reports.charts.Chart` as its SVG, a matplotlib figure as a PNG (then closed; works
+    under any backend). The alt text makes the figure accessible and its numbers diffable."""
+    from IPython.display import HTML, display
+
+    from memwork.reports.charts import Chart
+
+    if isinstance(fig, Chart):
+        chart = fig if not alt else Chart(fig.svg, alt)
+        display(HTML(chart.img_html()))
+        return
     import base64
 
     import matplotlib.pyplot as plt
-    from IPython.display import HTML, display
 
     text = alt or figure_alt(fig)
     buffer = io.BytesIO()

@@ -271,9 +271,15 @@ def html_exporter(show_code: bool = False) -> Any:
         return exporter
 
 
+_WARM_UPS: dict[bool, threading.Thread] = {}
+_WARM_UPS_LOCK = threading.Lock()  # not the exporter's: a running warm-up holds that one
+
+
 def warm_up(show_code: bool = False) -> threading.Thread:
     """Import nbconvert and compile the template in the background while the kernel runs, so the
-    render after it does not wait for them (a failure here only means the render does the work)."""
+    render after it does not wait for them (a failure here only means the render does the work).
+    Once per process and code setting: a second report in the same process finds it warm, and a
+    conversion each time (~0.1 s of CPU) would only compete with that report's kernel (issue 20)."""
 
     def work() -> None:
         with _EXPORTER_LOCK:
@@ -283,9 +289,13 @@ def warm_up(show_code: bool = False) -> threading.Thread:
             except Exception:  # noqa: BLE001 -- the render will raise it, where it is reported
                 pass
 
-    thread = threading.Thread(target=work, name="memwork-html-warm-up", daemon=True)
-    thread.start()
-    return thread
+    with _WARM_UPS_LOCK:
+        thread = _WARM_UPS.get(show_code)
+        if thread is None:
+            thread = threading.Thread(target=work, name="memwork-html-warm-up", daemon=True)
+            thread.start()
+            _WARM_UPS[show_code] = thread
+        return thread
 
 
 def render_html(nb: nbformat.NotebookNode, meta: dict[str, Any], *, show_code: bool = False) -> str:

@@ -27,6 +27,7 @@ Modifying runs (defrag apply, undo) also hold :meth:`FilesystemStore.run_lock`: 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -38,8 +39,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
-from filelock import FileLock
 
 from memwork.entry import (
     DEFAULT_SCOPE,
@@ -63,8 +62,15 @@ COMMIT_SUFFIX = ".commit"
 _OPTIMISTIC_READS = 3
 SIDE_SUFFIXES = (".yml", ".emb")
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+# yaml and filelock are imported by the first filesystem store, not with memwork.stores: a report
+# reading a SQL store does not load them (issue 20)
+@functools.cache
+def _yaml() -> tuple[Any, Any, Any]:
+    """(yaml, its safe loader, its safe dumper): the C ones when built."""
+    import yaml
+
+    return yaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader), getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 class FilesystemStore(Store):
@@ -79,6 +85,8 @@ class FilesystemStore(Store):
         self.root.mkdir(parents=True, exist_ok=True)
         # a short poll: a writer waiting while a defrag run writes entry after entry must find one
         # of the short gaps between its writes instead of starving until the run ends
+        from filelock import FileLock
+
         self._lock = FileLock(str(self.root / LOCK_NAME), poll_interval=WRITE_LOCK_POLL)
 
     def describe(self) -> str:
@@ -279,7 +287,8 @@ class FilesystemStore(Store):
             text = _side(target, ".yml").read_text(encoding="utf-8")
         except FileNotFoundError:
             return {}
-        data = yaml.load(text, Loader=_Loader)  # a safe loader (C or pure Python)
+        yaml, loader, _ = _yaml()
+        data = yaml.load(text, Loader=loader)  # a safe loader (C or pure Python)
         return data if isinstance(data, dict) else {}
 
     def _paths(self, scope: str) -> list[str]:
@@ -398,7 +407,8 @@ def _sidecar(entry: Entry) -> dict[str, Any]:
 
 
 def _dump_yaml(data: dict[str, Any]) -> bytes:
-    text = yaml.dump(data, Dumper=_Dumper, allow_unicode=True, sort_keys=False, default_flow_style=False)
+    yaml, _, dumper = _yaml()
+    text = yaml.dump(data, Dumper=dumper, allow_unicode=True, sort_keys=False, default_flow_style=False)
     return text.encode("utf-8")
 
 
