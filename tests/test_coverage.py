@@ -347,7 +347,7 @@ def test_duplicate_review_shows_both_signals_and_the_count(mixed_store, tmp_path
     review = duplicate_review(url, review_file=str(tmp_path / "review.csv"))
     summary = review.summary()
     assert summary["embedded_out_of_range"] == 3 and summary["pairs"] == 2
-    assert summary["matched_by"] == {"text": 1, "semantic": 1, "both": 0}
+    assert summary["matched_by"] == {"text": 1, "semantic": 1, "both": 0, "same content": 0}
     assert "3 entries are embedded out of the model's range" in review.out_of_range_text()
     table = review.side_by_side()
     assert {"text (Jaccard)", "semantic (cosine)", "matched by"} <= set(table.columns)
@@ -362,3 +362,25 @@ def test_duplicate_review_shows_both_signals_and_the_count(mixed_store, tmp_path
 def test_cjk_text_similarity_uses_bigrams():
     assert {"缓存", "存策", "策略"} <= tokenize(CACHE) and CACHE not in tokenize(CACHE)
     assert jaccard(CACHE, CACHE + " (again)") >= 0.85 > jaccard(PREFERENCES, CACHE)
+
+
+def test_same_content_without_a_word_is_a_pair_that_names_its_pass(tmp_path):
+    """Identical text with no word in it (punctuation only) fires neither the text nor the semantic
+    signal; the exact pass finds the pair, and the pair and the review say so instead of naming nothing."""
+    junk = [
+        Entry(path=f"junk/{k}.md", content=text, scope="s")
+        for k, text in enumerate(["?!? ...", "?!? ...", "?!?   ...", "a real sentence about cats"])
+    ]
+    pairs = sorted(find_duplicates(junk), key=lambda p: (p.path_a, p.path_b))
+    assert [(p.path_a, p.path_b, p.kind, p.matched_by) for p in pairs] == [
+        ("junk/0.md", "junk/1.md", "exact", ("exact",)),
+        ("junk/0.md", "junk/2.md", "normalised", ("normalised",)),
+        ("junk/1.md", "junk/2.md", "normalised", ("normalised",)),
+    ]
+    assert all(p.text_similarity == 0.0 and p.semantic_similarity is None for p in pairs)
+    url = f"sqlite:///{tmp_path / 'junk.db'}"
+    with open_store(url, create=True) as store:
+        store.put_many(junk)
+    summary = duplicate_review(url, review_file=str(tmp_path / "review.csv")).summary()
+    assert summary["pairs"] == 3
+    assert summary["matched_by"] == {"text": 0, "semantic": 0, "both": 0, "same content": 3}

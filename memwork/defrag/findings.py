@@ -408,10 +408,11 @@ def _exact_kind_pairs(
     for (i, j), kind in chosen:
         semantic = similarity.cosine(vectors[i], vectors[j])
         text = similarity.jaccard(group[i].content, group[j].content)
+        # content without a word (only punctuation, say) fires neither signal: the pass itself found it
+        fired = _matched_by(text, semantic, threshold) or (kind,)
         pairs.append(
-            Pair(scope, group[i].path, group[j].path, 1.0, text, semantic,
-                 matched_by=_matched_by(text, semantic, threshold), kind=kind)
-        )  # fmt: skip
+            Pair(scope, group[i].path, group[j].path, 1.0, text, semantic, matched_by=fired, kind=kind)
+        )
     return pairs
 
 

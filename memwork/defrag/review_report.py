@@ -362,13 +362,15 @@ def _policy_text(pair: dict[str, Any]) -> str:
 
 
 def _signal_counts(pairs: Iterable[dict[str, Any]]) -> dict[str, int]:
-    """Pairs found by text only, by semantics only, and by both."""
-    counts = {"text": 0, "semantic": 0, "both": 0}
+    """Pairs found by text only, by semantics only, by both, and by the same content alone (text
+    without a word, which neither signal reads: ``matched_by`` names the exact or normalised pass)."""
+    counts = {"text": 0, "semantic": 0, "both": 0, "same content": 0}
     for pair in pairs:
         fired = tuple(pair.get("matched_by") or ())
-        key = "both" if len(fired) == 2 else fired[0] if fired else None
-        if key is not None:
-            counts[key] += 1
+        if len(fired) == 2:
+            counts["both"] += 1
+        elif fired:
+            counts[fired[0] if fired[0] in counts else "same content"] += 1
     return counts
 
 
