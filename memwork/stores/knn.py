@@ -13,14 +13,13 @@ answer); then the rows of the batch and of its neighbours are read, by id, in pg
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from datetime import UTC
 from typing import Any
 
 from memwork.entry import SUPERSEDED_BY, Entry, validate_scope
 from memwork.errors import UsageError
 from memwork.identifiers import quote_identifier
 from memwork.stores.base import Store
-from memwork.stores.sql import _COLUMNS, SQLStore, _vector_binary_loader
+from memwork.stores.sql import _COLUMNS, SQLStore, _vector_binary_loader, entry_from_row
 
 #: JSON values a Python ``bool()`` calls false (``metadata.get(key)`` falsy)
 _FALSY = "('null'::jsonb, 'false'::jsonb, '0'::jsonb, '\"\"'::jsonb, '[]'::jsonb, '{}'::jsonb)"
@@ -147,7 +146,7 @@ def rows_by_id(store: SQLStore, ids: Sequence[int]) -> dict[int, Entry]:
     )
     with _cursor(store, binary=True) as cur:
         cur.execute(query, (list(ids),))
-        return {int(row[0]): _entry(row[1:]) for row in cur}
+        return {int(row[0]): entry_from_row(row[1:]) for row in cur}
 
 
 def sample_ids(store: SQLStore, scopes: Sequence[str], size: int, seed: int) -> list[tuple[int, str]]:
@@ -179,21 +178,6 @@ def count_out_of_range(store: SQLStore, mark_key: str, scope: str | None = None)
 
 def _table(store: SQLStore) -> str:
     return quote_identifier(store.table.name)
-
-
-def _entry(row: Sequence[Any]) -> Entry:
-    return Entry(
-        scope=row[0],
-        path=row[1],
-        content=row[2],
-        title=row[3] or "",
-        embedding=row[4],
-        metadata=row[5] or {},
-        size=row[6],
-        hits=row[7],
-        updated_at=row[8].replace(tzinfo=UTC),
-        created_at=row[9].replace(tzinfo=UTC),
-    )
 
 
 class _cursor:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -506,18 +506,7 @@ class SQLStore(Store):
                 cur.itersize = _STREAM
                 cur.execute(query, params)
                 for row in cur:
-                    yield Entry(
-                        scope=row[0],
-                        path=row[1],
-                        content=row[2],
-                        title=row[3] or "",
-                        embedding=row[4],
-                        metadata=row[5] or {},
-                        size=row[6],
-                        hits=row[7],
-                        updated_at=row[8].replace(tzinfo=UTC),
-                        created_at=row[9].replace(tzinfo=UTC),
-                    )
+                    yield entry_from_row(row)
 
     def _vector_oid(self, raw: Any) -> int:
         if self._pg_vector_oid is None:
@@ -617,3 +606,20 @@ def _superseded(metadata: Any) -> bool:
 
 def _naive_utc(value: datetime) -> datetime:
     return value.astimezone(UTC).replace(tzinfo=None) if value.tzinfo else value
+
+
+def entry_from_row(row: Sequence[Any]) -> Entry:
+    """An :class:`Entry` from a binary PostgreSQL row of the store's columns, in ``_COLUMNS`` order
+    (timestamps stored naive UTC)."""
+    return Entry(
+        scope=row[0],
+        path=row[1],
+        content=row[2],
+        title=row[3] or "",
+        embedding=row[4],
+        metadata=row[5] or {},
+        size=row[6],
+        hits=row[7],
+        updated_at=row[8].replace(tzinfo=UTC),
+        created_at=row[9].replace(tzinfo=UTC),
+    )
