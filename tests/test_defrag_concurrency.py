@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memwork.defrag import execute
+from memwork.defrag import execute, run_action
+from memwork.defrag.actions import stopped_run_dict
 from memwork.defrag.apply import fingerprint
 from memwork.defrag.plan import Operation, Plan
 from memwork.entry import Entry, utcnow
-from memwork.errors import PlanConflict, StoreLocked, WriteConflict
+from memwork.errors import PlanConflict, RunStopped, StoreLocked, WriteConflict
 from memwork.stores import open_store
 
 MW = [sys.executable, "-m", "memwork"]
@@ -302,11 +303,32 @@ def test_compare_and_set_creates_updates_and_deletes_only_from_the_expected_stat
 
 
 # ---- (e) full --apply: a conflict in step 3 reports what steps 1 and 2 applied ---------------------
+class EditDuringTheFirstStep:
+    """A :class:`~memwork.progress.Progress` that, once the run has written its first change, edits
+    ``path`` through another connection to the store -- as a concurrent writer would, but at a point of
+    the run fixed by the run itself, so a loaded machine cannot make the edit land too late."""
+
+    def __init__(self, spec: str, path: str) -> None:
+        self.spec, self.path, self.edited, self.applying = spec, path, False, False
+
+    def start(self, description: str, total: int | None) -> None:
+        self.applying = description.startswith("applying ")  # not loading or pairing: the plan is made
+
+    def advance(self, n: int = 1) -> None:
+        if self.edited or not self.applying:
+            return
+        with open_store(self.spec) as other:
+            e = other.get(self.path)
+            assert e is not None
+            other.write(e.path, e.content + " CONCURRENT-EDIT-0", title=e.title, metadata=e.metadata,
+                        embedding=e.embedding, scope=e.scope)  # fmt: skip
+        self.edited = True
+
+
 @pytest.mark.parametrize("kind", ["filesystem", "sqlite"])
 def test_full_apply_conflict_in_a_later_step_reports_what_was_applied(kind, tmp_path):
     spec = str(tmp_path / "fs") if kind == "filesystem" else f"sqlite:///{tmp_path / 's.db'}"
-    # the writer edits the last compact target once the run journaled its first change; a merge step of
-    # 1,000 changes before compact leaves it ample time even when a loaded machine starves it
+    # another writer edits the last compact target right after the run's first change (merge step)
     seed_duplicates(spec, 500, junk=20)
     before = snapshot(spec)
     # notes 1, 7, 49 and 343 chain (each body holds the next one's number): merge them too, as before
@@ -316,14 +338,13 @@ def test_full_apply_conflict_in_a_later_step_reports_what_was_applied(kind, tmp_
     assert len(compacted) == 20 and dry["summary"]["steps"][0]["entries_updated"] == 1000
     target = compacted[-1]
 
-    writer = start_writer(spec, [target])
-    run = mw("defrag", "full", "--store", spec, *chains, "--apply", "--json")
-    rc, _, err = finish(writer)
-    assert rc == 0, err
+    writer = EditDuringTheFirstStep(spec, target)
+    with open_store(spec) as store, pytest.raises(RunStopped) as stopped:
+        run_action(store, "full", apply=True, min_cluster_density=0, progress=writer)
+    assert writer.edited
 
-    assert run.returncode == 1, run.stderr
-    line = run.stderr.strip().splitlines()[-1]
-    report = json.loads(run.stdout)
+    line = str(stopped.value)  # what `memwork defrag full --apply` prints as its last line (exit 1)
+    report = stopped_run_dict(stopped.value)  # and what it answers with --json
     run_id = report["run_id"]
     assert "nothing was written" not in line
     assert f"path={target!r}: changed since the plan was made (scope 'default')" in line
