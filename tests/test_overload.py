@@ -112,9 +112,15 @@ def test_a_write_answered_failed_is_never_stored_and_the_status_counts_its_final
         row = operations()["write"]
         assert row["degraded"] == 1 and row["timedOut"] == 1 and row["contradicted"] == 0
         assert row["final"] == {"stored": 0, "notStored": 1, "unknown": 0, "inFlight": 0}
-        # the retry the answer invites lands once
-        again = client.post("/user-memory/v1/remember-recent", json=write_body(user, text)).json()
-        assert again["ok"] and again["status"] == "stored" and stored(legacy, user, text) == 1
+        # the retry the answer invites lands once. On a loaded machine a retry may be shed or cut off at
+        # the deadline too (it failed once in the suite): the client retries again, as the answer says,
+        # and the write still lands exactly once (retries carry the same message ids)
+        for _ in range(5):
+            again = client.post("/user-memory/v1/remember-recent", json=write_body(user, text)).json()
+            if again["ok"]:
+                break
+        assert again["ok"] and again["status"] == "stored", again
+        assert stored(legacy, user, text) == 1
 
 
 def test_a_retried_write_never_duplicates_and_gets_the_same_message_ids(legacy: str) -> None:

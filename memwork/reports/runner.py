@@ -330,6 +330,7 @@ def run_report(
         SECRETS_ENV: json.dumps(secrets),
     }
     workdir = Path(cwd).resolve() if cwd is not None else Path.cwd()
+    _import_the_kernel_side()  # before the warm-up thread starts importing nbconvert
     warm_up(show_code)  # nbconvert's import and template compile overlap the kernel run
     recorded = _provenance_meanwhile(workdir)
     with kernel_environment(kernel_env):
@@ -464,3 +465,15 @@ def verify_manifest(run_dir: Path | str) -> list[str]:
         for a in manifest["artifacts"]
         if not (run_dir / a["file"]).exists() or sha256_file(run_dir / a["file"]) != a["sha256"]
     ]
+
+
+def _import_the_kernel_side() -> None:
+    """Import what running the kernel needs (papermill, nbclient, jupyter_client) in this thread.
+
+    nbconvert, which the warm-up thread imports, imports them too; two threads importing
+    ``jupyter_client`` at once can see it half initialised ("cannot import name 'AsyncKernelManager'
+    from partially initialized module", seen once in the suite), so the kernel side is complete first.
+    The run needs these imports right after anyway: nothing is paid twice."""
+    import jupyter_client.manager  # noqa: F401
+    import nbclient  # noqa: F401
+    import papermill  # noqa: F401
