@@ -473,7 +473,6 @@ def _import_the_kernel_side() -> None:
     nbconvert, which the warm-up thread imports, imports them too; two threads importing
     ``jupyter_client`` at once can see it half initialised ("cannot import name 'AsyncKernelManager'
     from partially initialized module", seen once in the suite), so the kernel side is complete first.
-    The run needs these imports right after anyway: nothing is paid twice."""
-    import jupyter_client.manager  # noqa: F401
-    import nbclient  # noqa: F401
+    The run needs these imports right after anyway: nothing is paid twice. papermill's own import
+    loads nbclient and ``jupyter_client.manager`` (its engines), so it is the one import named here."""
     import papermill  # noqa: F401
