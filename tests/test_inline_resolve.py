@@ -172,3 +172,25 @@ def test_the_watchdog_aborts_a_running_call_at_its_deadline_and_never_a_finished
     assert aborted["hung"].wait(bound(budget))  # the hung call's abort ran at its deadline
     assert not aborted["done"].is_set() and dog.stats()["abandoned"] == 1
     assert not hung.on_abandon(lambda: None)  # given up: nothing more may be registered
+
+
+def test_the_watchdog_forgets_calls_that_finished_in_time_as_new_ones_arrive() -> None:
+    """A steady stream of calls that finish in time keeps the watchdog's heap at about one entry
+    (it held every call of the last deadline's span, and its thread drained them under the lock the
+    callers need), and a running call behind them is still abandoned at its deadline."""
+    from deadlines import bound
+
+    from memwork.facade.safety import Watchdog
+
+    dog = Watchdog(name="memwork-watchdog-test-stream")
+    for _ in range(200):
+        scope = CallScope(Deadline.after(60.0), "quick")
+        dog.watch(scope)
+        scope.finish()
+    assert dog.stats() == {"watched": 200, "abandoned": 0, "pending": 1}
+    budget = 0.05
+    hung = CallScope(Deadline.after(budget), "hung")
+    aborted = threading.Event()
+    assert hung.on_abandon(aborted.set)
+    dog.watch(hung)  # an earlier deadline than the one the thread sleeps until: it re-arms
+    assert aborted.wait(bound(budget)) and dog.stats()["abandoned"] == 1

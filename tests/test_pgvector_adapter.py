@@ -169,6 +169,10 @@ def test_user_text_travels_as_parameters(seeded):
         ({"embedding": [1, 0, 0]}, "userId"),
         ({"userId": "alice"}, "query"),
         ({"userId": "alice", "embedding": ["x"]}, "embedding"),
+        ({"userId": "alice", "embedding": [1.0, float("nan"), 0.0]}, "embedding"),
+        ({"userId": "alice", "embedding": [1.0, float("inf"), float("-inf")]}, "embedding"),
+        ({"userId": "alice", "embedding": [1e39, 0.0, 0.0]}, "embedding"),  # no float32 holds it
+        ({"userId": "alice", "embedding": []}, "embedding"),
         ({"userId": "alice", "embedding": [1, 0, 0], "limit": -1}, "limit"),
     ],
 )
@@ -176,6 +180,31 @@ def test_bad_requests_are_usage_errors(seeded, request_, field):
     backend = PgvectorBackend(seeded)
     with pytest.raises(UsageError, match=field):
         backend.resolve(request_)
+
+
+def test_a_list_embedding_is_packed_as_pgvector_would_dump_it(seeded):
+    """A flat list goes to the server without numpy (:func:`packed_vector`): the same bytes
+    pgvector's own dumper sends, and the same answer as the numpy path (an array, nested lists)."""
+    from pgvector import Vector
+
+    from memwork.backends.pgvector import packed_vector
+
+    values = [1.0, 0.1, 0.0, -2.5e-8, 3.4e38, 7]
+    assert bytes(packed_vector(values) or b"") == Vector(np.asarray(values, dtype=np.float32)).to_binary()
+    for other in ([1.0, float("nan")], [1.0, "2"], [[1.0, 0.0]], (1.0, 0.0), [], [True, 1e39]):
+        assert packed_vector(other) is None  # the numpy path decides: converts or names the problem
+    backend = PgvectorBackend(seeded)
+    try:
+        answers = [
+            [
+                m["id"]
+                for m in backend.resolve({"userId": "alice", "embedding": e, "limit": 3})["semanticMemories"]
+            ]
+            for e in ([1.0, 0.1, 0.0], np.asarray([1.0, 0.1, 0.0]), [[1.0, 0.1, 0.0]], ["1.0", "0.1", "0"])
+        ]
+    finally:
+        backend.close()
+    assert answers == [["a-near", "a-mid", "a-far"]] * 4
 
 
 def test_wrong_dimension_and_unreachable_server_are_backend_errors(seeded):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -357,34 +358,47 @@ class Watchdog:
     def __init__(self, name: str = "memwork-watchdog") -> None:
         self.name = name
         self.counters = {"watched": 0, "abandoned": 0}
-        self._cond = threading.Condition()
+        self._cond = threading.Condition(threading.Lock())
         self._heap: list[tuple[float, int, CallScope]] = []
         self._serial = 0
         self._thread: threading.Thread | None = None
+        self._wakes_at = math.inf  #: when the thread wakes by itself next (inf: only when notified)
 
     def watch(self, scope: CallScope) -> None:
-        """Abandon ``scope`` at its deadline unless it has finished by then."""
+        """Abandon ``scope`` at its deadline unless it has finished by then.
+
+        Calls at the front of the heap that finished in time are forgotten here, so the heap holds
+        about the running calls instead of every call of the last deadline's span (which the thread
+        then drained at each wake, taking the lock from the callers hundreds of times); the thread is
+        woken only for a deadline earlier than the one it sleeps until."""
+        at = scope.deadline.at
+        heap = self._heap
         with self._cond:
             self._serial += 1
             self.counters["watched"] += 1
-            heapq.heappush(self._heap, (scope.deadline.at, self._serial, scope))
+            while heap and heap[0][2].state == SCOPE_FINISHED:
+                heapq.heappop(heap)
+            heapq.heappush(heap, (at, self._serial, scope))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
-            elif self._heap[0][2] is scope:  # a new earliest deadline: wake the thread to re-arm
+            elif at < self._wakes_at:  # a new earliest deadline: wake the thread to re-arm
                 self._cond.notify()
 
     def _run(self) -> None:
         while True:
             with self._cond:
+                self._wakes_at = -math.inf  # awake: a new deadline needs no notify
                 while not self._heap:
+                    self._wakes_at = math.inf
                     self._cond.wait()
+                    self._wakes_at = -math.inf
                 at, _, scope = self._heap[0]
-                if scope.state == SCOPE_FINISHED:  # done in time: forget it without waking for it
-                    heapq.heappop(self._heap)
-                    continue
                 left = at - scope.deadline.clock()
-                if left > 0:  # sleeps until the earliest unfinished deadline, not once per call
+                if left > 0:  # sleeps until the earliest deadline, not once per call
+                    # (a call that finished meanwhile is forgotten by the next watch(): forgetting it
+                    # here would empty the heap, and the next call would have to wake this thread)
+                    self._wakes_at = at
                     self._cond.wait(left)
                     continue
                 heapq.heappop(self._heap)
