@@ -1,6 +1,9 @@
 """Parallel migration: MariaDB -> embedded PostgreSQL (hash embedder), 1 vs N workers, end to end.
 
-Loads N active legacy rows into a scratch MariaDB database (chunked), then in this one run:
+Loads N active legacy rows into a scratch MariaDB database (chunked), sets MariaDB's
+``innodb_buffer_pool_size`` for the run (``--buffer-pool-mb``; by default sized to hold the table
+and its indexes, as a production server's pool is sized to its data; restored afterwards, the config
+files untouched; the value used is printed), then in this one run:
 
 * the stages alone, one process, no overlap (the reference): a bare keyset read of every page from
   MariaDB, the hash embedding of every page, and a raw binary COPY of the same rows (one COPY stream)
@@ -26,7 +29,10 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -210,6 +216,81 @@ def stages(mysql_url: str, pg_url: str, embedder, page_size: int) -> dict[str, f
     return timing
 
 
+MIB = 1 << 20
+
+
+def table_bytes(mysql_url: str) -> tuple[int, int]:
+    """(data, index) bytes of the scratch database's tables, as InnoDB reports them."""
+    from sqlalchemy import text
+
+    from memwork.db import get_engine
+
+    with get_engine(mysql_url).connect() as conn:
+        conn.execute(text("ANALYZE TABLE h5_user_memory_items"))
+        row = conn.execute(
+            text(
+                "SELECT COALESCE(SUM(data_length), 0), COALESCE(SUM(index_length), 0) "
+                "FROM information_schema.tables WHERE table_schema = DATABASE()"
+            )
+        ).one()
+    return int(row[0]), int(row[1])
+
+
+@contextmanager
+def buffer_pool(admin_url: str, wanted_mb: int | None, data: int, index: int) -> Iterator[str]:
+    """Set MariaDB's ``innodb_buffer_pool_size`` (dynamic) for the run and restore the previous value
+    afterwards, whatever happens; yields the condition line to print. ``wanted_mb`` None: sized to
+    hold the table and its indexes (x1.25, rounded up to 128 MB; never below the current size);
+    0: left as it is. The server's config files are not touched."""
+    import pymysql
+
+    parts = urlsplit(admin_url)
+    conn = pymysql.connect(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 3306,
+        user=parts.username or "root",
+        password=parts.password or "",
+        autocommit=True,
+    )
+
+    def current() -> int:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@GLOBAL.innodb_buffer_pool_size")
+            return int(cur.fetchone()[0])
+
+    def resize(size: int) -> None:
+        with conn.cursor() as cur:
+            cur.execute(f"SET GLOBAL innodb_buffer_pool_size = {int(size)}")
+        deadline = time.monotonic() + 120
+        while current() != size and time.monotonic() < deadline:  # a resize may finish in the background
+            time.sleep(0.2)
+
+    before = current()
+    need = data + index
+    if wanted_mb == 0:
+        size, how = before, "left as the server has it (--buffer-pool-mb 0)"
+    elif wanted_mb is None:
+        step = 128 * MIB
+        size = max(before, -(-int(need * 1.25) // step) * step)
+        how = "sized to hold the table and its indexes (x1.25, default; --buffer-pool-mb to choose)"
+    else:
+        size, how = wanted_mb * MIB, "--buffer-pool-mb"
+    try:
+        if size != before:
+            resize(size)
+        now = current()
+        yield (
+            f"MariaDB innodb_buffer_pool_size {now / MIB:,.0f} MB for this run ({how}; server's value "
+            f"{before / MIB:,.0f} MB, restored at the end); table {data / MIB:,.0f} MB + indexes "
+            f"{index / MIB:,.0f} MB"
+        )
+    finally:
+        if current() != before:
+            resize(before)
+            print(f"MariaDB innodb_buffer_pool_size restored to {current() / MIB:,.0f} MB")
+        conn.close()
+
+
 def migrate(
     mysql_url: str, pg_url: str, embedder_spec: str, dims: int, page_size: int, workers: int, table: str
 ):
@@ -245,6 +326,14 @@ def main() -> int:
         "--mysql-admin-url", default=os.environ.get("MEMWORK_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306")
     )
     parser.add_argument("--pgdata", default=None)
+    parser.add_argument(
+        "--buffer-pool-mb",
+        type=int,
+        default=None,
+        help="MariaDB innodb_buffer_pool_size for the run, in MB, restored afterwards (default: sized "
+        "to hold the loaded table and its indexes, as a production server's pool is sized to its data; "
+        "0: leave the server's value)",
+    )
     args = parser.parse_args()
 
     from memwork.embed import HashEmbedder
@@ -253,10 +342,17 @@ def main() -> int:
     print(f"load average before: {os.getloadavg()}  cores: {cores}")
     embedder = HashEmbedder(args.dims)
     spec = f"hash:{args.dims}"
-    with scratch_mysql(args.mysql_admin_url) as mysql_url, scratch_pg(args.pgdata) as pg_url:
+    with (
+        scratch_mysql(args.mysql_admin_url) as mysql_url,
+        scratch_pg(args.pgdata) as pg_url,
+        ExitStack() as stack,
+    ):
         t = time.perf_counter()
         loaded = load_source(mysql_url, args.rows, min(args.users, args.rows))
         print(f"source: {loaded:,} rows loaded into MariaDB in {time.perf_counter() - t:.1f} s")
+        data, index = table_bytes(mysql_url)
+        pool = stack.enter_context(buffer_pool(args.mysql_admin_url, args.buffer_pool_mb, data, index))
+        print(pool)
         copy_rate = None
         if not args.skip_stages:
             s = stages(mysql_url, pg_url, embedder, args.page_size)
