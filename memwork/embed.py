@@ -24,6 +24,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
+from itertools import chain
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -74,6 +75,8 @@ class HashEmbedder:
     def _features(self, text: str) -> list[str]:
         lowered = text.lower()
         words = _TOKEN_RE.findall(lowered)
+        if not _CJK_RE.search(lowered):
+            return words  # no CJK character anywhere (the common case): the words are the features
         features: list[str] = []
         for word in words:
             if _CJK_RE.search(word) and len(word) > 1:
@@ -90,24 +93,56 @@ class HashEmbedder:
         return full_coverage(texts)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Vectorised: cached (slot, sign) per feature, one scatter-add, one normalisation."""
-        matrix = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        rows: list[int] = []
-        slots: list[int] = []
-        signs: list[float] = []
-        for row, text in enumerate(texts):
-            for feature in self._features(text):
-                slot, sign = _feature_slot(feature, self.dimension)
-                rows.append(row)
-                slots.append(slot)
-                signs.append(sign)
-        if rows:
-            np.add.at(matrix, (np.asarray(rows), np.asarray(slots)), np.asarray(signs, dtype=np.float32))
+        """Vectorised: a cached signed slot per feature, one weighted count, one normalisation.
+
+        The counts are sums of +-1, exact in any order, so the vectors are the same bits as adding
+        feature by feature."""
+        n, dim = len(texts), self.dimension
+        per_text = [self._features(text) for text in texts]
+        flat = list(chain.from_iterable(per_text))
+        counts: np.ndarray = np.zeros(n * dim, dtype=np.float64)
+        if flat:
+            codes = _slot_codes(dim)
+            if len(codes) > _SLOT_CACHE_SIZE:
+                codes.clear()  # bounded: a vocabulary larger than the cache starts over
+            coded = np.fromiter(map(codes.__getitem__, flat), dtype=np.int64, count=len(flat))
+            rows = np.repeat(np.arange(n, dtype=np.int64), [len(f) for f in per_text])
+            signs = np.where(coded & 1, 1.0, -1.0)
+            counts = np.bincount(rows * dim + (coded >> 1), weights=signs, minlength=n * dim)
+        matrix = counts.reshape(n, dim).astype(np.float32)
         norms = np.linalg.norm(matrix, axis=1)
         empty = norms == 0.0
         matrix[empty, 0] = 1.0  # empty text: a fixed unit vector, never a zero vector
         norms[empty] = 1.0
         return (matrix / norms[:, None]).astype(np.float32, copy=False)
+
+
+#: features whose signed slot is cached per dimension (real vocabularies repeat words constantly)
+_SLOT_CACHE_SIZE = 1 << 18
+
+
+class _SlotCodes(dict[str, int]):
+    """``feature -> slot * 2 + (1 if the sign is + else 0)`` for one dimension, filled on a miss."""
+
+    def __init__(self, dimension: int) -> None:
+        super().__init__()
+        self.dimension = dimension
+
+    def __missing__(self, feature: str) -> int:
+        slot, sign = _feature_slot(feature, self.dimension)
+        code = slot * 2 + (1 if sign > 0 else 0)
+        self[feature] = code
+        return code
+
+
+_SLOT_CODES: dict[int, _SlotCodes] = {}
+
+
+def _slot_codes(dimension: int) -> _SlotCodes:
+    codes = _SLOT_CODES.get(dimension)
+    if codes is None:
+        codes = _SLOT_CODES.setdefault(dimension, _SlotCodes(dimension))
+    return codes
 
 
 @lru_cache(maxsize=1 << 18)
