@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -223,105 +223,14 @@ def _fetch_rows(conn: Connection, query: Any) -> list[Row]:
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None  # an open connection
     cur = dbapi.cursor()
-    tuples: Sequence[Sequence[Any]]
     try:
-        fast = _text_result(dbapi, cur.mogrify(str(compiled), compiled.params))
-        if fast is not None:
-            names, tuples = fast
-        else:
-            cur.execute(str(compiled), compiled.params)
-            names, tuples = [d[0] for d in cur.description], cur.fetchall()
-        rows = [dict(zip(names, row, strict=True)) for row in tuples]
+        cur.execute(str(compiled), compiled.params)
+        names = [d[0] for d in cur.description]
+        rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
     finally:
         cur.close()
         dbapi.rollback()
     return typing.cast("list[Row]", rows)  # the columns of _SOURCE_COLUMNS, as text
-
-
-def _text_result(dbapi: Any, sql: str) -> tuple[list[str], tuple[tuple[Any, ...], ...]] | None:
-    """Run ``sql`` on a PyMySQL connection and read its rows with :class:`_RowParser` (what
-    ``Connection.query`` does, the rows parsed without a method call per value): (column names,
-    rows); None on another driver (the caller then uses its cursor)."""
-    try:
-        import pymysql  # type: ignore[import-untyped]
-        from pymysql.constants import COMMAND  # type: ignore[import-untyped]
-    except ImportError:  # pragma: no cover - pymysql is a declared dependency
-        return None
-    parser = _row_parser()
-    if parser is None or not isinstance(dbapi, pymysql.connections.Connection):
-        return None
-    dbapi._execute_command(COMMAND.COM_QUERY, sql.encode(dbapi.encoding))
-    dbapi._result = None
-    result = parser(dbapi)
-    result.read()
-    dbapi._result = result
-    if result.server_status is not None:
-        dbapi.server_status = result.server_status
-    return [field.name for field in result.fields or ()], result.rows or ()
-
-
-_PARSER: list[Any] = []
-
-
-def _row_parser() -> Any:
-    """:class:`pymysql.connections.MySQLResult` reading a text result set's rows in one loop per
-    row (PyMySQL's own reads each value through three method calls: a third of the read's CPU).
-    The values are the same: each field's bytes, decoded with the field's encoding and passed to its
-    converter exactly as ``MySQLResult._read_row_from_packet`` does; None without that class."""
-    if _PARSER:
-        return _PARSER[0]
-    try:
-        from pymysql.connections import MySQLResult  # type: ignore[import-untyped]
-    except ImportError:  # pragma: no cover
-        return None
-    if not callable(getattr(MySQLResult, "_read_rowdata_packet", None)):  # pragma: no cover
-        _PARSER.append(None)
-        return None
-
-    class RowParser(MySQLResult):
-        def _read_rowdata_packet(self) -> None:
-            rows: list[tuple[Any, ...]] = []
-            fields = self.converters
-            read_packet = self.connection._read_packet  # type: ignore[has-type]
-            while True:
-                packet = read_packet()
-                if self._check_packet_is_eof(packet):
-                    self.connection = None  # as PyMySQL: no cycle left
-                    break
-                data, pos = packet.get_all_data(), 0
-                row: list[Any] = []
-                end, add = len(data), row.append
-                for encoding, converter in fields:
-                    if pos >= end:  # PyMySQL stops a short row the same way (IndexError)
-                        break
-                    size = data[pos]
-                    if size < 251:
-                        pos += 1
-                    elif size == 251:  # NULL
-                        add(None)
-                        pos += 1
-                        continue
-                    elif size == 252:
-                        size, pos = int.from_bytes(data[pos + 1 : pos + 3], "little"), pos + 3
-                    elif size == 253:
-                        size, pos = int.from_bytes(data[pos + 1 : pos + 4], "little"), pos + 4
-                    else:
-                        size, pos = int.from_bytes(data[pos + 1 : pos + 9], "little"), pos + 9
-                    if pos + size > end:  # as PyMySQL's packet.read: a truncated packet is an error
-                        raise AssertionError(f"result length {end - pos}, {size} announced")
-                    value: Any = data[pos : pos + size]
-                    pos += size
-                    if encoding is not None:
-                        value = value.decode(encoding)
-                    if converter is not None:
-                        value = converter(value)
-                    add(value)
-                rows.append(tuple(row))
-            self.affected_rows = len(rows)
-            self.rows = tuple(rows)
-
-    _PARSER.append(RowParser)
-    return RowParser
 
 
 def rows_by_id(conn: Connection, ids: list[str]) -> dict[str, tuple[str, Row]]:
