@@ -1,7 +1,6 @@
-"""The legacy source's rows as PyMySQL's own cursor returns them: the read path parses PyMySQL's
-text rows in one loop per row (memwork/migrate/legacy_mysql.py ``_text_result``), so every length
-prefix (1, 3 and 4 bytes), NULL, multi-byte text, a NUL character and a zero date must come back as
-the driver's cursor gives them."""
+"""The legacy source's rows as PyMySQL's own DictCursor returns them: every length prefix (1, 3 and 4
+bytes), NULL, multi-byte text, a NUL character and a zero date must come back through the migration's
+read path (memwork/migrate/legacy_mysql.py ``_fetch_rows``) as the driver's cursor gives them."""
 
 from __future__ import annotations
 
