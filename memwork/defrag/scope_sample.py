@@ -72,10 +72,9 @@ class ScopeSample:
     def describe(self) -> str:
         """One sentence for the report: what the review reads."""
         if self.complete:
-            return (
-                f"every scope of the store ({self.total_scopes:,} scopes, {self.total_entries:,} entries) "
-                "was read: nothing was sampled"
-            )
+            scopes = "1 scope" if self.total_scopes == 1 else f"{self.total_scopes:,} scopes"
+            entries = f"{self.total_entries:,} entries"
+            return f"every scope asked for ({scopes}, {entries}) was read: nothing was sampled"
         return (
             f"a seeded sample of {len(self.weights):,} of {self.total_scopes:,} scopes "
             f"({self.sampled_entries:,} of {self.total_entries:,} entries, stubs included), "
