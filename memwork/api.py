@@ -268,16 +268,20 @@ def duplicate_review(
     labels: str = "",
     policy: str = "",
     sample_pairs: int = 50_000,
+    max_entries: int = 50_000,
+    seed: int = 0,
 ) -> DuplicateReview:
     """The duplicate review: pairs, a stated sample of the pairs below the duplicate band, the dry-run
     merge plan (the ``policy``'s, or the one calibrated from ``labels``) and a review CSV
     (``review_file``) with a decision column; ``preview_merge(store, approved=review_file)`` then
-    plans only the approved pairs."""
+    plans only the approved pairs. A store of more than ``max_entries`` entries (0: no limit) is
+    reviewed on a stated, ``seed``-ed sample of its scopes, its estimates weighted to the whole store
+    (``review.scope_text()``); the review CSV then lists the sampled scopes' pairs only."""
     from memwork.defrag.report import duplicate_review as review
 
     return review(
         store, scope, threshold=similarity_threshold, strategy=strategy, review_file=review_file,
-        labels=labels, policy=policy, sample_pairs=sample_pairs,
+        labels=labels, policy=policy, sample_pairs=sample_pairs, max_entries=max_entries, seed=seed,
     )  # fmt: skip
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from memwork.entry import MAX_CONTENT_BYTES, MAX_PATH_CHARS, MAX_TITLE_CHARS, Entry
 from memwork.errors import ContentTooLarge, EntryNotFound, InvalidPath, StubChainError, UsageError
+from memwork.stores.memory import MemoryStore
 
 T0 = datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
@@ -182,6 +183,11 @@ def test_scopes_are_isolated(any_store):
     any_store.write("same.md", "agent text", scope="agent-7")
     any_store.write("only.md", "x", scope="user@example.com")
     assert any_store.scopes() == ["agent-7", "default", "user@example.com"]
+    assert any_store.scope_counts() == {"agent-7": 1, "default": 1, "user@example.com": 1}
+    any_store.write("two.md", "y", scope="agent-7")
+    assert any_store.scope_counts() == {"agent-7": 2, "default": 1, "user@example.com": 1}
+    assert MemoryStore(any_store.all_entries()).scope_counts() == any_store.scope_counts()
+    any_store.delete("two.md", scope="agent-7")
     assert any_store.read_entry("same.md").content == "default text"
     assert any_store.read_entry("same.md", scope="agent-7").content == "agent text"
     assert [i.path for i in any_store.list(scope="agent-7")] == ["same.md"]

@@ -41,6 +41,7 @@ from memwork.defrag.review_queue import (
     with_char_band,
     write_review_queue,
 )
+from memwork.defrag.scope_sample import DEFAULT_MAX_ENTRIES, ScopeSample, sample_scopes
 from memwork.errors import UsageError
 
 if TYPE_CHECKING:
@@ -84,6 +85,19 @@ class DuplicateReview:
     embedding_model: str = ""
     #: the cluster table's contradiction check (None: not installed, "not checked")
     contradiction: Callable[[str, str], str | None] | None = None
+    #: the scopes read (every one, weight 1, unless the store is larger than ``max_entries``)
+    scope_sample: ScopeSample | None = None
+
+    def scope_weight(self, scope: str) -> float:
+        """How many of the store's scopes the pairs of ``scope`` stand for (1 when nothing was sampled)."""
+        if self.scope_sample is None or self.scope_sample.complete:
+            return 1.0
+        return self.scope_sample.weight(scope)
+
+    @property
+    def sampled_scopes(self) -> bool:
+        """The review read a sample of the store's scopes (its figures are weighted to the store)."""
+        return self.scope_sample is not None and not self.scope_sample.complete
 
     def labelled_points(self) -> dict[str, list[tuple[float, float]]]:
         """The labelled pairs' (text, semantic) scores by label, for the 2-D plot (none without labels
@@ -105,20 +119,21 @@ class DuplicateReview:
     ]:  # fmt: skip
         """``value`` of every pair the histograms stand on, with its weight: the exact pairs where
         ``value >= cutoff`` (weight 1), the sampled pairs where it is below (weight population /
-        sample). None values (no cosine) are left out."""
+        sample); each times its scope's weight when the scopes were sampled. None values (no cosine)
+        are left out."""
         values: list[float] = []
         weights: list[float] = []
         for p in self.pairs:
             v = value(p)
             if v is not None and v >= cutoff:
                 values.append(v)
-                weights.append(1.0)
+                weights.append(self.scope_weight(p["scope"]))
         w = self.sample.weight
         for q in self.sample.pairs:
             v = value(q.to_dict())
             if v is not None and v < cutoff:
                 values.append(v)
-                weights.append(w)
+                weights.append(w * self.scope_weight(q.scope))
         return values, weights
 
     def series(self) -> dict[str, tuple[list[float], list[float]]]:
@@ -145,7 +160,7 @@ class DuplicateReview:
         if self.policy is None:
             return [], []
         values = [float(p["policy_score"]) for p in self.policy_pairs]
-        weights = [1.0] * len(values)
+        weights = [self.scope_weight(p["scope"]) for p in self.policy_pairs]
         sampled = self.sample.pairs
         if sampled:
             text = np.array([q.text_similarity for q in sampled])
@@ -167,7 +182,11 @@ class DuplicateReview:
             scores = self.policy.scores(text, sem, chars)
             keep = scores < self.policy.review
             values += [float(s) for s in scores[keep]]
-            weights += [self.sample.weight] * int(keep.sum())
+            weights += [
+                self.sample.weight * self.scope_weight(q.scope)
+                for q, kept in zip(sampled, keep.tolist(), strict=True)
+                if kept
+            ]
         return values, weights
 
     def scatter(self) -> dict[str, list[tuple[float, float]]]:
@@ -255,6 +274,10 @@ class DuplicateReview:
             "clusters": len(self.plan_summary.get("clusters") or []),
             "chained clusters held for review": int(self.plan_summary.get("chained_clusters", 0)),
         }
+        if self.sampled_scopes:
+            sampled = self.scope_sample
+            assert sampled is not None
+            out["of"] = f"the {len(sampled.weights):,} sampled scopes only (of {sampled.total_scopes:,})"
         if self.policy is not None:
             out["pairs auto-merged (score >= auto_merge)"] = int(self.plan_summary.get("auto_merge_pairs", 0))
             out["pairs to a person (review band)"] = int(self.plan_summary.get("review_pairs", 0))
@@ -294,8 +317,25 @@ class DuplicateReview:
             "similarity only"
         )
 
+    def scope_text(self) -> str:
+        """What the review read: every scope, or a stated sample of them (the report's first statement)."""
+        if self.scope_sample is None:
+            return "every scope of the store was read"
+        return self.scope_sample.describe()[:1].upper() + self.scope_sample.describe()[1:] + "."
+
+    def pairs_estimated(self) -> int:
+        """Pairs at or above the threshold in the whole store: exact, or weighted from the sampled scopes."""
+        return round(float(np.sum([self.scope_weight(p["scope"]) for p in self.pairs], dtype=float)))
+
     def sample_text(self) -> str:
         """What the figures below the duplicate band stand on (stated in the report)."""
+        if self.sampled_scopes:
+            return (
+                f"In the sampled scopes, pairs at or above the threshold ({len(self.pairs):,}; "
+                f"~{self.pairs_estimated():,} in the whole store, weighted) are exact. Below it: "
+                + self.sample.describe().replace("the store's", "the sampled scopes'")
+                + "; each also stands for its scope's weight."
+            )
         return (
             f"Pairs at or above the threshold ({len(self.pairs):,}) are exact. Below it: "
             f"{self.sample.describe()}."
@@ -309,7 +349,9 @@ class DuplicateReview:
             "threshold": self.threshold,
             "strategy": self.strategy,
             "pairs": len(self.pairs),
+            "pairs_estimated": self.pairs_estimated(),
             "scopes": sorted({p["scope"] for p in self.pairs}),
+            "scope_sample": None if self.scope_sample is None else self.scope_sample.to_dict(),
             "operations": len(self.operations),
             "review_file": self.review_file,
             "review_queue": self.queue_file,
@@ -329,8 +371,20 @@ class DuplicateReview:
             "labels": self.labels_file or None,
             "estimates": self.estimates(),
             "effect": self.effect(),
-            "reasons": [],
+            "reasons": self.reasons(),
         }
+
+    def reasons(self) -> list[str]:
+        """Why the verdict is INFO, said when it matters: the review informs, nothing here gates, and a
+        sampled review's approve/reject file cannot merge anything outside its sampled scopes."""
+        if not self.sampled_scopes:
+            return []
+        return [
+            f"INFO: {self.scope_text()} The verdict stays INFO (the review gates nothing): the pairs and "
+            "merge operations listed are exact for the sampled scopes, so approving them merges only "
+            "there; the other scopes' duplicates are estimated, not listed (review one with the scope "
+            "parameter, or all with max_entries 0)."
+        ]
 
 
 def _estimate_row(name: str, at: dict[str, Any]) -> dict[str, Any]:
@@ -401,17 +455,23 @@ def duplicate_review(
     queue_size: int = DEFAULT_SIZE,
     seed: int = 0,
     out_dir: str | Path | None = None,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
 ) -> DuplicateReview:
     """The duplicate review of ``store`` in one call (module docstring). Writes, into ``out_dir`` (the
     report's run folder by default): the approve/reject file of the band's pairs (``review_file``,
     for ``merge-duplicates --approved``), the next review queue to label (``review_queue.csv``) and,
-    when ``labels`` are given without a ``policy``, the calibrated ``policy.json``. Only reads the store."""
+    when ``labels`` are given without a ``policy``, the calibrated ``policy.json``. Only reads the store.
+
+    A store of more than ``max_entries`` entries (0: no limit) is reviewed on a seeded sample of its
+    scopes (:mod:`memwork.defrag.scope_sample`): only those scopes' entries are read, every stage runs on
+    them, and the store-wide figures weight each scope's pairs by the scopes it stands for."""
     from memwork.defrag.actions import run_action
     from memwork.defrag.calibrate import calibrate, load_policy, write_policy
     from memwork.defrag.label_free import estimate_weighted
     from memwork.defrag.review_queue import store_embedding_model
     from memwork.reports.display import output_dir
     from memwork.stores import opened_store
+    from memwork.stores.memory import MemoryStore
 
     threshold = unit("similarity_threshold", threshold)
     floor = unit("floor", floor)
@@ -424,11 +484,15 @@ def duplicate_review(
         policy_path = str(write_policy(calibration, folder / "policy.json"))
     loaded = load_policy(policy_path) if policy_path else None
     with opened_store(store) as opened:
+        scopes = _scopes_read(opened, scope, max_entries, seed)
+        source: Store = opened
+        if not scopes.complete:  # only the sampled scopes' entries are read, once
+            source = MemoryStore((e for s in scopes.scopes for e in opened.iter_entries(scope=s)), copy=False)
         params: dict[str, Any] = {"similarity_threshold": threshold, "strategy": strategy}
         if policy_path:
             params["policy"] = policy_path
-        plan = run_action(opened, "merge_duplicates", scope=scope, **params)
-        entries = [e for e in opened.all_entries(scope=scope) if not e.is_stub]
+        plan = run_action(source, "merge_duplicates", scope=scope, **params)
+        entries = [e for e in source.all_entries(scope=scope) if not e.is_stub]
     band = plan.pairs if loaded is None else find_duplicates(entries, threshold)
     sample = sample_scope_pairs(entries, sample_pairs, seed=seed, check_from=floor)
     path = Path(review_file) if review_file else folder / "duplicate_review.csv"
@@ -438,6 +502,8 @@ def duplicate_review(
     population, chars = with_char_band(
         weighted_population(deep, sample, cutoff), entries, threshold, floor, cutoff
     )
+    if not scopes.complete:  # each sampled scope's pairs stand for the scopes of its stratum
+        population = [(p, w * scopes.weight(p.scope), s) for p, w, s in population]
     at_floor = [k for k, p in enumerate(population) if p[0].similarity >= floor]
     queue_rows = weighted_queue(
         [population[k] for k in at_floor],
@@ -457,9 +523,18 @@ def duplicate_review(
         labelled_estimate=_labelled_at(labels, threshold, seed) if labels else None,
         label_free=label_free, plan_summary=dict(plan.summary), queue_file=str(queue_file),
         queue_strata=_strata_counts(population, chars, queue_rows, threshold, floor),
-        embedding_model=model, contradiction=contradiction_check(),
+        embedding_model=model, contradiction=contradiction_check(), scope_sample=scopes,
     )  # fmt: skip
     return review
+
+
+def _scopes_read(store: Store, scope: str | None, max_entries: int, seed: int) -> ScopeSample:
+    """The scopes the review reads: ``scope`` alone when given (never sampled), else every scope, or a
+    seeded sample of them when the store holds more than ``max_entries`` entries."""
+    if scope is not None:
+        counts = {scope: store.count(scope=scope)}
+        return sample_scopes(counts, 0, seed=seed)
+    return sample_scopes(store.scope_counts(), max_entries, seed=seed)
 
 
 def _strata_counts(

@@ -48,6 +48,12 @@ class MemoryStore(Store):
             return len(self._entries)
         return sum(1 for s, _ in self._entries if s == scope)
 
+    def scope_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for scope, _ in self._entries:
+            counts[scope] = counts.get(scope, 0) + 1
+        return counts
+
     def scopes(self) -> list[str]:
         return sorted({scope for scope, _ in self._entries})
 

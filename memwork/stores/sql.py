@@ -523,6 +523,12 @@ class SQLStore(Store):
         with self.engine.connect() as conn:
             return list(conn.execute(select(c.scope).distinct().order_by(c.scope)).scalars())
 
+    def scope_counts(self) -> dict[str, int]:
+        c = self.table.c
+        stmt = select(c.scope, func.count()).group_by(c.scope)
+        with self.engine.connect() as conn:
+            return {str(scope): int(n) for scope, n in conn.execute(stmt)}
+
     def bump_hits(self, path: str, *, scope: str = DEFAULT_SCOPE, by: int = 1) -> None:
         c = self.table.c
         path, scope = normalize_path(path), validate_scope(scope)
