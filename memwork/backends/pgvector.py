@@ -441,7 +441,7 @@ def _exact_search(
     (:func:`_raw_cursor`).
     """
     params = (vector, user_id, limit, None if cap is None else cap + 1, model)
-    rows = _raw_cursor(conn).execute(_exact_sql(table), params, prepare=True).fetchall()
+    rows = _raw_cursor(conn).execute(_exact_sql(table), params, prepare=True, binary=True).fetchall()
     if cap is not None and rows and rows[0][11] > cap:
         return None
     return rows
@@ -526,7 +526,7 @@ def _hnsw_search(
         f"WHERE user_id = %s AND embedding_model IS NOT DISTINCT FROM %s ORDER BY embedding <=> %s LIMIT %s) "
         f"SELECT * FROM near ORDER BY distance, id"
     )
-    return conn.execute(sql, (vector, user_id, model, vector, limit)).fetchall()
+    return conn.execute(sql, (vector, user_id, model, vector, limit), binary=True).fetchall()
 
 
 def _memories(rows: list[tuple], user_id: str) -> list[dict[str, Any]]:
