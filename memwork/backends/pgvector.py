@@ -435,7 +435,7 @@ def _exact_search(
 
     With ``cap`` (``auto``), one statement both searches and counts up to ``cap + 1`` rows; None
     means the user has more than ``cap`` rows and the caller should use the HNSW path instead.
-    Only the rows of one model answer (``model``, else the user's most common one); column 13
+    Only the rows of one model answer (``model``, else the user's most common one); column 12
     counts the user's rows of other models left out. A raw cursor (``$n`` parameters, no
     placeholder conversion), prepared on the server from the first call, kept on the connection
     (:func:`_raw_cursor`).
