@@ -109,10 +109,10 @@ def _iso(column: str) -> str:
 
 def _result_columns(prefix: str = "") -> str:
     """The result's columns as the API needs them: ``metadata`` as JSON text (``{}`` is not parsed),
-    timestamps as ISO text (:func:`_iso`)."""
+    timestamps as ISO text (:func:`_iso`); not ``user_id``, which the caller gave (10 columns)."""
     p = prefix
     return (
-        f"{p}id, {p}source_memory_id, {p}user_id, {p}content, {p}type, {p}source_session_id, "
+        f"{p}id, {p}source_memory_id, {p}content, {p}type, {p}source_session_id, "
         f"{p}source_message_id, {p}metadata::text AS metadata, {p}embedding_model, "
         f"{_iso(p + 'created_at')} AS created_at, {_iso(p + 'updated_at')} AS updated_at"
     )
@@ -186,7 +186,7 @@ class PgvectorBackend(BaseBackend):
             return {"semanticMemories": []}
         vector = self._query_vector(request)
         rows = self._search(user_id, vector, limit)
-        return {"semanticMemories": _memories(rows)}
+        return {"semanticMemories": _memories(rows, user_id)}
 
     def counters(self) -> dict[str, Any]:
         """The mixed-model guard since start: resolves, those that left rows of another model out,
@@ -325,9 +325,9 @@ class PgvectorBackend(BaseBackend):
             return self._guard(_hnsw_search(conn, table, user_id, vector, limit, self))
 
     def _guard(self, rows: list[tuple]) -> list[tuple]:
-        """Count the resolve and the other-model rows its statement left out (column 13); the rows
+        """Count the resolve and the other-model rows its statement left out (column 12); the rows
         that answer (the exact statement's row of NULLs, counts only, is not one)."""
-        left_out = int(rows[0][13] or 0) if rows and len(rows[0]) > 13 else 0
+        left_out = int(rows[0][12] or 0) if rows and len(rows[0]) > 12 else 0
         with self._lock:
             self._guarded["resolves"] += 1
             self._guarded["guardedResolves"] += left_out > 0
@@ -435,18 +435,33 @@ def _exact_search(
 
     With ``cap`` (``auto``), one statement both searches and counts up to ``cap + 1`` rows; None
     means the user has more than ``cap`` rows and the caller should use the HNSW path instead.
-    Only the rows of one model answer (``model``, else the user's most common one); column 13
+    Only the rows of one model answer (``model``, else the user's most common one); column 12
     counts the user's rows of other models left out. A raw cursor (``$n`` parameters, no
-    placeholder conversion), prepared on the server from the first call.
+    placeholder conversion), prepared on the server from the first call, kept on the connection
+    (:func:`_raw_cursor`).
     """
-    import psycopg
-
     params = (vector, user_id, limit, None if cap is None else cap + 1, model)
-    cursor = psycopg.RawCursor(conn)
-    rows = cursor.execute(_exact_sql(table), params, prepare=True).fetchall()
-    if cap is not None and rows and rows[0][12] > cap:
+    rows = _raw_cursor(conn).execute(_exact_sql(table), params, prepare=True, binary=True).fetchall()
+    if cap is not None and rows and rows[0][11] > cap:
         return None
     return rows
+
+
+_CURSOR_ATTR = "_memwork_raw_cursor"
+
+
+def _raw_cursor(conn: psycopg.Connection[Any]) -> psycopg.RawCursor[Any]:
+    """The connection's own raw cursor, made once and reused by every exact search on it (a pooled
+    connection serves one resolve at a time; ``execute`` discards the previous result). Kept as an
+    attribute of the connection -- a cycle the garbage collector frees with it -- not in a weak
+    mapping, whose value (the cursor refers to its connection) would keep the key alive."""
+    cursor = conn.__dict__.get(_CURSOR_ATTR)
+    if cursor is None or cursor.closed:
+        import psycopg
+
+        cursor = psycopg.RawCursor(conn)
+        setattr(conn, _CURSOR_ATTR, cursor)
+    return cursor
 
 
 @functools.cache
@@ -511,18 +526,17 @@ def _hnsw_search(
         f"WHERE user_id = %s AND embedding_model IS NOT DISTINCT FROM %s ORDER BY embedding <=> %s LIMIT %s) "
         f"SELECT * FROM near ORDER BY distance, id"
     )
-    return conn.execute(sql, (vector, user_id, model, vector, limit)).fetchall()
+    return conn.execute(sql, (vector, user_id, model, vector, limit), binary=True).fetchall()
 
 
-def _memories(rows: list[tuple]) -> list[dict[str, Any]]:
+def _memories(rows: list[tuple], user_id: str) -> list[dict[str, Any]]:
     """The result rows in the API's JSON shape (camelCase, ISO timestamps, score = 1 - cosine
-    distance); built in one loop -- it runs for every row of every resolve."""
+    distance), every row ``user_id``'s (the statements filter on it); built in one loop -- it runs
+    for every row of every resolve."""
     loads, isfinite = json.loads, math.isfinite
     out = []
     for row in rows:
-        row_id, source_id, user_id, content, type_, session, message, meta, model, created, updated, dist = (
-            row[:12]
-        )
+        row_id, source_id, content, type_, session, message, meta, model, created, updated, dist = row[:11]
         if dist is not None and not isfinite(dist):  # a stored vector without direction
             dist = None
         out.append(
