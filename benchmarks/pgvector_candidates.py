@@ -11,6 +11,15 @@ HNSW path (``find_duplicates_hnsw``) runs: wall and CPU time, the process's peak
 the exact path (``run_action(store, "find_duplicates")``, which loads the store whole) runs too, in
 its own process: its time and RSS, and the HNSW path's true recall against its pairs. The machine's
 load (``uptime``) is printed beside the figures.
+
+``--max-ids M`` (bounded memory run): instead of the full HNSW path, the HNSW path over the big scope
+(``s0``, 30 % of N) alone is stopped after the batch that reaches M query ids -- the same budget at
+every size -- and no pairs, recall or exact comparison are produced (the row says ``"partial": true``).
+It runs the library's own ``find_duplicates_hnsw(store, scope="s0")``; the stop comes from the
+``progress`` object it is given (which the library advances once per batch of ids), so no library code
+is changed for it. Printed per size: ids and batches processed, wall and CPU seconds, peak RSS
+(``ru_maxrss``), VmRSS (``/proc/self/status``) at the first and last batch and sampled every second by a
+thread (min / max / count), and the load before and after.
 """
 
 from __future__ import annotations
@@ -129,6 +138,96 @@ def run_hnsw(url: str, k: int, ef_search: int | None, sample: int, pairs_file: s
     }
 
 
+class _Stop(Exception):
+    """Raised by :class:`_Bounded` to end a bounded run after its budget of ids."""
+
+
+def _vmrss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+class _Bounded:
+    """A ``Progress`` for ``find_duplicates_hnsw``: counts ids per batch (the HNSW scope advances once
+    per batch of ids), records VmRSS at every batch, and stops the run once ``max_ids`` ids are done."""
+
+    def __init__(self, max_ids: int) -> None:
+        self.max_ids, self.ids, self.batches, self.rss_at_batch = max_ids, 0, 0, []  # type: list[float]
+        self.first_batch_s: float | None = None
+        self.began = time.perf_counter()
+
+    def start(self, description: str, total: int | None) -> None:
+        pass
+
+    def advance(self, n: int = 1) -> None:
+        if n == 0:  # the scope's end (its rows without a vector: none here), not a batch
+            return
+        self.ids += n
+        self.batches += 1
+        self.rss_at_batch.append(_vmrss_mb())
+        if self.first_batch_s is None:
+            self.first_batch_s = round(time.perf_counter() - self.began, 1)
+        if self.ids >= self.max_ids:
+            raise _Stop
+
+
+def run_bounded(url: str, k: int, ef_search: int | None, max_ids: int) -> dict[str, Any]:
+    """The HNSW path over the big scope ``s0`` only, stopped after ``max_ids`` ids: memory and time
+    per id on this path, never pairs (a partial run)."""
+    import threading
+
+    from memwork.defrag.approximate import find_duplicates_hnsw, settings
+    from memwork.stores import open_store
+
+    store = open_store(url)
+    base, base_vm = _peak_mb(), _vmrss_mb()
+    samples: list[float] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(1.0):
+            samples.append(_vmrss_mb())
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    bounded = _Bounded(max_ids)
+    sampler.start()
+    began, cpu = time.perf_counter(), time.process_time()
+    try:
+        find_duplicates_hnsw(store, 0.85, scope="s0", options=settings(k, ef_search, 1), progress=bounded)
+        stopped = False  # the whole scope fitted in the budget
+    except _Stop:
+        stopped = True
+    wall, cpu = time.perf_counter() - began, time.process_time() - cpu
+    done.set()
+    sampler.join()
+    return {
+        "partial": True,
+        "stopped_at_budget": stopped,
+        "max_ids": max_ids,
+        "ids": bounded.ids,
+        "batches": bounded.batches,
+        "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),
+        "s_to_first_batch": bounded.first_batch_s,
+        "ms_wall_per_id": round(1000 * wall / max(1, bounded.ids), 1),
+        "peak_rss_mb": _peak_mb(),
+        "rss_after_open_mb": base,
+        "vmrss_after_open_mb": base_vm,
+        "vmrss_first_batch_mb": bounded.rss_at_batch[0] if bounded.rss_at_batch else None,
+        "vmrss_last_batch_mb": bounded.rss_at_batch[-1] if bounded.rss_at_batch else None,
+        "vmrss_batches_min_max_mb": [min(bounded.rss_at_batch), max(bounded.rss_at_batch)]
+        if bounded.rss_at_batch
+        else None,
+        "vmrss_1s_samples": {
+            "n": len(samples),
+            "min": min(samples, default=None),
+            "max": max(samples, default=None),
+        },
+    }
+
+
 def run_exact(url: str, pairs_file: str) -> dict[str, Any]:
     """The exact path (the store loaded whole) in this fresh process."""
     from memwork.defrag import run_action
@@ -154,10 +253,17 @@ def _child(*args: str) -> dict[str, Any]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def measure(n: int, exact_upto: int, k: int, ef_search: int | None, sample: int) -> dict[str, Any]:
+def measure(
+    n: int, exact_upto: int, k: int, ef_search: int | None, sample: int, max_ids: int = 0
+) -> dict[str, Any]:
     with scratch_pg(None) as url:
         row: dict[str, Any] = {"n": n, "load_before": _load_avg()}
         row |= _child("load", url, str(n))
+        if max_ids:
+            row["load_at_search"] = _load_avg()
+            row["bounded"] = _child("bounded", url, str(k), str(ef_search or 0), str(max_ids))
+            row["load_after_search"] = _load_avg()
+            return row
         hnsw_pairs, exact_pairs = f"/tmp/pgvc-hnsw-{n}.json", f"/tmp/pgvc-exact-{n}.json"
         row["load_at_search"] = _load_avg()
         row["hnsw"] = _child("hnsw", url, str(k), str(ef_search or 0), str(sample), hnsw_pairs)
@@ -178,12 +284,20 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=50)
     parser.add_argument("--ef-search", type=int, default=None)
     parser.add_argument("--sample", type=int, default=1000)
+    parser.add_argument(
+        "--max-ids",
+        type=int,
+        default=0,
+        help="bounded memory run: stop the HNSW path over the big scope after this many ids (partial)",
+    )
     parser.add_argument("--child", nargs="+")
     args = parser.parse_args()
     if args.child:
         kind, url, *rest = args.child
         if kind == "load":
             out = load(url, int(rest[0]))
+        elif kind == "bounded":
+            out = run_bounded(url, int(rest[0]), int(rest[1]) or None, int(rest[2]))
         elif kind == "hnsw":
             out = run_hnsw(url, int(rest[0]), int(rest[1]) or None, int(rest[2]), rest[3])
         else:
@@ -192,7 +306,10 @@ def main() -> None:
         return
     given = os.environ.get("MEMWORK_PGDATA")
     for size in (int(s) for s in args.sizes.split(",")):
-        print(json.dumps(measure(size, args.exact_upto_n, args.k, args.ef_search, args.sample)), flush=True)
+        print(
+            json.dumps(measure(size, args.exact_upto_n, args.k, args.ef_search, args.sample, args.max_ids)),
+            flush=True,
+        )
         if given is None:  # scratch_pg set it: the next size gets a server of its own, stopped after it
             os.environ.pop("MEMWORK_PGDATA", None)
 
