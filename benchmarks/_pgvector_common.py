@@ -9,21 +9,29 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
+
+
+def admin_connection(admin_url: str, *, autocommit: bool = False) -> Any:
+    """A PyMySQL connection to the MariaDB server of ``admin_url`` (no database selected)."""
+    import pymysql
+
+    parts = urlsplit(admin_url)
+    return pymysql.connect(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 3306,
+        user=parts.username or "root",
+        password=parts.password or "",
+        autocommit=autocommit,
+    )
 
 
 @contextmanager
 def scratch_mysql(admin_url: str) -> Iterator[str]:
     """A fresh MariaDB database (dropped afterwards); yields its URL."""
-    import pymysql
-
     parts = urlsplit(admin_url)
-    conn = pymysql.connect(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 3306,
-        user=parts.username or "root",
-        password=parts.password or "",
-    )
+    conn = admin_connection(admin_url)
     name = f"mwbench_{uuid.uuid4().hex[:8]}"
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")

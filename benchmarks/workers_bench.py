@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _pgvector_common import scratch_mysql, scratch_pg
+from _pgvector_common import admin_connection, scratch_mysql, scratch_pg
 from certify_bench import load_source
 
 COLUMNS = (
@@ -317,16 +317,7 @@ def buffer_pool(admin_url: str, wanted_mb: int | None, data: int, index: int) ->
     afterwards, whatever happens; yields the condition line to print. ``wanted_mb`` None: sized to
     hold the table and its indexes (x1.25, rounded up to 128 MB; never below the current size);
     0: left as it is. The server's config files are not touched."""
-    import pymysql
-
-    parts = urlsplit(admin_url)
-    conn = pymysql.connect(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 3306,
-        user=parts.username or "root",
-        password=parts.password or "",
-        autocommit=True,
-    )
+    conn = admin_connection(admin_url, autocommit=True)
 
     def current() -> int:
         with conn.cursor() as cur:
