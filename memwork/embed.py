@@ -145,9 +145,8 @@ def _slot_codes(dimension: int) -> _SlotCodes:
     return codes
 
 
-@lru_cache(maxsize=1 << 18)
 def _feature_slot(feature: str, dimension: int) -> tuple[int, float]:
-    """The signed hash slot of one feature (cached: real vocabularies repeat words constantly)."""
+    """The signed hash slot of one feature (not cached here: :class:`_SlotCodes` caches its code)."""
     value = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
     return value % dimension, (1.0 if (value >> 63) & 1 else -1.0)
 
