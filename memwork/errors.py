@@ -247,6 +247,18 @@ class RunStopped(PlanConflict):
         )
 
 
+#: the ``cell_index`` of a run whose kernel died: no cell failed, the process running them did
+KERNEL_DIED = -1
+
+
+def cell_name(cell_index: int, exec_count: int | None) -> str:
+    """A failing cell as a reader finds it: ``cell 3`` (its execution count), ``cell #2`` (its
+    position, when it never ran) or ``the kernel`` (:data:`KERNEL_DIED`)."""
+    if cell_index == KERNEL_DIED:
+        return "the kernel"
+    return f"cell {exec_count}" if exec_count else f"cell #{cell_index}"
+
+
 class ReportExecutionError(MemworkError):
     """A report notebook failed in a cell, after every artifact of the run was written.
 
@@ -282,8 +294,8 @@ class ReportExecutionError(MemworkError):
 
     @property
     def cell(self) -> str:
-        """The failing cell as a reader finds it: ``cell 3`` (its execution count) or ``cell #2``."""
-        return f"cell {self.exec_count}" if self.exec_count else f"cell #{self.cell_index}"
+        """The failing cell as a reader finds it (:func:`cell_name`)."""
+        return cell_name(self.cell_index, self.exec_count)
 
 
 class ReportInputRefused(UsageError):

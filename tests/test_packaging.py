@@ -33,9 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 #: declared runtime dependencies memwork never imports, and why they are declared anyway
-NOT_IMPORTED = {
-    "ipykernel": "the kernel papermill starts for the report notebooks",
-}
+NOT_IMPORTED: dict[str, str] = {}
 #: extras' packages memwork never imports
 NOT_IMPORTED_EXTRAS = {
     "torch": "pinned so sentence-transformers does not pull a CUDA build",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -183,3 +185,51 @@ def test_cli_run_leaves_stderr_clean(tmp_path):
     # the SIGINT jupyter_client sends every kernel it shuts down is logged at ERROR, sometimes
     spec = json.loads((ensure_kernelspec(tmp_path / "jupyter") / "kernels/python3/kernel.json").read_text())
     assert "--IPKernelApp.log_level=CRITICAL" in spec["argv"] and spec["argv"][0] == sys.executable
+
+
+def _dying_notebook(path: Path) -> str:
+    """A report whose kernel process exits in the middle of a cell (as a kill -9 or an OOM kill would)."""
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("n: int = 1  # how many")
+    params.metadata["tags"] = ["parameters"]
+    body = "import os, sys\nsys.__stderr__.write('dying now\\n')\nsys.__stderr__.flush()\nos._exit(3)\n"
+    nb.cells = [params, nbformat.v4.new_code_cell(body), nbformat.v4.new_code_cell("print('never')")]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+    return str(path)
+
+
+def test_a_kernel_that_dies_leaves_an_error_run_with_every_artifact(tmp_path):
+    """Not an empty run folder: the approver finds an ERROR verdict saying the kernel died."""
+    notebook = _dying_notebook(tmp_path / "dying.ipynb")
+    with pytest.raises(ReportExecutionError) as caught:
+        run_report(notebook, {"n": 2}, tmp_path / "out")
+    error = caught.value
+    assert error.cell == "the kernel" and error.ename == "DeadKernelError" and error.exit_code == 1
+    run = error.run
+    assert run is not None and run.verdict == "ERROR" and run.exit_code == 1
+    summary = json.loads(run.summary_path.read_text())
+    assert summary["verdict"] == "ERROR" and "the kernel died" in summary["error"]
+    assert run.html_path.exists() and verify_manifest(run.run_dir) == []
+    assert [r["verdict"] for r in collect_runs(tmp_path / "out")] == ["ERROR"]
+
+
+def test_the_kernels_own_stderr_goes_to_its_log_not_to_the_callers(tmp_path):
+    """ipykernel's and tornado's logging (a closed ZMQ socket at shutdown once broke the one-line
+    refusal in CI) reaches the kernel's log file, never the caller's stderr."""
+    log = tmp_path / "kernel-stderr.log"
+    env = {**os.environ, "MEMWORK_KERNEL_LOG": str(log)}
+    # a kernel at log level WARN says "running over TCP without encryption" as it starts
+    command = [sys.executable, "-m", "memwork.reports.kernel", "--IPKernelApp.log_level=WARN"]
+    command += ["-f", str(tmp_path / "connection.json")]
+    kernel = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        while "without encryption" not in (log.read_text() if log.exists() else ""):
+            assert kernel.poll() is None, kernel.stderr.read() if kernel.stderr else ""
+            time.sleep(0.05)
+    finally:
+        kernel.kill()
+        _, stderr = kernel.communicate(timeout=60)
+    assert stderr == ""
+    spec = json.loads((ensure_kernelspec(tmp_path / "jupyter") / "kernels/python3/kernel.json").read_text())
+    assert spec["argv"][:3] == [sys.executable, "-m", "memwork.reports.kernel"]

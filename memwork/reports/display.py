@@ -172,7 +172,8 @@ class Table:
         if not self.rows:
             return f"<p><em>{html.escape(self.empty)}</em></p>"
         head = "".join(
-            f"<th style='text-align:left;vertical-align:bottom'>{html.escape(str(c))}</th>" for c in self.columns
+            f"<th style='text-align:left;vertical-align:bottom'>{html.escape(str(c))}</th>"
+            for c in self.columns
         )
         body = "".join(
             "<tr>" + "".join(self._cell(c, v) for c, v in zip(self.columns, row, strict=True)) + "</tr>"
@@ -359,7 +360,7 @@ def histogram_data(
     ``low`` count in the first bin (a negative cosine is as unlike as 0)."""
     data = np.clip(np.asarray(values, dtype=float), low, high)
     counts, edges = np.histogram(data, bins=bins, range=(low, high), weights=weights)
-    return {"counts": [int(round(float(c))) for c in counts], "edges": [round(float(e), 4) for e in edges]}
+    return {"counts": [round(float(c)) for c in counts], "edges": [round(float(e), 4) for e in edges]}
 
 
 def _plain_log_axis(ax: Any) -> None:

@@ -71,12 +71,14 @@ def histograms_figure(review: DuplicateReview) -> Figure:
     panels: list[
         tuple[str, list[float], list[float], list[tuple[float, float, str, str]], tuple[float, float]]
     ]
+    bands = [
+        (max(0.0, t - NEAR), t, REVIEW_COLOUR, f"near threshold ±{NEAR}"),
+        (t, 1.0, MERGE_COLOUR, f"duplicate ≥ {t}"),
+    ]
     panels = [
-        (name, values, weights,
-         [(max(0.0, t - NEAR), t, REVIEW_COLOUR, f"near threshold ±{NEAR}"), (t, 1.0, MERGE_COLOUR, f"duplicate ≥ {t}")],
-         (max(0.0, t - NEAR), t))
+        (name, values, weights, bands, (max(0.0, t - NEAR), t))
         for name, (values, weights) in review.series().items()
-    ]  # fmt: skip
+    ]
     if review.policy is not None:
         pol = review.policy
         auto = pol.auto_merge if pol.auto_merge is not None else 1.0
@@ -156,9 +158,8 @@ def scatter_figure(review: DuplicateReview) -> Figure:
                 continue
             ys = (math.log(level / (1 - level)) - pol.intercept - a * xs) / b
             ax.plot(xs, ys, color="tab:purple", linestyle=style, linewidth=1.2, label=f"{label} {level:g}")
-            alt.append(
-                f"{label} boundary: {a:.2f}·text + {b:.2f}·semantic = {math.log(level / (1 - level)) - pol.intercept:.2f}"
-            )
+            constant = math.log(level / (1 - level)) - pol.intercept
+            alt.append(f"{label} boundary: {a:.2f}·text + {b:.2f}·semantic = {constant:.2f}")
     if review.calibration is not None:
         labelled = review.labelled_points()
         for name, (marker, colour) in {
@@ -254,7 +255,15 @@ KIND_TEXT = {
     "similar": "similar (the similarity join)",
 }
 #: the pair table's first columns (duplicate_pairs.csv); the pairs' other fields follow
-PAIR_TABLE_FIRST = ("scope", "path_a", "path_b", "kind", "similarity", "text_similarity", "semantic_similarity")
+PAIR_TABLE_FIRST = (
+    "scope",
+    "path_a",
+    "path_b",
+    "kind",
+    "similarity",
+    "text_similarity",
+    "semantic_similarity",
+)
 
 
 def pair_table(pairs: list[dict[str, Any]]) -> pd.DataFrame:
@@ -310,7 +319,8 @@ class PairCards:
             ]
         )
         if p.get("policy_score") is not None:
-            line += f" &nbsp;|&nbsp; policy score {p['policy_score']:.3f}: <b>{html.escape(str(p['decision']))}</b>"
+            decision = html.escape(str(p["decision"]))
+            line += f" &nbsp;|&nbsp; policy score {p['policy_score']:.3f}: <b>{decision}</b>"
         elif fired:
             line += f" &nbsp;|&nbsp; duplicate at threshold {t:g}"
         if p.get("contradiction"):
@@ -319,7 +329,8 @@ class PairCards:
         if p.get("decision") == "review" and p.get("policy_score") is None:
             line += " &nbsp;|&nbsp; <b>held for review</b> (chained cluster)"
         return (
-            "<div class='mw-card' style='border:1px solid #ccc;border-radius:4px;padding:6px 8px;margin:6px 0'>"
+            "<div class='mw-card' "
+            "style='border:1px solid #ccc;border-radius:4px;padding:6px 8px;margin:6px 0'>"
             f"<div style='font-size:90%;color:#444'>{head}</div><div>{line}</div>"
             f"<div style='margin-top:4px'>{word_diff_html(a, b)}</div></div>"
         )

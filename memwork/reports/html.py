@@ -286,7 +286,7 @@ def warm_up(show_code: bool = False) -> threading.Thread:
             try:
                 cell = nbformat.v4.new_code_cell("x = 1")
                 html_exporter(show_code).from_notebook_node(nbformat.v4.new_notebook(cells=[cell]))
-            except Exception:  # noqa: BLE001 -- the render will raise it, where it is reported
+            except Exception:
                 pass
 
     with _WARM_UPS_LOCK:

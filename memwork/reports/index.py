@@ -210,8 +210,8 @@ table {{border-collapse: collapse; margin: 6px 0 10px 0;}} td, th {{border-botto
 .group h2 {{font-size: 18px; margin: 8px 0 0 0;}} .muted {{color: #6e7781;}} .num {{text-align: right;}}
 </style></head><body>
 <h1>memwork reports</h1><p>{len(rows)} run(s) in {len(groups)} group(s) (report × what it looked at),
-in {html.escape(str(root))}.{_rollout_link(root)} A trend and a delta are drawn only across comparable runs: same parameters,
-memwork version, embedder and inputs.</p>
+in {html.escape(str(root))}.{_rollout_link(root)} A trend and a delta are drawn only across comparable runs:
+same parameters, memwork version, embedder and inputs.</p>
 {sections}{_skipped_block(skipped)}</body></html>
 """
     path = root / INDEX_FILE

@@ -31,10 +31,17 @@ from typing import Any
 
 import nbformat
 
-from memwork.errors import ReportExecutionError, ReportInputRefused, UsageError, is_usage_error_name
+from memwork.errors import (
+    KERNEL_DIED,
+    ReportExecutionError,
+    ReportInputRefused,
+    UsageError,
+    cell_name,
+    is_usage_error_name,
+)
 from memwork.provenance import folder_commit, memwork_version
 from memwork.reports.html import render_html, warm_up
-from memwork.reports.kernel import KERNEL_NAME, kernel_environment
+from memwork.reports.kernel import KERNEL_NAME, kernel_environment, kernel_stderr_tail
 from memwork.reports.params import bind_parameters, read_parameters
 from memwork.reports.secrets import (
     SECRETS_ENV,
@@ -151,8 +158,7 @@ class CellFailure:
     @property
     def text(self) -> str:
         """``cell 3: UsageError: threshold=1.5: must be ...`` -- the one line a reader sees."""
-        cell = f"cell {self.exec_count}" if self.exec_count else f"cell #{self.cell_index}"
-        return f"{cell}: {self.ename}: {self.evalue}"
+        return f"{cell_name(self.cell_index, self.exec_count)}: {self.ename}: {self.evalue}"
 
 
 @dataclass
@@ -252,15 +258,22 @@ def _cell_timings(nb: nbformat.NotebookNode) -> list[dict[str, Any]]:
 
 
 def _execute(
-    notebook: Path, output: Path, params: dict[str, Any], cwd: Path, scrubber: Scrubber
+    notebook: Path,
+    output: Path,
+    params: dict[str, Any],
+    cwd: Path,
+    scrubber: Scrubber,
+    kernel_log: Path,
 ) -> CellFailure | None:
     """Run papermill; return None on success or the failing cell.
 
     papermill writes the notebook through a scrubbing handler, so no cell output holding a secret
     reaches the disk. A :class:`~memwork.reports.summary.VerdictError` (``-p fail_on_verdict true``)
-    is the verdict, already in summary.json, not a broken cell.
+    is the verdict, already in summary.json, not a broken cell. Anything else (a kernel that died or
+    never started) propagates with the scrubbed tail of the kernel's own stderr as a note.
     """
     import papermill
+    from nbclient.exceptions import DeadKernelError
     from papermill.exceptions import PapermillExecutionError
 
     try:
@@ -278,9 +291,25 @@ def _execute(
         if exc.ename in ("VerdictError", "VerdictInconclusive"):
             return None
         return CellFailure(exc.cell_index, exc.exec_count, exc.ename, scrubber.text(_one_line(exc.evalue)))
+    except DeadKernelError as exc:  # the run happened and failed: an ERROR verdict, not a lost run
+        return CellFailure(
+            KERNEL_DIED, None, type(exc).__name__, scrubber.text(_one_line(_died(exc, kernel_log)))
+        )
+    except Exception as exc:
+        tail = kernel_stderr_tail(kernel_log)
+        if tail:
+            exc.add_note("the kernel's stderr ended with:\n" + scrubber.text(tail))
+        raise
     finally:
         release_output(str(output))
     return None
+
+
+def _died(exc: Exception, kernel_log: Path) -> str:
+    """Why a run ended without a failing cell: the kernel process died (killed, out of memory, a
+    crash in a C extension), with the last lines the kernel wrote to its stderr."""
+    tail = kernel_stderr_tail(kernel_log, lines=5)
+    return f"the kernel died while the notebook ran ({exc})" + (f"; its stderr: {tail}" if tail else "")
 
 
 def run_report(
@@ -333,8 +362,8 @@ def run_report(
     _import_the_kernel_side()  # before the warm-up thread starts importing nbconvert
     warm_up(show_code)  # nbconvert's import and template compile overlap the kernel run
     recorded = _provenance_meanwhile(workdir)
-    with kernel_environment(kernel_env):
-        failure = _execute(notebook, run.notebook_path, injected, workdir, run.scrubber)
+    with kernel_environment(kernel_env) as kernel_log:
+        failure = _execute(notebook, run.notebook_path, injected, workdir, run.scrubber, kernel_log)
     run.duration_s = time.perf_counter() - clock
     run.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
     if failure and is_usage_error_name(failure.ename):
@@ -343,7 +372,9 @@ def run_report(
     if failure:
         run.failure, run.error_name, run.error = failure, failure.ename, failure.text
     defaults = {k: p.default for k, p in declared.items() if k != GATE_PARAMETER}
-    _finish_artifacts(run, notebook, show_code=show_code, workdir=workdir, declared=defaults, recorded=recorded)
+    _finish_artifacts(
+        run, notebook, show_code=show_code, workdir=workdir, declared=defaults, recorded=recorded
+    )
     if index:
         from memwork.reports.index import build_index  # index reads the runner's folder layout
 
