@@ -528,7 +528,7 @@ def _direct_values(
     ``\\u`` escape in it; NULL as ``{}``); an import's object when its marker already names
     ``owner`` (:func:`memwork.migrate.rows.record_row` sets it). Timestamps: naive ISO text read as
     UTC (``::timestamp AT TIME ZONE 'UTC'``)."""
-    out: list[tuple[str, datetime, datetime]] = []
+    texts: list[str] = []
     legacy = owner == LEGACY_OWNER
     for row in rows:
         metadata = row["metadata"]
@@ -541,11 +541,12 @@ def _direct_values(
                 return None
         elif not _marked_by(metadata, owner):
             return None
-        created, updated = _utc(row["created_at"]), _utc(row["updated_at"])
-        if created is None or updated is None:
-            return None
-        out.append((metadata, created, updated))
-    return out
+        texts.append(metadata)
+    created = _utc_all([row["created_at"] for row in rows])
+    updated = _utc_all([row["updated_at"] for row in rows]) if created is not None else None
+    if created is None or updated is None:
+        return None
+    return list(zip(texts, created, updated, strict=True))
 
 
 def _marked_by(text: str, owner: str) -> bool:
@@ -556,15 +557,22 @@ def _marked_by(text: str, owner: str) -> bool:
     return isinstance(parsed, dict) and parsed.get(SOURCE_MARKER) == owner
 
 
-def _utc(text: object) -> datetime | None:
-    """``YYYY-MM-DD[ T]HH:MM:SS[.ffffff]`` as an aware UTC datetime; None for anything else."""
-    if not isinstance(text, str) or len(text) < 19 or text[4] != "-" or text[10] not in " T":
-        return None
+def _utc_all(texts: list[object]) -> list[datetime] | None:
+    """A page's timestamps, each ``YYYY-MM-DD[ T]HH:MM:SS[.ffffff]`` as an aware UTC datetime (one
+    loop, no call per text); None when one is anything else."""
+    parse = datetime.fromisoformat
+    out: list[datetime] = []
     try:
-        moment = datetime.fromisoformat(text)
+        for text in texts:
+            if not isinstance(text, str) or len(text) < 19 or text[4] != "-" or text[10] not in " T":
+                return None
+            moment = parse(text)
+            if moment.tzinfo is not None:
+                return None
+            out.append(moment.replace(tzinfo=UTC))
     except ValueError:
         return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else None
+    return out
 
 
 def _owned_elsewhere(cur: psycopg.Cursor[Any], table: str, taken: list[Row]) -> list[OwnedElsewhere]:
