@@ -1,12 +1,10 @@
-"""The migration's overlap (issue 20): keyset pages read one ahead on a reader thread, each page's COPY
-inputs made on the caller's thread, a short GIL switch interval while the writer runs -- the same rows,
-vectors and checkpoints as ever, against real MariaDB and the embedded PostgreSQL."""
+"""The migration's overlap (issue 20): each page's COPY inputs made on the caller's thread (vectors packed
+as slices of one buffer), a short GIL switch interval while the writer runs -- the same rows, vectors and
+checkpoints as ever, against real MariaDB and the embedded PostgreSQL."""
 
 from __future__ import annotations
 
 import sys
-import threading
-from collections.abc import Iterator
 
 import numpy as np
 import psycopg
@@ -14,56 +12,12 @@ import pytest
 from pgvector.psycopg import register_vector
 
 from memwork.embed import HashEmbedder
-from memwork.errors import BackendError
 from memwork.migrate.backfill import legacy_options, load_checkpoint, run_backfill
-from memwork.migrate.source import read_ahead
 from memwork.migrate.writer import SWITCH_INTERVAL, QuickHandoff
 from memwork.pgvector.schema import ensure_schema
 from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
 DIMS = 8
-
-
-def _listing(n: int, seen: list[str], closed: list[bool], fail_at: int | None = None) -> Iterator[int]:
-    try:
-        for k in range(n):
-            if k == fail_at:
-                raise BackendError(f"page {k}: the source went away")
-            seen.append(threading.current_thread().name)
-            yield k
-    finally:
-        closed.append(True)
-
-
-def test_read_ahead_hands_on_the_same_items_in_order_from_its_own_thread():
-    seen: list[str] = []
-    closed: list[bool] = []
-    with read_ahead(_listing(25, seen, closed)) as items:
-        got = list(items)
-    assert got == list(range(25))
-    assert set(seen) == {"memwork-migration-reader"} and closed == [True]
-
-
-def test_read_ahead_raises_the_listing_error_after_the_items_before_it():
-    got: list[int] = []
-    closed: list[bool] = []
-    with (
-        pytest.raises(BackendError, match="page 3: the source went away"),
-        read_ahead(_listing(10, [], closed, fail_at=3)) as items,
-    ):
-        for item in items:
-            got.append(item)
-    assert got == [0, 1, 2] and closed == [True]
-
-
-def test_leaving_read_ahead_early_closes_the_listing_and_stops_its_thread():
-    closed: list[bool] = []
-    with read_ahead(_listing(1000, [], closed)) as items:
-        for item in items:
-            if item == 2:
-                break
-    assert closed == [True]
-    assert not [t for t in threading.enumerate() if t.name == "memwork-migration-reader"]
 
 
 def test_the_switch_interval_is_short_while_writers_run_and_restored_after_the_last():
@@ -95,7 +49,7 @@ def _stored(pg_url: str) -> dict[str, tuple]:
         }
 
 
-def test_pages_read_ahead_store_the_embedder_vectors_bit_for_bit_once(source, pg_url):
+def test_prepared_pages_store_the_embedder_vectors_bit_for_bit_once(source, pg_url):
     mysql_url, rows = source
     ensure_schema(pg_url, "memory_embeddings", DIMS)
     embedder = HashEmbedder(DIMS)

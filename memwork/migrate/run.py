@@ -86,7 +86,7 @@ from memwork.migrate.rows import (
     unscoped,
     vector_length,
 )
-from memwork.migrate.source import iter_pages, read_ahead
+from memwork.migrate.source import iter_pages
 from memwork.migrate.writer import Batch, BatchWriter, PageMark
 from memwork.pgvector.schema import EMBEDDINGS_TABLE, schema_sql, table_dimensions
 from memwork.plugins import open_source
@@ -370,10 +370,9 @@ def _apply(options: ImportOptions, source: Source, key: str, progress: Progress 
             )
         target: _Target | None = None
         writer: BatchWriter | None = None
-        pages = iter_pages(source, start, options.page_size, rows=rows_path, limit=options.limit)
-        if rows_path:  # a keyset source read one page ahead (a record source may be paid per request)
-            pages = stack.enter_context(read_ahead(pages))
-        for page, read_cursor in pages:
+        for page, read_cursor in iter_pages(
+            source, start, options.page_size, rows=rows_path, limit=options.limit
+        ):
             whole: Sequence[Any] = page.rows if rows_path else page.records
             items = list(whole[: max(options.limit - report.rows_read, 0)]) if options.limit else list(whole)
             cut = len(items) < len(whole)

@@ -17,11 +17,8 @@ committed page as its checkpoint, so ``--resume`` continues where a killed run s
 from __future__ import annotations
 
 import hashlib
-import queue
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 from memwork.contracts import Page, Source, SourceFactory, SourceRecord, require
 from memwork.errors import BackendError, UsageError
@@ -37,7 +34,6 @@ __all__ = [  # the contract's names, re-exported for source modules that import 
     "SourceRecord",
     "iter_pages",
     "open_source",
-    "read_ahead",
     "require",
     "shown_cursor",
     "source_names",
@@ -102,64 +98,6 @@ def iter_pages(
             return
         seen.add(_cursor_key(following))
         cursor = following
-
-
-_Item = TypeVar("_Item")
-
-
-@contextmanager
-def read_ahead(items: Iterator[_Item]) -> Iterator[Iterator[_Item]]:
-    """``items`` produced one ahead on a thread of their own: while the caller embeds page *n*, the
-    source's server already answers the query for page *n+1* (its socket waits, and the parsing,
-    overlap the caller's work). The same items in the same order; an error is raised to the caller
-    at the item where it happened. Leaving the block stops the thread (at most the one page read
-    ahead is dropped) and closes ``items`` -- on that thread, before the source is used again."""
-    ready: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not _hand_on(ready, stop, (True, item)):
-                    break
-        except BaseException as exc:  # raised to the caller in its turn
-            _hand_on(ready, stop, (False, exc))
-            return
-        finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-        _hand_on(ready, stop, (False, None))
-
-    thread = threading.Thread(target=produce, name="memwork-migration-reader", daemon=True)
-    thread.start()
-
-    def consume() -> Iterator[_Item]:
-        while True:
-            ok, value = ready.get()
-            if ok:
-                yield value
-            elif value is None:
-                return
-            else:
-                raise value
-
-    try:
-        yield consume()
-    finally:
-        stop.set()
-        thread.join()
-
-
-def _hand_on(ready: queue.Queue[tuple[bool, Any]], stop: threading.Event, item: tuple[bool, Any]) -> bool:
-    """Put ``item`` once there is room; False when the consumer left first."""
-    while not stop.is_set():
-        try:
-            ready.put(item, timeout=0.1)
-            return True
-        except queue.Full:
-            continue
-    return False
 
 
 def _page_key(page: Page) -> bytes:
