@@ -226,7 +226,7 @@ def _fetch_rows(conn: Connection, query: Any) -> list[Row]:
     try:
         cur.execute(str(compiled), compiled.params)
         names = [d[0] for d in cur.description]
-        rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+        rows = [dict(zip(names, row, strict=False)) for row in cur.fetchall()]  # len(names) values each
     finally:
         cur.close()
         dbapi.rollback()

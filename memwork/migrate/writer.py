@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import queue
 import struct
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +91,17 @@ class PageMark:
     rows_read: int
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A page's COPY inputs made ahead on the caller's thread (:meth:`BatchWriter.submit`), so the
+    writer thread starts its COPY at once -- PostgreSQL does not idle while they are made."""
+
+    owner: str
+    packed: list[memoryview]
+    #: :func:`_direct_values` for ``owner`` (None: the page needs the merge)
+    direct: list[tuple[str, datetime, datetime]] | None
+
+
 @dataclass
 class Batch:
     """One page: the rows to write with their vectors, the rows quarantined, and its checkpoint mark."""
@@ -98,17 +110,61 @@ class Batch:
     vectors: np.ndarray
     rejects: list[Reject]
     mark: PageMark
+    prepared: Prepared | None = None
+
+
+def prepared(batch: Batch, owner: str) -> Batch:
+    """``batch`` with its COPY inputs for ``owner`` made now (see :class:`Prepared`)."""
+    if not batch.rows:
+        return batch
+    ready = Prepared(owner, _pack_vectors(batch.vectors), _direct_values(batch.rows, owner))
+    return replace(batch, prepared=ready)
 
 
 #: ``(batch, rows written, rejects, checkpoint committed)`` after each committed page
 Committed = Callable[[Batch, int, list[Reject], ImportCheckpoint], None]
 
 
+#: pages read and embedded ahead of the one being written (a page of 2,000 rows is ~4 MB here)
+PAGES_AHEAD = 2
+
+#: the GIL switch interval while a writer thread runs (Python's default is 5 ms). Each time the
+#: COPY's socket drains, the writer needs the GIL back to send the next rows; with the reader busy in
+#: Python (row parsing, embedding) it waited up to the whole interval while PostgreSQL idled -- the
+#: socket holds a few ms of work. The reader's MySQL socket waits the same way.
+SWITCH_INTERVAL = 0.0005
+
+
+class QuickHandoff:
+    """The GIL switch interval at :data:`SWITCH_INTERVAL` (if shorter than the current one) while at
+    least one writer runs in this process; the previous value is restored when the last one ends."""
+
+    _lock = threading.Lock()
+    _active = 0
+    _saved = 0.0
+
+    def __enter__(self) -> QuickHandoff:
+        with QuickHandoff._lock:
+            if QuickHandoff._active == 0:
+                QuickHandoff._saved = sys.getswitchinterval()
+                sys.setswitchinterval(min(SWITCH_INTERVAL, QuickHandoff._saved))
+            QuickHandoff._active += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with QuickHandoff._lock:
+            QuickHandoff._active -= 1
+            if QuickHandoff._active == 0:
+                sys.setswitchinterval(QuickHandoff._saved)
+
+
 class BatchWriter:
     """Commits pages (rows + rejects + checkpoint, one transaction each) on its own thread, in order.
 
     While PostgreSQL merges page *n* (the thread waits on the socket, GIL released) the caller reads
-    and embeds page *n+1*. At most one page waits in the queue, so memory stays bounded. The writer
+    and embeds the next pages. At most :data:`PAGES_AHEAD` pages wait in the queue, so memory stays
+    bounded. While the thread runs, a thread waiting for the GIL gets it within
+    :data:`SWITCH_INTERVAL` (:class:`QuickHandoff`). The writer
     owns the running checkpoint: each page moves it (:meth:`ImportCheckpoint.after_page`, then the
     rows written), so the totals are exactly what was committed. A write error that blames the rows
     is retried row by row (the failing rows are quarantined); any other write error stops the run:
@@ -130,15 +186,19 @@ class BatchWriter:
         self.checkpoint, self.has_rejects, self.committed = checkpoint, has_rejects, committed
         self.merge = merge_statement(table, owner)  # the same statement for every page
         self.fast = FastPath(adaptive=True)
-        self.pending: queue.Queue[Batch | None] = queue.Queue(maxsize=1)
+        self.pending: queue.Queue[Batch | None] = queue.Queue(maxsize=PAGES_AHEAD)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="memwork-migration-writer", daemon=True)
+        self.handoff = QuickHandoff()
 
     def __enter__(self) -> BatchWriter:
+        self.handoff.__enter__()
         self.thread.start()
         return self
 
     def submit(self, batch: Batch) -> None:
+        """Queue ``batch`` (its COPY inputs made here, on the caller's thread: :class:`Prepared`)."""
+        batch = prepared(batch, self.owner)
         while True:
             self._raise_if_failed()
             try:
@@ -155,6 +215,7 @@ class BatchWriter:
             except queue.Full:
                 continue
         self.thread.join()
+        self.handoff.__exit__(exc_type, exc, tb)
         if exc is None:
             self._raise_if_failed()
 
@@ -221,11 +282,17 @@ class PackedVector(bytes):
     """A vector already in pgvector's binary wire format (``>HH`` dims, 0, then ``>f4`` values)."""
 
 
-def _pack_vectors(vectors: np.ndarray) -> list[PackedVector]:
-    """Encode a whole batch at once with numpy instead of one pgvector dumper call per row."""
-    header = struct.pack(">HH", vectors.shape[1], 0)
-    big_endian = np.ascontiguousarray(vectors, dtype=">f4")
-    return [PackedVector(header + row.tobytes()) for row in big_endian]
+def _pack_vectors(vectors: np.ndarray) -> list[memoryview]:
+    """Encode a whole batch at once with numpy: one buffer of every row's wire format (header, then
+    big-endian values), handed on as one slice per row -- no bytes object per row (a third of the
+    cost). A COPY that names the ``vector`` type (``set_types``) dumps a slice as it is."""
+    n, dimensions = vectors.shape
+    width = 4 + 4 * dimensions
+    packed = np.empty((n, width), dtype=np.uint8)
+    packed[:, :4] = np.frombuffer(struct.pack(">HH", dimensions, 0), dtype=np.uint8)
+    packed[:, 4:] = np.ascontiguousarray(vectors, dtype=">f4").view(np.uint8).reshape(n, 4 * dimensions)
+    flat = memoryview(packed.reshape(-1).data)
+    return [flat[k : k + width] for k in range(0, n * width, width)]
 
 
 def register_packed_vectors(pg: psycopg.Connection[Any]) -> None:
@@ -372,7 +439,8 @@ def _write_new(
     values need the merge's SQL (metadata to stamp, timestamps that are not plain ISO text), when
     one of the ids is already in the table (its owner decides: the upsert checks it), or when the
     COPY fails on an id written meanwhile or on a value (the upsert then tells which rows)."""
-    values = _direct_values(batch.rows, tail[0])
+    ready = batch.prepared if batch.prepared is not None and batch.prepared.owner == tail[0] else None
+    values = ready.direct if ready is not None else _direct_values(batch.rows, tail[0])
     if values is None:
         return None
     target = quote_identifier(table)
@@ -382,7 +450,8 @@ def _write_new(
             _defer_flush(cur, checkpoint)
             if fast.check_first and _any_taken(cur, target, batch.rows):
                 raise _StepAside
-            _copy_direct(cur, target, batch, values, model_id)
+            packed = ready.packed if ready is not None else _pack_vectors(batch.vectors)
+            _copy_direct(cur, target, batch, packed, values, model_id)
             checkpoint = _page_tail(cur, table, batch.rows, rejects, checkpoint, tail)
     except _StepAside:
         return None
@@ -438,15 +507,14 @@ def _copy_direct(
     cur: psycopg.Cursor[Any],
     target: str,
     batch: Batch,
+    packed: list[memoryview],
     values: list[tuple[str, datetime, datetime]],
     model_id: str,
 ) -> None:
     columns = ", ".join(_DEST_COLUMNS)
     with cur.copy(f"COPY {target} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
         copy.set_types(_DIRECT_TYPES)
-        for row, vector, (metadata, created, updated) in zip(
-            batch.rows, _pack_vectors(batch.vectors), values, strict=True
-        ):
+        for row, vector, (metadata, created, updated) in zip(batch.rows, packed, values, strict=True):
             copy.write_row(_copy_row(row, vector, model_id, metadata, created, updated))
 
 
@@ -460,7 +528,7 @@ def _direct_values(
     ``\\u`` escape in it; NULL as ``{}``); an import's object when its marker already names
     ``owner`` (:func:`memwork.migrate.rows.record_row` sets it). Timestamps: naive ISO text read as
     UTC (``::timestamp AT TIME ZONE 'UTC'``)."""
-    out: list[tuple[str, datetime, datetime]] = []
+    texts: list[str] = []
     legacy = owner == LEGACY_OWNER
     for row in rows:
         metadata = row["metadata"]
@@ -473,11 +541,12 @@ def _direct_values(
                 return None
         elif not _marked_by(metadata, owner):
             return None
-        created, updated = _utc(row["created_at"]), _utc(row["updated_at"])
-        if created is None or updated is None:
-            return None
-        out.append((metadata, created, updated))
-    return out
+        texts.append(metadata)
+    created = _utc_all([row["created_at"] for row in rows])
+    updated = _utc_all([row["updated_at"] for row in rows]) if created is not None else None
+    if created is None or updated is None:
+        return None
+    return list(zip(texts, created, updated, strict=True))
 
 
 def _marked_by(text: str, owner: str) -> bool:
@@ -488,15 +557,22 @@ def _marked_by(text: str, owner: str) -> bool:
     return isinstance(parsed, dict) and parsed.get(SOURCE_MARKER) == owner
 
 
-def _utc(text: object) -> datetime | None:
-    """``YYYY-MM-DD[ T]HH:MM:SS[.ffffff]`` as an aware UTC datetime; None for anything else."""
-    if not isinstance(text, str) or len(text) < 19 or text[4] != "-" or text[10] not in " T":
-        return None
+def _utc_all(texts: list[object]) -> list[datetime] | None:
+    """A page's timestamps, each ``YYYY-MM-DD[ T]HH:MM:SS[.ffffff]`` as an aware UTC datetime (one
+    loop, no call per text); None when one is anything else."""
+    parse = datetime.fromisoformat
+    out: list[datetime] = []
     try:
-        moment = datetime.fromisoformat(text)
+        for text in texts:
+            if not isinstance(text, str) or len(text) < 19 or text[4] != "-" or text[10] not in " T":
+                return None
+            moment = parse(text)
+            if moment.tzinfo is not None:
+                return None
+            out.append(moment.replace(tzinfo=UTC))
     except ValueError:
         return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else None
+    return out
 
 
 def _owned_elsewhere(cur: psycopg.Cursor[Any], table: str, taken: list[Row]) -> list[OwnedElsewhere]:
