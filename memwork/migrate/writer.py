@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import queue
 import struct
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -128,47 +127,17 @@ Committed = Callable[[Batch, int, list[Reject], ImportCheckpoint], None]
 #: pages read and embedded ahead of the one being written (a page of 2,000 rows is ~4 MB here)
 PAGES_AHEAD = 2
 
-#: the GIL switch interval while a writer thread runs (Python's default is 5 ms). Each time the
-#: COPY's socket drains, the writer needs the GIL back to send the next rows; with the reader busy in
-#: Python (row parsing, embedding) it waited up to the whole interval while PostgreSQL idled -- the
-#: socket holds a few ms of work. The reader's MySQL socket waits the same way.
-SWITCH_INTERVAL = 0.0005
-
-
-class QuickHandoff:
-    """The GIL switch interval at :data:`SWITCH_INTERVAL` (if shorter than the current one) while at
-    least one writer runs in this process; the previous value is restored when the last one ends."""
-
-    _lock = threading.Lock()
-    _active = 0
-    _saved = 0.0
-
-    def __enter__(self) -> QuickHandoff:
-        with QuickHandoff._lock:
-            if QuickHandoff._active == 0:
-                QuickHandoff._saved = sys.getswitchinterval()
-                sys.setswitchinterval(min(SWITCH_INTERVAL, QuickHandoff._saved))
-            QuickHandoff._active += 1
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with QuickHandoff._lock:
-            QuickHandoff._active -= 1
-            if QuickHandoff._active == 0:
-                sys.setswitchinterval(QuickHandoff._saved)
-
 
 class BatchWriter:
     """Commits pages (rows + rejects + checkpoint, one transaction each) on its own thread, in order.
 
     While PostgreSQL merges page *n* (the thread waits on the socket, GIL released) the caller reads
     and embeds the next pages. At most :data:`PAGES_AHEAD` pages wait in the queue, so memory stays
-    bounded. While the thread runs, a thread waiting for the GIL gets it within
-    :data:`SWITCH_INTERVAL` (:class:`QuickHandoff`). The writer
-    owns the running checkpoint: each page moves it (:meth:`ImportCheckpoint.after_page`, then the
-    rows written), so the totals are exactly what was committed. A write error that blames the rows
-    is retried row by row (the failing rows are quarantined); any other write error stops the run:
-    ``submit`` and ``__exit__`` re-raise it in the caller's thread.
+    bounded. The writer owns the running checkpoint: each page moves it
+    (:meth:`ImportCheckpoint.after_page`, then the rows written), so the totals are exactly what was
+    committed. A write error that blames the rows is retried row by row (the failing rows are
+    quarantined); any other write error stops the run: ``submit`` and ``__exit__`` re-raise it in the
+    caller's thread.
     """
 
     def __init__(
@@ -189,10 +158,8 @@ class BatchWriter:
         self.pending: queue.Queue[Batch | None] = queue.Queue(maxsize=PAGES_AHEAD)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="memwork-migration-writer", daemon=True)
-        self.handoff = QuickHandoff()
 
     def __enter__(self) -> BatchWriter:
-        self.handoff.__enter__()
         self.thread.start()
         return self
 
@@ -215,7 +182,6 @@ class BatchWriter:
             except queue.Full:
                 continue
         self.thread.join()
-        self.handoff.__exit__(exc_type, exc, tb)
         if exc is None:
             self._raise_if_failed()
 
