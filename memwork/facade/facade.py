@@ -215,7 +215,7 @@ class MemoryFacade:
         watchdog().watch(scope)
         try:
             with using_scope(scope):
-                return self._call("resolve", backend, clean)
+                return self._call("resolve", backend, clean, name)
         finally:
             scope.finish()
             with self._inline_lock:
@@ -293,13 +293,17 @@ class MemoryFacade:
                 return self._degrade(operation, selection.name, error, str(error), request=clean)
         return self._call(operation, selection.backend, clean)
 
-    def _call(self, operation: str, backend: Backend, clean: dict[str, Any]) -> dict[str, Any]:
-        """The backend call on this thread (a pool worker, bounded by the job's deadline)."""
-        name = backend_name(backend)
+    def _call(
+        self, operation: str, backend: Backend, clean: dict[str, Any], name: str | None = None
+    ) -> dict[str, Any]:
+        """The backend call on this thread (a pool worker, bounded by the job's deadline); ``name``:
+        the backend's, when the caller has it already."""
+        if name is None:
+            name = backend_name(backend)
         method = operation_of(backend, operation)
         try:
             result = method(dict(clean))
-            if not isinstance(result, Mapping):
+            if type(result) is not dict and not isinstance(result, Mapping):  # dict: the usual, fast
                 raise BackendError(f"{name} {operation} returned {type(result).__name__}, not an object")
         except BackendTimeout as exc:
             scope = current_scope()
