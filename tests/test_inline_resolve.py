@@ -146,7 +146,7 @@ def test_the_session_timeout_is_sent_once_for_a_steady_deadline_and_cleared_with
                 backend.resolve(REQUEST)
             with backend._get_pool().connection() as conn:
                 sent.append(conn.execute("SHOW statement_timeout").fetchone()[0])
-                kept = pgvector._session_timeout_ms[conn]
+                kept = getattr(conn, pgvector._TIMEOUT_ATTR)
         assert len(set(sent)) == 1 and 0 < kept <= budget * 1000  # set once, under the time left
         backend.resolve(REQUEST)  # no deadline: no leftover timeout may cut it
         with backend._get_pool().connection() as conn:

@@ -453,3 +453,44 @@ def test_server_formatted_timestamps_read_as_pythons_isoformat(pg_url: str, zone
                 f"SELECT x, {_iso('x')} FROM (SELECT %s::timestamptz AS x) AS v", (value,)
             ).fetchone()
             assert text == parsed.isoformat(), (zone, value)
+
+
+@pytest.mark.parametrize("search", ["exact", "hnsw"])
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", "America/St_Johns"])
+def test_resolve_timestamps_are_isoformat_whether_updated_or_not(
+    pg_url: str, search: str, zone: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """createdAt/updatedAt are ``datetime.isoformat()`` in the session's time zone, whole seconds and
+    fractions alike; a row never updated (updated_at = created_at) is formatted once and its
+    updatedAt is the same text, a row updated later gets its own."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    ensure_schema(pg_url, "memory_embeddings", 3, create_vector_index=True)
+    stamps = {  # source id -> (created_at, updated_at)
+        "same-whole": ("2025-06-01 10:00:00+00", "2025-06-01 10:00:00+00"),
+        "same-fraction": ("2024-12-31 23:59:59.000001+00", "2024-12-31 23:59:59.000001+00"),
+        "updated": ("2025-06-01 10:00:00+00", "2025-11-02 04:30:00.5+00"),
+        "updated-whole": ("2025-01-15 12:00:00.25+00", "2025-03-09 06:59:59+00"),
+    }
+    with psycopg.connect(pg_url) as conn:
+        register_vector(conn)
+        for i, (source_id, (created, updated)) in enumerate(stamps.items()):
+            conn.execute(
+                "INSERT INTO memory_embeddings (user_id, content, embedding, source_memory_id, "
+                "created_at, updated_at) VALUES ('alice', 'c', %s, %s, %s, %s)",
+                (np.asarray([1.0, float(i), 0.0], dtype=np.float32), source_id, created, updated),
+            )
+    monkeypatch.setenv("PGTZ", zone)  # the pool's sessions run in this time zone
+    backend = PgvectorBackend(pg_url, search=search)
+    try:
+        found = backend.resolve({"userId": "alice", "embedding": [1.0, 0.0, 0.0], "limit": 10})
+    finally:
+        backend.close()
+    got = {m["id"]: (m["createdAt"], m["updatedAt"]) for m in found["semanticMemories"]}
+
+    def iso(value: str) -> str:
+        return datetime.fromisoformat(value.replace(" ", "T")).astimezone(ZoneInfo(zone)).isoformat()
+
+    assert got == {source: (iso(c), iso(u)) for source, (c, u) in stamps.items()}
+    assert got["same-whole"][0] == got["same-whole"][1] and got["updated"][0] != got["updated"][1]

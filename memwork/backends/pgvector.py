@@ -35,7 +35,6 @@ import os
 import socket
 import struct
 import threading
-import weakref
 from collections.abc import Mapping
 from math import ceil
 from typing import TYPE_CHECKING, Any
@@ -46,7 +45,7 @@ from memwork.backends.base import Availability, BaseBackend, Declaration, EnvVar
 from memwork.checks import parse_bool
 from memwork.contracts import RANKING_SEMANTIC
 from memwork.db import ran_out_of_time
-from memwork.deadline import ABANDONED, current_scope
+from memwork.deadline import ABANDONED, CallScope, current_scope
 from memwork.embed import QueryModuleEmbedder
 from memwork.errors import BackendError, CutOff, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
@@ -107,14 +106,24 @@ def _iso(column: str) -> str:
     return f"replace(to_char({column}, 'YYYY-MM-DD\"T\"HH24:MI:SS.USTZH:TZM'), '.000000', '')"
 
 
+#: ``updated_at`` when it equals ``created_at`` (a row never updated): not formatted twice
+SAME_AS_CREATED = ""
+
+
 def _result_columns(prefix: str = "") -> str:
     """The result's columns as the API needs them: ``metadata`` as JSON text (``{}`` is not parsed),
-    timestamps as ISO text (:func:`_iso`); not ``user_id``, which the caller gave (10 columns)."""
+    timestamps as ISO text (:func:`_iso`); not ``user_id``, which the caller gave (10 columns).
+    ``updated_at`` equal to ``created_at`` comes as :data:`SAME_AS_CREATED` (never a formatted
+    value): the mapping reuses the created text, which halves the ``to_char`` calls for rows never
+    updated (~1.3 us of server time each)."""
     p = prefix
+    updated = (
+        f"CASE WHEN {p}updated_at = {p}created_at THEN '{SAME_AS_CREATED}' ELSE {_iso(p + 'updated_at')} END"
+    )
     return (
         f"{p}id, {p}source_memory_id, {p}content, {p}type, {p}source_session_id, "
         f"{p}source_message_id, {p}metadata::text AS metadata, {p}embedding_model, "
-        f"{_iso(p + 'created_at')} AS created_at, {_iso(p + 'updated_at')} AS updated_at"
+        f"{_iso(p + 'created_at')} AS created_at, {updated} AS updated_at"
     )
 
 
@@ -278,7 +287,7 @@ class PgvectorBackend(BaseBackend):
                 if scope is not None and not scope.on_abandon(lambda: _abort(conn)):
                     scope.check()  # the caller gave up while we waited for the connection: CutOff
                 try:
-                    return self._search_on(conn, table, user_id, vector, limit)
+                    return self._search_on(conn, scope, table, user_id, vector, limit)
                 finally:
                     if scope is not None:
                         scope.clear_abandon()  # before the connection goes back to the pool
@@ -303,6 +312,7 @@ class PgvectorBackend(BaseBackend):
     def _search_on(
         self,
         conn: psycopg.Connection[Any],
+        scope: CallScope | None,
         table: str,
         user_id: str,
         vector: np.ndarray | PackedVector,
@@ -311,7 +321,6 @@ class PgvectorBackend(BaseBackend):
         """The exact search is one statement in autocommit (the session's ``statement_timeout``
         bounds it, set only when the time left moved, see :func:`_bound_session`): one round trip
         in the steady state. The HNSW path takes a transaction for its local settings."""
-        scope = current_scope()
         if self.search != "hnsw":
             _bound_session(conn, None if scope is None else scope.check())
             cap = None if self.search == "exact" else self.exact_max
@@ -345,8 +354,7 @@ def _model_pick(rows: str, model_param: str) -> str:
 
 #: a session's ``statement_timeout`` is kept while it cuts at most this share of a call's time left
 SESSION_TIMEOUT_SLACK = 0.25
-_session_timeout_ms: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-_session_lock = threading.Lock()
+_TIMEOUT_ATTR = "_memwork_statement_timeout_ms"
 
 
 def _bound_session(conn: psycopg.Connection[Any], budget_s: float | None) -> None:
@@ -354,19 +362,20 @@ def _bound_session(conn: psycopg.Connection[Any], budget_s: float | None) -> Non
 
     The setting stays on the connection, so it is sent only when the current one would run past the
     time left or cut more than :data:`SESSION_TIMEOUT_SLACK` of it: a steady stream of calls under one
-    configured deadline pays no extra round trip."""
+    configured deadline pays no extra round trip. The setting in force is kept on the connection
+    itself (one resolve uses a pooled connection at a time; no lock, no weak mapping), like
+    :func:`_raw_cursor`; a new connection has none and sets it."""
     want = 0 if budget_s is None else max(1, ceil(budget_s * 1000))
-    with _session_lock:
-        have = _session_timeout_ms.get(conn)
+    have = conn.__dict__.get(_TIMEOUT_ATTR)
     if have is not None and (
         have == want or (want and 0 < have <= want and have >= want * (1 - SESSION_TIMEOUT_SLACK))
     ):
         return
     if want:  # a little under the time left, so the next calls' budgets keep it
         want = max(1, math.floor(want * (1 - SESSION_TIMEOUT_SLACK / 2)))
+    conn.__dict__.pop(_TIMEOUT_ATTR, None)  # unknown if the statement fails: set again next time
     conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{want}ms",))
-    with _session_lock:
-        _session_timeout_ms[conn] = want
+    setattr(conn, _TIMEOUT_ATTR, want)
 
 
 def _abort(conn: psycopg.Connection[Any]) -> None:
@@ -532,8 +541,8 @@ def _hnsw_search(
 def _memories(rows: list[tuple], user_id: str) -> list[dict[str, Any]]:
     """The result rows in the API's JSON shape (camelCase, ISO timestamps, score = 1 - cosine
     distance), every row ``user_id``'s (the statements filter on it); built in one loop -- it runs
-    for every row of every resolve."""
-    loads, isfinite = json.loads, math.isfinite
+    for every row of every resolve (a function call per row was slower)."""
+    loads, isfinite, same = json.loads, math.isfinite, SAME_AS_CREATED
     out = []
     for row in rows:
         row_id, source_id, content, type_, session, message, meta, model, created, updated, dist = row[:11]
@@ -553,7 +562,7 @@ def _memories(rows: list[tuple], user_id: str) -> list[dict[str, Any]]:
                 "metadata": {} if not meta or meta == "{}" else loads(meta),
                 "embeddingModel": model,
                 "createdAt": created,
-                "updatedAt": updated,
+                "updatedAt": created if updated == same else updated,
             }
         )
     return out

@@ -215,7 +215,7 @@ class MemoryFacade:
         watchdog().watch(scope)
         try:
             with using_scope(scope):
-                return self._call("resolve", backend, clean)
+                return self._call("resolve", backend, clean, name)
         finally:
             scope.finish()
             with self._inline_lock:
@@ -293,13 +293,17 @@ class MemoryFacade:
                 return self._degrade(operation, selection.name, error, str(error), request=clean)
         return self._call(operation, selection.backend, clean)
 
-    def _call(self, operation: str, backend: Backend, clean: dict[str, Any]) -> dict[str, Any]:
-        """The backend call on this thread (a pool worker, bounded by the job's deadline)."""
-        name = backend_name(backend)
+    def _call(
+        self, operation: str, backend: Backend, clean: dict[str, Any], name: str | None = None
+    ) -> dict[str, Any]:
+        """The backend call on this thread (a pool worker, bounded by the job's deadline); ``name``:
+        the backend's, when the caller has it already."""
+        if name is None:
+            name = backend_name(backend)
         method = operation_of(backend, operation)
         try:
             result = method(dict(clean))
-            if not isinstance(result, Mapping):
+            if type(result) is not dict and not isinstance(result, Mapping):  # dict: the usual, fast
                 raise BackendError(f"{name} {operation} returned {type(result).__name__}, not an object")
         except BackendTimeout as exc:
             scope = current_scope()
@@ -316,16 +320,29 @@ class MemoryFacade:
 
     # ---- payloads ------------------------------------------------------------------------------
     def _ok(self, operation: str, name: str, result: Mapping[str, Any]) -> dict[str, Any]:
-        payload: dict[str, Any] = {"ok": True, "enabled": True, "skipped": False, "source": name}
         if operation == "resolve":
-            payload.update(empty_resolve())
-            payload.update({k: result[k] for k in RESOLVE_KEYS if result.get(k) is not None})
-            if not self.policy.profile_enabled:
-                payload["profile"] = None
-        else:
-            payload.update({k: v for k, v in result.items() if k not in _ENVELOPE})
-            payload["status"] = STORED
+            return self._resolved(name, result)
+        payload: dict[str, Any] = {"ok": True, "enabled": True, "skipped": False, "source": name}
+        payload.update({k: v for k, v in result.items() if k not in _ENVELOPE})
+        payload["status"] = STORED
         return payload
+
+    def _resolved(self, name: str, result: Mapping[str, Any]) -> dict[str, Any]:
+        """A resolve's answer: the body's keys from ``result`` where given (not None), else as in
+        :func:`empty_resolve`. One dict display -- it is built on every resolve."""
+        get = result.get
+        return {
+            "ok": True,
+            "enabled": True,
+            "skipped": False,
+            "source": name,
+            "profile": get("profile") if self.policy.profile_enabled else None,
+            "semanticMemories": x if (x := get("semanticMemories")) is not None else [],
+            "behaviorSummary": get("behaviorSummary"),
+            "activeGoals": x if (x := get("activeGoals")) is not None else [],
+            "memories": x if (x := get("memories")) is not None else [],
+            "policy": get("policy"),
+        }
 
     def _skipped(self, operation: str, reason: str) -> dict[str, Any]:
         payload: dict[str, Any] = {

@@ -416,8 +416,12 @@ _watchdog: Watchdog | None = None
 
 
 def watchdog() -> Watchdog:
-    """The process-wide :class:`Watchdog` (its thread starts with the first watched call)."""
+    """The process-wide :class:`Watchdog` (its thread starts with the first watched call). Once made
+    it is read without the lock: every inline resolve asks for it."""
     global _watchdog
+    made = _watchdog
+    if made is not None:
+        return made
     with _shared_lock:
         if _watchdog is None:
             _watchdog = Watchdog()
