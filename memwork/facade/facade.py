@@ -320,29 +320,16 @@ class MemoryFacade:
 
     # ---- payloads ------------------------------------------------------------------------------
     def _ok(self, operation: str, name: str, result: Mapping[str, Any]) -> dict[str, Any]:
-        if operation == "resolve":
-            return self._resolved(name, result)
         payload: dict[str, Any] = {"ok": True, "enabled": True, "skipped": False, "source": name}
-        payload.update({k: v for k, v in result.items() if k not in _ENVELOPE})
-        payload["status"] = STORED
+        if operation == "resolve":
+            payload.update(empty_resolve())
+            payload.update({k: result[k] for k in RESOLVE_KEYS if result.get(k) is not None})
+            if not self.policy.profile_enabled:
+                payload["profile"] = None
+        else:
+            payload.update({k: v for k, v in result.items() if k not in _ENVELOPE})
+            payload["status"] = STORED
         return payload
-
-    def _resolved(self, name: str, result: Mapping[str, Any]) -> dict[str, Any]:
-        """A resolve's answer: the body's keys from ``result`` where given (not None), else as in
-        :func:`empty_resolve`. One dict display -- it is built on every resolve."""
-        get = result.get
-        return {
-            "ok": True,
-            "enabled": True,
-            "skipped": False,
-            "source": name,
-            "profile": get("profile") if self.policy.profile_enabled else None,
-            "semanticMemories": x if (x := get("semanticMemories")) is not None else [],
-            "behaviorSummary": get("behaviorSummary"),
-            "activeGoals": x if (x := get("activeGoals")) is not None else [],
-            "memories": x if (x := get("memories")) is not None else [],
-            "policy": get("policy"),
-        }
 
     def _skipped(self, operation: str, reason: str) -> dict[str, Any]:
         payload: dict[str, Any] = {
