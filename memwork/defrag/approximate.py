@@ -8,11 +8,12 @@ still the guide's pairs, verified exactly; only the *candidates* are approximate
   slower and poorer than reading the scope);
 * a bigger scope streams its ids in batches of :data:`BATCH`; for each batch one SQL statement asks
   the store's HNSW index for every id's ``k`` nearest live neighbours in the same scope
-  (:func:`memwork.stores.knn.nearest`: ``hnsw.ef_search``, iterative scan); the batch's rows and
-  their neighbours are read by id, and every candidate pair is verified by the exact path's own
-  verification (:func:`memwork.defrag.findings.verify_duplicates` / ``verify_related``): the same
-  scores, kinds, readability rule and contradiction flags. Only the batch and its candidates are in
-  memory, never the store.
+  (:func:`memwork.stores.knn.nearest`: ``hnsw.ef_search``, iterative scan); the batch's neighbour
+  lists are cut into runs of at most :data:`VERIFY_ROWS` distinct rows, each run's rows are read by
+  id, and every candidate pair is verified by the exact path's own verification
+  (:func:`memwork.defrag.findings.verify_duplicates` / ``verify_related``): the same scores, kinds,
+  readability rule and contradiction flags. Only the batch's id pairs and one run of rows are in
+  memory, never the store: a constant, whatever N and however much the lists overlap.
 
 What the index misses is measured, never dropped silently: every run carries a
 :class:`RecallEstimate` -- ``sample`` live rows drawn at random, their exact pairs computed by brute
@@ -296,8 +297,8 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 def _give_back() -> None:
-    """Return a batch's freed heap to the system: its rows come and go as many blocks that glibc
-    otherwise keeps mapped, and the process's RSS crept up batch after batch."""
+    """Return a batch's freed heap to the system (glibc keeps freed blocks mapped): measured at 100k,
+    RSS between batches 89-95 MB with it, 106-109 MB without; the peak is the same."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
