@@ -212,8 +212,9 @@ _PANEL_ROWS = 1024  # rows per cosine tile: wide enough for BLAS to run near its
 _TILE_COLS = 8192  # columns per cosine tile: 1024 x 8192 float32 = 32 MB, whatever N is
 _SPARSE_BUDGET = 8_000_000  # candidate entries per sparse block of the Jaccard join
 _VERIFY_CHUNK = 32_768  # pairs re-scored per chunk of the Jaccard join
-_COSINE_VERIFY_CHUNK = 4096  # pairs re-scored per chunk of the cosine join (2 x 4096 float64 rows)
+_COSINE_VERIFY_CHUNK = 1024  # pairs re-scored per chunk of the cosine join (2 x 1024 float64 rows)
 _BUILD_CHUNK = 8192  # rows converted at a time when building the float32 unit rows
+_NORMS_CHUNK = 512  # rows per float64 chunk when only the norms are built (verifying given pairs)
 _MIN_BLOCK_ROWS = 128  # rows per cosine tile, at least (smaller tiles waste BLAS efficiency)
 _THREADED_ROWS = 8192  # below this many embedded rows the cosine join runs on one BLAS thread
 _UNIT_ROUNDOFF32 = 2.0**-24
@@ -413,20 +414,28 @@ class _Vectors:
     slot: np.ndarray  # row of each input position, -1 when not embedded
 
     @classmethod
-    def build(cls, embeddings: Sequence[np.ndarray | Sequence[float] | None]) -> _Vectors:
+    def build(
+        cls, embeddings: Sequence[np.ndarray | Sequence[float] | None], *, units: bool = True
+    ) -> _Vectors:
+        """``units=False``: only what :meth:`cosine` reads (norms and slots) -- verifying given pairs
+        needs no ``(m, d)`` float32 copy, and its float64 temporaries come in small chunks."""
         index = np.array([k for k, e in enumerate(embeddings) if e is not None], dtype=np.int64)
         m = len(index)
+        step = _BUILD_CHUNK if units else _NORMS_CHUNK
         unit32 = np.zeros((0, 1), dtype=np.float32)
         norms = np.zeros(m)
-        for a in range(0, m, _BUILD_CHUNK):  # bounds the float64 temporaries
-            rows = _stack64(embeddings, index[a : a + _BUILD_CHUNK])
+        dim = 0
+        for a in range(0, m, step):  # bounds the float64 temporaries
+            rows = _stack64(embeddings, index[a : a + step])
             if a == 0:
-                unit32 = np.empty((m, rows.shape[1]), dtype=np.float32)
-            elif rows.shape[1] != unit32.shape[1]:
+                dim = rows.shape[1]
+                unit32 = np.empty((m, dim), dtype=np.float32) if units else unit32
+            elif rows.shape[1] != dim:
                 raise UsageError("embeddings", len(embeddings), "vectors must share one dimension")
-            chunk_norms = norms[a : a + len(rows)] = _row_norms(rows)
-            safe = np.where(chunk_norms > 0, chunk_norms, 1.0)[:, None]
-            unit32[a : a + len(rows)] = np.where(chunk_norms[:, None] > 0, rows / safe, 0.0)
+            chunk_norms = norms[a : a + len(rows)] = _row_norms(rows)  # row by row: chunking changes no bit
+            if units:
+                safe = np.where(chunk_norms > 0, chunk_norms, 1.0)[:, None]
+                unit32[a : a + len(rows)] = np.where(chunk_norms[:, None] > 0, rows / safe, 0.0)
         slot = np.full(len(embeddings), -1, dtype=np.int64)
         slot[index] = np.arange(m)
         return cls(unit32, norms, embeddings, index, slot)
@@ -831,9 +840,9 @@ def verify_duplicate_pairs(
     approximate nearest-neighbour index), verified by the very same step."""
     threshold = unit("similarity_threshold", threshold)
     _check_lengths("embeddings", len(embeddings), len(texts))
-    space = PairSpace(texts, embeddings)
     i, j = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
-    return _verified(space.tokens, space.vectors, i, j, threshold, None)
+    vectors = _Vectors.build(embeddings, units=False)  # the pairs' cosines only: no tiles
+    return _verified(_Tokens.build(texts), vectors, i, j, threshold, None)
 
 
 def _kept(
@@ -937,7 +946,7 @@ def verify_related_pairs(
     high = unit("max_similarity", max_similarity)
     _check_lengths("texts", len(texts), len(embeddings))
     left, right = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
-    sem = _Vectors.build(embeddings).cosine(left, right)
+    sem = _Vectors.build(embeddings, units=False).cosine(left, right)
     kept = _in_band(sem, low, high) if low < high else np.zeros(len(left), dtype=bool)
     left, right, sem = left[kept], right[kept], sem[kept]
     return _to_pairs(left, right, _pair_jaccard(texts, left, right, None), sem)
@@ -961,4 +970,4 @@ def score_pairs(
     another way than by a threshold (a random sample of pairs for a report's histograms)."""
     _check_lengths("embeddings", len(embeddings), len(texts))
     i, j = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
-    return _Tokens.build(texts).jaccard(i, j), _Vectors.build(embeddings).cosine(i, j)
+    return _Tokens.build(texts).jaccard(i, j), _Vectors.build(embeddings, units=False).cosine(i, j)

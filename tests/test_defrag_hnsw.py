@@ -6,16 +6,19 @@ approximate stage and compares it with the exact path on the same store.
 
 from __future__ import annotations
 
+import tracemalloc
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
-from memwork.defrag import run_action
+from memwork.defrag import approximate, run_action
 from memwork.defrag.approximate import Settings, find_duplicates_hnsw, find_related_hnsw
 from memwork.entry import Entry
 from memwork.errors import UsageError
-from memwork.stores import knn, open_store
+from memwork.stores import knn, open_store, sql
 from memwork.stores.sql import SQLStore
 
 DIM = 384
@@ -157,6 +160,65 @@ def test_stubs_and_superseded_are_never_paired(pg_store: SQLStore) -> None:
     run = find_duplicates_hnsw(pg_store, options=Settings(k=60, ef_search=200, exact_upto=0))
     assert all("f/1.md" not in (p.path_a, p.path_b) for p in run.pairs if p.scope == "big")
     assert _dicts(run.pairs) == _dicts(run_action(pg_store, "find_duplicates").pairs)
+
+
+def _unrelated(rng: np.random.Generator, scope: str, n: int, copies: int) -> list[Entry]:
+    """``n`` entries of random words and vectors (no pair among them) and ``copies`` exact copies of
+    the first ones: the same ``copies`` pairs whatever ``n``."""
+    out = [
+        Entry(path=f"f/{k}.md", content=" ".join(_words(rng, 12)), scope=scope, embedding=_unit(rng))
+        for k in range(n)
+    ]
+    return out + [
+        Entry(path=f"g/{k}.md", content=e.content, scope=scope, embedding=e.embedding.copy())
+        for k, e in enumerate(out[:copies])
+        if e.embedding is not None
+    ]
+
+
+def _traced_peak(run: Callable[[], object]) -> tuple[int, object]:
+    tracemalloc.start()
+    try:
+        result = run()
+        return tracemalloc.get_traced_memory()[1], result
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_hnsw_path_never_holds_the_scope(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory bounded by the batch, not by N: with batches and runs of a few dozen rows, the traced
+    peak of a whole run (search and recall check) over a scope of 4n rows stays within that over n
+    rows plus a quarter of what the big scope's vectors alone take -- holding the scope would add
+    all of them, and more (its texts, entries and the verification's copies)."""
+    small = 60
+    monkeypatch.setattr(approximate, "BATCH", 20)
+    monkeypatch.setattr(approximate, "VERIFY_ROWS", small)
+    monkeypatch.setattr(approximate, "TRUTH_CHUNK", small)
+    monkeypatch.setattr(sql, "_STREAM", small)  # the recall check's server-side cursor
+    rng = np.random.default_rng(11)
+    n, copies = 300, 8
+    store = open_store(pg_url, create=True)
+    store.put_many(_unrelated(rng, "n", n, copies) + _unrelated(rng, "four_n", 4 * n, copies))
+    options = Settings(k=8, ef_search=40, exact_upto=0, sample=20)
+    find_duplicates_hnsw(store, scope="n", options=options)  # imports, caches, compiled statements
+    peaks, pairs = {}, {}
+    for scope in ("n", "four_n"):
+        peaks[scope], run = _traced_peak(
+            lambda s=scope: find_duplicates_hnsw(store, scope=s, options=options)
+        )
+        assert isinstance(run, approximate.ApproximateRun)
+        pairs[scope] = len(run.pairs)
+    assert pairs == {"n": copies, "four_n": copies}  # the output is the same size at both
+    vectors = 4 * n * DIM * 4  # the 4n scope's float32 vectors
+    assert peaks["four_n"] < peaks["n"] + vectors / 4, (peaks, vectors)
+
+
+def test_runs_cap_the_rows_a_verification_holds() -> None:
+    near = [(a, b) for a in range(10) for b in range(100 + 3 * a, 105 + 3 * a)]  # lists overlap by 2
+    runs = list(approximate._runs(near, 12))
+    assert [pair for run in runs for pair in run] == near  # every candidate, once, in order
+    assert all(len({x for pair in run for x in pair}) <= 12 for run in runs) and len(runs) > 1
+    assert list(approximate._runs([(1, 2), (1, 3), (1, 4)], 2)) == [[(1, 2), (1, 3), (1, 4)]]
 
 
 def test_missing_index_is_required_not_built(pg_store: SQLStore) -> None:

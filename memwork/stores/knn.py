@@ -4,7 +4,8 @@ For the approximate candidate stage of defrag (:mod:`memwork.defrag.approximate`
 read whole. Ids of one scope arrive in keyset batches; one statement per batch asks the HNSW index for
 each id's ``k`` nearest live neighbours of the same scope (a ``LATERAL`` join, ``hnsw.ef_search`` and
 pgvector 0.8's iterative scan set for that transaction only, so the scope filter does not starve the
-answer); then the rows of the batch and of its neighbours are read, by id, in pgvector's binary format.
+answer); then the rows of the batch and of its neighbours are read by id, a bounded run of them at a
+time, in pgvector's binary format.
 
 "Live" is what defrag compares: not a stub and not superseded (the same JSON truth as
 :attr:`Entry.superseded_by`); the caller checks every row again in Python.
