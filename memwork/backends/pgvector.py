@@ -50,6 +50,7 @@ from memwork.embed import QueryModuleEmbedder
 from memwork.errors import BackendError, CutOff, UsageError
 from memwork.identifiers import check_identifier, quote_identifier
 from memwork.pgvector.schema import EMBEDDINGS_TABLE
+from memwork.pgvector.wire import PackedVector, register_packed_vector_dumper
 
 if TYPE_CHECKING:
     import psycopg
@@ -387,28 +388,12 @@ def _abort(conn: psycopg.Connection[Any]) -> None:
 
 def _configure_connection(conn: psycopg.Connection[Any]) -> None:
     from pgvector.psycopg import register_vector
-    from psycopg.adapt import Dumper
-    from psycopg.pq import Format
 
     register_vector(conn)
     info = conn.adapters.types.get("vector")
     if info is None:  # register_vector raised already; for the type checker
         raise BackendError("the vector type is not installed in the pgvector database")
-    vector_oid = info.oid
-
-    class PackedVectorDumper(Dumper):
-        format = Format.BINARY
-        oid = vector_oid
-
-        def dump(self, obj: Any) -> bytes:
-            return bytes(obj)
-
-    conn.adapters.register_dumper(PackedVector, PackedVectorDumper)
-
-
-class PackedVector(bytes):
-    """A query vector already in pgvector's binary wire form (dimension, 0, float32 big-endian),
-    sent as a ``vector`` parameter by the dumper :func:`_configure_connection` registers."""
+    register_packed_vector_dumper(conn, info.oid)
 
 
 @functools.cache

@@ -45,6 +45,7 @@ from memwork.migrate.quarantine import (
     store_rejects,
 )
 from memwork.pgvector.schema import lock_ddl
+from memwork.pgvector.wire import register_packed_vector_dumper
 
 if TYPE_CHECKING:
     import psycopg
@@ -244,10 +245,6 @@ def prepare_session(pg: psycopg.Connection[Any]) -> None:
     pg.commit()
 
 
-class PackedVector(bytes):
-    """A vector already in pgvector's binary wire format (``>HH`` dims, 0, then ``>f4`` values)."""
-
-
 def _pack_vectors(vectors: np.ndarray) -> list[memoryview]:
     """Encode a whole batch at once with numpy: one buffer of every row's wire format (header, then
     big-endian values), handed on as one slice per row -- no bytes object per row (a third of the
@@ -262,21 +259,13 @@ def _pack_vectors(vectors: np.ndarray) -> list[memoryview]:
 
 
 def register_packed_vectors(pg: psycopg.Connection[Any]) -> None:
-    """On this connection only, dump the ``vector`` type from :class:`PackedVector` bytes as they are
-    (psycopg's own binary bytes dumper, under the ``vector`` type's oid), and ``jsonb`` from JSON
-    text as it is (:func:`register_raw_jsonb`)."""
-    from psycopg.types.string import BytesBinaryDumper
-
+    """On this connection only, dump the ``vector`` type from packed wire-form bytes as they are
+    (:func:`memwork.pgvector.wire.register_packed_vector_dumper`), and ``jsonb`` from JSON text as it
+    is (:func:`register_raw_jsonb`)."""
     register_raw_jsonb(pg)
-
     vector = pg.adapters.types.get("vector")  # known once pgvector's register_vector ran
     oid = vector.oid if vector is not None else pg_value(pg, "SELECT 'vector'::regtype::oid")
-
-    class PackedVectorDumper(BytesBinaryDumper):
-        """The bytes as they are: already the wire format."""
-
-    PackedVectorDumper.oid = oid
-    pg.adapters.register_dumper(PackedVector, PackedVectorDumper)
+    register_packed_vector_dumper(pg, oid)
 
 
 def register_raw_jsonb(pg: psycopg.Connection[Any]) -> None:
