@@ -300,3 +300,18 @@ def test_auto_merge_is_not_trusted_where_few_labels_reach() -> None:
     assert _auto_merge(precision, 0.99) == 0.0  # the point estimate alone would merge everything
     precision[GRID >= 0.80] = 0.9  # a point estimate below the target above stops the walk there
     assert _auto_merge(precision, 0.99, n_eff) is None
+
+
+@pytest.mark.parametrize("rows", [1, 7, 1000])
+def test_a_pair_scores_the_same_alone_and_among_many(rows):
+    """A full run and an incremental one (a subset of its pairs) must give a pair the very same score:
+    no rounding that depends on how many pairs are scored together (a BLAS product did, in the last bit)."""
+    from memwork.defrag.calibrate import Policy
+
+    policy = Policy("hash-384", (6.123456789, 5.987654321), -7.0123456789, 0.8, 0.4, 0.3, 0.99, "0" * 64)
+    rng = np.random.default_rng(rows)
+    text, semantic = rng.random(rows), rng.random(rows)
+    semantic[::5] = np.nan  # no cosine: judged by words
+    together = policy.scores(text, semantic)
+    alone = [policy.scores(text[i : i + 1], semantic[i : i + 1])[0] for i in range(rows)]
+    assert together.tolist() == alone

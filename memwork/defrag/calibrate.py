@@ -310,7 +310,12 @@ class Policy:
             np.asarray(semantic, dtype=float),
             np.asarray(char, dtype=float) if self.uses_char else None,
         )
-        return _sigmoid(x @ np.array(self.coef) + self.intercept)
+        # column by column, not ``x @ coef``: a BLAS product may round a row differently with the number
+        # of rows, and a pair must score the same in a full run and an incremental one (a subset)
+        logit = np.full(len(x), self.intercept, dtype=float)
+        for column, weight in enumerate(self.coef):
+            logit += x[:, column] * weight
+        return _sigmoid(logit)
 
     def score(self, text: float, semantic: float | None, char: float | None = None) -> float:
         chars = None if char is None else np.array([char])
