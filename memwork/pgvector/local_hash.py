@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memwork.embed import HashEmbedder
+from memwork.workspace import workspace_dir
 
 DIMENSIONS = int(os.environ.get("MEMORY_V2_LOCAL_EMBEDDING_DIMENSIONS", "3"))
 MODEL_ID = f"hash-{DIMENSIONS}"
@@ -48,11 +49,30 @@ def write_module(dimensions: int, folder: Path | None = None) -> str:
     """The path of a module file (for ``MEMORY_PGVECTOR_EMBEDDING_MODULE``) embedding with ``dimensions``.
 
     A file, not this module plus an environment variable: this module reads its dimension once per process,
-    and a canary may check tables of several dimensions in one kernel."""
-    folder = folder or Path(tempfile.mkdtemp(prefix="memwork-embed-"))
+    and a canary may check tables of several dimensions in one kernel. Without ``folder`` the file lives
+    in the workspace (``query-modules/``), one per dimension, reused by every later call -- a temporary
+    folder per call was never removed. Written to a temporary name and renamed, so a second process
+    writing the same file at the same moment never reads half of it."""
+    folder = folder or workspace_dir(create=True) / "query-modules"
+    folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"hash_query_{int(dimensions)}.py"
-    path.write_text(
+    text = module_text(dimensions)
+    if path.is_file() and path.read_text() == text:
+        return str(path)
+    fd, scratch = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(scratch, path)
+    except BaseException:
+        Path(scratch).unlink(missing_ok=True)
+        raise
+    return str(path)
+
+
+def module_text(dimensions: int) -> str:
+    """The source of the query module for ``dimensions``: it only calls :func:`functions`."""
+    return (
         "from memwork.pgvector.local_hash import functions\n\n"
         f"embed_query, embed_memory = functions({int(dimensions)})\n"
     )
-    return str(path)
