@@ -196,6 +196,7 @@ def _print_versus(title: str, got: dict[str, dict[str, float]], reference: str, 
 def pgvector_facade_vs_bare(pg_url: str, queries: list[Any], k: int, dims: int) -> bool:
     """facade.resolve on pgvector vs the bare prepared statement on one connection, same table."""
     import os
+    import shutil
     import tempfile
 
     import psycopg
@@ -244,11 +245,13 @@ def pgvector_facade_vs_bare(pg_url: str, queries: list[Any], k: int, dims: int) 
     finally:
         bare.close()
         facade.close()
+        shutil.rmtree(folder, ignore_errors=True)  # the query module and the facade's workspace
 
 
 def legacy_facade_vs_bare(mysql_url: str, users: int, per_user: int, k: int) -> bool:
     """facade.resolve on legacy (MariaDB) vs the same three SELECTs with pymysql on one connection."""
     import os
+    import shutil
     import tempfile
     from datetime import datetime, timedelta
 
@@ -331,6 +334,7 @@ def legacy_facade_vs_bare(mysql_url: str, users: int, per_user: int, k: int) -> 
         finally:
             conn.close()
             facade.close()
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def strategies(
