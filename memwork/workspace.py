@@ -73,7 +73,20 @@ def write_json_file(payload: Any, path: str | Path) -> Path:
     path = Path(path)
     if not path.parent.is_dir():
         raise UsageError("output", str(path), "no such folder")
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    return replace_text(path, json.dumps(payload, indent=2) + "\n")
+
+
+def replace_text(path: Path, text: str) -> Path:
+    """Write ``text`` at ``path`` through a temporary file of its own in the same folder and a rename:
+    a reader never sees half a file, and two writers at once never share a temporary name."""
+    import tempfile
+
+    fd, scratch = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(scratch, path)
+    except BaseException:
+        Path(scratch).unlink(missing_ok=True)
+        raise
     return path

@@ -12,13 +12,12 @@ file only calls :func:`functions` here, so there is one hash query module, not t
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from memwork.embed import HashEmbedder
-from memwork.workspace import workspace_dir
+from memwork.workspace import replace_text, workspace_dir
 
 DIMENSIONS = int(os.environ.get("MEMORY_V2_LOCAL_EMBEDDING_DIMENSIONS", "3"))
 MODEL_ID = f"hash-{DIMENSIONS}"
@@ -59,15 +58,7 @@ def write_module(dimensions: int, folder: Path | None = None) -> str:
     text = module_text(dimensions)
     if path.is_file() and path.read_text() == text:
         return str(path)
-    fd, scratch = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(scratch, path)
-    except BaseException:
-        Path(scratch).unlink(missing_ok=True)
-        raise
-    return str(path)
+    return str(replace_text(path, text))
 
 
 def module_text(dimensions: int) -> str:
