@@ -136,9 +136,9 @@ def list_entries(
 
 
 def sample_store(n: int = 400, *, embedder: str = "minilm", seed: int = 11) -> str:
-    """A generated SQLite store (scopes alice, bob, ops) in a temporary folder, for trying things out;
-    returns its spec. ``embedder="hash:384"`` builds it faster, with vectors that only match exact
-    text."""
+    """A generated SQLite store (scopes alice, bob, ops) in a temporary folder removed when this
+    process exits, for trying things out; returns its spec. ``embedder="hash:384"`` builds it faster,
+    with vectors that only match exact text."""
     from memwork.samples.store import sample_store as build
 
     return build(n, seed=seed, embedder=embedder)

@@ -12,14 +12,13 @@ record id (``rec-223-org``, ``rec-223-dup-0``), so the truth is read back from t
 from __future__ import annotations
 
 import math
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from memwork.entry import Entry
 from memwork.errors import UsageError
+from memwork.samples import process_temp_folder
 
 SETS = ("febrl1", "febrl2", "febrl3")
 SCOPE = "febrl"
@@ -116,15 +115,15 @@ def embed_entries(entries: Sequence[Entry], embedder: str = "minilm") -> None:
 def febrl_store(
     name: str = "febrl1", *, limit: int | None = None, embedder: str = "minilm"
 ) -> tuple[str, FebrlSet]:
-    """A SQLite entry store of the FEBRL set in a temp dir (embedded with ``embedder``); its URL and
-    the set with its truth."""
+    """A SQLite entry store of the FEBRL set in a temporary folder that lives as long as this process
+    (embedded with ``embedder``); its URL and the set with its truth."""
     from memwork.embed import load_embedder
     from memwork.stores import DEFAULT_DIMENSION, open_store
 
     data = load_febrl(name, limit=limit)
     embed_entries(data.entries, embedder)
     model = load_embedder(embedder)
-    spec = f"sqlite:///{Path(tempfile.mkdtemp(prefix='memwork-febrl-')) / 'store.db'}"
+    spec = f"sqlite:///{process_temp_folder('memwork-febrl-') / 'store.db'}"
     with open_store(spec, create=True, dimension=model.dimension if model else DEFAULT_DIMENSION) as store:
         store.put_many(data.entries)
     return spec, data

@@ -8,13 +8,12 @@ docstrings, :mod:`memwork.samples.real_text`), so a gate can be judged on more t
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from memwork.embed import Embedder, HashEmbedder
 from memwork.errors import UsageError
+from memwork.samples import process_temp_folder
 
 
 @dataclass(frozen=True)
@@ -70,8 +69,7 @@ def build_migration(
     if rows is None:
         rows = _dataset_rows(dataset, n_users, items_per_user, seed)  # bad input refused before any I/O
     if source_url is None:
-        folder = Path(tempfile.mkdtemp(prefix="memwork-legacy-"))
-        source_url = f"sqlite:///{folder / 'legacy.db'}"
+        source_url = f"sqlite:///{process_temp_folder('memwork-legacy-') / 'legacy.db'}"
     dest_url = dest_url or "pg://embedded/memwork_verify"
     load_legacy_rows(source_url, ITEMS, rows, replace=True)
     embedder = embedder or HashEmbedder(dimensions)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
+from memwork.samples import process_temp_folder
 
 
 def sample_store(
@@ -13,7 +12,8 @@ def sample_store(
     scopes: tuple[str, ...] = ("alice", "bob", "ops"),
     embedder: str = "minilm",
 ) -> str:
-    """A small generated SQLite entry store in a temp dir; returns its URL.
+    """A small generated SQLite entry store in a temporary folder that lives as long as this process
+    (:func:`memwork.samples.process_temp_folder`); returns its URL.
 
     Embedded with the real model by default, so the duplicate review shows semantic similarity.
     """
@@ -21,7 +21,7 @@ def sample_store(
     from memwork.samples.entries import generate_entries
     from memwork.stores import DEFAULT_DIMENSION, open_store
 
-    path = Path(tempfile.mkdtemp(prefix="memwork-store-")) / "store.db"
+    path = process_temp_folder("memwork-store-") / "store.db"
     spec = f"sqlite:///{path}"
     model = load_embedder(embedder)
     entries = generate_entries(n, scopes=scopes, seed=seed, embedder=model)
