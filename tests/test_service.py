@@ -9,9 +9,6 @@ import inspect
 import json
 import logging
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -21,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+import serve_process
 from deadlines import within_deadline
 from fakes.server import refused_url
 
@@ -445,41 +443,17 @@ def test_bad_service_settings_are_config_errors_in_the_status(legacy_env: dict[s
         assert client.post("/user-memory/v1/resolve", json={"userId": "u1"}).status_code == 200
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_memwork_serve_runs_the_app(sqlite_url: str, tmp_path: Any) -> None:
     init_schema(sqlite_url, apply=True)
-    port = _free_port()
     env = {**os.environ, "MEMORY_LEGACY_DATABASE_URL": sqlite_url, "MEMWORK_API_TOKEN": SECRET}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memwork", "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, "memwork serve did not start"
-                time.sleep(0.1)
-        assert health.json() == {"ok": True}
+    with serve_process.serving(env) as (url, output):
+        assert httpx.get(f"{url}/healthz", timeout=5).json() == {"ok": True}
         headers = {"Authorization": f"Bearer {SECRET}"}
-        resolved = httpx.post(
-            f"http://127.0.0.1:{port}/user-memory/v1/resolve", json={"userId": "u1"}, headers=headers
-        )
+        resolved = httpx.post(f"{url}/user-memory/v1/resolve", json={"userId": "u1"}, headers=headers)
         assert resolved.status_code == 200 and resolved.json()["ok"] is True
-    finally:
-        proc.terminate()
-        output, _ = proc.communicate(timeout=15)
-    assert SECRET not in output.decode()
+    (text,) = output
+    assert "running on http://127.0.0.1:" in text  # the output was read whole
+    assert SECRET not in text
 
 
 def test_fresh_request_ids_are_32_hex_digits_and_never_repeat(legacy_env: dict[str, str]) -> None:

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+import serve_process
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -135,44 +134,18 @@ def _without_token(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k != TOKEN_VAR}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def serving(env: dict[str, str]) -> Iterator[tuple[str, list[str]]]:
-    """``memwork serve`` on a free port; yields its URL and, after it stopped, its output (one string)."""
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "memwork", "serve", "--port", str(port)],
-        env={**_without_token(os.environ), **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    output: list[str] = []
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None and time.monotonic() < deadline, "memwork serve did not start"
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}", output
-    finally:
-        proc.terminate()
-        out, err = proc.communicate(timeout=30)
-        output.append(out.decode() + err.decode())
+    """``memwork serve`` without the caller's own token; yields its URL and, after it stopped, its
+    output (one string)."""
+    with serve_process.serving({**_without_token(os.environ), **env}) as served:
+        yield served
 
 
 @pytest.mark.parametrize("value", ["\n", "   ", f"{HIDDEN} {HIDDEN}"])
 def test_memwork_serve_refuses_to_start_on_an_unusable_token(legacy_url: str, value: str) -> None:
-    port = _free_port()
     proc = subprocess.run(
-        [sys.executable, "-m", "memwork", "serve", "--port", str(port)],
+        [sys.executable, "-m", "memwork", "serve", "--port", "0"],
         env={**_without_token(os.environ), "MEMORY_LEGACY_DATABASE_URL": legacy_url, TOKEN_VAR: value},
         capture_output=True,
         text=True,
