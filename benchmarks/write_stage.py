@@ -145,10 +145,11 @@ def count(pg_url: str, table: str) -> int:
 def drop(pg_url: str, *tables: str) -> None:
     import psycopg
 
+    from memwork.migrate.checkpoint import CHECKPOINT_TABLE
+
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        for table in tables:
+        for table in (*tables, CHECKPOINT_TABLE):
             conn.execute(f"DROP TABLE IF EXISTS {table}")
-        conn.execute("DROP TABLE IF EXISTS memwork_backfill_checkpoints")
 
 
 def main() -> int:
