@@ -57,8 +57,9 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
 
 
 def _assert_readme_examples_find_the_demo_output(workspace):
-    """Every README example that reads the workspace (``.memwork/...``) finds what the demo wrote, and
-    runs: e.g. README's ``canary judge --log`` example once named a log the demo never writes."""
+    """Every example of README and docs/ (tests/readme_examples.py) that reads the workspace
+    (``.memwork/...``) finds what the demo wrote, and runs: e.g. the ``canary judge --log`` example once
+    named a log the demo never writes."""
     from readme_examples import WORKSPACE_PREFIX, demo_paths, readme_commands
 
     examples = [e for e in readme_commands() if e.is_memwork and demo_paths(e)]
@@ -69,10 +70,10 @@ def _assert_readme_examples_find_the_demo_output(workspace):
             for w in example.argv
         ]
         for word in demo_paths(example):
-            assert (workspace / word[len(WORKSPACE_PREFIX) :]).exists(), f"README.md:{example.line}: {word}"
+            assert (workspace / word[len(WORKSPACE_PREFIX) :]).exists(), f"{example.where}: {word}"
         done = CliRunner().invoke(main, argv[1:])
-        # a judge's verdict is 0, 1 or 3; 2 (bad input, e.g. no such log) is the README's fault
-        assert done.exit_code in (0, 1, 3), f"README.md:{example.line}: {example.text}\n{done.output}"
+        # a judge's verdict is 0, 1 or 3; 2 (bad input, e.g. no such log) is the example's fault
+        assert done.exit_code in (0, 1, 3), f"{example.where}: {example.text}\n{done.output}"
 
 
 def _assert_shadow_canary_judged(run, verdict):
