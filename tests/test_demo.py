@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 from click.testing import CliRunner
@@ -13,10 +16,16 @@ from memwork.reports import verify_manifest
 from memwork.samples import demo
 
 
-def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_server):
+def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_server, capfd):
     monkeypatch.setenv("MEMWORK_REPORTS_DIR", str(tmp_path / "reports"))
     home_before = os.environ.get("MEMWORK_HOME")
-    first = demo.run_demo(tmp_path / "ws", users=20, entries=200)
+    with _warnings_a_user_would_see() as shown:
+        first = demo.run_demo(tmp_path / "ws", users=20, entries=200)
+    # the demo prints no warnings: none of Python's (as `memwork demo` would show them), none on stderr
+    # (the report kernels are processes of their own), none in the summary it prints
+    assert not shown, [f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in shown]
+    assert "warning" not in capfd.readouterr().err.lower()
+    assert "warning" not in first.describe().lower()
     assert os.environ.get("MEMWORK_HOME") == home_before  # the workspace was scoped to the demo
     verdicts = {r["name"]: r["verdict"] for r in first.runs}
     shadow = verdicts.pop("canary_signoff (shadow reads)")
@@ -46,6 +55,7 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     result = CliRunner().invoke(main, ["demo", "--workspace", str(tmp_path / "ws"), *small, "--json"])
     assert result.exit_code == 0, result.output
     second = json.loads(result.stdout)
+    assert "warning" not in result.stderr.lower(), result.stderr
     assert [r["verdict"] for r in second["runs"]] == [r["verdict"] for r in first.runs]
     assert second["data"]["active_items"] == first.data["active_items"]
     index = (tmp_path / "reports" / "index.html").read_text()
@@ -54,6 +64,18 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     assert index.count("canary_signoff</a></td><td><span class='v'") == 6
     assert "(in-process canary)" in index and "(shadow reads judged)" in index
     assert second["runs"][0]["since"].startswith("since ") and "(comparable)" in second["runs"][0]["since"]
+
+
+@contextmanager
+def _warnings_a_user_would_see() -> Iterator[list[warnings.WarningMessage]]:
+    """Record the warnings Python's default filters would print for a command (pytest's own filters
+    show more: deprecations inside libraries, which a user of `memwork demo` never sees)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.resetwarnings()
+        warnings.simplefilter("default")
+        for hidden in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", hidden)
+        yield caught
 
 
 def _assert_readme_examples_find_the_demo_output(workspace):
