@@ -60,14 +60,14 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check memwork tests benchmarks
 	@# types: settings in pyproject.toml [tool.mypy]
 	$(BIN)/mypy memwork
-	@# docs/cli.md and README's command list are generated from --help: fail when they are stale
+	@# docs/cli.md, docs/usage.md's command list and docs/backends.md's tables are generated: fail when stale
 	$(BIN)/python -m memwork.cli.docs --check
 
 format: $(STAMP)
 	$(BIN)/ruff format memwork tests benchmarks
 	$(BIN)/ruff check --fix memwork tests benchmarks
 
-## docs/cli.md and README's command list, regenerated from every command's --help.
+## docs/cli.md, docs/usage.md's command list and docs/backends.md's tables, regenerated from the code.
 docs: $(STAMP)
 	$(BIN)/python -m memwork.cli.docs
 

@@ -122,7 +122,7 @@ class Declaration:
     ``capabilities``: the operations it implements;
     ``database_url_var``: the variable holding its database URL, if it has one (the canary probes it
     and unsets it to prove the fallback); ``mapping``: how its results fill the facade's payload,
-    ``(payload field or operation, where it comes from)`` pairs, listed in README.
+    ``(payload field or operation, where it comes from)`` pairs, listed in docs/backends.md.
     """
 
     name: str

@@ -1,6 +1,7 @@
-"""README's shell examples, read from README.md itself (the tests use them: nothing to keep in sync).
+"""The shell examples of README and of the reference moved out of it into docs/ (:data:`PAGES`), read
+from the pages themselves (the tests use them: nothing to keep in sync).
 
-:func:`readme_commands` gives every command line of README's ``bash`` blocks, split like a shell would
+:func:`readme_commands` gives every command line of those pages' ``bash`` blocks, split like a shell would
 (continuations joined, comments dropped, cut at the first pipe or redirection);
 :func:`demo_paths` the workspace paths (``.memwork/...``) a command reads, which ``make demo`` must
 have written.
@@ -13,7 +14,16 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: README and the reference pages split out of it: every example in them is checked the same way
+PAGES = [
+    README,
+    *(
+        ROOT / "docs" / f"{name}.md"
+        for name in ("usage", "defrag", "backends", "migration", "rollout", "development")
+    ),
+]
 WORKSPACE_PREFIX = ".memwork/"
 _FENCE = re.compile(r"^\s*```\s*([A-Za-z0-9_+-]*)\s*$")
 _SHELL_OPERATORS = {"|", "||", "&&", ";", ">", ">>", "<", "2>&1", "&"}
@@ -21,17 +31,26 @@ _SHELL_OPERATORS = {"|", "||", "&&", ";", ">", ">>", "<", "2>&1", "&"}
 
 @dataclass(frozen=True)
 class Example:
-    line: int  #: README line of the command's first line
+    line: int  #: the page's line of the command's first line
     text: str
     argv: list[str]  #: the command's words up to the first pipe or redirection
+    page: str = "README.md"  #: relative to the checkout
+
+    @property
+    def where(self) -> str:
+        """``docs/usage.md:12``: where a failure message points."""
+        return f"{self.page}:{self.line}"
 
     @property
     def is_memwork(self) -> bool:
         return bool(self.argv) and self.argv[0] == "memwork"
 
 
-def readme_commands(path: Path = README) -> list[Example]:
-    """Every command of README's ``bash`` blocks, in order."""
+def readme_commands(path: Path | None = None) -> list[Example]:
+    """Every command of the ``bash`` blocks of ``path`` (default: every page of :data:`PAGES`), in order."""
+    if path is None:
+        return [example for page in PAGES for example in readme_commands(page)]
+    page = path.resolve().relative_to(ROOT).as_posix()
     lines = path.read_text(encoding="utf-8").splitlines()
     found: list[Example] = []
     in_bash = False
@@ -52,7 +71,7 @@ def readme_commands(path: Path = README) -> list[Example]:
         words = shlex.split(text, comments=True)
         if words:
             cut = next((i for i, w in enumerate(words) if w in _SHELL_OPERATORS), len(words))
-            found.append(Example(start, text, words[:cut]))
+            found.append(Example(start, text, words[:cut], page))
     return found
 
 

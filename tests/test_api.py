@@ -3,7 +3,7 @@
 Each verb is checked against the library call it wraps (the same pairs, plan, report), on a generated
 SQLite store; the import and its verification on the embedded PostgreSQL. The convention itself is a
 test: what a verb works on is positional, every option keyword-only and named like the command-line
-option of the same meaning (``to`` is ``--to``), and every verb is documented in README.
+option of the same meaning (``to`` is ``--to``), and every verb is documented in docs/usage.md (Python API).
 """
 
 from __future__ import annotations
@@ -134,11 +134,11 @@ def test_the_destination_is_to_everywhere():
     assert "database_url" not in notebook and "pgvector_url" not in notebook
 
 
-def test_readme_documents_every_verb():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Python API", 1)[1].split("\n### ", 1)[0]
+def test_usage_documents_every_verb():
+    usage = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    section = usage.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
     missing = [name for name in api.__all__ if f"`{name}" not in section]
-    assert not missing, f"README's Python API section does not name {missing}"
+    assert not missing, f"docs/usage.md's Python API section does not name {missing}"
 
 
 # ---- stores and defrag -------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The CLI reference cannot drift: every command's help has an example, every command that reports
-something has ``--json``, docs/cli.md is the generated ``--help``, and the README names only real
-commands and options (and lists every command, generated the same way)."""
+something has ``--json``, docs/cli.md is the generated ``--help``, and README and the reference pages split
+out of it name only real commands and options (docs/usage.md lists every command, generated the same way)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,16 @@ import click
 import pytest
 
 from memwork.cli import main
-from memwork.cli.docs import command_list, iter_commands, render, with_command_list
+from memwork.cli.docs import (
+    DEFAULT_BACKENDS,
+    DEFAULT_USAGE,
+    backend_reference,
+    command_list,
+    iter_commands,
+    render,
+    with_backend_reference,
+    with_command_list,
+)
 from memwork.errors import UsageError as MemworkUsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,11 +64,22 @@ def test_docs_cli_md_is_the_generated_help():
     assert path.read_text(encoding="utf-8") == render(), "docs/cli.md is stale: run `make docs`"
 
 
-def test_readme_command_list_is_generated():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert readme == with_command_list(readme), "README's command list is stale: run `make docs`"
+def test_usage_command_list_is_generated():
+    usage = (ROOT / DEFAULT_USAGE).read_text(encoding="utf-8")
+    assert usage == with_command_list(usage), "docs/usage.md's command list is stale: run `make docs`"
     for name in LEAVES:
         assert f"[`{name}`]" in command_list()
+    # its links point at docs/cli.md's sections from docs/usage.md, its neighbour
+    anchors = {f"{doc.anchor}" for doc in COMMANDS.values()}
+    for target in re.findall(r"\]\(([^)]+)\)", command_list()):
+        page, _, anchor = target.partition("#")
+        assert (ROOT / DEFAULT_USAGE).parent.joinpath(page).is_file() and anchor in anchors, target
+
+
+def test_backend_tables_are_generated():
+    backends = (ROOT / DEFAULT_BACKENDS).read_text(encoding="utf-8")
+    assert backends == with_backend_reference(backends), "docs/backends.md is stale: run `make docs`"
+    assert "`MEMORY_QDRANT_URL`" in backend_reference()
 
 
 def test_the_generated_help_is_what_the_command_prints():
@@ -71,9 +91,13 @@ def test_the_generated_help_is_what_the_command_prints():
 
 
 def _readme_mentions() -> list[str]:
-    """Every ``memwork ...`` command line in README's shell blocks and inline code spans."""
+    """Every ``memwork ...`` command line in the shell blocks and inline code spans of README and the
+    reference pages split out of it (tests/readme_examples.py's PAGES)."""
+    from readme_examples import PAGES
+
     mentions, prose, fence = [], [], None
-    lines = (ROOT / "README.md").read_text(encoding="utf-8").replace("\\\n", " ").splitlines()
+    text = "\n".join(page.read_text(encoding="utf-8") for page in PAGES)
+    lines = text.replace("\\\n", " ").splitlines()
     for line in lines:
         if line.startswith("```"):
             fence = None if fence is not None else (line[3:].strip() or "text")

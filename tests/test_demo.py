@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 from click.testing import CliRunner
@@ -13,10 +16,16 @@ from memwork.reports import verify_manifest
 from memwork.samples import demo
 
 
-def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_server):
+def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_server, capfd):
     monkeypatch.setenv("MEMWORK_REPORTS_DIR", str(tmp_path / "reports"))
     home_before = os.environ.get("MEMWORK_HOME")
-    first = demo.run_demo(tmp_path / "ws", users=20, entries=200)
+    with _warnings_a_user_would_see() as shown:
+        first = demo.run_demo(tmp_path / "ws", users=20, entries=200)
+    # the demo prints no warnings: none of Python's (as `memwork demo` would show them), none on stderr
+    # (the report kernels are processes of their own), none in the summary it prints
+    assert not shown, [f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in shown]
+    assert "warning" not in capfd.readouterr().err.lower()
+    assert "warning" not in first.describe().lower()
     assert os.environ.get("MEMWORK_HOME") == home_before  # the workspace was scoped to the demo
     verdicts = {r["name"]: r["verdict"] for r in first.runs}
     shadow = verdicts.pop("canary_signoff (shadow reads)")
@@ -46,6 +55,7 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     result = CliRunner().invoke(main, ["demo", "--workspace", str(tmp_path / "ws"), *small, "--json"])
     assert result.exit_code == 0, result.output
     second = json.loads(result.stdout)
+    assert "warning" not in result.stderr.lower(), result.stderr
     assert [r["verdict"] for r in second["runs"]] == [r["verdict"] for r in first.runs]
     assert second["data"]["active_items"] == first.data["active_items"]
     index = (tmp_path / "reports" / "index.html").read_text()
@@ -56,9 +66,22 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     assert second["runs"][0]["since"].startswith("since ") and "(comparable)" in second["runs"][0]["since"]
 
 
+@contextmanager
+def _warnings_a_user_would_see() -> Iterator[list[warnings.WarningMessage]]:
+    """Record the warnings Python's default filters would print for a command (pytest's own filters
+    show more: deprecations inside libraries, which a user of `memwork demo` never sees)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.resetwarnings()
+        warnings.simplefilter("default")
+        for hidden in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", hidden)
+        yield caught
+
+
 def _assert_readme_examples_find_the_demo_output(workspace):
-    """Every README example that reads the workspace (``.memwork/...``) finds what the demo wrote, and
-    runs: e.g. README's ``canary judge --log`` example once named a log the demo never writes."""
+    """Every example of README and docs/ (tests/readme_examples.py) that reads the workspace
+    (``.memwork/...``) finds what the demo wrote, and runs: e.g. the ``canary judge --log`` example once
+    named a log the demo never writes."""
     from readme_examples import WORKSPACE_PREFIX, demo_paths, readme_commands
 
     examples = [e for e in readme_commands() if e.is_memwork and demo_paths(e)]
@@ -69,10 +92,10 @@ def _assert_readme_examples_find_the_demo_output(workspace):
             for w in example.argv
         ]
         for word in demo_paths(example):
-            assert (workspace / word[len(WORKSPACE_PREFIX) :]).exists(), f"README.md:{example.line}: {word}"
+            assert (workspace / word[len(WORKSPACE_PREFIX) :]).exists(), f"{example.where}: {word}"
         done = CliRunner().invoke(main, argv[1:])
-        # a judge's verdict is 0, 1 or 3; 2 (bad input, e.g. no such log) is the README's fault
-        assert done.exit_code in (0, 1, 3), f"README.md:{example.line}: {example.text}\n{done.output}"
+        # a judge's verdict is 0, 1 or 3; 2 (bad input, e.g. no such log) is the example's fault
+        assert done.exit_code in (0, 1, 3), f"{example.where}: {example.text}\n{done.output}"
 
 
 def _assert_shadow_canary_judged(run, verdict):

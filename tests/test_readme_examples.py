@@ -1,6 +1,7 @@
-"""README's examples are commands memwork accepts as written: every subcommand, option and value type,
-and every ``-p`` a report declares. (That the examples reading demo output find it after ``make demo``
-is checked in tests/test_demo.py, which runs the demo.)"""
+"""README's examples, and those of the reference pages split out of it into docs/, are commands memwork
+accepts as written: every subcommand, option and value type, and every ``-p`` a report declares. (That
+the examples reading demo output find it after ``make demo`` is checked in tests/test_demo.py, which runs
+the demo.)"""
 
 from __future__ import annotations
 
@@ -32,13 +33,13 @@ def test_readme_has_examples_to_check():
     assert any(demo_paths(e) for e in EXAMPLES)  # at least one reads what `make demo` wrote
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: f"README:{e.line}")
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: e.where)
 def test_readme_example_is_accepted_by_the_cli(example):
     try:
         command, ctx = _parse(example.argv[1:])
     except click.UsageError as exc:
-        pytest.fail(f"README.md:{example.line}: {example.text}\n  {exc.format_message()}")
+        pytest.fail(f"{example.where}: {example.text}\n  {exc.format_message()}")
     if command.name == "run" and ctx.parent is not None and ctx.parent.info_name == "report":
         declared = read_parameters(find_notebook(ctx.params["name"]))
         unknown = sorted({key for key, _ in ctx.params["params"]} - set(declared))
-        assert not unknown, f"README.md:{example.line}: not parameters of {ctx.params['name']}: {unknown}"
+        assert not unknown, f"{example.where}: not parameters of {ctx.params['name']}: {unknown}"

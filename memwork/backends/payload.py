@@ -1,7 +1,7 @@
 """The facade's payload items, built the same way by every backend, and the tenant guard on results.
 
 Each resolving backend maps what its service returns into these shapes (its module documents the
-mapping, and its :class:`~memwork.contracts.Declaration` lists it for README):
+mapping, and its :class:`~memwork.contracts.Declaration` lists it for docs/backends.md):
 
 * ``semanticMemories`` / ``memories``: :func:`memory_item` dicts (``id``, ``userId``, ``content``,
   ``type``, ``score``, ``metadata``, ``createdAt``, ``updatedAt``, ``embeddingModel``, ``source``);

@@ -1,7 +1,7 @@
 """Validation of the Memory V2 API's JSON-shaped inputs, before any backend is touched.
 
 Every problem is a :class:`memwork.errors.UsageError` naming the field (``messages[2].content``), so
-nothing is written for a bad request. The limits are stated in README.md ("Input limits").
+nothing is written for a bad request. The limits are stated in docs/backends.md ("Input limits").
 
 Text that some backend cannot store -- a NUL character (PostgreSQL refuses it, MySQL keeps it and the
 backfill then fails on the row) or a lone surrogate (not encodable as UTF-8) -- is bad input here,
