@@ -24,12 +24,14 @@ def env(pg_url, mysql_url):
 def test_go_with_every_gate_passing_and_a_signoff(env, tmp_path):
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"verdict": "PASS"}))
-    options = SignoffParameters(sample_size=8, verification_summary=str(summary), approver="ana")
+    options = SignoffParameters(
+        sample_size=8, verification_summary=str(summary), approver="ana", waive="health_summary: new store"
+    )
     result = run_gates(env, options)
     assert result.verdict == "GO", result.reasons
     gates = {g.name: g.status for g in result.gates}
     assert gates["fallback"] == gates["selected backend"] == gates["backfill verification"] == "PASS"
-    assert gates["health"] == "SKIP"
+    assert gates["health"] == "OFF"  # waived on purpose: its reason is on the strip
     assert gates["p95 vs legacy"] == "OFF"  # off by default, yet a row with its ratio
     strip = {g["name"]: g for g in gates_of(result.to_dict())}
     ratio = strip["p95 vs legacy"]
@@ -49,9 +51,7 @@ def test_no_go_reasons(env, tmp_path):
     bad.write_text(json.dumps({"verdict": "FAIL", "health": {"score": 10}}))
     result = run_gates(
         {**env, "MEMORY_BACKEND": "legacy"},
-        SignoffParameters(
-            sample_size=5, verification_summary=str(bad), health_summary=str(bad), require_inputs=True
-        ),
+        SignoffParameters(sample_size=5, verification_summary=str(bad), health_summary=str(bad)),
     )
     assert result.verdict == "NO-GO"
     failed = {g.name for g in result.gates if g.status == "FAIL"}
@@ -105,12 +105,22 @@ def test_run_signoff_defaults_and_checks(tmp_path):
     def run_from_parameters(**given):
         return run_signoff(SignoffParameters(**given), sample_migration=build_migration)
 
-    result = run_from_parameters(sample_size=5, approver="ops")
+    # a missing input report is a NO-GO naming it, unless waived on purpose with a reason (on the strip)
+    missing = run_from_parameters(sample_size=5, approver="ops")
+    assert missing.verdict == "NO-GO"
+    named = [r.split(": ", 1)[0] for r in missing.reasons]
+    assert named == ["backfill verification", "health"], missing.reasons
+    assert "waive 'health_summary: <reason>'" in missing.reasons[1]
+    waive = "health_summary: sample migration, no entry store; verification_summary: sample data"
+    result = run_from_parameters(sample_size=5, approver="ops", waive=waive)
     assert result.verdict == "GO", result.reasons
+    waived = {g.name: (g.status, g.detail) for g in result.gates if g.status == "OFF"}
+    assert waived["health"] == ("OFF", "waived: sample migration, no entry store"), waived
     assert result.signoff["approver"] == "ops" and len(result.signoff["parameters_sha256"]) == 64
     for bad, field in (({"max_errors": -1}, "max_errors"), ({"max_p95_ratio": -2.0}, "max_p95_ratio"),
                        ({"health_summary": str(tmp_path / "none.json")}, "health_summary"),
-                       ({"pgvector_url": "pg://embedded"}, "legacy_url")):  # fmt: skip
+                       ({"pgvector_url": "pg://embedded"}, "legacy_url"),
+                       ({"waive": "health_summary"}, "waive"), ({"waive": "store: x"}, "waive")):  # fmt: skip
         with pytest.raises(UsageError, match=f"^{field}="):
             run_from_parameters(**bad)
     with pytest.raises(UsageError, match=r"^legacy_url="):  # no URLs and no sample given: nothing built

@@ -38,7 +38,8 @@ def test_demo_runs_every_report_and_rerunning_is_safe(tmp_path, monkeypatch, pg_
     }, [r["reasons"] for r in first.runs]
     _assert_shadow_canary_judged(first.runs[-2], shadow)
     _assert_shadow_canary_judged(first.runs[-1], real)
-    # the acceptance on real text: the correct migration of human-written text reaches GO
+    # the acceptance: the correct migration reaches GO, on the generated data and on human-written text
+    assert shadow == "GO", first.runs[-2]["reasons"]
     assert real == "GO", first.runs[-1]["reasons"]
     assert first.data["real_text"]["certificate"] == "PASS" and first.data["real_text"]["users"] >= 20
     _assert_readme_examples_find_the_demo_output(tmp_path / "ws")
@@ -108,6 +109,13 @@ def _assert_shadow_canary_judged(run, verdict):
     assert summary["mode"] == "judge" and summary["records"] >= 100
     assert summary["backends"] == {"primary": "legacy-conversation-memory", "shadow": "pgvector"}
     assert verdict == "GO" or summary["reasons"]
+    # the demo records an A/A stage first (legacy shadowed by itself): the noise floor is measured
+    noise = summary["noise_floor"]
+    assert noise["measured"] is True and noise["records"] >= 100, noise
+    assert noise["source"].endswith("aa.jsonl"), noise
+    assert summary["signoff"]["noise_floor"]["measured"] is True
+    shown = Path(run["html"]).read_text().replace("<wbr/>", "")
+    assert "A/A over " in shown  # the sign-off block says it was measured
     metrics = {m["metric"]: m["classification"] for m in summary["metrics"]}
     assert metrics["crossUser"] == "PASS" and {"latencyMs", "overlapAtK", "rbo"} <= set(metrics)
     html = Path(run["html"]).read_text()

@@ -242,6 +242,7 @@ def test_canary_go_then_no_go(tmp_path, migration):
         "sample_size": 10,
         "verification_summary": str(verification.summary_path),
         "approver": "ops@example.com",
+        "waive": "health_summary: a test migration, no entry store to report on",
     }
     go = run_report("canary_signoff", base, tmp_path)
     assert go.verdict == "GO" and go.exit_code == 0, go.summary["reasons"]
@@ -260,7 +261,7 @@ def test_canary_go_then_no_go(tmp_path, migration):
     assert ratio is not None and ratio.group(1) == "off", page[:2000]
     observed, threshold = re.findall(r"<td>(.*?)</td>", ratio.group(2))[1:3]
     assert observed.endswith("x legacy p95") and float(observed.split()[0]) > 0 and threshold == "off"
-    slow = run_report("canary_signoff", {**base, "max_p95_ms": 0.001, "require_inputs": "true"}, tmp_path)
+    slow = run_report("canary_signoff", {**base, "max_p95_ms": 0.001, "waive": ""}, tmp_path)
     assert slow.verdict == "NO-GO" and slow.exit_code == 1
     failed = {g["gate"] for g in slow.summary["gates"] if g["status"] == "FAIL"}
     assert failed == {"target p95 latency", "health"}
@@ -327,6 +328,10 @@ def test_the_canary_invariant_cell_fails_on_an_inconsistent_summary(tmp_path):
             exec(cell, {**namespace, "summary": summary})
 
 
+#: the input reports a judged log's sign-off goes without, waived on purpose (a missing one is NO-GO)
+WAIVED = {"waive": "health_summary: a synthetic log; verification_summary: a synthetic log"}
+
+
 def _judged_log(tmp_path, n=120, shadow_scale=1.0, name="comparisons.jsonl"):
     """A comparison log in the service's schema: qdrant primary, pgvector shadow (both rank by
     meaning: agreement decides), known latencies."""
@@ -351,7 +356,8 @@ def _section(page: str, heading: str) -> str:
 
 def test_canary_judge_go_with_the_metric_table_and_both_latency_distributions(tmp_path):
     log = _judged_log(tmp_path)
-    run = run_report("canary_signoff", {"comparison_log": str(log), "approver": "ops@example.com"}, tmp_path)
+    given = {"comparison_log": str(log), "approver": "ops@example.com", **WAIVED}
+    run = run_report("canary_signoff", given, tmp_path)
     assert run.verdict == "GO" and run.exit_code == 0, run.summary.get("reasons")
     assert run.summary["signoff"]["comparison_log_sha256"] == hashlib.sha256(log.read_bytes()).hexdigest()
     assert {m["metric"]: m["classification"] for m in run.summary["metrics"]}["latencyMs"] == "PASS"
@@ -379,13 +385,13 @@ def test_canary_judge_go_with_the_metric_table_and_both_latency_distributions(tm
 
 def test_canary_judge_inconclusive_and_no_go_through_the_runner(tmp_path):
     few = _judged_log(tmp_path, n=12, name="few.jsonl")
-    undecided = run_report("canary_signoff", {"comparison_log": str(few)}, tmp_path)
+    undecided = run_report("canary_signoff", {"comparison_log": str(few), **WAIVED}, tmp_path)
     assert undecided.verdict == "INCONCLUSIVE" and undecided.exit_code == 3
     assert json.loads(undecided.summary_path.read_text())["verdict"] == "INCONCLUSIVE"
     assert undecided.summary["reasons"][-1] == "neither GO nor NO-GO: a person must decide"
     assert_readable(undecided)
     slow = _judged_log(tmp_path, shadow_scale=2.0, name="slow.jsonl")
-    no_go = run_report("canary_signoff", {"comparison_log": str(slow), "band": 0.5}, tmp_path)
+    no_go = run_report("canary_signoff", {"comparison_log": str(slow), "band": 0.5, **WAIVED}, tmp_path)
     assert no_go.verdict == "NO-GO" and no_go.exit_code == 1
     assert no_go.summary["signoff"]["thresholds"]["band"] == 0.5
     assert any(r.startswith("latencyMs: significant increase") for r in no_go.summary["reasons"])

@@ -90,6 +90,34 @@ def test_inconclusive_has_its_own_exception_name_a_scheduler_can_map(tmp_path):
     assert "VerdictError: verdict NO-GO" in nogo.stdout + nogo.stderr
 
 
+def test_the_real_canary_signoff_inconclusive_under_plain_papermill(tmp_path):
+    """The shipped canary_signoff notebook, run by papermill as a scheduler runs it, on too few shadow
+    reads: papermill exits 1 (as for NO-GO), the error cell's ``ename`` is ``VerdictInconclusive`` --
+    what docs/reports.md tells a scheduler to map to exit 3, the code ``memwork report`` exits with."""
+    from test_canary_judge import comparison, write_log
+
+    from memwork.errors import VerdictInconclusive
+
+    few = write_log(tmp_path / "few.jsonl", [comparison(i, 20.0 + i % 3, 21.0 + i % 4) for i in range(12)])
+    waive = "health_summary: a synthetic log; verification_summary: a synthetic log"
+    notebook = str(notebooks_dir() / "canary_signoff.ipynb")
+    out = tmp_path / "out.ipynb"
+    done = _papermill(
+        [notebook, str(out), "-p", "comparison_log", str(few), "-p", "waive", waive], tmp_path
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    code = [c for c in nbformat.read(str(out), as_version=4).cells if c.cell_type == "code"]
+    errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert [e["ename"] for e in errors] == ["VerdictInconclusive"], errors
+    assert "gate_on_verdict" in code[-1].source and code[-1].outputs[-1]["ename"] == "VerdictInconclusive"
+    assert VerdictInconclusive.exit_code == 3  # the documented mapping of that ename
+    docs = (Path(__file__).parents[1] / "docs" / "reports.md").read_text(encoding="utf-8")
+    assert "| `VerdictInconclusive` | INCONCLUSIVE | 3 |" in docs
+    [run] = _runs(tmp_path / "reports")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["verdict"] == "INCONCLUSIVE" and summary["exit_code"] == 3, summary["reasons"]
+
+
 def test_off_writes_nothing(tmp_path):
     notebook = str(notebooks_dir() / "health_report.ipynb")
     done = _papermill([notebook, str(tmp_path / "o.ipynb")], tmp_path, MEMWORK_REPORT_DIR="off")

@@ -117,6 +117,53 @@ def test_legacy_to_pgvector_low_agreement_is_shown_and_the_certificate_decides(t
     assert result.signoff["time_range_judged"]["comparisons"] == 400
 
 
+def _health(tmp_path: Path, score: int, verdict: str = "PASS") -> Path:
+    path = tmp_path / f"health-{score}" / "summary.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    summary = {"verdict": verdict, "run": {"run_id": f"h{score}"}, "health": {"score": score}}
+    path.write_text(json.dumps(summary))
+    return path
+
+
+def test_the_shadow_signoff_needs_its_input_reports_unless_waived_and_gates_the_health_score(tmp_path):
+    """The sign-off of shadow reads (the runbook's): a missing input report is a NO-GO naming it
+    unless ``waive`` names it with a reason (on the strip); the health score meets
+    ``min_health_score`` (default 60, shown default or set) as in the in-process canary."""
+    from memwork.rollout.run import run_signoff
+    from memwork.rollout.signoff import SignoffParameters
+
+    log, cert = str(write(tmp_path / "c.jsonl", realistic())), str(certificate(tmp_path))
+
+    def signoff(**given):
+        result = run_signoff(SignoffParameters(comparison_log=log, **given))
+        return result, {g["name"]: g for g in result.gates}
+
+    missing, strip = signoff()
+    assert missing.verdict == NO_GO
+    assert any(r.startswith("health_summary: health_summary report missing") for r in missing.reasons)
+    assert strip["health_summary"]["state"] == strip["verification_summary"]["state"] == "fail"
+    waived, strip = signoff(certificate=cert, waive="health_summary: first rollout, no entry store yet")
+    assert waived.verdict == GO, waived.reasons
+    assert (strip["health_summary"]["state"], strip["health_summary"]["why"]) == (
+        "off", "waived: first rollout, no entry store yet")  # fmt: skip
+    assert strip["verification_summary"]["state"] == "pass"  # the certificate stands in for it
+    low, strip = signoff(certificate=cert, health_summary=str(_health(tmp_path, 40)))
+    assert low.verdict == NO_GO and any(r.startswith("health score: 40 below 60") for r in low.reasons)
+    gate = strip["health score"]
+    assert (gate["state"], gate["observed"], gate["threshold"], gate["origin"]) == ("fail", 40, 60, "default")
+    good, strip = signoff(certificate=cert, health_summary=str(_health(tmp_path, 80)))
+    assert good.verdict == GO and strip["health score"]["state"] == "pass", good.reasons
+    strict, strip = signoff(certificate=cert, health_summary=str(_health(tmp_path, 80)), min_health_score=90)
+    assert strict.verdict == NO_GO and strip["health score"]["origin"] == "set"
+    # memwork canary judge judges a log: the inputs it is given are gated, a missing one shows no gate
+    judged = judge_log(log, certificate=cert)
+    assert judged.verdict == GO and "health_summary" not in {g["name"] for g in judged.gates}
+    judged = judge_log(log, certificate=cert, health_summary=str(_health(tmp_path, 40)))
+    assert judged.verdict == NO_GO and {g["name"]: g["state"] for g in judged.gates}["health score"] == "fail"
+    with pytest.raises(UsageError, match=r"^waive='health_summary': needs a reason"):
+        signoff(waive="health_summary")
+
+
 def test_the_certificate_is_required_unless_waived_with_a_reason(tmp_path):
     log = write(tmp_path / "c.jsonl", realistic())
     missing = judge_log(log)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import random
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -226,6 +227,9 @@ def test_defrag_maintenance_runbook(pg_url: str, tmp_path: Path, walk: Walk):
 
 
 # ---- production rollout -----------------------------------------------------------------------------
+LEGACY = "legacy-conversation-memory"
+
+
 def _legacy_rows(mysql_url: str) -> list[dict]:
     from memwork.samples.legacy import ITEMS, generate_legacy_items, load_legacy_rows
 
@@ -234,16 +238,13 @@ def _legacy_rows(mysql_url: str) -> list[dict]:
     return rows
 
 
-def _newest_active(rows: list[dict]) -> dict[str, str]:
-    """Each user's newest active memory, as the legacy backend orders them (updated_at, id)."""
-    newest: dict[str, dict] = {}
-    for row in rows:
-        if row["status"] != "active":
-            continue
-        best = newest.get(row["user_id"])
-        if best is None or (row["updated_at"], row["id"]) > (best["updated_at"], best["id"]):
-            newest[row["user_id"]] = row
-    return {user: row["content"] for user, row in newest.items()}
+def _active_memories(rows: list[dict]) -> dict[str, list[str]]:
+    """Each user's active memories (their text): what the user may ask about."""
+    memories: dict[str, list[str]] = {}
+    for row in sorted(rows, key=lambda r: r["id"]):
+        if row["status"] == "active":
+            memories.setdefault(row["user_id"], []).append(row["content"])
+    return memories
 
 
 def _ports(*names: str) -> dict[str, str]:
@@ -252,15 +253,19 @@ def _ports(*names: str) -> dict[str, str]:
     return {**ports, "BASE_URL": f"http://127.0.0.1:{ports[names[0]]}"}
 
 
-def _traffic(queries: dict[str, str], rounds: int = 3) -> Callable[[Walk], None]:
-    """Production traffic, played by the test: every user asks for its newest memory by its own text
-    (limit 1), so a correct pgvector answers what legacy answers."""
+def _traffic(
+    queries: dict[str, list[str]], rounds: int = 3, *, limit: int = 10, seed: int = 0
+) -> Callable[[Walk], None]:
+    """Production traffic, played by the test: in each round every user asks about one of its own
+    memories picked at random (its text as the query), limit 10 -- what users send, not a lookup of
+    the newest item with limit 1 that any backend answers alike. Each play draws anew."""
+    rng = random.Random(seed)
 
     def play(w: Walk) -> None:
         with httpx.Client(base_url=w.var("BASE_URL"), timeout=30) as client:
             for _ in range(rounds):
-                for user, text in queries.items():
-                    body = {"userId": user, "sessionId": "walk", "query": text, "limit": 1}
+                for user, texts in queries.items():
+                    body = {"userId": user, "sessionId": "walk", "query": rng.choice(texts), "limit": limit}
                     answer = client.post("/user-memory/v1/resolve", json=body)
                     assert answer.status_code == 200 and answer.json()["ok"], answer.text
             _shadow_drained(client)
@@ -301,7 +306,7 @@ def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, w
     )
     walk.run(
         parse_runbook(RUNBOOKS / "pgvector_rollout.md"),
-        hooks={"traffic": _traffic(_newest_active(rows), rounds=4)},  # 80 at 100 %: a GO needs 72
+        hooks={"traffic": _traffic(_active_memories(rows), rounds=4, seed=5)},  # 80 at 100 %: a GO needs 72
     )
 
     ops = walk.cwd
@@ -317,11 +322,25 @@ def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, w
     judged = json.loads((ops / "judge-100pct.json").read_text())
     assert judged["verdict"] == "GO", judged["reasons"]
     assert judged["records"] >= 20 * 4 - 1
+    # realistic traffic: each user's own words as the query, limit 10 (not one newest item)
+    records = [json.loads(line) for line in (ops / "shadow-100pct.jsonl").read_text().splitlines()]
+    assert {r["k"] for r in records} == {10} and len({r["requestId"] for r in records}) == len(records)
+    assert sum(r["primary"]["count"] for r in records) > 5 * len(records)  # answers of several items
+    # the A/A stage (legacy against itself) measured the noise floor the judge and the sign-off used
+    aa = [json.loads(line) for line in (ops / "shadow-aa.jsonl").read_text().splitlines()]
+    assert aa and {(r["primary"]["backend"], r["shadow"]["backend"]) for r in aa} == {(LEGACY, LEGACY)}
+    assert judged["noise_floor"]["measured"] is True and judged["noise_floor"]["records"] >= 70
     signoff = json.dumps(judged["signoff"])
     assert "runbook-walk@example.com" in signoff and Path(walk.var("VERIFY")).name in signoff
     signoff_dir = Path(walk.var("SIGNOFF"))
-    assert json.loads((signoff_dir / "summary.json").read_text())["verdict"] == "GO"
+    signed = json.loads((signoff_dir / "summary.json").read_text())
+    assert signed["verdict"] == "GO" and signed["noise_floor"]["measured"] is True, signed["reasons"]
+    strip = {g["name"]: g for g in signed["gates"]}
+    health = strip["health_summary"]
+    assert health["state"] == "off" and "not a memwork entry store" in health["why"], health
+    assert strip["verification_summary"]["state"] == "pass"
     html = (signoff_dir / "canary_signoff.html").read_text()
+    assert "A/A over " in html.replace("<wbr/>", "")  # the sign-off says the noise floor was measured
     assert "runbook-walk@example.com" in html and "crossUser" in html  # approver and the per-metric table
     stack = json.loads((ops / "stack-canary.json").read_text())
     assert stack["ok"] if "ok" in stack else stack["verdict"] in ("ok", "PASS"), stack
@@ -410,7 +429,7 @@ def test_rollback_runbook(mysql_url: str, pg_url: str, tmp_path: Path, walk: Wal
 @walk_test
 def test_new_backend_runbook(tmp_path: Path, walk: Walk):
     walk.env.update(_ports("PORT"), MEMORY_LEGACY_DATABASE_URL=f"sqlite:///{tmp_path / 'legacy.db'}")
-    users = {f"walk-user-{i:02d}": "what do you remember about me?" for i in range(25)}
+    users = {f"walk-user-{i:02d}": ["what do you remember about me?"] for i in range(25)}
 
     walk.run(parse_runbook(RUNBOOKS / "new_backend.md"), hooks={"traffic": _traffic(users, rounds=1)})
 

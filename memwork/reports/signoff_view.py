@@ -156,6 +156,9 @@ def signoff_fields(result: Result) -> dict[str, Any]:
             block["pairs not judged"] = "; ".join(
                 f"{p['primary']} -> {p['shadow']}" for p in judgement.not_judged
             )
+        # the A/A noise floor in words: measured (its log, its agreement and p95 spread) or why not
+        block.pop("noise_floor", None)
+        block["noise floor (A/A)"] = judgement.noise_floor.detail
         method = signoff.get("method") or {}
         if method:
             block["minimum paired answers for GO"] = method.get("minimum_paired_answers")

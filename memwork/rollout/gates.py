@@ -373,8 +373,16 @@ def _input_gates(
     result: GateResult, options: SignoffParameters, inputs: Mapping[str, InputReport | None]
 ) -> None:
     """A gate per input report: the verification must PASS; the health report must PASS (or be INFO)
-    at ``min_health_score`` or more. One not given is SKIP, or FAIL with ``require_inputs``."""
-    missing = "FAIL" if options.require_inputs else "SKIP"
+    at ``min_health_score`` or more. One not given is FAIL -- unless ``waive`` names it with a
+    reason, then OFF with that reason (the defaults decide: a sign-off never passes on a report it
+    did not read)."""
+    waived = options.waivers()
+
+    def missing(gate: str, name: str) -> Gate:
+        if name in waived:
+            return Gate(gate, "OFF", f"waived: {waived[name]}")
+        return Gate(gate, "FAIL", f"no {name} given (waive it on purpose: waive '{name}: <reason>')")
+
     verification = inputs.get("verification_summary")
     if verification is not None:
         result.gates.append(
@@ -382,17 +390,18 @@ def _input_gates(
                  f"verdict {verification.verdict}")
         )  # fmt: skip
     else:
-        result.gates.append(Gate("backfill verification", missing, "no verification summary given"))
+        result.gates.append(missing("backfill verification", "verification_summary"))
     health = inputs.get("health_summary")
     if health is not None:
         score = (health.summary.get("health") or {}).get("score", 0)
         ok = health.passed and score >= int(options.min_health_score)
         result.gates.append(
             Gate("health", "PASS" if ok else "FAIL",
-                 f"verdict {health.verdict}, score {score} (minimum {options.min_health_score})")
+                 f"verdict {health.verdict}, score {score} (minimum {options.min_health_score})",
+                 score, int(options.min_health_score), ">=", _origin("min_health_score", options.changed()))
         )  # fmt: skip
     else:
-        result.gates.append(Gate("health", missing, "no health summary given"))
+        result.gates.append(missing("health", "health_summary"))
 
 
 # ---- the canary's environment ------------------------------------------------------------------

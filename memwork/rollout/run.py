@@ -29,6 +29,8 @@ from memwork.rollout.signoff import (
     INPUT_REPORTS,
     InputReport,
     SignoffParameters,
+    gate_failures,
+    input_gates,
     read_input_report,
     signoff_block,
 )
@@ -45,12 +47,17 @@ def run_signoff(
     error). The sign-off fingerprints ``parameters`` as given (passwords hidden)."""
     parameters.check()
     if parameters.judges_shadow_reads:
-        return judge_shadow_reads(parameters)
+        return judge_shadow_reads(parameters, require_inputs=True)
     return run_gates(canary_env_for(parameters, sample_migration), parameters)
 
 
-def judge_shadow_reads(parameters: SignoffParameters) -> Judgement:
+def judge_shadow_reads(parameters: SignoffParameters, *, require_inputs: bool = False) -> Judgement:
     """The judge as ``memwork canary judge`` and the ``canary_signoff`` report call it.
+
+    ``require_inputs`` (the report's sign-off, :func:`run_signoff`): each input report not given is a
+    failed gate (NO-GO) unless ``waive`` names it with a reason; without (``memwork canary judge``,
+    which judges a log) only the input reports given are gated. A health report given is gated on
+    its score (``min_health_score``) either way.
 
     With ``base_url`` the service's ``/api/runtime/status`` is read first and recorded in the
     sign-off (which backend it serves, which it shadows, at what sample, the shadow counters), so the
@@ -78,6 +85,9 @@ def judge_shadow_reads(parameters: SignoffParameters) -> Judgement:
         certificate=parameters.certificate,
         certificate_waiver=parameters.certificate_waiver,
         aa_log=parameters.aa_log,
+        min_health_score=parameters.min_health_score,
+        waive=parameters.waive,
+        require_inputs=require_inputs,
         service=service,
         failures=[problem] if problem else [],
         parameters=parameters.as_given(),
@@ -97,6 +107,9 @@ def judge_log(
     certificate: str = "",
     certificate_waiver: str = "",
     aa_log: str = "",
+    min_health_score: int = 60,
+    waive: str = "",
+    require_inputs: bool = False,
     service: dict[str, Any] | None = None,
     failures: Iterable[str] = (),
     parameters: Mapping[str, Any] | None = None,
@@ -107,7 +120,9 @@ def judge_log(
     ``certificate``: the migration certificate (a summary.json or its run folder; default: the
     ``verification_summary``), the quality gate when the backends rank differently, unless
     ``certificate_waiver`` gives the reason it is waived; ``aa_log``: a comparison log of the
-    baseline against itself, the noise floor; ``failures``: NO-GO reasons found elsewhere (the
+    baseline against itself, the noise floor; ``min_health_score`` / ``waive`` / ``require_inputs``:
+    the gates on the input reports (:func:`~memwork.rollout.signoff.input_gates`: a failed one is a
+    NO-GO reason, each is on the strip); ``failures``: NO-GO reasons found elsewhere (the
     service's status could not be read); ``service``: what the sign-off records of the service;
     ``parameters``: what the sign-off fingerprints (default: these arguments); ``given_explicitly``:
     the parameters set for this run (a gate's threshold origin is ``set`` for those, else ``default``)."""
@@ -120,27 +135,33 @@ def judge_log(
                  "health_summary": health_summary, "verification_summary": verification_summary,
                  "primary_backend": primary_backend, "shadow_backend": shadow_backend,
                  "certificate": certificate, "certificate_waiver": certificate_waiver,
-                 "aa_log": aa_log}  # fmt: skip
+                 "aa_log": aa_log, "min_health_score": min_health_score, "waive": waive}  # fmt: skip
     named = {"health_summary": health_summary, "verification_summary": verification_summary}
     inputs = {name: read_input_report(name, named[name]) for name in INPUT_REPORTS}
     cert = read_certificate(certificate, "certificate") if certificate else None
     if cert is None and verification_summary:
         cert = read_certificate(verification_summary, "verification_summary")
     noise = noise_floor(read_comparison_log(aa_log), str(aa_log)) if aa_log else None
+    on_inputs = input_gates(
+        SignoffParameters(min_health_score=min_health_score, waive=waive),
+        inputs,
+        required=require_inputs,
+        certificate=certificate,
+    )
     comparisons = read_comparison_log(log)
     judgement = judge_comparisons(
         comparisons,
         th,
         primary_backend=primary_backend,
         shadow_backend=shadow_backend,
-        failures=[*failures, *input_failures(inputs)],
+        failures=[*failures, *input_failures(inputs), *gate_failures(on_inputs)],
         same_backend=same_backend,
         noise=noise,
         certificate=cert,
         certificate_waiver=certificate_waiver,
         ranking_of=declared_ranking,
     )
-    judgement.gates = [g.to_dict() for g in judge_gates(judgement, explicit or {})]
+    judgement.gates = [g.to_dict() for g in [*judge_gates(judgement, explicit or {}), *on_inputs]]
     evidence = signoff_evidence(judgement, str(log))
     if service is not None:
         evidence["service"] = service

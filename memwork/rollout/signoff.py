@@ -25,6 +25,8 @@ from memwork.checks import both_or_neither
 from memwork.errors import UsageError
 from memwork.pgvector.schema import EMBEDDINGS_TABLE
 from memwork.redaction import redact_url, redact_value
+from memwork.reports.gates import Gate as ReportGate
+from memwork.reports.gates import judged, needs_input, parse_waivers
 from memwork.rollout.judge import Thresholds
 from memwork.workspace import sha256_file
 
@@ -57,7 +59,7 @@ class SignoffParameters:
     health_summary: str = ""
     verification_summary: str = ""
     min_health_score: int = 60  # the health report's own default (the "good" band); 0: any score
-    require_inputs: bool = False
+    waive: str = ""  # input reports the sign-off goes without, each with its reason ("NAME: why; ...")
     approver: str = ""
     # the judge of shadow reads: which log (or service), its thresholds, which backend pair
     comparison_log: str = ""
@@ -102,9 +104,21 @@ class SignoffParameters:
             if getattr(self, f.name) != getattr(defaults, f.name)
         }
 
+    def waivers(self) -> dict[str, str]:
+        """The input reports waived on purpose (``waive``), name -> reason: each must name an input
+        report of :data:`INPUT_REPORTS` and give its reason (else :class:`UsageError` on ``waive``)."""
+        found = parse_waivers(self.waive)
+        for name in found:
+            if name not in INPUT_REPORTS:
+                raise UsageError("waive", name, f"not an input report (inputs: {', '.join(INPUT_REPORTS)})")
+        return found
+
     def check(self) -> None:
         """Reject impossible settings (:class:`UsageError` naming the field) before anything is built,
         read or measured: the judge's when it judges, else the gates'."""
+        self.waivers()
+        if not 0 <= int(self.min_health_score) <= 100:
+            raise UsageError("min_health_score", self.min_health_score, "must be from 0 to 100")
         if self.judges_shadow_reads:
             self.check_judge()
         else:
@@ -131,8 +145,6 @@ class SignoffParameters:
             raise UsageError("max_p95_ratio", self.max_p95_ratio, "must be 0 (off) or positive")
         if int(self.max_errors) < 0:
             raise UsageError("max_errors", self.max_errors, "must be 0 or more")
-        if not 0 <= int(self.min_health_score) <= 100:
-            raise UsageError("min_health_score", self.min_health_score, "must be from 0 to 100")
         for name in INPUT_REPORTS:
             value = getattr(self, name)
             if value and not summary_file(value).is_file():
@@ -199,6 +211,60 @@ def read_input_report(name: str, value: str) -> InputReport | None:
 def read_input_reports(parameters: SignoffParameters) -> dict[str, InputReport | None]:
     """Each input report of :data:`INPUT_REPORTS` the parameters name (None for one not given)."""
     return {name: read_input_report(name, getattr(parameters, name)) for name in INPUT_REPORTS}
+
+
+def input_gates(
+    parameters: SignoffParameters,
+    inputs: Mapping[str, InputReport | None],
+    *,
+    required: bool = True,
+    certificate: str = "",
+) -> list[ReportGate]:
+    """The gates on the input reports a verdict relies on, in the strip's shape: per input report one
+    :func:`~memwork.reports.gates.needs_input` gate (given: ``pass``; missing: ``fail`` unless
+    ``waive`` names it with a reason, then ``off`` with that reason), and for a health report given
+    its score against ``min_health_score`` (``health score``; 0: off). ``required=False`` (``memwork
+    canary judge``, which judges a log): a missing input shows no gate. ``certificate``: a migration
+    certificate given apart (the judge's quality gate) stands in for the verification report."""
+    waived = parameters.waivers()
+    changed = parameters.changed()
+    gates: list[ReportGate] = []
+    for name in INPUT_REPORTS:
+        report = inputs.get(name)
+        stand_in = name == "verification_summary" and report is None and bool(certificate)
+        if report is None and not stand_in and not required:
+            continue
+        what = "migration certificate (certificate)" if stand_in else f"{name} report"
+        gates.append(needs_input(name, report is not None or stand_in, waived=waived, what=what))
+    health = inputs.get("health_summary")
+    if health is not None:
+        score = (health.summary.get("health") or {}).get("score")
+        minimum = int(parameters.min_health_score)
+        gates.append(
+            judged(
+                "health score",
+                score if isinstance(score, (int, float)) else None,
+                minimum or None,
+                ">=",
+                origin="set" if "min_health_score" in changed else "default",
+                why=f"health report {health.run_id}, verdict {health.verdict}"
+                + ("" if minimum else "; min_health_score 0: any score"),
+            )
+        )
+    return gates
+
+
+def gate_failures(gates: list[ReportGate]) -> list[str]:
+    """A NO-GO reason for each failed gate: ``health score: 40 below 60`` / ``health_summary: ...``."""
+    reasons = []
+    for gate in gates:
+        if gate.state != "fail":
+            continue
+        if gate.threshold == "required":
+            reasons.append(f"{gate.name}: {gate.why} (waive it on purpose: waive '{gate.name}: <reason>')")
+        else:
+            reasons.append(f"{gate.name}: {gate.observed} below {gate.threshold} ({gate.why})")
+    return reasons
 
 
 # ---- the sign-off block ----------------------------------------------------------------------------

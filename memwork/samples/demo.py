@@ -249,7 +249,6 @@ def _run_demo(
         "pgvector_url": data["pgvector_url"],
         "health_summary": summaries["health_report"],
         "verification_summary": summaries["backfill_verification"],
-        "require_inputs": True,
         "approver": "memwork demo",
         "embedding_module": DEMO_QUERY_MODULE,
     }

@@ -58,23 +58,34 @@ def run_shadow_canary(
     health_summary: str = "",
     verification_summary: str = "",
     certificate: str = "",
+    waive: str = "",
     requests: int = DEMO_SHADOW_REQUESTS,
 ) -> Any:
     """Serve the demo data, send ``requests`` resolves of real users, judge the shadow log; the run.
 
-    ``certificate``: a migration certificate's summary.json (:func:`memwork.certify.certify`), the
-    quality gate when it is not the backfill verification's. Returns the
+    First an A/A stage: the same resolves with legacy shadowed by itself
+    (:func:`memwork.service.shadow.aa_env`), whose log is the judge's ``aa_log`` -- the noise floor
+    the sign-off shows measured. ``certificate``: a migration certificate's summary.json
+    (:func:`memwork.certify.certify`), the quality gate when it is not the backfill verification's;
+    ``waive``: the input reports signed off without, with their reasons. Returns the
     :func:`memwork.reports.run_report` result of ``canary_signoff`` (judge mode)."""
     from memwork.reports import run_report
     from memwork.rollout.gates import sample_requests
     from memwork.service.app import create_app, running
+    from memwork.service.shadow import aa_env
 
     log_path = folder / "shadow" / "comparisons.jsonl"
-    for part in (log_path, log_path.with_name(log_path.name + ".1")):
-        part.unlink(missing_ok=True)  # a re-run judges its own traffic only
+    aa_path = folder / "shadow" / "aa.jsonl"
+    for path in (log_path, aa_path):
+        for part in (path, path.with_name(path.name + ".1")):
+            part.unlink(missing_ok=True)  # a re-run judges its own traffic only
     token = secrets.token_urlsafe(24)
-    app = create_app(shadow_env(data, log_path, token, query_module))
     batch = sample_requests(data["legacy_url"], requests, seed=7, limit=DEMO_SHADOW_LIMIT)
+    baseline = create_app(aa_env(shadow_env(data, log_path, token, query_module), aa_path))
+    with running(baseline) as base_url:
+        send_resolves(base_url, token, batch)
+        baseline.state.memwork.shadow.drain(timeout_s=60)
+    app = create_app(shadow_env(data, log_path, token, query_module))
     with running(app) as base_url:
         send_resolves(base_url, token, batch)
         app.state.memwork.shadow.drain(timeout_s=60)
@@ -85,6 +96,8 @@ def run_shadow_canary(
             "health_summary": health_summary,
             "verification_summary": verification_summary,
             "certificate": certificate,
+            "aa_log": str(aa_path),
+            "waive": waive,
             "approver": "memwork demo",
         }
         return run_report("canary_signoff", params, reports, raise_on_error=False)
@@ -123,7 +136,12 @@ def run_real_text_canary(
     cert = certify(CertifyOptions(migration.source_url, migration.dest_url, output_dir=cert_dir))
     data = {"legacy_url": migration.source_url, "pgvector_url": migration.dest_url}
     run = run_shadow_canary(
-        data, folder, reports, query_module=query_module, certificate=str(cert_dir / "summary.json")
+        data,
+        folder,
+        reports,
+        query_module=query_module,
+        certificate=str(cert_dir / "summary.json"),
+        waive="health_summary: a legacy table of docstrings, no memwork entry store to report on",
     )
     users = _count_users(migration.source_url)
     about = {

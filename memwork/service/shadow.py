@@ -100,6 +100,16 @@ class ShadowSettings:
         return self.backend is not None and self.sample > 0 and not self.errors
 
 
+def aa_env(env: Mapping[str, str], log_path: str | Path) -> dict[str, str]:
+    """The service environment of an A/A stage: the primary backend (``MEMORY_BACKEND``, default
+    legacy) shadowed by itself on every resolve, logged to ``log_path``. Serve with it for a while
+    before the A/B stages: the log it writes is the judge's ``aa_log`` (``--aa-log``), the noise
+    floor -- how far the primary agrees with itself and how much its p95 moves between two calls --
+    against which the A/B agreement and latency are judged."""
+    primary = (env.get("MEMORY_BACKEND") or "").strip() or "legacy"
+    return {**env, BACKEND_VAR: primary, SAMPLE_VAR: "1", LOG_VAR: str(log_path)}
+
+
 def default_log_path() -> Path:
     """Where ``memwork serve`` writes its comparisons unless ``MEMORY_SHADOW_LOG`` says otherwise:
     ``<workspace>/shadow/comparisons.jsonl`` -- and so where the judge reads them by default."""
