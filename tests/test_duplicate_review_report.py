@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
-from memwork.defrag.calibrate import Policy, find_policy_pairs, load_policy
+from memwork.defrag.calibrate import BASE_FEATURES, Policy, find_policy_pairs, load_policy
+from memwork.defrag.char_similarity import CHAR_FEATURE
 from memwork.defrag.findings import find_duplicates
 from memwork.defrag.pair_sample import sample_scope_pairs, triangle_pairs
 from memwork.defrag.review_queue import (
@@ -24,14 +26,18 @@ from memwork.defrag.review_queue import (
     weighted_population,
     weighted_queue,
 )
+from memwork.defrag.review_report import DuplicateReview, duplicate_review
 from memwork.embed import HashEmbedder
 from memwork.entry import Entry
 from memwork.errors import UsageError
+from memwork.reports import duplicate_view as view
 from memwork.reports import run_report
+from memwork.reports.display import figure_alt
 from memwork.samples.entries import generate_entries
 from memwork.samples.febrl import FebrlSet, embed_entries, load_febrl
 from memwork.samples.store import sample_store
 from memwork.stores import open_store
+from memwork.stores.memory import MemoryStore
 
 
 def lineage(path_a: str, path_b: str) -> bool:
@@ -275,3 +281,120 @@ def test_febrl_review_calibrate_merge_from_the_notebook(febrl: FebrlSet, calibra
     # the cluster table's contradiction column is checked (memwork.defrag.contradictions), never a guess
     clusters = list(csv.DictReader((run.run_dir / "clusters.csv").open(encoding="utf-8")))
     assert clusters and all(c["contradiction"] != "not checked" for c in clusters)
+
+
+# ---- what the report shows, on a store whose pairs are known ---------------------------------------
+WORDS = (
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo",
+    "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor",
+)  # fmt: skip
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
+
+
+def known_entries() -> list[Entry]:
+    """A chain by text (a≈b, b≈c, a≉c: Jaccard 19/21, 19/21, 18/22 at threshold 0.85, no vectors) and
+    a pair alike by meaning only (the same vector, no word in common)."""
+    vector = np.array([0.6, 0.8, 0.0, 0.0], dtype=np.float32)
+    texts = {"a.md": WORDS[0:20], "b.md": WORDS[1:21], "c.md": WORDS[2:22]}
+    entries = [Entry(path=p, content=" ".join(w), created_at=T0, updated_at=T0) for p, w in texts.items()]
+    entries += [
+        Entry(
+            path="d.md", content="the deploy runs on friday", embedding=vector, created_at=T0, updated_at=T0
+        ),
+        Entry(path="e.md", content="releases ship each week", embedding=vector, created_at=T0, updated_at=T0),
+    ]
+    return entries
+
+
+@pytest.fixture
+def known(tmp_path: Path, monkeypatch) -> DuplicateReview:
+    monkeypatch.setenv("MEMWORK_REPORT_DIR", str(tmp_path))  # as under the report runner
+    return duplicate_review(MemoryStore(known_entries()), threshold=0.85, out_dir=tmp_path)
+
+
+def _pair(review: DuplicateReview, a: str, b: str) -> dict:
+    return next(p for p in review.shown_pairs() if {p["path_a"], p["path_b"]} == {a, b})
+
+
+def test_cards_mark_the_signal_that_fired_and_diff_the_words(known: DuplicateReview) -> None:
+    cards = view.PairCards(known)
+    by_text = cards._card(_pair(known, "a.md", "b.md"))
+    assert "text (Jaccard) 0.905 ✔ fired" in by_text and "semantic (cosine) - ✔" not in by_text
+    assert "duplicate at threshold 0.85" in by_text
+    # a -> b: the first word gone, one added at the end, the rest unchanged
+    assert "<del style='background:#ffebe9'>alpha</del>" in by_text
+    assert "<ins style='background:#dafbe1'>uniform</ins>" in by_text
+    assert " ".join(WORDS[1:20]) in by_text
+    by_meaning = cards._card(_pair(known, "d.md", "e.md"))
+    assert "semantic (cosine) 1 ✔ fired" in by_meaning and "text (Jaccard) 0 ✔" not in by_meaning
+    assert "<del style='background:#ffebe9'>the deploy runs on friday</del>" in by_meaning
+    assert "<ins style='background:#dafbe1'>releases ship each week</ins>" in by_meaning
+
+
+def test_the_cluster_table_holds_a_chain_for_review(known: DuplicateReview) -> None:
+    rows = {tuple(r["members"]): r for r in known.clusters()}
+    chain = rows[("a.md", "b.md", "c.md")]
+    assert chain["chained"] is True and chain["decision"] == "to review (chained)"
+    assert chain["size"] == 3 and chain["density"] == pytest.approx(2 / 3, abs=1e-3)
+    pair = next(r for m, r in rows.items() if set(m) == {"d.md", "e.md"})
+    assert pair["chained"] is False and pair["decision"].startswith("merge into ")
+    page = view.cluster_table(known)._repr_html_()
+    assert "chained" in page and "to review (chained)" in page
+    assert known.effect()["chained clusters held for review"] == 1 and known.effect()["entries merged"] == 1
+
+
+def test_the_histograms_are_log_scaled_with_shaded_bands_and_titled(known: DuplicateReview) -> None:
+    fig = view.histograms_figure(known)
+    axes = fig.get_axes()
+    assert [ax.get_xlabel() for ax in axes] == [
+        "text (Jaccard) (0-1)",
+        "semantic (cosine) (0-1)",
+        "combined (max) (0-1)",
+    ]
+    for ax in axes:
+        assert ax.get_yscale() == "log" and ax.get_ylabel() == "pairs (log scale)"
+        shaded = {p.get_label(): p.get_x() for p in ax.patches if p.get_label() and p.get_label()[0] != "_"}
+        spans = [p for p in ax.patches if p.get_label() in ("near threshold ±0.05", "duplicate ≥ 0.85")]
+        assert set(shaded) == {"near threshold ±0.05", "duplicate ≥ 0.85"}, shaded
+        (near,) = (p for p in spans if p.get_label().startswith("near"))
+        (top,) = (p for p in spans if p.get_label().startswith("duplicate"))
+        assert near.get_x() == pytest.approx(0.8) and near.get_width() == pytest.approx(0.05)
+        assert top.get_x() == pytest.approx(0.85) and top.get_width() == pytest.approx(0.15)
+    alt = figure_alt(fig)
+    # 10 pairs: a-b and b-c at 0.905, a-c at 0.818, d-e by meaning only (text 0, cosine 1), 6 unrelated
+    assert "text (Jaccard): below 0.8 7, 0.8-0.85 1, at or above 0.85 2 pairs" in alt
+    assert "semantic (cosine): below 0.8 0, 0.8-0.85 0, at or above 0.85 1 pairs" in alt
+    assert "combined (max): below 0.8 6, 0.8-0.85 1, at or above 0.85 3 pairs" in alt
+
+
+def test_a_policy_with_character_similarity_draws_its_boundaries_at_a_stated_level(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A version 2 policy (text, semantic, character): the 2-D plot draws its boundaries at the median
+    character similarity of its pairs and says so; each drawn point scores the boundary's level."""
+    monkeypatch.setenv("MEMWORK_REPORT_DIR", str(tmp_path))
+    entries = [e for e in known_entries() if e.embedding is None]  # text only: model "none"
+    policy = Policy(
+        "none", (2.0, 1.0, 6.0), -7.0, 0.8, 0.5, 0.5, 0.95, "x",
+        features=(*BASE_FEATURES, CHAR_FEATURE),
+    )  # fmt: skip
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(policy.to_dict()), encoding="utf-8")
+    review = duplicate_review(MemoryStore(entries), policy=str(path), out_dir=tmp_path)
+    assert review.thresholds()["rule"] == (
+        "calibrated policy (logistic score of text similarity (Jaccard), semantic similarity (cosine) "
+        "and character similarity (Indel))"
+    )
+    level = review.policy_char_level()
+    assert level is not None and "median of the policy's 3 pairs" in level[1]
+    fig = view.scatter_figure(review)
+    lines = {ln.get_label(): ln for ln in fig.get_axes()[0].get_lines() if "policy" in ln.get_label()}
+    at = f"at character similarity {level[0]:.2f}"
+    assert set(lines) == {f"policy review 0.5 {at}", f"policy auto-merge 0.8 {at}"}
+    for label, want in ((f"policy review 0.5 {at}", 0.5), (f"policy auto-merge 0.8 {at}", 0.8)):
+        xs, ys = lines[label].get_data()
+        scores = load_policy(path).scores(np.asarray(xs), np.asarray(ys), np.full(len(xs), level[0]))
+        assert np.allclose(scores, want), label
+    alt = figure_alt(fig)
+    assert f"boundaries are drawn {at}" in alt and "policy review boundary " + at in alt
+    assert at in fig.get_axes()[0].get_title().replace("\n", " ")
