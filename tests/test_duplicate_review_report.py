@@ -5,8 +5,11 @@ on FEBRL records with known truth, from the CLI and from the notebook."""
 from __future__ import annotations
 
 import csv
+import html
 import json
 import math
+import shlex
+import sqlite3
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -398,3 +401,65 @@ def test_a_policy_with_character_similarity_draws_its_boundaries_at_a_stated_lev
     alt = figure_alt(fig)
     assert f"boundaries are drawn {at}" in alt and "policy review boundary " + at in alt
     assert at in fig.get_axes()[0].get_title().replace("\n", " ")
+
+
+# ---- the loop through the report: its queue labelled, calibrated, applied by its command, undone -----------
+def test_the_reports_queue_labelled_comes_back_and_its_command_applies_and_undo_restores(
+    tmp_path: Path, small_store: str
+) -> None:
+    """Run the report; label the next review file it wrote from the truth; run it again with those
+    labels: it calibrates a policy beside the HTML, the plan follows it, and the command it prints
+    applies exactly that plan through the CLI (journaled); ``defrag undo`` restores the store."""
+    copy = tmp_path / "store.db"
+    with sqlite3.connect(small_store.removeprefix("sqlite:///")) as source, sqlite3.connect(copy) as target:
+        source.backup(target)  # the shared sample stays as it is
+    store = f"sqlite:///{copy}"
+    first = run_report("duplicate_review", {"store": store, "sample_pairs": 3000}, tmp_path / "one")
+    assert first.exit_code == 0 and first.summary["policy"] is None
+    assert first.summary["merge_command"] == shlex.join(
+        ["memwork", "defrag", "merge-duplicates", "--store", store, "--similarity-threshold", "0.85",
+         "--strategy", "keep_newer", "--apply"]
+    )  # fmt: skip
+    queue = Path(first.summary["review_queue"])
+    assert queue == first.run_dir / "review_queue.csv"
+    labels = label(queue, tmp_path / "labels.csv", lineage)
+    # 200 labels cannot show 99 % precision at 95 % confidence here (auto_merge would stay off): ask 95 %
+    params = {"store": store, "labels": str(labels), "sample_pairs": 3000, "target_precision": 0.95}
+    second = run_report("duplicate_review", params, tmp_path / "two")
+    assert second.exit_code == 0
+    policy_file = second.run_dir / "policy.json"
+    policy = load_policy(policy_file)  # calibrated beside the HTML, from the report's own queue
+    assert policy.auto_merge is not None and policy.target_precision == 0.95 and policy.uses_char
+    shown = second.summary["policy"]
+    assert shown["policy file"] == str(policy_file) and shown["auto_merge"] == policy.auto_merge
+    assert "character similarity" in shown["rule"]
+    effect = second.summary["effect"]
+    assert effect["entries merged"] > 0 and effect["pairs auto-merged (score >= auto_merge)"] > 0
+    command = second.summary["merge_command"]
+    assert command == shlex.join(
+        ["memwork", "defrag", "merge-duplicates", "--store", store, "--policy", str(policy_file.resolve()),
+         "--strategy", "keep_newer", "--apply"]
+    )  # fmt: skip
+    page = second.html_path.read_text(encoding="utf-8")
+    assert html.escape(command) in page and "This report only reads the store" in page
+    assert html.escape(command.removesuffix(" --apply")) in page  # the dry run of the same plan
+    assert "at character similarity" in page  # the 2-D plot's policy lines, stated
+    with open_store(store) as s:
+        before = {e.key: e.to_record() for e in s.all_entries()}
+    argv = shlex.split(command)
+    assert argv[0] == "memwork"
+    done = cli(*argv[1:], "--json")
+    applied = json.loads(done.output)
+    assert done.exit_code == 0 and applied["applied"] and applied["run_id"]
+    merged = [op for op in applied["operations"] if op["op"] == "merge"]
+    assert len(merged) == effect["entries merged"]
+    assert len(applied["operations"]) == second.summary["operations"]
+    with open_store(store) as s:
+        after = {e.key: e.to_record() for e in s.all_entries()}
+    stubs = [k for k, r in after.items() if (r.get("metadata") or {}).get("stub") is True]
+    new_stubs = [k for k in stubs if (before[k].get("metadata") or {}).get("stub") is not True]
+    assert len(new_stubs) == effect["stubs created"] > 0  # a stub where each merged entry was
+    undone = cli("defrag", "undo", applied["run_id"], "--store", store, "--json")
+    assert undone.exit_code == 0, undone.output
+    with open_store(store) as s:
+        assert {e.key: e.to_record() for e in s.all_entries()} == before
