@@ -26,6 +26,7 @@ from memwork.defrag.review_queue import (
     build_review_queue,
     exact_band,
     pair_chars,
+    store_embedding_model,
     weighted_population,
     weighted_queue,
 )
@@ -374,11 +375,14 @@ def test_a_policy_with_character_similarity_draws_its_boundaries_at_a_stated_lev
     tmp_path: Path, monkeypatch
 ) -> None:
     """A version 2 policy (text, semantic, character): the 2-D plot draws its boundaries at the median
-    character similarity of its pairs and says so; each drawn point scores the boundary's level."""
+    character similarity of its pairs and says so, each drawn point scoring the boundary's level, and
+    marks the pairs the policy keeps by its decision."""
     monkeypatch.setenv("MEMWORK_REPORT_DIR", str(tmp_path))
-    entries = [e for e in known_entries() if e.embedding is None]  # text only: model "none"
+    entries = known_entries()
+    for entry, vector in zip(entries, ([0, 0, 1, 0], [0, 0, 0.8, 0.6], [0, 0, 0.6, 0.8]), strict=False):
+        entry.embedding = np.array(vector, dtype=np.float32)  # a, b, c: cosines 0.8, 0.96, 0.6
     policy = Policy(
-        "none", (2.0, 1.0, 6.0), -7.0, 0.8, 0.5, 0.5, 0.95, "x",
+        store_embedding_model(entries), (2.0, 1.0, 6.0), -7.0, 0.8, 0.5, 0.5, 0.95, "x",
         features=(*BASE_FEATURES, CHAR_FEATURE),
     )  # fmt: skip
     path = tmp_path / "policy.json"
@@ -401,6 +405,20 @@ def test_a_policy_with_character_similarity_draws_its_boundaries_at_a_stated_lev
     alt = figure_alt(fig)
     assert f"boundaries are drawn {at}" in alt and "policy review boundary " + at in alt
     assert at in fig.get_axes()[0].get_title().replace("\n", " ")
+    # the policy's own decisions, marked: exactly its pairs, by decision
+    marked = {
+        c.get_label().split(" (")[0]: {tuple(xy) for xy in c.get_offsets().tolist()}
+        for c in fig.get_axes()[0].collections
+        if c.get_label().startswith("policy: ")
+    }
+    for decision, name in (("merge", "policy: auto-merge"), ("review", "policy: review")):
+        want = {
+            (p["text_similarity"], p["semantic_similarity"])
+            for p in review.policy_pairs
+            if p["decision"] == decision
+        }
+        assert marked.get(name, set()) == want and f"{len(want)} pairs the policy decides {decision}" in alt
+    assert sum(len(v) for v in marked.values()) == len(review.policy_pairs) > 0
 
 
 # ---- the loop through the report: its queue labelled, calibrated, applied by its command, undone -----------
@@ -443,7 +461,7 @@ def test_the_reports_queue_labelled_comes_back_and_its_command_applies_and_undo_
     page = second.html_path.read_text(encoding="utf-8")
     assert html.escape(command) in page and "This report only reads the store" in page
     assert html.escape(command.removesuffix(" --apply")) in page  # the dry run of the same plan
-    assert "at character similarity" in page  # the 2-D plot's policy lines, stated
+    assert "at character similarity" in page and "pairs the policy decides merge (marked)" in page
     with open_store(store) as s:
         before = {e.key: e.to_record() for e in s.all_entries()}
     argv = shlex.split(command)

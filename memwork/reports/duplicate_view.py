@@ -120,7 +120,7 @@ def histograms_figure(review: DuplicateReview) -> Figure:
 def _wrap(text: str, width: int = 120) -> str:
     import textwrap
 
-    return "\n".join(textwrap.wrap(text, width))
+    return "\n".join(part for line in text.split("\n") for part in textwrap.wrap(line, width))
 
 
 def scatter_figure(review: DuplicateReview) -> Figure:
@@ -131,7 +131,9 @@ def scatter_figure(review: DuplicateReview) -> Figure:
     A policy weighing the character similarity too (version 2, what ``defrag calibrate`` writes) has no
     single boundary in this plane: its lines are drawn at one stated character similarity
     (:meth:`~memwork.defrag.review_report.DuplicateReview.policy_char_level`, the median of its pairs),
-    and the title and alt text say so and how far a line moves per 0.1 of character similarity."""
+    and the title and alt text say so and how far a line moves per 0.1 of character similarity. The
+    policy's own decisions are exact whatever the character similarity: its pairs (score >= review) are
+    marked by decision, every other pair plotted scores below review."""
     import matplotlib.pyplot as plt
 
     t = review.threshold
@@ -161,7 +163,10 @@ def scatter_figure(review: DuplicateReview) -> Figure:
         c, char = (pol.coef[2], level_of_char[0]) if level_of_char is not None else (0.0, 0.0)
         at = f" at character similarity {char:.2f}" if level_of_char is not None else ""
         if level_of_char is not None:
-            title += f"\npolicy lines{at} ({level_of_char[1]})"
+            title += (
+                f"\npolicy lines{at} ({level_of_char[1]}); a pair's own character similarity moves its "
+                "boundary: the policy's decisions are the marked pairs"
+            )
             shift = f"{abs(0.1 * c / b):.2f} {'down' if c * b > 0 else 'up'}" if b else "nowhere"
             alt.append(
                 f"the policy also weighs the character similarity ({c:.2f}·char), so its boundaries are "
@@ -180,6 +185,21 @@ def scatter_figure(review: DuplicateReview) -> Figure:
                 xs, ys, color="tab:purple", linestyle=style, linewidth=1.2, label=f"{label} {level:g}{at}"
             )
             alt.append(f"{label} boundary{at}: {a:.2f}·text + {b:.2f}·semantic = {constant:.2f}")
+        # the policy's own decisions, exact whatever the character similarity: its pairs from review up
+        marks = (("merge", "s", "policy: auto-merge"), ("review", "D", "policy: review"))
+        for decision, marker, label in marks:
+            pts = [
+                (p["text_similarity"], p["semantic_similarity"])
+                for p in review.policy_pairs
+                if p.get("decision") == decision and p["semantic_similarity"] is not None
+            ]
+            if pts:
+                x, y = zip(*pts, strict=True)
+                ax.scatter(
+                    x, y, marker=marker, s=40, facecolors="none", edgecolors="tab:purple", linewidths=0.9,
+                    label=f"{label} ({len(pts):,})",
+                )  # fmt: skip
+            alt.append(f"{len(pts):,} pairs the policy decides {decision} (marked)")
     if review.calibration is not None:
         labelled = review.labelled_points()
         for name, (marker, colour) in {
