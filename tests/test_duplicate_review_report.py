@@ -481,3 +481,18 @@ def test_the_reports_queue_labelled_comes_back_and_its_command_applies_and_undo_
     assert undone.exit_code == 0, undone.output
     with open_store(store) as s:
         assert {e.key: e.to_record() for e in s.all_entries()} == before
+
+
+def test_the_merge_command_names_the_store_without_its_password(known: DuplicateReview) -> None:
+    assert known.merge_command() == (
+        "memwork defrag merge-duplicates --store STORE --similarity-threshold 0.85 --strategy keep_newer "
+        "--apply"
+    )  # an open store: the spec is the reader's to fill in, and the report says so
+    assert "Replace <code>STORE</code>" in view.merge_commands(known).data
+    known.store_spec, known.scope = "postgresql://mem:s3cretpass@db.example/mem", "alice"
+    command = known.merge_command(apply=False)
+    assert "s3cretpass" not in command and "s3cretpass" not in known.undo_command()
+    assert command.startswith(
+        "memwork defrag merge-duplicates --store 'postgresql://mem:***@db.example/mem' --scope alice"
+    )
+    assert not command.endswith("--apply") and "<code>***</code>" in view.merge_commands(known).data

@@ -316,10 +316,10 @@ class DuplicateReview:
         the store -- journaled and undoable with ``--apply`` (``memwork defrag undo RUN_ID``) -- as one
         shell line: the policy file by its absolute path (the one calibrated here lies beside the
         report), else the threshold; the strategy and scope as reviewed. The store is the spec the
-        review opened (:data:`STORE_PLACEHOLDER` for an open store); a password in it is hidden by the
-        report like every other secret. A review of sampled scopes planned those scopes only: the
-        command plans every scope (or the one given)."""
-        args = ["memwork", "defrag", "merge-duplicates", "--store", self.store_spec or STORE_PLACEHOLDER]
+        review opened, its password shown as ``***`` (:data:`STORE_PLACEHOLDER` for an open store). A
+        review of sampled scopes planned those scopes only: the command plans every scope (or the one
+        given)."""
+        args = ["memwork", "defrag", "merge-duplicates", "--store", self._shown_store()]
         if self.scope:
             args += ["--scope", self.scope]
         if self.policy_file:
@@ -331,8 +331,12 @@ class DuplicateReview:
 
     def undo_command(self) -> str:
         """How to undo the applied merge (its run id is printed by the applying command)."""
-        store = self.store_spec or STORE_PLACEHOLDER
-        return shlex.join(["memwork", "defrag", "undo", "RUN_ID", "--store", store])
+        return shlex.join(["memwork", "defrag", "undo", "RUN_ID", "--store", self._shown_store()])
+
+    def _shown_store(self) -> str:
+        from memwork.redaction import redact_value
+
+        return redact_value("store", self.store_spec) or STORE_PLACEHOLDER
 
     def policy_char_level(self) -> tuple[float, str] | None:
         """The character similarity at which the 2-D plot draws a policy's boundaries, and what it is

@@ -438,6 +438,8 @@ def merge_commands(review: DuplicateReview, *, sample_store: bool = False) -> An
         )
     if not review.store_spec:
         notes.append("Replace <code>STORE</code> by the store's spec.")
+    elif "***" in review.merge_command():
+        notes.append("Put the store's password where it shows <code>***</code>.")
     rule = f"threshold {review.threshold:g}"
     if review.policy_file:
         rule = f"the policy {html.escape(review.policy_file)}"
