@@ -5,8 +5,12 @@ on FEBRL records with known truth, from the CLI and from the notebook."""
 from __future__ import annotations
 
 import csv
+import html
 import json
 import math
+import shlex
+import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -14,24 +18,30 @@ import pytest
 from click.testing import CliRunner
 
 from memwork.cli import main
-from memwork.defrag.calibrate import Policy, find_policy_pairs, load_policy
+from memwork.defrag.calibrate import BASE_FEATURES, Policy, find_policy_pairs, load_policy
+from memwork.defrag.char_similarity import CHAR_FEATURE
 from memwork.defrag.findings import find_duplicates
 from memwork.defrag.pair_sample import sample_scope_pairs, triangle_pairs
 from memwork.defrag.review_queue import (
     build_review_queue,
     exact_band,
     pair_chars,
+    store_embedding_model,
     weighted_population,
     weighted_queue,
 )
+from memwork.defrag.review_report import DuplicateReview, duplicate_review
 from memwork.embed import HashEmbedder
 from memwork.entry import Entry
 from memwork.errors import UsageError
+from memwork.reports import duplicate_view as view
 from memwork.reports import run_report
+from memwork.reports.display import figure_alt
 from memwork.samples.entries import generate_entries
 from memwork.samples.febrl import FebrlSet, embed_entries, load_febrl
 from memwork.samples.store import sample_store
 from memwork.stores import open_store
+from memwork.stores.memory import MemoryStore
 
 
 def lineage(path_a: str, path_b: str) -> bool:
@@ -275,3 +285,214 @@ def test_febrl_review_calibrate_merge_from_the_notebook(febrl: FebrlSet, calibra
     # the cluster table's contradiction column is checked (memwork.defrag.contradictions), never a guess
     clusters = list(csv.DictReader((run.run_dir / "clusters.csv").open(encoding="utf-8")))
     assert clusters and all(c["contradiction"] != "not checked" for c in clusters)
+
+
+# ---- what the report shows, on a store whose pairs are known ---------------------------------------
+WORDS = (
+    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo",
+    "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor",
+)  # fmt: skip
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
+
+
+def known_entries() -> list[Entry]:
+    """A chain by text (a≈b, b≈c, a≉c: Jaccard 19/21, 19/21, 18/22 at threshold 0.85, no vectors) and
+    a pair alike by meaning only (the same vector, no word in common)."""
+    vector = np.array([0.6, 0.8, 0.0, 0.0], dtype=np.float32)
+    texts = {"a.md": WORDS[0:20], "b.md": WORDS[1:21], "c.md": WORDS[2:22]}
+    entries = [Entry(path=p, content=" ".join(w), created_at=T0, updated_at=T0) for p, w in texts.items()]
+    entries += [
+        Entry(
+            path="d.md", content="the deploy runs on friday", embedding=vector, created_at=T0, updated_at=T0
+        ),
+        Entry(path="e.md", content="releases ship each week", embedding=vector, created_at=T0, updated_at=T0),
+    ]
+    return entries
+
+
+@pytest.fixture
+def known(tmp_path: Path, monkeypatch) -> DuplicateReview:
+    monkeypatch.setenv("MEMWORK_REPORT_DIR", str(tmp_path))  # as under the report runner
+    return duplicate_review(MemoryStore(known_entries()), threshold=0.85, out_dir=tmp_path)
+
+
+def _pair(review: DuplicateReview, a: str, b: str) -> dict:
+    return next(p for p in review.shown_pairs() if {p["path_a"], p["path_b"]} == {a, b})
+
+
+def test_cards_mark_the_signal_that_fired_and_diff_the_words(known: DuplicateReview) -> None:
+    cards = view.PairCards(known)
+    by_text = cards._card(_pair(known, "a.md", "b.md"))
+    assert "text (Jaccard) 0.905 ✔ fired" in by_text and "semantic (cosine) - ✔" not in by_text
+    assert "duplicate at threshold 0.85" in by_text
+    # a -> b: the first word gone, one added at the end, the rest unchanged
+    assert "<del style='background:#ffebe9'>alpha</del>" in by_text
+    assert "<ins style='background:#dafbe1'>uniform</ins>" in by_text
+    assert " ".join(WORDS[1:20]) in by_text
+    by_meaning = cards._card(_pair(known, "d.md", "e.md"))
+    assert "semantic (cosine) 1 ✔ fired" in by_meaning and "text (Jaccard) 0 ✔" not in by_meaning
+    assert "<del style='background:#ffebe9'>the deploy runs on friday</del>" in by_meaning
+    assert "<ins style='background:#dafbe1'>releases ship each week</ins>" in by_meaning
+
+
+def test_the_cluster_table_holds_a_chain_for_review(known: DuplicateReview) -> None:
+    rows = {tuple(r["members"]): r for r in known.clusters()}
+    chain = rows[("a.md", "b.md", "c.md")]
+    assert chain["chained"] is True and chain["decision"] == "to review (chained)"
+    assert chain["size"] == 3 and chain["density"] == pytest.approx(2 / 3, abs=1e-3)
+    pair = next(r for m, r in rows.items() if set(m) == {"d.md", "e.md"})
+    assert pair["chained"] is False and pair["decision"].startswith("merge into ")
+    page = view.cluster_table(known)._repr_html_()
+    assert "chained" in page and "to review (chained)" in page
+    assert known.effect()["chained clusters held for review"] == 1 and known.effect()["entries merged"] == 1
+
+
+def test_the_histograms_are_log_scaled_with_shaded_bands_and_titled(known: DuplicateReview) -> None:
+    fig = view.histograms_figure(known)
+    axes = fig.get_axes()
+    assert [ax.get_xlabel() for ax in axes] == [
+        "text (Jaccard) (0-1)",
+        "semantic (cosine) (0-1)",
+        "combined (max) (0-1)",
+    ]
+    for ax in axes:
+        assert ax.get_yscale() == "log" and ax.get_ylabel() == "pairs (log scale)"
+        shaded = {p.get_label(): p.get_x() for p in ax.patches if p.get_label() and p.get_label()[0] != "_"}
+        spans = [p for p in ax.patches if p.get_label() in ("near threshold ±0.05", "duplicate ≥ 0.85")]
+        assert set(shaded) == {"near threshold ±0.05", "duplicate ≥ 0.85"}, shaded
+        (near,) = (p for p in spans if p.get_label().startswith("near"))
+        (top,) = (p for p in spans if p.get_label().startswith("duplicate"))
+        assert near.get_x() == pytest.approx(0.8) and near.get_width() == pytest.approx(0.05)
+        assert top.get_x() == pytest.approx(0.85) and top.get_width() == pytest.approx(0.15)
+    alt = figure_alt(fig)
+    # 10 pairs: a-b and b-c at 0.905, a-c at 0.818, d-e by meaning only (text 0, cosine 1), 6 unrelated
+    assert "text (Jaccard): below 0.8 7, 0.8-0.85 1, at or above 0.85 2 pairs" in alt
+    assert "semantic (cosine): below 0.8 0, 0.8-0.85 0, at or above 0.85 1 pairs" in alt
+    assert "combined (max): below 0.8 6, 0.8-0.85 1, at or above 0.85 3 pairs" in alt
+
+
+def test_a_policy_with_character_similarity_draws_its_boundaries_at_a_stated_level(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A version 2 policy (text, semantic, character): the 2-D plot draws its boundaries at the median
+    character similarity of its pairs and says so, each drawn point scoring the boundary's level, and
+    marks the pairs the policy keeps by its decision."""
+    monkeypatch.setenv("MEMWORK_REPORT_DIR", str(tmp_path))
+    entries = known_entries()
+    for entry, vector in zip(entries, ([0, 0, 1, 0], [0, 0, 0.8, 0.6], [0, 0, 0.6, 0.8]), strict=False):
+        entry.embedding = np.array(vector, dtype=np.float32)  # a, b, c: cosines 0.8, 0.96, 0.6
+    policy = Policy(
+        store_embedding_model(entries), (2.0, 1.0, 6.0), -7.0, 0.8, 0.5, 0.5, 0.95, "x",
+        features=(*BASE_FEATURES, CHAR_FEATURE),
+    )  # fmt: skip
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(policy.to_dict()), encoding="utf-8")
+    review = duplicate_review(MemoryStore(entries), policy=str(path), out_dir=tmp_path)
+    assert review.thresholds()["rule"] == (
+        "calibrated policy (logistic score of text similarity (Jaccard), semantic similarity (cosine) "
+        "and character similarity (Indel))"
+    )
+    level = review.policy_char_level()
+    assert level is not None and "median of the policy's 3 pairs" in level[1]
+    fig = view.scatter_figure(review)
+    lines = {ln.get_label(): ln for ln in fig.get_axes()[0].get_lines() if "policy" in ln.get_label()}
+    at = f"at character similarity {level[0]:.2f}"
+    assert set(lines) == {f"policy review 0.5 {at}", f"policy auto-merge 0.8 {at}"}
+    for label, want in ((f"policy review 0.5 {at}", 0.5), (f"policy auto-merge 0.8 {at}", 0.8)):
+        xs, ys = lines[label].get_data()
+        scores = load_policy(path).scores(np.asarray(xs), np.asarray(ys), np.full(len(xs), level[0]))
+        assert np.allclose(scores, want), label
+    alt = figure_alt(fig)
+    assert f"boundaries are drawn {at}" in alt and "policy review boundary " + at in alt
+    assert at in fig.get_axes()[0].get_title().replace("\n", " ")
+    # the policy's own decisions, marked: exactly its pairs, by decision
+    marked = {
+        c.get_label().split(" (")[0]: {tuple(xy) for xy in c.get_offsets().tolist()}
+        for c in fig.get_axes()[0].collections
+        if c.get_label().startswith("policy: ")
+    }
+    for decision, name in (("merge", "policy: auto-merge"), ("review", "policy: review")):
+        want = {
+            (p["text_similarity"], p["semantic_similarity"])
+            for p in review.policy_pairs
+            if p["decision"] == decision
+        }
+        assert marked.get(name, set()) == want and f"{len(want)} pairs the policy decides {decision}" in alt
+    assert sum(len(v) for v in marked.values()) == len(review.policy_pairs) > 0
+
+
+# ---- the loop through the report: its queue labelled, calibrated, applied by its command, undone -----------
+def test_the_reports_queue_labelled_comes_back_and_its_command_applies_and_undo_restores(
+    tmp_path: Path, small_store: str
+) -> None:
+    """Run the report; label the next review file it wrote from the truth; run it again with those
+    labels: it calibrates a policy beside the HTML, the plan follows it, and the command it prints
+    applies exactly that plan through the CLI (journaled); ``defrag undo`` restores the store."""
+    copy = tmp_path / "store.db"
+    with sqlite3.connect(small_store.removeprefix("sqlite:///")) as source, sqlite3.connect(copy) as target:
+        source.backup(target)  # the shared sample stays as it is
+    store = f"sqlite:///{copy}"
+    first = run_report("duplicate_review", {"store": store, "sample_pairs": 3000}, tmp_path / "one")
+    assert first.exit_code == 0 and first.summary["policy"] is None
+    assert first.summary["merge_command"] == shlex.join(
+        ["memwork", "defrag", "merge-duplicates", "--store", store, "--similarity-threshold", "0.85",
+         "--strategy", "keep_newer", "--apply"]
+    )  # fmt: skip
+    queue = Path(first.summary["review_queue"])
+    assert queue == first.run_dir / "review_queue.csv"
+    labels = label(queue, tmp_path / "labels.csv", lineage)
+    # 200 labels cannot show 99 % precision at 95 % confidence here (auto_merge would stay off): ask 95 %
+    params = {"store": store, "labels": str(labels), "sample_pairs": 3000, "target_precision": 0.95}
+    second = run_report("duplicate_review", params, tmp_path / "two")
+    assert second.exit_code == 0
+    policy_file = second.run_dir / "policy.json"
+    policy = load_policy(policy_file)  # calibrated beside the HTML, from the report's own queue
+    assert policy.auto_merge is not None and policy.target_precision == 0.95 and policy.uses_char
+    shown = second.summary["policy"]
+    assert shown["policy file"] == str(policy_file) and shown["auto_merge"] == policy.auto_merge
+    assert "character similarity" in shown["rule"]
+    effect = second.summary["effect"]
+    assert effect["entries merged"] > 0 and effect["pairs auto-merged (score >= auto_merge)"] > 0
+    command = second.summary["merge_command"]
+    assert command == shlex.join(
+        ["memwork", "defrag", "merge-duplicates", "--store", store, "--policy", str(policy_file.resolve()),
+         "--strategy", "keep_newer", "--apply"]
+    )  # fmt: skip
+    page = second.html_path.read_text(encoding="utf-8")
+    assert html.escape(command) in page and "This report only reads the store" in page
+    assert html.escape(command.removesuffix(" --apply")) in page  # the dry run of the same plan
+    assert "at character similarity" in page and "pairs the policy decides merge (marked)" in page
+    with open_store(store) as s:
+        before = {e.key: e.to_record() for e in s.all_entries()}
+    argv = shlex.split(command)
+    assert argv[0] == "memwork"
+    done = cli(*argv[1:], "--json")
+    applied = json.loads(done.output)
+    assert done.exit_code == 0 and applied["applied"] and applied["run_id"]
+    merged = [op for op in applied["operations"] if op["op"] == "merge"]
+    assert len(merged) == effect["entries merged"]
+    assert len(applied["operations"]) == second.summary["operations"]
+    with open_store(store) as s:
+        after = {e.key: e.to_record() for e in s.all_entries()}
+    stubs = [k for k, r in after.items() if (r.get("metadata") or {}).get("stub") is True]
+    new_stubs = [k for k in stubs if (before[k].get("metadata") or {}).get("stub") is not True]
+    assert len(new_stubs) == effect["stubs created"] > 0  # a stub where each merged entry was
+    undone = cli("defrag", "undo", applied["run_id"], "--store", store, "--json")
+    assert undone.exit_code == 0, undone.output
+    with open_store(store) as s:
+        assert {e.key: e.to_record() for e in s.all_entries()} == before
+
+
+def test_the_merge_command_names_the_store_without_its_password(known: DuplicateReview) -> None:
+    assert known.merge_command() == (
+        "memwork defrag merge-duplicates --store STORE --similarity-threshold 0.85 --strategy keep_newer "
+        "--apply"
+    )  # an open store: the spec is the reader's to fill in, and the report says so
+    assert "Replace <code>STORE</code>" in view.merge_commands(known).data
+    known.store_spec, known.scope = "postgresql://mem:s3cretpass@db.example/mem", "alice"
+    command = known.merge_command(apply=False)
+    assert "s3cretpass" not in command and "s3cretpass" not in known.undo_command()
+    assert command.startswith(
+        "memwork defrag merge-duplicates --store 'postgresql://mem:***@db.example/mem' --scope alice"
+    )
+    assert not command.endswith("--apply") and "<code>***</code>" in view.merge_commands(known).data

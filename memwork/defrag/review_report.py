@@ -17,6 +17,7 @@ policy (or the calibrated one) the merge plan is the policy's.
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ import numpy as np
 
 from memwork.checks import unit
 from memwork.coverage import count_out_of_range
+from memwork.defrag.calibrate import DEFAULT_TARGET_PRECISION
 from memwork.defrag.findings import Pair, find_duplicates
 from memwork.defrag.pair_sample import DEFAULT_SAMPLE_PAIRS, PairSample, sample_scope_pairs
 from memwork.defrag.review import write_review_csv
@@ -52,8 +54,18 @@ if TYPE_CHECKING:
 
 #: how a cluster's contradiction column reads when no contradiction check is given
 NOT_CHECKED = "not checked"
+#: how the rule names each signal a policy weighs (:attr:`memwork.defrag.calibrate.Policy.features`)
+SIGNAL_NAMES = {
+    "text_similarity": "text similarity (Jaccard)",
+    "semantic_similarity": "semantic similarity (cosine)",
+    "char_similarity": "character similarity (Indel)",
+}
+#: the store of :meth:`DuplicateReview.merge_command` when the review was given an open store
+STORE_PLACEHOLDER = "STORE"
 #: members of a cluster whose pairs are checked for a contradiction (a bigger cluster: its first ones)
 CONTRADICTION_MEMBERS = 12
+#: sampled pairs whose character similarity gives the 2-D plot's level when the policy keeps no pair
+CHAR_LEVEL_SAMPLE = 2000
 
 
 @dataclass
@@ -87,6 +99,9 @@ class DuplicateReview:
     contradiction: Callable[[str, str], str | None] | None = None
     #: the scopes read (every one, weight 1, unless the store is larger than ``max_entries``)
     scope_sample: ScopeSample | None = None
+    #: the store as the CLI opens it (empty: the review was given an open store) and the scope read
+    store_spec: str = ""
+    scope: str | None = None
 
     def scope_weight(self, scope: str) -> float:
         """How many of the store's scopes the pairs of ``scope`` stand for (1 when nothing was sampled)."""
@@ -288,13 +303,64 @@ class DuplicateReview:
         if self.policy is None:
             return {"rule": "max(Jaccard, cosine) >= threshold", "threshold": self.threshold}
         return {
-            "rule": "calibrated policy (logistic score of text and semantic similarity)",
+            "rule": f"calibrated policy (logistic score of {policy_signals(self.policy)})",
             "policy file": self.policy_file,
             "auto_merge": self.policy.auto_merge if self.policy.auto_merge is not None else "none",
             "review": self.policy.review,
             "target precision": self.policy.target_precision,
             "embedding model": self.policy.embedding_model,
         }
+
+    def merge_command(self, *, apply: bool = True) -> str:
+        """The ``memwork defrag merge-duplicates`` command that plans this review's merge plan again on
+        the store -- journaled and undoable with ``--apply`` (``memwork defrag undo RUN_ID``) -- as one
+        shell line: the policy file by its absolute path (the one calibrated here lies beside the
+        report), else the threshold; the strategy and scope as reviewed. The store is the spec the
+        review opened, its password shown as ``***`` (:data:`STORE_PLACEHOLDER` for an open store). A
+        review of sampled scopes planned those scopes only: the command plans every scope (or the one
+        given)."""
+        args = ["memwork", "defrag", "merge-duplicates", "--store", self._shown_store()]
+        if self.scope:
+            args += ["--scope", self.scope]
+        if self.policy_file:
+            args += ["--policy", str(Path(self.policy_file).resolve())]
+        else:
+            args += ["--similarity-threshold", str(self.threshold)]
+        args += ["--strategy", self.strategy]
+        return shlex.join([*args, "--apply"] if apply else args)
+
+    def undo_command(self) -> str:
+        """How to undo the applied merge (its run id is printed by the applying command)."""
+        return shlex.join(["memwork", "defrag", "undo", "RUN_ID", "--store", self._shown_store()])
+
+    def _shown_store(self) -> str:
+        from memwork.redaction import redact_value
+
+        return redact_value("store", self.store_spec) or STORE_PLACEHOLDER
+
+    def policy_char_level(self) -> tuple[float, str] | None:
+        """The character similarity at which the 2-D plot draws a policy's boundaries, and what it is
+        (a policy weighing the character similarity has no boundary in the text-semantic plane: it has
+        one per character similarity). The median of the policy's pairs (score >= review), else of the
+        sampled pairs; None for a policy without it (or no policy)."""
+        if self.policy is None or not self.policy.uses_char:
+            return None
+        from memwork.defrag.char_similarity import char_similarity
+
+        def char(p: dict[str, Any]) -> float:
+            a = self.contents.get((p["scope"], p["path_a"]), "")
+            return char_similarity(a, self.contents.get((p["scope"], p["path_b"]), ""))
+
+        if self.policy_pairs:
+            values = [char(p) for p in self.policy_pairs]
+            what = f"the median of the policy's {len(values):,} pairs at or above review"
+        else:
+            sampled = self.sample.pairs[:CHAR_LEVEL_SAMPLE]
+            values = [char(q.to_dict()) for q in sampled]
+            what = f"the median of {len(values):,} sampled pairs (the policy keeps none)"
+        if not values:
+            return 1.0, "no pairs to take a median of"
+        return float(np.median(values)), what
 
     def estimates(self) -> list[dict[str, Any]]:
         """Precision and recall of the guide's rule at ``threshold``: label-free, and labelled when
@@ -369,6 +435,7 @@ class DuplicateReview:
             "bands": {k: self.band_counts(v, w) for k, (v, w) in self.series().items()},
             "policy": None if self.policy is None else self.thresholds(),
             "labels": self.labels_file or None,
+            "merge_command": self.merge_command(),
             "estimates": self.estimates(),
             "effect": self.effect(),
             "reasons": self.reasons(),
@@ -385,6 +452,12 @@ class DuplicateReview:
             "there; the other scopes' duplicates are estimated, not listed (review one with the scope "
             "parameter, or all with max_entries 0)."
         ]
+
+
+def policy_signals(policy: Policy) -> str:
+    """The signals a policy weighs, by name: "text similarity (Jaccard), semantic ... and ..."."""
+    names = [SIGNAL_NAMES.get(f, f) for f in policy.features]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
 def _estimate_row(name: str, at: dict[str, Any]) -> dict[str, Any]:
@@ -456,11 +529,14 @@ def duplicate_review(
     seed: int = 0,
     out_dir: str | Path | None = None,
     max_entries: int = DEFAULT_MAX_ENTRIES,
+    target_precision: float = DEFAULT_TARGET_PRECISION,
 ) -> DuplicateReview:
     """The duplicate review of ``store`` in one call (module docstring). Writes, into ``out_dir`` (the
     report's run folder by default): the approve/reject file of the band's pairs (``review_file``,
     for ``merge-duplicates --approved``), the next review queue to label (``review_queue.csv``) and,
-    when ``labels`` are given without a ``policy``, the calibrated ``policy.json``. Only reads the store.
+    when ``labels`` are given without a ``policy``, the calibrated ``policy.json`` (its ``auto_merge``
+    the lowest score whose precision reaches ``target_precision`` at 95 % confidence). Only reads the
+    store: :meth:`DuplicateReview.merge_command` is the CLI command that applies the plan.
 
     A store of more than ``max_entries`` entries (0: no limit) is reviewed on a seeded sample of its
     scopes (:mod:`memwork.defrag.scope_sample`): only those scopes' entries are read, every stage runs on
@@ -478,7 +554,7 @@ def duplicate_review(
     if floor > threshold:
         raise UsageError("floor", floor, f"must not exceed the threshold ({threshold})")
     folder = Path(out_dir) if out_dir else output_dir()
-    calibration = calibrate(labels, seed=seed) if labels else None
+    calibration = calibrate(labels, seed=seed, target_precision=target_precision) if labels else None
     policy_path = policy
     if calibration is not None and not policy:
         policy_path = str(write_policy(calibration, folder / "policy.json"))
@@ -524,6 +600,7 @@ def duplicate_review(
         label_free=label_free, plan_summary=dict(plan.summary), queue_file=str(queue_file),
         queue_strata=_strata_counts(population, chars, queue_rows, threshold, floor),
         embedding_model=model, contradiction=contradiction_check(), scope_sample=scopes,
+        store_spec=store if isinstance(store, str) else "", scope=scope,
     )  # fmt: skip
     return review
 

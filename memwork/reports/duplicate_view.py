@@ -120,13 +120,20 @@ def histograms_figure(review: DuplicateReview) -> Figure:
 def _wrap(text: str, width: int = 120) -> str:
     import textwrap
 
-    return "\n".join(textwrap.wrap(text, width))
+    return "\n".join(part for line in text.split("\n") for part in textwrap.wrap(line, width))
 
 
 def scatter_figure(review: DuplicateReview) -> Figure:
     """Text against semantic similarity of every pair plotted (sampled ones below the band, all pairs of
     the band), the guide's threshold as two lines (a pair right of or above them is a duplicate), with a
-    policy its review and auto-merge boundaries, with labels the labelled pairs marked."""
+    policy its review and auto-merge boundaries, with labels the labelled pairs marked.
+
+    A policy weighing the character similarity too (version 2, what ``defrag calibrate`` writes) has no
+    single boundary in this plane: its lines are drawn at one stated character similarity
+    (:meth:`~memwork.defrag.review_report.DuplicateReview.policy_char_level`, the median of its pairs),
+    and the title and alt text say so and how far a line moves per 0.1 of character similarity. The
+    policy's own decisions are exact whatever the character similarity: its pairs (score >= review) are
+    marked by decision, every other pair plotted scores below review."""
     import matplotlib.pyplot as plt
 
     t = review.threshold
@@ -145,21 +152,54 @@ def scatter_figure(review: DuplicateReview) -> Figure:
         alt.append(f"{len(pts):,} {name}")
     ax.axvline(t, color="tab:red", linestyle="--", linewidth=1, label=f"threshold {t:g} (either signal)")
     ax.axhline(t, color="tab:red", linestyle="--", linewidth=1)
+    title = "Text against semantic similarity"
     if review.policy is not None:
         pol = review.policy
         xs = np.linspace(0, 1, 50)
         a, b = pol.coef[:2]
-        # a policy weighing the character similarity has no boundary in the (text, semantic) plane
+        # a policy weighing the character similarity has a boundary per character similarity: drawn
+        # at one stated level, the shift per 0.1 of it said
+        level_of_char = review.policy_char_level()
+        c, char = (pol.coef[2], level_of_char[0]) if level_of_char is not None else (0.0, 0.0)
+        at = f" at character similarity {char:.2f}" if level_of_char is not None else ""
+        if level_of_char is not None:
+            title += (
+                f"\npolicy lines{at} ({level_of_char[1]}); a pair's own character similarity moves its "
+                "boundary: the policy's decisions are the marked pairs"
+            )
+            shift = f"{abs(0.1 * c / b):.2f} {'down' if c * b > 0 else 'up'}" if b else "nowhere"
+            alt.append(
+                f"the policy also weighs the character similarity ({c:.2f}·char), so its boundaries are "
+                f"drawn{at}, {level_of_char[1]}; a pair 0.1 higher in character similarity has its "
+                f"boundary {shift} in semantic similarity"
+            )
         for level, style, label in (
             (pol.review, ":", "policy review"),
             (pol.auto_merge, "-", "policy auto-merge"),
         ):
-            if level is None or not 0 < level < 1 or b == 0 or len(pol.coef) > 2:
+            if level is None or not 0 < level < 1 or b == 0:
                 continue
-            ys = (math.log(level / (1 - level)) - pol.intercept - a * xs) / b
-            ax.plot(xs, ys, color="tab:purple", linestyle=style, linewidth=1.2, label=f"{label} {level:g}")
-            constant = math.log(level / (1 - level)) - pol.intercept
-            alt.append(f"{label} boundary: {a:.2f}·text + {b:.2f}·semantic = {constant:.2f}")
+            constant = math.log(level / (1 - level)) - pol.intercept - c * char
+            ys = (constant - a * xs) / b
+            ax.plot(
+                xs, ys, color="tab:purple", linestyle=style, linewidth=1.2, label=f"{label} {level:g}{at}"
+            )
+            alt.append(f"{label} boundary{at}: {a:.2f}·text + {b:.2f}·semantic = {constant:.2f}")
+        # the policy's own decisions, exact whatever the character similarity: its pairs from review up
+        marks = (("merge", "s", "policy: auto-merge"), ("review", "D", "policy: review"))
+        for decision, marker, label in marks:
+            pts = [
+                (p["text_similarity"], p["semantic_similarity"])
+                for p in review.policy_pairs
+                if p.get("decision") == decision and p["semantic_similarity"] is not None
+            ]
+            if pts:
+                x, y = zip(*pts, strict=True)
+                ax.scatter(
+                    x, y, marker=marker, s=40, facecolors="none", edgecolors="tab:purple", linewidths=0.9,
+                    label=f"{label} ({len(pts):,})",
+                )  # fmt: skip
+            alt.append(f"{len(pts):,} pairs the policy decides {decision} (marked)")
     if review.calibration is not None:
         labelled = review.labelled_points()
         for name, (marker, colour) in {
@@ -175,7 +215,7 @@ def scatter_figure(review: DuplicateReview) -> Figure:
     ax.set_ylim(min(0.0, _lowest(points)), 1)
     ax.set_xlabel("text similarity (Jaccard of words)")
     ax.set_ylabel("semantic similarity (cosine of embeddings)")
-    ax.set_title("Text against semantic similarity", fontsize=10)
+    ax.set_title(_wrap(title, 90), fontsize=10 if "\n" not in title else 8)
     ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
     setattr(fig, ALT_ATTRIBUTE, f"Text against semantic similarity, threshold {t:g}: " + "; ".join(alt))
@@ -375,4 +415,44 @@ def queue_link(review: DuplicateReview) -> Any:
         f"(or re-run this report with <code>-p labels {name}</code>). "
         f"The band's pairs to approve or reject: <a href='{approve}'>{approve}</a> "
         "(<code>memwork defrag merge-duplicates --apply --approved FILE</code>).</p>"
+    )
+
+
+def merge_commands(review: DuplicateReview, *, sample_store: bool = False) -> Any:
+    """How to apply the plan shown: the report only reads the store, the CLI applies (journaled, under
+    the store's lock, undoable). The dry-run command (the same plan again), the apply command and the
+    undo command, each on its own line to copy; said when the store is the report's own sample (gone
+    when the report ends) and when the plan covers sampled scopes only."""
+    from IPython.display import HTML
+
+    notes = []
+    if sample_store:
+        notes.append(
+            "The store is a generated sample that is deleted when this report ends: run the commands "
+            "on a store of your own (re-run the report with <code>-p store SPEC</code>)."
+        )
+    if review.sampled_scopes:
+        notes.append(
+            "This review planned the sampled scopes only; the command plans every scope of the store "
+            "(its dry run lists them all)."
+        )
+    if not review.store_spec:
+        notes.append("Replace <code>STORE</code> by the store's spec.")
+    elif "***" in review.merge_command():
+        notes.append("Put the store's password where it shows <code>***</code>.")
+    rule = f"threshold {review.threshold:g}"
+    if review.policy_file:
+        rule = f"the policy {html.escape(review.policy_file)}"
+    lines = [
+        ("the same plan again (dry run, writes nothing)", review.merge_command(apply=False)),
+        ("apply it (journaled; prints the run id)", review.merge_command()),
+        ("undo it", review.undo_command()),
+    ]
+    rows = "".join(
+        f"<li>{what}:<br><code class='mw-command'>{html.escape(command)}</code></li>"
+        for what, command in lines
+    )
+    return HTML(
+        f"<p>This report only reads the store. To merge what the plan above shows ({rule}), run:</p>"
+        f"<ul>{rows}</ul>" + "".join(f"<p>{n}</p>" for n in notes)
     )
