@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from memwork.cli import main
 from memwork.defrag import plan_merge_duplicates, run_action
-from memwork.defrag.calibrate import Policy, find_policy_pairs
+from memwork.defrag.calibrate import BASE_FEATURES, CHAR_FEATURE, Policy, find_policy_pairs
 from memwork.defrag.findings import Pair, changed_since, find_duplicates, find_related
 from memwork.defrag.planners import policy_pairs
 from memwork.defrag.review_queue import store_embedding_model
@@ -130,6 +130,29 @@ def test_since_with_a_policy_equals_the_full_run(entries):
         plan_merge_duplicates(entries, policy=policy),
         plan_merge_duplicates(entries, policy=policy, since=SINCE),
     )
+
+
+@HYPO
+@given(stores())
+def test_since_with_a_three_signal_policy_equals_the_full_run(entries):
+    """A policy that weighs the character similarity too (what ``defrag calibrate`` writes) scores the
+    incremental pairs with it, as the full run does (it raised before: no character similarity)."""
+    features = (*BASE_FEATURES, CHAR_FEATURE)
+    policy = Policy(
+        store_embedding_model(entries),
+        (4.0, 4.0, 3.0),
+        -7.0,
+        0.8,
+        0.4,
+        0.3,
+        0.99,
+        "0" * 64,
+        features=features,
+    )
+    assert policy.uses_char
+    changed = {e.key for e in entries if changed_since(e, SINCE)}
+    full = find_policy_pairs(entries, policy)
+    assert policy_pairs(entries, policy, since=SINCE) == [p for p in full if touches(p, changed)]
 
 
 def _assert_same_clusters(entries, full, since):

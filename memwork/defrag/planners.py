@@ -64,6 +64,7 @@ from memwork.defrag.findings import (
 from memwork.defrag.merge import choose_survivor
 from memwork.defrag.plan import Operation, Plan
 from memwork.defrag.review import Pair3, pair_key
+from memwork.defrag.review_queue import pair_chars
 from memwork.defrag.scores import quality_score
 from memwork.entry import Entry, normalize_path
 from memwork.errors import InvalidPath, UsageError
@@ -362,7 +363,8 @@ def policy_pairs(
     if not found:
         return []
     semantic = [math.nan if p.semantic_similarity is None else p.semantic_similarity for p in found]
-    scores = policy.scores(np.array([p.text_similarity for p in found]), np.array(semantic))
+    chars = pair_chars(found, entries) if policy.uses_char else None
+    scores = policy.scores(np.array([p.text_similarity for p in found]), np.array(semantic), chars)
     kept = [
         replace(pair, policy_score=float(score), decision=policy.decide(float(score)), matched_by=())
         for pair, score in zip(found, scores, strict=True)
