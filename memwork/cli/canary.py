@@ -234,6 +234,12 @@ def app(
     default="",
     help="summary.json (or run folder) of the backfill verification relied on.",
 )
+@click.option(
+    "--leak-probes",
+    default="",
+    help="The --json output of `memwork canary app --probes N`: its leak bound in the sign-off "
+    "(a NO-GO unless the probes' verdict is GO).",
+)
 @json_option
 def judge(log: str, as_json: bool, **options: Any) -> None:
     """Judge shadow reads: GO (exit 0), NO-GO (exit 1) or INCONCLUSIVE (exit 3: a person decides).

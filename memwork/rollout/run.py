@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memwork.redaction import describe_error, redact_url
+from memwork.rollout import isolation
 from memwork.rollout.app_canary import bearer_token, fetch_status, same_backend
 from memwork.rollout.certificate import read_certificate
 from memwork.rollout.comparisons import read_comparison_log
@@ -78,6 +79,8 @@ def judge_shadow_reads(parameters: SignoffParameters) -> Judgement:
         certificate=parameters.certificate,
         certificate_waiver=parameters.certificate_waiver,
         aa_log=parameters.aa_log,
+        leak_probes=parameters.leak_probes,
+        require_inputs=parameters.require_inputs,
         service=service,
         failures=[problem] if problem else [],
         parameters=parameters.as_given(),
@@ -97,6 +100,8 @@ def judge_log(
     certificate: str = "",
     certificate_waiver: str = "",
     aa_log: str = "",
+    leak_probes: str = "",
+    require_inputs: bool = False,
     service: dict[str, Any] | None = None,
     failures: Iterable[str] = (),
     parameters: Mapping[str, Any] | None = None,
@@ -107,8 +112,10 @@ def judge_log(
     ``certificate``: the migration certificate (a summary.json or its run folder; default: the
     ``verification_summary``), the quality gate when the backends rank differently, unless
     ``certificate_waiver`` gives the reason it is waived; ``aa_log``: a comparison log of the
-    baseline against itself, the noise floor; ``failures``: NO-GO reasons found elsewhere (the
-    service's status could not be read); ``service``: what the sign-off records of the service;
+    baseline against itself, the noise floor; ``leak_probes``: the cross-user probes' result file, its
+    bound in the sign-off and a NO-GO unless the probes' verdict is GO (none given: a NO-GO only with
+    ``require_inputs``, see :mod:`memwork.rollout.isolation`); ``failures``: NO-GO reasons found
+    elsewhere (the service's status could not be read); ``service``: what the sign-off records of it;
     ``parameters``: what the sign-off fingerprints (default: these arguments); ``given_explicitly``:
     the parameters set for this run (a gate's threshold origin is ``set`` for those, else ``default``)."""
     th = thresholds or Thresholds()
@@ -120,12 +127,14 @@ def judge_log(
                  "health_summary": health_summary, "verification_summary": verification_summary,
                  "primary_backend": primary_backend, "shadow_backend": shadow_backend,
                  "certificate": certificate, "certificate_waiver": certificate_waiver,
-                 "aa_log": aa_log}  # fmt: skip
+                 "aa_log": aa_log, "leak_probes": leak_probes}  # fmt: skip
     named = {"health_summary": health_summary, "verification_summary": verification_summary}
     inputs = {name: read_input_report(name, named[name]) for name in INPUT_REPORTS}
     cert = read_certificate(certificate, "certificate") if certificate else None
     if cert is None and verification_summary:
         cert = read_certificate(verification_summary, "verification_summary", strict=False)
+    probes = isolation.read_leak_probes(leak_probes)
+    isolation_failure = isolation.reason(probes, require_inputs)
     noise = noise_floor(read_comparison_log(aa_log), str(aa_log)) if aa_log else None
     comparisons = read_comparison_log(log)
     judgement = judge_comparisons(
@@ -133,7 +142,7 @@ def judge_log(
         th,
         primary_backend=primary_backend,
         shadow_backend=shadow_backend,
-        failures=[*failures, *input_failures(inputs)],
+        failures=[*failures, *input_failures(inputs), *([isolation_failure] if isolation_failure else [])],
         same_backend=same_backend,
         noise=noise,
         certificate=cert,
@@ -141,7 +150,9 @@ def judge_log(
         ranking_of=declared_ranking,
     )
     judgement.gates = [g.to_dict() for g in judge_gates(judgement, explicit or {})]
+    judgement.gates.append(isolation.gate_row(probes, require_inputs))
     evidence = signoff_evidence(judgement, str(log))
+    evidence["isolation"] = isolation.evidence(leak_probes, probes)
     if service is not None:
         evidence["service"] = service
     judgement.signoff = signoff_block(

@@ -80,6 +80,7 @@ class SignoffParameters:
     certificate: str = ""  # the migration certificate (default: verification_summary)
     certificate_waiver: str = ""  # the reason the certificate is waived (recorded in the sign-off)
     aa_log: str = ""  # a comparison log of the baseline against itself (A/A): the noise floor
+    leak_probes: str = ""  # the --json output of memwork canary app --probes N: isolation as a bound
 
     @property
     def judges_shadow_reads(self) -> bool:
@@ -109,6 +110,10 @@ class SignoffParameters:
             self.check_judge()
         else:
             self.check_gates()
+        if self.leak_probes:
+            from memwork.rollout.isolation import read_leak_probes
+
+            read_leak_probes(self.leak_probes)
 
     def check_judge(self) -> None:
         from memwork.rollout.app_canary import check_base_url
