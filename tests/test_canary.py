@@ -25,13 +25,16 @@ def test_go_with_every_gate_passing_and_a_signoff(env, tmp_path):
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"verdict": "PASS"}))
     options = SignoffParameters(
-        sample_size=8, verification_summary=str(summary), approver="ana", waive="health_summary: new store"
+        sample_size=8,
+        verification_summary=str(summary),
+        approver="ana",
+        waive="health_summary: new store; leak_probes: probed in test_canary_app",
     )
     result = run_gates(env, options)
     assert result.verdict == "GO", result.reasons
     gates = {g.name: g.status for g in result.gates}
     assert gates["fallback"] == gates["selected backend"] == gates["backfill verification"] == "PASS"
-    assert gates["health"] == "OFF"  # waived on purpose: its reason is on the strip
+    assert gates["health"] == gates["isolation"] == "OFF"  # waived on purpose: the reason is on the strip
     assert gates["p95 vs legacy"] == "OFF"  # off by default, yet a row with its ratio
     strip = {g["name"]: g for g in gates_of(result.to_dict())}
     ratio = strip["p95 vs legacy"]
@@ -109,9 +112,12 @@ def test_run_signoff_defaults_and_checks(tmp_path):
     missing = run_from_parameters(sample_size=5, approver="ops")
     assert missing.verdict == "NO-GO"
     named = [r.split(": ", 1)[0] for r in missing.reasons]
-    assert named == ["backfill verification", "health"], missing.reasons
+    assert named == ["backfill verification", "health", "isolation"], missing.reasons
     assert "waive 'health_summary: <reason>'" in missing.reasons[1]
-    waive = "health_summary: sample migration, no entry store; verification_summary: sample data"
+    waive = (
+        "health_summary: sample migration, no entry store; verification_summary: sample data; "
+        "leak_probes: no service in process"
+    )
     result = run_from_parameters(sample_size=5, approver="ops", waive=waive)
     assert result.verdict == "GO", result.reasons
     waived = {g.name: (g.status, g.detail) for g in result.gates if g.status == "OFF"}

@@ -254,8 +254,11 @@ def test_cross_user_probes_state_the_upper_bound_on_the_leak_rate(service, legac
 
     probes = run_leak_probes(service, 40, token=TOKEN, max_leak_rate=0.001)
     assert probes.answered == 40 and probes.leaks == 0 and probes.errors == 0
+    # every answer held the asker's own planted memory: each probe is evidence
+    assert probes.informative == 40 and probes.uninformative == 0 and probes.pairs == 20
     assert probes.verdict == "INCONCLUSIVE"  # 0 in 40 bounds the rate at ~7 %, not 0.1 %
     assert "upper bound on the leak rate 7.2" in probes.sentence() and "about 2995" in probes.sentence()
+    assert "across 20 distinct user pairs" in probes.sentence()
     assert canary_rows(legacy_url) == 0  # every probe user forgotten
     assert run_leak_probes(service, 40, token=TOKEN, max_leak_rate=0.1).verdict == "GO"
     assert abs(leak_upper_bound(0, 3000) - 3 / 3000) < 2e-5 and probes_needed(0.001) == 2995
@@ -266,8 +269,11 @@ def test_cross_user_probes_state_the_upper_bound_on_the_leak_rate(service, legac
     )
     assert result.exit_code == 3, result.output  # too few probes for the required bound: INCONCLUSIVE
     assert json.loads(result.output)["leakProbes"]["probes_needed"] == 2995
+    assert json.loads(result.output)["leakProbes"]["max_leak_rate_origin"] == "default"
     bad = CliRunner().invoke(main, ["canary", "app", "--base-url", service, "--probes", "-1"])
     assert bad.exit_code == 2 and "probes=-1" in bad.output
+    bad = CliRunner().invoke(main, ["canary", "app", "--base-url", service, "--max-uninformative", "1"])
+    assert bad.exit_code == 2 and "max_uninformative=1" in bad.output
 
 
 def test_a_leak_is_an_item_of_anyone_but_the_asker():
@@ -277,4 +283,96 @@ def test_a_leak_is_an_item_of_anyone_but_the_asker():
               "semanticMemories": [{"content": "code word cobalt-1"}]}  # fmt: skip
     assert leaked(answer, "a", "cobalt-1") == ["(no userId)", "b"]
     assert leaked({"memories": [{"userId": "a"}]}, "a", "cobalt-1") == []
-    assert LeakProbes(100, answered=100, leaks=1).verdict == "NO-GO"
+    # another probe user's secret is a leak even in an item that claims the asker as its owner
+    claimed = {"memories": [{"userId": "a", "content": "my code word is teal-0000beef"}]}
+    assert leaked(claimed, "a", "amber-00000001", {"teal-0000beef": "c"}) == ["c"]
+    assert LeakProbes(100, answered=100, informative=100, leaks=1).verdict == "NO-GO"
+
+
+def test_after_the_flip_empty_answers_are_no_evidence(pg_url, legacy_url, tmp_path):
+    """The audit's case: MEMORY_BACKEND=pgvector (read-only) answers every probe with nothing -- the
+    probe users were written to legacy -- so 40 probes are 40 uninformative answers, never a GO."""
+    from memwork.pgvector.local_hash import write_module
+    from memwork.pgvector.schema import ensure_schema
+    from memwork.rollout.app_canary import run_leak_probes
+    from memwork.service.app import create_app, running
+
+    ensure_schema(pg_url, "memory_embeddings", 8)
+    env = service_env(
+        legacy_url,
+        MEMORY_BACKEND="pgvector",
+        MEMORY_VECTOR_ENABLED="1",
+        MEMORY_PGVECTOR_DATABASE_URL=pg_url,
+        MEMORY_PGVECTOR_EMBEDDING_MODULE=write_module(8, tmp_path),
+        MEMORY_BACKEND_TIMEOUT_MS="10000",
+    )
+    with running(create_app(env)) as base_url:
+        probes = run_leak_probes(base_url, 40, token=TOKEN, max_leak_rate=0.1)
+        cli = CliRunner().invoke(
+            main,
+            ["canary", "app", "--base-url", base_url, "--token", TOKEN, "--probes", "40",
+             "--max-leak-rate", "0.1", "--json"],
+        )  # fmt: skip
+    assert probes.answered == 40 and probes.leaks == 0
+    assert probes.informative == 0 and probes.uninformative == 40
+    assert probes.verdict == "INCONCLUSIVE", probes.sentence()
+    assert "none of the asker's own memories" in probes.reason
+    assert cli.exit_code == 3, cli.output
+    assert json.loads(cli.output)["leakProbes"]["max_leak_rate_origin"] == "set"
+    assert canary_rows(legacy_url) == 0
+
+
+def plugin_service(env: dict[str, str]):
+    """``memwork serve``'s app over a facade whose registry holds the shared-index test plugin,
+    registered through the ``memwork.backends`` entry-point group as an installed plugin would be."""
+    from importlib.metadata import EntryPoint
+
+    from memwork.facade.facade import facade_from_env
+    from memwork.plugins import BACKENDS, Registry
+    from memwork.service.app import create_app
+
+    plugin = EntryPoint("shared-index", "fakes.leaky:from_env", BACKENDS)
+    registry = Registry(env, plugins=[plugin])
+    return create_app(env, facade=facade_from_env(env, registry=registry)), registry
+
+
+def test_probes_use_distinct_seeded_user_pairs_asked_once_each_way_and_purge_them():
+    from memwork.rollout.app_canary import probe_pairs, run_leak_probes
+    from memwork.service.app import running
+
+    env = {"MEMORY_ENABLED": "1", "MEMORY_BACKEND": "shared-index", "MEMWORK_API_TOKEN": TOKEN}
+    app, registry = plugin_service(env)
+    backend = registry.get("shared-index")
+    with running(app) as base_url:
+        probes = run_leak_probes(base_url, 41, token=TOKEN, max_leak_rate=0.2, seed=7)
+    assert probes.verdict == "GO" and probes.informative == 41 and probes.pairs == 21
+    askers = [user for user, _ in backend.asked]
+    assert len(askers) == len(set(askers)) == 41  # 41 distinct users, each asked once
+    pairs = {u.rsplit("-", 1)[1][:-1] for u in askers}
+    assert len(pairs) == 21
+    for user, query in backend.asked:  # each asks with its partner's sentence: same topic, other secret
+        partner = user[:-1] + ("b" if user.endswith("a") else "a")
+        assert partner not in query and "my code word is" in query
+    assert backend.rows == []  # every probe user purged through /forget
+    same, other = probe_pairs("r", 3, seed=7), probe_pairs("r", 3, seed=8)
+    assert same == probe_pairs("r", 3, seed=7) and same != other
+    assert all(a.text.split(";")[0] == b.text.split(";")[0] and a.secret != b.secret for a, b in same)
+
+
+def test_a_leaking_backend_is_no_go_naming_the_leak():
+    from memwork.rollout.app_canary import run_leak_probes
+    from memwork.service.app import running
+
+    env = {"MEMORY_ENABLED": "1", "MEMORY_BACKEND": "shared-index", "MEMWORK_API_TOKEN": TOKEN,
+           "MEMORY_SHARED_INDEX_LEAK_EVERY": "5"}  # fmt: skip
+    app, registry = plugin_service(env)
+    with running(app) as base_url:
+        probes = run_leak_probes(base_url, 40, token=TOKEN, concurrency=1)
+        cli = CliRunner().invoke(main, ["canary", "app", "--base-url", base_url, "--token", TOKEN,
+                                        "--probes", "40", "--max-leak-rate", "0.2"])  # fmt: skip
+    assert probes.leaks == 8 and probes.informative == 40  # every 5th resolve searched every user
+    assert probes.upper_bound > probes.max_leak_rate and probes.verdict == "NO-GO"
+    assert probes.reason.startswith("8 cross-user leak(s): probe 4: memory-v2-canary-")
+    assert "other user(s)" in probes.reason
+    assert cli.exit_code == 1 and "FAIL isolation: " in cli.output and "cross-user leak(s)" in cli.output
+    assert registry.get("shared-index").rows == []

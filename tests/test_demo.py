@@ -116,6 +116,11 @@ def _assert_shadow_canary_judged(run, verdict):
     assert summary["signoff"]["noise_floor"]["measured"] is True
     shown = Path(run["html"]).read_text().replace("<wbr/>", "")
     assert "A/A over " in shown  # the sign-off block says it was measured
+    # cross-user probes through the served app: their bound is on the strip and in the sign-off
+    probes = summary["signoff"]["isolation"]
+    assert probes["given"] and probes["observed_leaks"] == 0 and probes["distinct_pairs"] == 200, probes
+    assert probes["upper_bound"] < probes["required_bound"] == 0.01 and probes["verdict"] == "GO", probes
+    assert {g["name"]: g["state"] for g in summary["gates"]}["isolation"] == "pass"
     metrics = {m["metric"]: m["classification"] for m in summary["metrics"]}
     assert metrics["crossUser"] == "PASS" and {"latencyMs", "overlapAtK", "rbo"} <= set(metrics)
     html = Path(run["html"]).read_text()

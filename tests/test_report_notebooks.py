@@ -242,7 +242,8 @@ def test_canary_go_then_no_go(tmp_path, migration):
         "sample_size": 10,
         "verification_summary": str(verification.summary_path),
         "approver": "ops@example.com",
-        "waive": "health_summary: a test migration, no entry store to report on",
+        "waive": "health_summary: a test migration, no entry store to report on; "
+        "leak_probes: probed in test_canary_app",
     }
     go = run_report("canary_signoff", base, tmp_path)
     assert go.verdict == "GO" and go.exit_code == 0, go.summary["reasons"]
@@ -264,7 +265,7 @@ def test_canary_go_then_no_go(tmp_path, migration):
     slow = run_report("canary_signoff", {**base, "max_p95_ms": 0.001, "waive": ""}, tmp_path)
     assert slow.verdict == "NO-GO" and slow.exit_code == 1
     failed = {g["gate"] for g in slow.summary["gates"] if g["status"] == "FAIL"}
-    assert failed == {"target p95 latency", "health"}
+    assert failed == {"target p95 latency", "health", "isolation"}  # no probe result (leak_probes) given
     assert_readable(slow)
 
 
@@ -329,7 +330,10 @@ def test_the_canary_invariant_cell_fails_on_an_inconsistent_summary(tmp_path):
 
 
 #: the input reports a judged log's sign-off goes without, waived on purpose (a missing one is NO-GO)
-WAIVED = {"waive": "health_summary: a synthetic log; verification_summary: a synthetic log"}
+WAIVED = {
+    "waive": "health_summary: a synthetic log; verification_summary: a synthetic log; "
+    "leak_probes: a synthetic log, no service"
+}
 
 
 def _judged_log(tmp_path, n=120, shadow_scale=1.0, name="comparisons.jsonl"):

@@ -99,7 +99,10 @@ def test_the_real_canary_signoff_inconclusive_under_plain_papermill(tmp_path):
     from memwork.errors import VerdictInconclusive
 
     few = write_log(tmp_path / "few.jsonl", [comparison(i, 20.0 + i % 3, 21.0 + i % 4) for i in range(12)])
-    waive = "health_summary: a synthetic log; verification_summary: a synthetic log"
+    waive = (
+        "health_summary: a synthetic log; verification_summary: a synthetic log; "
+        "leak_probes: a synthetic log, no service"
+    )
     notebook = str(notebooks_dir() / "canary_signoff.ipynb")
     out = tmp_path / "out.ipynb"
     done = _papermill(

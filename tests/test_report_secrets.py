@@ -132,7 +132,8 @@ def test_backfill_verification_with_passwords_in_both_urls(tmp_path, migration):
 def test_canary_go_and_unreachable_target_no_go_without_the_password(tmp_path, migration):
     built, legacy_url = migration
     params = {"legacy_url": legacy_url, "pgvector_url": built.dest_url, "sample_size": 5,
-              "waive": "health_summary: test data; verification_summary: test data"}  # fmt: skip
+              "waive": "health_summary: test data; verification_summary: test data; "
+                        "leak_probes: test data"}  # fmt: skip
     code, output, payload = run_cli(tmp_path / "go", "canary_signoff", params)
     assert code == 0 and payload["verdict"] == "GO", output
     assert_no_secret(tmp_path / "go", output)

@@ -3,6 +3,7 @@ the latency budget, the migration certificate, warm-up apart, the noise floor, t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from datetime import UTC, datetime, timedelta
@@ -74,11 +75,19 @@ def realistic(n: int = 400, **kwargs) -> list[dict]:
     return [rec(i, p_ms=p[i], s_ms=s[i], **kwargs) for i in range(n)]
 
 
-def certificate(tmp_path: Path, verdict: str = "PASS", reasons: tuple[str, ...] = ()) -> Path:
+def certificate(
+    tmp_path: Path, verdict: str = "PASS", reasons: tuple[str, ...] = (), source: str = "legacy-mysql"
+) -> Path:
+    """A migration certificate's summary.json as ``memwork verify`` writes it (the fields the judge
+    reads), its digest the SHA-256 of its canonical JSON."""
     path = tmp_path / "cert" / "summary.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"verdict": verdict, "run": {"run_id": "20261201T100000Z-cert"},
-                                "digest": "sha256:abc123", "reasons": list(reasons)}))  # fmt: skip
+    body = {"run_id": "20261201T100000Z-cert", "verdict": verdict, "reasons": list(reasons), "source": source,
+            "table": "memory_embeddings", "gates": [], "rows": {"source": 40, "dest": 40},
+            "input_fingerprint": {"source": source, "source_rows": 40}}  # fmt: skip
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    body["digest"] = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    path.write_text(json.dumps(body, indent=2, sort_keys=True))
     return path
 
 
@@ -101,7 +110,8 @@ def test_every_registered_backend_declares_how_it_ranks():
 
 def test_legacy_to_pgvector_low_agreement_is_shown_and_the_certificate_decides(tmp_path):
     log = write(tmp_path / "c.jsonl", realistic())
-    result = judge_log(log, certificate=str(certificate(tmp_path)))
+    cert = certificate(tmp_path)
+    result = judge_log(log, certificate=str(cert))
     assert result.verdict == GO, result.reasons
     for name in ("overlapAtK", "rbo", "top1Agree"):
         metric = result.metric(name)
@@ -109,7 +119,8 @@ def test_legacy_to_pgvector_low_agreement_is_shown_and_the_certificate_decides(t
         assert "ranks by recency" in metric.detail
     assert result.metric("certificate").classification == PASS
     assert "20261201T100000Z-cert" in result.metric("certificate").detail
-    assert result.signoff["certificate"]["digest"] == "sha256:abc123"
+    assert result.signoff["certificate"]["digest"] == json.loads(cert.read_text())["digest"]
+    assert result.signoff["certificate"]["source"] == "legacy-mysql"
     assert result.pairs[0].kind is not None and result.pairs[0].kind.kind == DIFFERENT
     # pgvector is 4x slower than legacy by design: the relative band is shown, the SLO decides
     assert result.metric("latencyMs").role == SHOWN and result.metric("sloP95").classification == PASS
@@ -135,7 +146,9 @@ def test_the_shadow_signoff_needs_its_input_reports_unless_waived_and_gates_the_
     log, cert = str(write(tmp_path / "c.jsonl", realistic())), str(certificate(tmp_path))
 
     def signoff(**given):
-        result = run_signoff(SignoffParameters(comparison_log=log, **given))
+        # the leak probes are waived throughout: this test is about the input reports
+        waive = "; ".join(w for w in (given.pop("waive", ""), "leak_probes: a judged log, no service") if w)
+        result = run_signoff(SignoffParameters(comparison_log=log, waive=waive, **given))
         return result, {g["name"]: g for g in result.gates}
 
     missing, strip = signoff()

@@ -212,6 +212,19 @@ def test_a_stage_that_sampled_nothing_yet_still_has_its_empty_log(log_path: Path
         assert shadow.counters["logErrors"] == 0
 
 
+def test_a_synthetic_canary_user_is_never_shadowed(log_path: Path) -> None:
+    """The app canary's and the leak probes' users exist only where the service writes (never in the
+    backfilled shadow): their resolves are counted apart, never judged as traffic."""
+    env = base_env(log_path, MEMORY_SHADOW_BACKEND="shadow-list", MEMORY_SHADOW_SAMPLE="1")
+    with served(env) as (client, shadow):
+        for user in ("memory-v2-canary-probe-a1", "memory-v2-canary-0001", "u1"):
+            assert client.post("/user-memory/v1/resolve", json={"userId": user}).json()["ok"]
+        assert shadow.drain()
+        counters = client.get("/api/runtime/status").json()["shadow"]["counters"]
+    assert (counters["sampled"], counters["recorded"], counters["synthetic"]) == (1, 1, 2)
+    assert [r["user"] for r in read_comparisons(log_path)] == [user_digest("u1")]
+
+
 def test_sample_one_records_every_resolve_with_the_documented_schema(log_path: Path) -> None:
     env = base_env(log_path, MEMORY_SHADOW_BACKEND="shadow-list", MEMORY_SHADOW_SAMPLE="1")
     with served(env) as (client, shadow):
@@ -229,7 +242,9 @@ def test_sample_one_records_every_resolve_with_the_documented_schema(log_path: P
         assert shadow.drain()
         status = client.get("/api/runtime/status").json()["shadow"]
     assert status["enabled"] is True and status["backend"] == "shadow-list" and status["sample"] == 1.0
-    assert status["counters"] == {"sampled": 2, "recorded": 2, "dropped": 0, "errors": 0, "logErrors": 0}
+    assert status["counters"] == {
+        "sampled": 2, "recorded": 2, "dropped": 0, "errors": 0, "logErrors": 0, "synthetic": 0
+    }  # fmt: skip
     records = read_comparisons(log_path)
     assert [r["requestId"] for r in records] == request_ids
     first, second = records

@@ -46,7 +46,18 @@ token_option = click.option(
     type=int,
     default=0,
     show_default=True,
-    help="Cross-user probes to send (synthetic users asking each other's questions); ~3000 bound 0.1 %.",
+    help="Cross-user probes to send over N/2 distinct user pairs (each pair asks the other's question "
+    "once per direction); ~3000 bound 0.1 %.",
+)
+@click.option(
+    "--probe-seed", type=int, default=0, show_default=True, help="Seed of the probe users' memories."
+)
+@click.option(
+    "--max-uninformative",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="Share of probes that may be no evidence (failed, or the asker's own memory not answered).",
 )
 @click.option(
     "--max-leak-rate",
@@ -64,15 +75,19 @@ def app(
     expect_backend: str | None,
     expect_selected_backend: str | None,
     probes: int,
+    probe_seed: int,
+    max_uninformative: float,
     max_leak_rate: float,
     as_json: bool,
 ) -> None:
     """Status expectations, then remember-recent -> sync -> resolve for a synthetic user, then forget it.
     With ``--probes N``: N cross-user probes, and the 95 % upper bound on the leak rate they show
-    (0 leaks in N: about 3/N) against ``--max-leak-rate``.
+    (0 leaks in N: about 3/N) against ``--max-leak-rate``. A probe counts only when its answer holds
+    the asker's own memory; more than ``--max-uninformative`` probes without it (or failed) is
+    INCONCLUSIVE. ``--json`` output is the probe result file the canary_signoff report reads.
 
-    Exit 1 listing every failed expectation or any leak; exit 3 when the probes were too few to reach
-    the required bound (INCONCLUSIVE).
+    Exit 1 listing every failed expectation or any leak; exit 3 when the probes were too few, or too
+    many uninformative, to reach the required bound (INCONCLUSIVE).
 
     \b
     Example:
@@ -86,6 +101,8 @@ def app(
         raise UsageError("probes", probes, "must be 0 (no probes) or more")
     if not 0 < max_leak_rate < 1:
         raise UsageError("max_leak_rate", max_leak_rate, "must be between 0 and 1 (0.001 = 0.1 %)")
+    if not 0 <= max_uninformative < 1:
+        raise UsageError("max_uninformative", max_uninformative, "must be from 0 to below 1 (0.05 = 5 %)")
     report = run_app_canary(
         base_url,
         token=token,
@@ -100,7 +117,16 @@ def app(
     payload = report.to_dict()
     leak = None
     if probes:
-        leak = run_leak_probes(base_url, probes, token=token, max_leak_rate=max_leak_rate)
+        origin = click.get_current_context().get_parameter_source("max_leak_rate")
+        leak = run_leak_probes(
+            base_url,
+            probes,
+            token=token,
+            max_leak_rate=max_leak_rate,
+            max_leak_rate_origin="default" if origin == click.core.ParameterSource.DEFAULT else "set",
+            max_uninformative=max_uninformative,
+            seed=probe_seed,
+        )
         payload["leakProbes"] = leak.to_dict()
         lines.append(
             f"{ {'GO': 'ok  ', 'NO-GO': 'FAIL'}.get(leak.verdict, 'INCONCLUSIVE') } isolation: "
@@ -207,6 +233,12 @@ def app(
     "--verification-summary",
     default="",
     help="summary.json (or run folder) of the backfill verification relied on.",
+)
+@click.option(
+    "--leak-probes",
+    default="",
+    help="The --json output of `memwork canary app --probes N`: its leak bound in the sign-off "
+    "(a NO-GO unless the probes' verdict is GO).",
 )
 @json_option
 def judge(log: str, as_json: bool, **options: Any) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -341,10 +342,23 @@ def run_app_canary(
 
 #: the 95 % upper bound on the cross-user leak rate a rollout must reach (0 leaks in ~3,000 probes)
 DEFAULT_MAX_LEAK_RATE = 0.001
-#: probe users per side; each pair writes near-identical memories and asks the other's question
-PROBE_PAIRS = 8
-PROBE_TOPICS = ("the payment service database migration", "the quarterly security review",
-                "the kubernetes liveness probes", "the vector index rebuild")  # fmt: skip
+#: the share of probes that may be no evidence (an error, or an answer without the asker's own memory)
+DEFAULT_MAX_UNINFORMATIVE = 0.05
+#: calls in flight at once while planting, probing and forgetting
+DEFAULT_CONCURRENCY = 4
+PROBE_TOPICS = (
+    "the payment service database migration",
+    "the quarterly security review",
+    "the kubernetes liveness probes",
+    "the vector index rebuild",
+    "the on-call rotation",
+    "the customer churn dashboard",
+    "the search relevance tuning",
+    "the backup restore drill",
+)
+PROBE_WORDS = ("amber", "cobalt", "saffron", "teal", "umber", "violet", "jade", "coral", "ochre", "slate")
+#: a probe user's secret word: a colour and 8 hex digits
+SECRET_PATTERN = re.compile(r"\b(?:" + "|".join(PROBE_WORDS) + r")-[0-9a-f]{8}\b")
 
 
 def leak_upper_bound(leaks: int, probes: int, confidence: float = 0.95) -> float:
@@ -365,54 +379,109 @@ def probes_needed(max_rate: float, confidence: float = 0.95) -> int:
     return math.ceil(math.log(1 - confidence) / math.log1p(-max_rate))
 
 
+@dataclass(frozen=True)
+class ProbeUser:
+    """One synthetic probe user: its id, the memory it plants and the secret word only it holds."""
+
+    user: str
+    text: str
+    secret: str
+
+
 @dataclass
 class LeakProbes:
-    """N cross-user probes through the running service and the bound they give."""
+    """N cross-user probes through the running service and the bound they give.
+
+    A probe is *evidence* only when its answer shows the service read the asker's memories: the
+    asker's own secret comes back (or the answer leaked). An answer without it -- empty, as a
+    read-only store that never saw the probe users answers -- is ``uninformative``: it says nothing
+    about isolation, is left out of the bound, and too many of them make the verdict INCONCLUSIVE."""
 
     probes: int
+    pairs: int = 0  #: distinct user pairs, each asked at most once per direction
+    seed: int = 0
     answered: int = 0
+    informative: int = 0  #: answers holding the asker's own memory (or a leak): what the bound counts
+    uninformative: int = 0
     leaks: int = 0
     errors: int = 0
     max_leak_rate: float = DEFAULT_MAX_LEAK_RATE
+    max_uninformative: float = DEFAULT_MAX_UNINFORMATIVE
+    max_leak_rate_origin: str = "default"  #: or "set"
     confidence: float = 0.95
     examples: list[str] = field(default_factory=list)
+    purge_failures: int = 0
 
     @property
     def upper_bound(self) -> float:
-        return leak_upper_bound(self.leaks, self.answered, self.confidence)
+        return leak_upper_bound(self.leaks, self.informative, self.confidence)
+
+    @property
+    def no_evidence(self) -> int:
+        """Probes that are no evidence: failed calls and uninformative answers."""
+        return self.errors + self.uninformative
+
+    @property
+    def too_uninformative(self) -> bool:
+        return self.no_evidence > self.max_uninformative * self.probes
 
     @property
     def verdict(self) -> str:
-        """NO-GO on any leak; GO when the bound is within the required rate; else INCONCLUSIVE."""
+        """NO-GO on any leak; INCONCLUSIVE when too many probes are no evidence or the bound is above
+        the required rate; else GO."""
         if self.leaks:
             return "NO-GO"
-        return "GO" if self.answered and self.upper_bound <= self.max_leak_rate else "INCONCLUSIVE"
+        if self.too_uninformative or not self.informative:
+            return "INCONCLUSIVE"
+        return "GO" if self.upper_bound <= self.max_leak_rate else "INCONCLUSIVE"
+
+    @property
+    def reason(self) -> str:
+        """Why the verdict is not GO ("" for GO)."""
+        if self.leaks:
+            return f"{self.leaks} cross-user leak(s): " + "; ".join(self.examples[:3])
+        if self.too_uninformative or not self.informative:
+            return (
+                f"{self.uninformative} answers held none of the asker's own memories and {self.errors} "
+                f"probes failed, of {self.probes} (at most {self.max_uninformative:.0%} allowed): the "
+                "service did not read the probe users' memories (a read-only target does not hold what "
+                "the probes wrote), so its answers are no evidence of isolation"
+            )
+        if self.verdict == "INCONCLUSIVE":
+            needed = probes_needed(self.max_leak_rate, self.confidence)
+            return f"not enough probes to show it (about {needed} without a leak are needed)"
+        return ""
 
     def sentence(self) -> str:
-        needed = probes_needed(self.max_leak_rate, self.confidence)
         head = (
-            f"{self.leaks} cross-user leaks in {self.answered} answered probes ({self.probes} sent, "
+            f"{self.leaks} cross-user leaks in {self.informative} informative probes ({self.probes} sent "
+            f"across {self.pairs} distinct user pairs, {self.uninformative} uninformative, "
             f"{self.errors} failed): {self.confidence:.0%} upper bound on the leak rate "
-            f"{self.upper_bound:.3%}, required < {self.max_leak_rate:.3%}"
+            f"{self.upper_bound:.3%}, required < {self.max_leak_rate:.3%} ({self.max_leak_rate_origin})"
         )
-        if self.verdict == "INCONCLUSIVE":
-            return f"{head}: not enough probes to show it (about {needed} without a leak are needed)"
-        return head
+        return f"{head}: {self.reason}" if self.reason else head
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "upper_bound": self.upper_bound, "verdict": self.verdict,
-                "probes_needed": probes_needed(self.max_leak_rate, self.confidence),
+                "reason": self.reason, "probes_needed": probes_needed(self.max_leak_rate, self.confidence),
                 "sentence": self.sentence()}  # fmt: skip
 
 
-def probe_users(run: str, pairs: int = PROBE_PAIRS) -> list[tuple[str, str, str, str]]:
-    """Pairs of synthetic users with near-identical memories: (user a, text a, user b, text b)."""
+def probe_pairs(run: str, pairs: int, seed: int = 0) -> list[tuple[ProbeUser, ProbeUser]]:
+    """``pairs`` pairs of distinct synthetic users; the two of a pair plant the same sentence (same
+    topic) with a different secret word, drawn from ``seed`` (the same seed, the same memories)."""
+    import random
+
+    rng = random.Random(seed)
     out = []
     for p in range(pairs):
-        topic = PROBE_TOPICS[p % len(PROBE_TOPICS)]
-        a, b = f"{CANARY_USER_PREFIX}{run}-p{p}a", f"{CANARY_USER_PREFIX}{run}-p{p}b"
-        out.append((a, f"I am responsible for {topic}; my code word is amber-{p}.",
-                    b, f"I am responsible for {topic}; my code word is cobalt-{p}."))  # fmt: skip
+        topic = PROBE_TOPICS[rng.randrange(len(PROBE_TOPICS))]
+        users = []
+        for side in "ab":
+            secret = f"{rng.choice(PROBE_WORDS)}-{rng.randrange(16**8):08x}"
+            user = f"{CANARY_USER_PREFIX}{run}-p{p}{side}"
+            users.append(ProbeUser(user, f"I am responsible for {topic}; my code word is {secret}.", secret))
+        out.append((users[0], users[1]))
     return out
 
 
@@ -423,22 +492,37 @@ def _write_probe_memory(http: Any, user: str, text: str) -> None:
         (WRITE_PATH, ("userId", "sessionId", "messages")),
         (COMPACT_PATH, ("userId", "sessionId")),
     ):
-        with contextlib.suppress(
-            Exception
-        ):  # a store that cannot write is still probed: a missing filter leaks
+        with contextlib.suppress(Exception):  # a user that could not be planted answers uninformatively
             http.post_json(path, {k: body[k] for k in keys})
 
 
-def leaked(answer: Mapping[str, Any], asker: str, other_marker: str) -> list[str]:
-    """The items of ``asker``'s answer that belong to someone else: another userId, or (an item
-    without a userId) the other user's code word in its text."""
+def _item_text(item: Mapping[str, Any]) -> str:
+    return " ".join(str(item.get(k) or "") for k in ("content", "text", "memory", "summary"))
+
+
+def leaked(
+    answer: Mapping[str, Any], asker: str, other_marker: str, owners: Mapping[str, str] | None = None
+) -> list[str]:
+    """The items of ``asker``'s answer that belong to someone else: another userId, the other user's
+    secret word in its text, or (``owners``: secret -> user) any other probe user's secret word --
+    whatever userId the item claims. Each named by its owner when known."""
     found = []
     for item in answer_items(answer):
-        owner = item.get("userId")
-        text = " ".join(str(item.get(k) or "") for k in ("content", "text", "memory", "summary"))
-        if (owner is not None and owner != asker) or (owner is None and other_marker in text):
+        owner, text = item.get("userId"), _item_text(item)
+        secrets = {m.group(0) for m in SECRET_PATTERN.finditer(text)} if owners else set()
+        theirs = sorted({owners[w] for w in secrets if w in owners and owners[w] != asker}) if owners else []
+        if owner is not None and owner != asker:
+            found.append(str(owner))
+        elif theirs:
+            found.append(theirs[0])
+        elif other_marker in text:
             found.append(str(owner or "(no userId)"))
     return found
+
+
+def informative(answer: Mapping[str, Any], own_secret: str) -> bool:
+    """The answer holds the asker's own planted memory: the service read the asker's store."""
+    return any(own_secret in _item_text(item) for item in answer_items(answer))
 
 
 def run_leak_probes(
@@ -447,53 +531,90 @@ def run_leak_probes(
     *,
     token: str = "",
     max_leak_rate: float = DEFAULT_MAX_LEAK_RATE,
+    max_leak_rate_origin: str = "default",
+    max_uninformative: float = DEFAULT_MAX_UNINFORMATIVE,
     confidence: float = 0.95,
     limit: int = 10,
+    seed: int = 0,
+    concurrency: int = DEFAULT_CONCURRENCY,
 ) -> LeakProbes:
-    """``probes`` resolves through the running service, each by one synthetic user with the question
-    of another that wrote a near-identical memory; an item of anyone but the asker is a leak. The
-    synthetic users are forgotten afterwards. The result states the upper bound on the leak rate."""
+    """``probes`` resolves through the running service over ``ceil(probes / 2)`` distinct user pairs,
+    each pair asked once per direction: one user asks with the other's near-identical sentence (the
+    other's secret word in it); an item of anyone but the asker, or the other's secret, is a leak. A
+    probe counts toward the bound only when the answer holds the asker's own secret (see
+    :class:`LeakProbes`). The synthetic users are forgotten afterwards (``/forget``); ``concurrency``
+    calls are in flight at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from memwork.errors import UsageError
 
     if not 1 <= int(probes) <= 1_000_000:
         raise UsageError("probes", probes, "must be from 1 to 1000000")
     if not 0 < float(max_leak_rate) < 1:
         raise UsageError("max_leak_rate", max_leak_rate, "must be between 0 and 1 (0.001 = 0.1 %)")
+    if not 0 <= float(max_uninformative) < 1:
+        raise UsageError("max_uninformative", max_uninformative, "must be from 0 to below 1 (0.05 = 5 %)")
+    if not 1 <= int(concurrency) <= 64:
+        raise UsageError("concurrency", concurrency, "must be from 1 to 64")
     check_base_url(base_url)
     token = bearer_token(token)
-    result = LeakProbes(int(probes), max_leak_rate=float(max_leak_rate), confidence=confidence)
-    users = probe_users(uuid.uuid4().hex[:8])
+    pairs = probe_pairs(uuid.uuid4().hex[:8], (int(probes) + 1) // 2, int(seed))
+    result = LeakProbes(
+        int(probes), pairs=len(pairs), seed=int(seed), max_leak_rate=float(max_leak_rate),
+        max_uninformative=float(max_uninformative), max_leak_rate_origin=max_leak_rate_origin,
+        confidence=confidence,
+    )  # fmt: skip
+    # probe i: pair i // 2, asked by its first user for even i, by its second for odd i
+    asked = [(pairs[i // 2] if i % 2 == 0 else pairs[i // 2][::-1]) for i in range(result.probes)]
+    users = [u for pair in pairs for u in pair]
+    owners = {u.secret: u.user for u in users}
     http = client(base_url, token)
+
+    def probe(pair: tuple[ProbeUser, ProbeUser]) -> tuple[str, list[str], bool]:
+        asker, other = pair
+        body = {"userId": asker.user, "sessionId": f"{asker.user}-session", "query": other.text,
+                "limit": limit}  # fmt: skip
+        try:
+            answer = http.post_json(RESOLVE_PATH, body, idempotent=True)
+        except Exception:
+            return "error", [], False
+        if not isinstance(answer, dict) or answer.get("ok") is not True:
+            return "error", [], False
+        others = leaked(answer, asker.user, other.secret, owners)
+        return "answered", others, informative(answer, asker.secret)
+
+    def purge(user: ProbeUser) -> bool:
+        try:
+            answer = http.post_json(FORGET_PATH, {"userId": user.user})
+        except Exception:
+            return False
+        return isinstance(answer, dict) and answer.get("ok") is True
+
     try:
-        for a, text_a, b, text_b in users:
-            _write_probe_memory(http, a, text_a)
-            _write_probe_memory(http, b, text_b)
-        for i in range(result.probes):
-            a, text_a, b, text_b = users[i % len(users)]
-            asker, question, marker = (
-                (a, text_b, text_b.rsplit(" ", 1)[-1])
-                if i % 2 == 0
-                else (b, text_a, text_a.rsplit(" ", 1)[-1])
-            )
-            body = {"userId": asker, "sessionId": f"{asker}-session", "query": question, "limit": limit}
-            try:
-                answer = http.post_json(RESOLVE_PATH, body, idempotent=True)
-            except Exception:
-                result.errors += 1
-                continue
-            if not isinstance(answer, dict) or answer.get("ok") is not True:
-                result.errors += 1
-                continue
-            result.answered += 1
-            others = leaked(answer, asker, marker.rstrip("."))
-            if others:
-                result.leaks += 1
-                if len(result.examples) < 5:
-                    result.examples.append(f"probe {i}: {len(others)} item(s) of another user")
+        with ThreadPoolExecutor(int(concurrency), thread_name_prefix="memwork-probe") as pool:
+            list(pool.map(lambda u: _write_probe_memory(http, u.user, u.text), users))
+            for i, (state, others, useful) in enumerate(pool.map(probe, asked)):
+                if state == "error":
+                    result.errors += 1
+                    continue
+                result.answered += 1
+                if others:
+                    result.leaks += 1
+                    if len(result.examples) < 5:
+                        whose = sorted(set(others))
+                        more = f" and {len(whose) - 1} more" if len(whose) > 1 else ""
+                        result.examples.append(
+                            f"probe {i}: {asked[i][0].user} was answered {len(others)} item(s) of "
+                            f"{len(whose)} other user(s) ({whose[0]}{more})"
+                        )
+                if useful or others:
+                    result.informative += 1
+                else:
+                    result.uninformative += 1
     finally:
-        for a, _, b, _ in users:
-            for user in (a, b):
-                with contextlib.suppress(Exception):
-                    http.post_json(FORGET_PATH, {"userId": user})
-        http.close()
+        try:
+            with ThreadPoolExecutor(int(concurrency), thread_name_prefix="memwork-probe") as pool:
+                result.purge_failures = sum(1 for ok in pool.map(purge, users) if not ok)
+        finally:
+            http.close()
     return result

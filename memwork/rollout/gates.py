@@ -33,6 +33,7 @@ from memwork.pgvector import local_hash
 from memwork.pgvector.schema import EMBEDDINGS_TABLE, table_dimensions
 from memwork.plugins import Registry
 from memwork.redaction import describe_error, first_line, redact_text, redact_url
+from memwork.rollout import isolation
 from memwork.rollout.signoff import (
     InputReport,
     SignoffParameters,
@@ -139,8 +140,28 @@ def run_gates(env: Mapping[str, str], options: SignoffParameters) -> GateResult:
     _fallback_gate(result, env, options, requests)
     _latency_gates(result, env, options, target_sources)
     _input_gates(result, options, inputs)
+    probes = isolation_gate(result, options)
     _sign(result, options, inputs)
+    result.signoff["isolation"] = isolation.evidence(options.leak_probes, probes)
     return result
+
+
+def isolation_gate(result: GateResult, options: SignoffParameters) -> tuple[Any, str] | None:
+    """The cross-user probes' bound as a gate (:mod:`memwork.rollout.isolation`); the probes read.
+    The report's sign-off needs them: none given is FAIL unless ``waive`` names ``leak_probes``."""
+    probes = isolation.read_leak_probes(options.leak_probes)
+    waiver = options.waivers().get(isolation.FIELD, "")
+    row = isolation.gate_row(probes, True, waiver)
+    status = {"pass": "PASS", "fail": "FAIL", "off": "OFF"}.get(row["state"], "SKIP")
+    detail = isolation.reason(probes, True, waiver) or row["why"]
+    detail = detail.removeprefix(f"{isolation.GATE}: ")
+    observed, threshold = row["observed"], row["threshold"]
+    result.gates.append(
+        Gate(isolation.GATE, status, detail, observed, threshold, "<=", row["origin"], isolation.UNIT)
+        if observed is not None
+        else Gate(isolation.GATE, status, detail)
+    )
+    return probes
 
 
 def _sign(result: GateResult, options: SignoffParameters, inputs: Mapping[str, InputReport | None]) -> None:

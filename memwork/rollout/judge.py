@@ -760,6 +760,7 @@ def judge_certificate(kind: RolloutKind, certificate: Certificate | None, waiver
     the certificate, when given, is shown."""
     result = MetricResult("certificate", "certificate", "must pass", NODATA, 0, 0)
     if certificate is not None:
+        certificate = certificate.for_pair(kind.primary, kind.shadow)  # refused when it covers another pair
         ref = f"run {certificate.run_id}, digest {certificate.digest or certificate.sha256[:16]}"
         if certificate.passed:
             result.classification = PASS

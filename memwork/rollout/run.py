@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memwork.redaction import describe_error, redact_url
+from memwork.rollout import isolation
 from memwork.rollout.app_canary import bearer_token, fetch_status, same_backend
 from memwork.rollout.certificate import read_certificate
 from memwork.rollout.comparisons import read_comparison_log
@@ -87,6 +88,7 @@ def judge_shadow_reads(parameters: SignoffParameters, *, require_inputs: bool = 
         aa_log=parameters.aa_log,
         min_health_score=parameters.min_health_score,
         waive=parameters.waive,
+        leak_probes=parameters.leak_probes,
         require_inputs=require_inputs,
         service=service,
         failures=[problem] if problem else [],
@@ -109,6 +111,7 @@ def judge_log(
     aa_log: str = "",
     min_health_score: int = 60,
     waive: str = "",
+    leak_probes: str = "",
     require_inputs: bool = False,
     service: dict[str, Any] | None = None,
     failures: Iterable[str] = (),
@@ -122,8 +125,10 @@ def judge_log(
     ``certificate_waiver`` gives the reason it is waived; ``aa_log``: a comparison log of the
     baseline against itself, the noise floor; ``min_health_score`` / ``waive`` / ``require_inputs``:
     the gates on the input reports (:func:`~memwork.rollout.signoff.input_gates`: a failed one is a
-    NO-GO reason, each is on the strip); ``failures``: NO-GO reasons found elsewhere (the
-    service's status could not be read); ``service``: what the sign-off records of the service;
+    NO-GO reason, each is on the strip); ``leak_probes``: the cross-user probes' result file, its
+    bound in the sign-off and a NO-GO unless the probes' verdict is GO (none given: a NO-GO only with
+    ``require_inputs``, see :mod:`memwork.rollout.isolation`); ``failures``: NO-GO reasons found
+    elsewhere (the service's status could not be read); ``service``: what the sign-off records of it;
     ``parameters``: what the sign-off fingerprints (default: these arguments); ``given_explicitly``:
     the parameters set for this run (a gate's threshold origin is ``set`` for those, else ``default``)."""
     th = thresholds or Thresholds()
@@ -135,12 +140,16 @@ def judge_log(
                  "health_summary": health_summary, "verification_summary": verification_summary,
                  "primary_backend": primary_backend, "shadow_backend": shadow_backend,
                  "certificate": certificate, "certificate_waiver": certificate_waiver,
-                 "aa_log": aa_log, "min_health_score": min_health_score, "waive": waive}  # fmt: skip
+                 "aa_log": aa_log, "min_health_score": min_health_score, "waive": waive,
+                 "leak_probes": leak_probes}  # fmt: skip
     named = {"health_summary": health_summary, "verification_summary": verification_summary}
     inputs = {name: read_input_report(name, named[name]) for name in INPUT_REPORTS}
     cert = read_certificate(certificate, "certificate") if certificate else None
     if cert is None and verification_summary:
-        cert = read_certificate(verification_summary, "verification_summary")
+        cert = read_certificate(verification_summary, "verification_summary", strict=False)
+    probes = isolation.read_leak_probes(leak_probes)
+    probes_waiver = SignoffParameters(waive=waive).waivers().get(isolation.FIELD, "")
+    isolation_failure = isolation.reason(probes, require_inputs, probes_waiver)
     noise = noise_floor(read_comparison_log(aa_log), str(aa_log)) if aa_log else None
     on_inputs = input_gates(
         SignoffParameters(min_health_score=min_health_score, waive=waive),
@@ -154,7 +163,12 @@ def judge_log(
         th,
         primary_backend=primary_backend,
         shadow_backend=shadow_backend,
-        failures=[*failures, *input_failures(inputs), *gate_failures(on_inputs)],
+        failures=[
+            *failures,
+            *input_failures(inputs),
+            *gate_failures(on_inputs),
+            *([isolation_failure] if isolation_failure else []),
+        ],
         same_backend=same_backend,
         noise=noise,
         certificate=cert,
@@ -162,7 +176,9 @@ def judge_log(
         ranking_of=declared_ranking,
     )
     judgement.gates = [g.to_dict() for g in [*judge_gates(judgement, explicit or {}), *on_inputs]]
+    judgement.gates.append(isolation.gate_row(probes, require_inputs, probes_waiver))
     evidence = signoff_evidence(judgement, str(log))
+    evidence["isolation"] = isolation.evidence(leak_probes, probes)
     if service is not None:
         evidence["service"] = service
     judgement.signoff = signoff_block(

@@ -32,6 +32,8 @@ from memwork.workspace import sha256_file
 
 #: the reports a verdict may rely on, and the verdicts of each that let it pass
 INPUT_REPORTS = {"verification_summary": ("PASS",), "health_summary": ("PASS", "INFO")}
+#: what ``waive`` may name: the input reports and the cross-user probes' result (``leak_probes``)
+WAIVABLE = (*INPUT_REPORTS, "leak_probes")
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class SignoffParameters:
     certificate: str = ""  # the migration certificate (default: verification_summary)
     certificate_waiver: str = ""  # the reason the certificate is waived (recorded in the sign-off)
     aa_log: str = ""  # a comparison log of the baseline against itself (A/A): the noise floor
+    leak_probes: str = ""  # the --json output of memwork canary app --probes N: isolation as a bound
 
     @property
     def judges_shadow_reads(self) -> bool:
@@ -105,12 +108,12 @@ class SignoffParameters:
         }
 
     def waivers(self) -> dict[str, str]:
-        """The input reports waived on purpose (``waive``), name -> reason: each must name an input
-        report of :data:`INPUT_REPORTS` and give its reason (else :class:`UsageError` on ``waive``)."""
+        """The inputs waived on purpose (``waive``), name -> reason: each must name one of
+        :data:`WAIVABLE` and give its reason (else :class:`UsageError` on ``waive``)."""
         found = parse_waivers(self.waive)
         for name in found:
-            if name not in INPUT_REPORTS:
-                raise UsageError("waive", name, f"not an input report (inputs: {', '.join(INPUT_REPORTS)})")
+            if name not in WAIVABLE:
+                raise UsageError("waive", name, f"not an input (inputs: {', '.join(WAIVABLE)})")
         return found
 
     def check(self) -> None:
@@ -123,6 +126,10 @@ class SignoffParameters:
             self.check_judge()
         else:
             self.check_gates()
+        if self.leak_probes:
+            from memwork.rollout.isolation import read_leak_probes
+
+            read_leak_probes(self.leak_probes)
 
     def check_judge(self) -> None:
         from memwork.rollout.app_canary import check_base_url

@@ -66,6 +66,7 @@ from memwork.facade.policy import ConfigIssue
 from memwork.facade.safety import call_with_timeout
 from memwork.loggable import RequestValues, loggable_error, request_values
 from memwork.redaction import redact_url
+from memwork.service.models import CANARY_USER_PREFIX
 from memwork.workspace import workspace_dir
 
 log = logging.getLogger("memwork.service.shadow")
@@ -394,6 +395,10 @@ class _Job:
     primary: SideResult
 
 
+#: what the shadow reader counts (``synthetic``: canary users' requests, never shadowed)
+COUNTERS = ("sampled", "recorded", "dropped", "errors", "logErrors", "synthetic")
+
+
 class ShadowReader:
     """Samples resolves, queues them (bounded), and compares in one worker thread off the reply path."""
 
@@ -407,7 +412,7 @@ class ShadowReader:
         self.facade = facade
         self._chance = chance
         self.started_at = datetime.now(UTC).isoformat()
-        self.counters = {"sampled": 0, "recorded": 0, "dropped": 0, "errors": 0, "logErrors": 0}
+        self.counters = dict.fromkeys(COUNTERS, 0)
         self._lock = threading.Lock()
         self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=settings.queue_size)
         self._worker: threading.Thread | None = None
@@ -444,8 +449,16 @@ class ShadowReader:
     def submit(
         self, request: Mapping[str, Any], primary: Mapping[str, Any], latency_ms: float, request_id: str
     ) -> bool:
-        """Queue a shadow read of ``request`` if sampled; never blocks. True when queued."""
-        if not self.settings.enabled or primary.get("skipped") or self._chance() >= self.settings.sample:
+        """Queue a shadow read of ``request`` if sampled; never blocks. True when queued. A synthetic
+        canary user's request (``memory-v2-canary-*``: the app canary's and the leak probes' users,
+        written after the backfill, so never in the shadow) is never shadowed, only counted: it is not
+        traffic the judge should weigh."""
+        if not self.settings.enabled or primary.get("skipped"):
+            return False
+        if str(request.get("userId", "")).startswith(CANARY_USER_PREFIX):
+            self._count("synthetic")
+            return False
+        if self._chance() >= self.settings.sample:
             return False
         self._count("sampled")
         side = SideResult(
@@ -527,7 +540,8 @@ class ShadowReader:
         return False
 
     def status(self) -> dict[str, Any]:
-        """Settings, queue depth and counters (``sampled, recorded, dropped, errors, logErrors``)."""
+        """Settings, queue depth and counters (``sampled, recorded, dropped, errors, logErrors``, and
+        ``synthetic``: canary users' requests left unshadowed)."""
         settings = self.settings
         with self._lock:
             counters = dict(self.counters)
