@@ -251,8 +251,8 @@ def _run_demo(
         "verification_summary": summaries["backfill_verification"],
         "approver": "memwork demo",
         "embedding_module": DEMO_QUERY_MODULE,
-        "waive": "leak_probes: this canary runs in process, no service to probe; "
-        "the shadow canary below probes the served one",
+        "waive": "leak_probes: this canary runs in process with no service to probe "
+        "(the shadow canary below probes the served one)",
     }
     say("running report canary_signoff…")
     run = run_report("canary_signoff", canary_params, out, raise_on_error=False)
