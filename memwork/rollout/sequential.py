@@ -318,7 +318,9 @@ def judge_sequence(traces: list[RateTrace], alpha: float, min_samples: int = 20)
         states.append((beyond, within))
     breach = np.any([b for b, _ in states], axis=0) if states else np.zeros(length, bool)
     within = np.all([w for _, w in states], axis=0) if states else np.zeros(length, bool)
-    within &= np.arange(1, length + 1) >= min_samples
+    enough = np.arange(1, length + 1) >= min_samples  # no decision on fewer, like every row
+    within &= enough
+    breach &= enough
     first_breach = int(np.argmax(breach)) + 1 if breach.any() else None
     first_within = int(np.argmax(within)) + 1 if within.any() else None
     if first_breach is not None:  # a breach proven at any look stands, even after an earlier GO
