@@ -83,6 +83,8 @@ def run_shadow_canary(
             part.unlink(missing_ok=True)  # a re-run judges its own traffic only
     token = secrets.token_urlsafe(24)
     batch = sample_requests(data["legacy_url"], requests, seed=7, limit=DEMO_SHADOW_LIMIT)
+    # a small store has fewer memories than requests: users ask again, in the same order
+    batch = (batch * -(-requests // max(len(batch), 1)))[:requests]
     baseline = create_app(aa_env(shadow_env(data, log_path, token, query_module), aa_path))
     with running(baseline) as base_url:
         send_resolves(base_url, token, batch)
