@@ -10,8 +10,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
-from scipy.stats import beta
+from scipy.stats import beta, binom
 
+from memwork.rollout import sequential
 from memwork.rollout.comparisons import Comparison, ComparisonLog, Side
 from memwork.rollout.judge import (
     GO,
@@ -115,3 +116,29 @@ def test_the_full_judge_looked_at_every_stage_never_goes_on_a_regression():
     log = simulate(1000, 0.03, rng)  # 3 % errors: the audit's staged point-estimate judge GO in 17 %
     verdicts = [judge_comparisons(ComparisonLog(log[:look], [], ""), TH).verdict for look in LOOKS[:10]]
     assert GO not in verdicts and verdicts[-1] == NO_GO, verdicts
+
+
+def test_the_go_proof_looked_at_after_every_comparison_keeps_its_level():
+    # the strictest staging: a look after each of 3,000 comparisons, 1,000 logs a rate (vectorized)
+    def ever_go(rate: float, seed: int) -> int:
+        rng = np.random.default_rng(seed)
+        hits = np.cumsum(rng.random((1000, 3000)) < rate, axis=1)
+        evidence = sequential.log_evidence(hits, np.arange(1, 3001)[None, :], 0.01, below=True)
+        return int((evidence >= np.log(1 / TH.alpha)).any(axis=1).sum())
+
+    # a 20 % regression (1.2 % against 1 %): the false-GO rate proven <= 5 % (Clopper-Pearson)
+    assert ever_go(0.012, 1) <= most_false_gos_allowed(1000, FALSE_GO_TARGET)
+    # at the budget itself Ville's inequality allows up to alpha: consistent with <= 5 % (a count this
+    # high has probability below 1e-3 if the rate were 5 %); a point estimate would GO about half the time
+    assert ever_go(0.01, 2) <= binom.ppf(0.999, 1000, TH.alpha)
+
+
+def test_the_slo_and_underfill_rows_go_only_with_their_proof():
+    rng = np.random.default_rng(3)
+    log = simulate(400, 0.0, rng)
+    slo = judge_comparisons(ComparisonLog(log[:60], [], ""), TH).metric("sloP95")
+    # 0 of 60 answers past 250 ms: a 5 % exceedance budget needs about 74 clean answers at any look
+    assert slo.classification == NODATA and "not enough data yet (n=60, needs about" in slo.detail
+    assert judge_comparisons(ComparisonLog(log[:100], [], ""), TH).metric("sloP95").classification == PASS
+    underfill = judge_comparisons(ComparisonLog(log[:200], [], ""), TH).metric("underfill")
+    assert underfill.classification == NODATA and underfill.estimate == 0.0  # shown, not yet proven
