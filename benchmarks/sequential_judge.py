@@ -1,48 +1,68 @@
-"""The sequential (anytime-valid) judge against the fixed-horizon judge, on simulated comparison logs.
+"""The anytime-valid rollout judge against today's fixed-horizon one, on simulated comparison logs.
 
-Why: a staged rollout looks at the log at every stage; a judge that may be looked at often must
-not turn looks into false GOs. This prints, per scenario, how often each judge says GO / NO-GO and
-how many comparisons it needed:
+Why: a staged rollout (1 % -> 10 % -> 100 %) judges the log as it grows; a judge that is looked at
+often must not turn looks into false GOs. Per scenario this prints how often each judge says GO /
+NO-GO and after how many comparisons:
 
 * **A/A** (the target behaves like the baseline: 0.1 % errors, no underfill, same latency): a NO-GO
-  is a false alarm; the sequential judge should GO, and we count the comparisons it needs.
-* **known regressions** (3 % / 2 % errors against a 1 % budget, 20 % empty answers, a p95 past the
-  250 ms SLO, a 2x slower target of an alike rollout, a 4 % error tail in the last 300): a GO is a
-  false GO; both must stay at or below 5 %.
-* **staged fixed horizon**: today's judge (:func:`memwork.rollout.judge.judge_comparisons` with the
-  sequential row ignored) looked at after 100, 300 and 1000 comparisons, GO at the first look that
-  says GO -- what a staged rollout does with it.
+  is a false alarm; the judge should GO, and we count the comparisons it needs.
+* **known regressions** (5 % / 3 % / 2 % errors against a 1 % budget, 20 % empty answers, a p95
+  past the 250 ms SLO, a 2x slower target between alike backends, a cross-user leak in 1 % of
+  answers, a 4 % error tail at n = 300): a GO is a false GO; it must stay at or below 5 %.
+* **full judge, staged** (:func:`memwork.rollout.judge.judge_comparisons`, every row) looked at
+  after every :data:`LOOKS` comparisons of the growing log, signed at the first GO or NO-GO -- what
+  a staged rollout does with it.
+* **today, staged**: the same looks, but the rate rows (shadowErrors, underfill, sloP95, sloP99)
+  classified as before issue 18 -- point estimates against the budget ("0 errors in 80 is within
+  1 %"), order-statistic bounds for the SLO at one horizon -- and the sequential row ignored.
+* **sequential row**: :mod:`memwork.rollout.sequential` alone, read after every comparison.
 
-Run: ``.venv/bin/python benchmarks/sequential_judge.py [--runs 200] [--fixed-runs 60]``.
+Run: ``.venv/bin/python benchmarks/sequential_judge.py [--runs 200] [--only TEXT]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from memwork.rollout import sequential
+from memwork.rollout import sequential, stats
 from memwork.rollout.comparisons import Comparison, ComparisonLog, Side
-from memwork.rollout.judge import GO, NO_GO, Thresholds, decide, judge_comparisons
+from memwork.rollout.judge import (
+    FAIL,
+    GO,
+    MARGINAL,
+    NO_GO,
+    NODATA,
+    PASS,
+    MetricResult,
+    Thresholds,
+    decide,
+    judge_comparisons,
+)
 
 TH = Thresholds(max_error_rate=0.01, max_underfill_rate=0.01, max_p95_ms=250.0, max_p99_ms=1000.0)
 LENGTH = 2000
-LOOKS = (100, 300, 1000)
+#: the looks of a staged rollout at the growing log: every 100 comparisons to 1,000, then every 250
+LOOKS = (*range(100, 1001, 100), *range(1250, LENGTH + 1, 250))
 #: both sides declared semantic but the relative band off (an SLO-only scenario)
 SEMANTIC = Thresholds(**{**TH.__dict__, "primary_ranking": "semantic", "shadow_ranking": "semantic"})
 
-#: name, (error rate, empty rate, shadow median ms, error tail), alike (relative band decides)
+#: name, (error rate, empty rate, shadow median ms, leak rate, error tail, length), alike backends
 SCENARIOS: list[tuple[str, dict[str, float], bool]] = [
     ("A/A (0.1% errors)", {"errors": 0.001}, True),
+    ("errors 5% (budget 1%)", {"errors": 0.05}, True),
     ("errors 3% (budget 1%)", {"errors": 0.03}, True),
     ("errors 2% (budget 1%)", {"errors": 0.02}, True),
     ("20% empty answers", {"errors": 0.001, "empty": 0.2}, False),
     ("p95 past 250 ms SLO", {"errors": 0.001, "median": 200.0}, False),
     ("2x slower, alike backends", {"errors": 0.001, "median": 40.0}, True),
+    ("cross-user leak in 1%", {"errors": 0.001, "leak": 0.01}, True),
     ("4% error tail at n=300", {"errors": 0.0, "tail": 12, "length": 300}, True),
 ]
 T0 = datetime(2026, 12, 1, 12, tzinfo=UTC)
@@ -56,6 +76,7 @@ def simulate(spec: dict[str, float], n: int, rng: np.random.Generator) -> list[C
     if spec.get("tail"):  # the last ``tail`` comparisons fail: errors that start late in the stage
         failed[n - int(spec["tail"]) :] = True
     empty = rng.random(n) < spec.get("empty", 0.0)
+    leak = rng.random(n) < spec.get("leak", 0.0)
     out = []
     for i in range(n):
         ok = not failed[i]
@@ -66,7 +87,7 @@ def simulate(spec: dict[str, float], n: int, rng: np.random.Generator) -> list[C
                 T0 + timedelta(seconds=i),
                 10,
                 Side("qdrant", float(base[i]), True, 10, 0),
-                Side("pgvector", float(shadow[i]), ok, count if ok else 0, 0),
+                Side("pgvector", float(shadow[i]), ok, count if ok else 0, int(ok and leak[i])),
                 1.0 if ok else None,
                 1.0 if ok else None,
                 1.0 if ok else None,
@@ -88,22 +109,63 @@ def sequential_run(records: list[Comparison], alike: bool) -> sequential.Sequent
     return sequential.judge_sequence(traces, TH.alpha, TH.min_samples)
 
 
-def fixed_run(records: list[Comparison], alike: bool) -> tuple[str, int | None]:
-    """Today's judge looked at after each of :data:`LOOKS` comparisons; GO at the first GO look."""
+def todays_rate_row(metric: MetricResult, records: list[Comparison], th: Thresholds) -> MetricResult:
+    """A rate row classified as before issue 18: the point estimate against the budget (PASS at
+    ``min_samples``), the SLO by exact order-statistic bounds at one horizon."""
+    if metric.metric in ("shadowErrors", "underfill"):
+        rows = records if metric.metric == "shadowErrors" else [r for r in records if r.both_ok]
+        if metric.metric == "shadowErrors":
+            hits = sum(not r.shadow.ok for r in rows)
+            budget = th.max_error_rate
+        else:
+            hits = sum(r.shadow.count < min(r.k, r.primary.count) for r in rows)
+            budget = th.max_underfill_rate
+        if rows and hits / len(rows) > budget:
+            return replace(metric, classification=FAIL)
+        return replace(metric, classification=PASS if len(rows) >= th.min_samples else NODATA)
+    q = 0.95 if metric.metric == "sloP95" else 0.99
+    limit = th.max_p95_ms if q == 0.95 else th.max_p99_ms
+    values = [r.shadow.latency_ms for r in records if r.shadow.ok]
+    if len(values) < max(th.min_samples, stats.smallest_bounded_size(q, th.alpha)):
+        return replace(metric, classification=NODATA)
+    low, high = stats.quantile_bounds(values, q, th.alpha)
+    if high is not None and high <= limit:
+        return replace(metric, classification=PASS)
+    if low is not None and low > limit:
+        return replace(metric, classification=FAIL)
+    return replace(metric, classification=MARGINAL)
+
+
+RATE_ROWS = ("shadowErrors", "underfill", "sloP95", "sloP99")
+
+
+def staged_runs(
+    records: list[Comparison], alike: bool
+) -> tuple[tuple[str, int | None], tuple[str, int | None]]:
+    """The full judge and today's judge, each looked at after every :data:`LOOKS` comparisons and
+    signed at its first GO or NO-GO (one judgement per look serves both)."""
     th = TH if alike else SEMANTIC
+    new: tuple[str, int | None] | None = None
+    old: tuple[str, int | None] | None = None
     for look in LOOKS:
-        log = ComparisonLog(records[:look], [], "")
-        judgement = judge_comparisons(log, th, certificate_waiver="benchmark: no migration")
-        verdict, _ = decide([m for m in judgement.metrics if m.metric != "sequential"])
-        if verdict in (GO, NO_GO):
-            return verdict, look
-    return "INCONCLUSIVE", None
-
-
-def full_judge(records: list[Comparison], alike: bool) -> str:
-    """The judge as it signs off the whole log: fixed-horizon rows and the sequential row."""
-    th = TH if alike else SEMANTIC
-    return judge_comparisons(ComparisonLog(records, [], ""), th, certificate_waiver="benchmark").verdict
+        if look > len(records) and look != LOOKS[0]:
+            break
+        part = records[:look]
+        judgement = judge_comparisons(ComparisonLog(part, [], ""), th, certificate_waiver="benchmark")
+        if new is None and judgement.verdict in (GO, NO_GO):
+            new = (judgement.verdict, len(part))
+        if old is None:
+            metrics = [
+                todays_rate_row(m, part, th) if m.metric in RATE_ROWS and m.role != "shown" else m
+                for m in judgement.metrics
+                if m.metric != "sequential"
+            ]
+            verdict, _ = decide(metrics)
+            if verdict in (GO, NO_GO):
+                old = (verdict, len(part))
+        if new is not None and old is not None:
+            break
+    return new or ("INCONCLUSIVE", None), old or ("INCONCLUSIVE", None)
 
 
 def valid_fixed_n(rate: float, budget: float, alpha: float, power: float = 0.8) -> int:
@@ -120,56 +182,51 @@ def valid_fixed_n(rate: float, budget: float, alpha: float, power: float = 0.8) 
     return -1
 
 
+def share(rows: list[tuple[str, int | None]], verdict: str) -> str:
+    return f"{sum(v == verdict for v, _ in rows) / max(len(rows), 1):.1%}"
+
+
+def sizes(rows: list[tuple[str, int | None]]) -> str:
+    ns = [n for _, n in rows if n is not None]
+    if not ns:
+        return "-"
+    return f"{int(np.median(ns))} / {int(np.percentile(ns, 90))}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--fixed-runs", type=int, default=60)
     parser.add_argument("--only", default="", help="Only the scenarios whose name contains this text.")
     args = parser.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f}; logs of {LENGTH} comparisons; alpha {TH.alpha:g}; "
           f"budgets errors {TH.max_error_rate:g}, underfill {TH.max_underfill_rate:g}, "
-          f"p95 SLO {TH.max_p95_ms:g} ms, band {TH.band:.0%}")  # fmt: skip
-    header = (
-        f"{'scenario':30} {'seq GO':>7} {'seq NO-GO':>9} {'seq n (median, p90)':>20} "
-        f"{'staged GO':>9} {'staged NO-GO':>12} {'full judge GO/NO-GO':>20}"
-    )
-    print(header)
-    print("-" * len(header))
+          f"p95 SLO {TH.max_p95_ms:g} ms, band {TH.band:.0%}; {args.runs} logs a scenario")  # fmt: skip
+    print("| scenario | full judge, staged: GO / NO-GO | n to decide (median / p90) | today, staged: GO / "
+          "NO-GO | n to decide | sequential row: GO / NO-GO | n to decide |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     clock = time.perf_counter()
     for name, spec, alike in SCENARIOS:
         if args.only and args.only not in name:
             continue
-        rng = np.random.default_rng(abs(hash(name)) % 2**32)
+        rng = np.random.default_rng(sum(map(ord, name)))  # seeded per scenario, stable across runs
         seq: list[tuple[str, int | None]] = []
-        fixed: list[tuple[str, int | None]] = []
-        full: list[tuple[str, int | None]] = []
-        for run in range(args.runs):
+        new: list[tuple[str, int | None]] = []
+        old: list[tuple[str, int | None]] = []
+        for _ in range(args.runs):
             records = simulate(spec, int(spec.get("length", LENGTH)), rng)
             found = sequential_run(records, alike)
             seq.append((found.decision, found.decided_at))
-            if run < args.fixed_runs:
-                fixed.append(fixed_run(records, alike))
-                full.append((full_judge(records, alike), None))
-
-        def share(rows: list[tuple[str, int | None]], verdict: str) -> str:
-            return f"{sum(v == verdict for v, _ in rows) / max(len(rows), 1):.1%}"
-
-        def sizes(rows: list[tuple[str, int | None]]) -> str:
-            ns = [n for _, n in rows if n is not None]
-            if not ns:
-                return "-"
-            return f"{int(np.median(ns))}, {int(np.percentile(ns, 90))}"
-
+            staged, today = staged_runs(records, alike)
+            new.append(staged)
+            old.append(today)
         print(
-            f"{name:30} {share(seq, GO):>7} {share(seq, NO_GO):>9} {sizes(seq):>20} "
-            f"{share(fixed, GO):>9} {share(fixed, NO_GO):>12} "
-            f"{share(full, GO) + ' / ' + share(full, NO_GO):>20}"
+            f"| {name} | {share(new, GO)} / {share(new, NO_GO)} | {sizes(new)} | "
+            f"{share(old, GO)} / {share(old, NO_GO)} | {sizes(old)} | "
+            f"{share(seq, GO)} / {share(seq, NO_GO)} | {sizes(seq)} |"
         )
-    print(f"({args.runs} sequential runs, {args.fixed_runs} fixed-horizon runs per scenario; "
-          f"{time.perf_counter() - clock:.0f} s)")  # fmt: skip
-    looks = ", ".join(map(str, LOOKS))
-    print(f"staged = today's fixed-horizon judge looked at after {looks} comparisons, signed at the first")
-    print("GO or NO-GO; full judge = every row (sequential included) at the end of the log")
+        sys.stdout.flush()
+    print(f"({time.perf_counter() - clock:.0f} s; load average now {os.getloadavg()[0]:.1f})")
+    print(f"looks: after {', '.join(map(str, LOOKS))} comparisons (fewer when the log is shorter)")
     for rate in (0.0, 0.001, 0.003):
         print(f"valid fixed horizon for a GO on errors (true rate {rate:.1%}, budget 1%, 80% power): "
               f"{valid_fixed_n(rate, TH.max_error_rate, TH.alpha)} comparisons")  # fmt: skip

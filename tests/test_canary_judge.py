@@ -96,7 +96,8 @@ def log_of(tmp_path: Path, primary: np.ndarray, shadow: np.ndarray, **kwargs) ->
 
 
 def test_equal_distributions_pass_and_go(tmp_path):
-    log = log_of(tmp_path, latencies(300, 1), latencies(300, 2))
+    # 400: 0 errors in n proves a 1 % budget at any look from about n = 374 (shadowErrors, underfill)
+    log = log_of(tmp_path, latencies(400, 1), latencies(400, 2))
     result = judge_log(log)
     assert result.verdict == GO and result.exit_code == 0 and result.reasons == []
     assert {m.metric: m.classification for m in result.metrics} == {
@@ -115,17 +116,17 @@ def test_equal_distributions_pass_and_go(tmp_path):
                 "underfill",
                 "sloP95",
                 "sloP99",
+                "latencyP99",  # 400 answers bound p99 at 95 % (368 can)
+                "sequential",  # every rate proven within its budget at some look up to 400
             ],
             PASS,
         ),
-        "latencyP99": NODATA,  # 300 answers cannot bound p99 at 95 % (368 can): not required
         "certificate": OFF,  # qdrant -> pgvector rank alike: agreement decides, no certificate needed
         "warmUp": NODATA,  # the records carry no startedAt: warm-up not separated (shown)
-        "sequential": NODATA,  # 0 errors in 300 does not yet prove a 1 % budget at any look (~385 do)
     }
     assert not result.metric("latencyP99").required
     latency = result.metric("latencyMs")
-    assert latency.n_baseline == latency.n_target == 300
+    assert latency.n_baseline == latency.n_target == 400
     assert latency.ci_low < 0 < latency.ci_high  # no shift: the CI holds zero
     assert result.backends == {"primary": "qdrant", "shadow": "pgvector"}
 
@@ -141,8 +142,8 @@ def test_shadow_latency_doubled_fails(tmp_path):
 
 
 def test_faster_shadow_is_never_a_failure(tmp_path):
-    # direction: only an increase of latency is bad; a halved latency is a pass
-    result = judge_log(log_of(tmp_path, latencies(200, 1), latencies(200, 2, scale=0.5)))
+    # direction: only an increase of latency is bad; a halved latency is a pass (400: enough for a GO)
+    result = judge_log(log_of(tmp_path, latencies(400, 1), latencies(400, 2, scale=0.5)))
     assert result.metric("latencyMs").classification == PASS and result.verdict == GO
 
 
@@ -210,18 +211,23 @@ def test_a_cross_user_flag_that_is_not_a_count_is_damage_never_clean(tmp_path):
 
 def test_dimension_mismatch_and_error_budget_are_critical(tmp_path):
     records = [comparison(i, 20.0 + i % 3, 20.0 + i % 3, mismatch=(i == 7)) for i in range(100)]
-    for i in range(5):  # 5 % shadow errors against a 1 % budget
+    for i in range(8):  # 8 % shadow errors against a 1 % budget: proven above it at any look
         records[i]["shadow"].update(ok=False, latencyMs=2000.0)
     result = judge_log(write_log(tmp_path / "log.jsonl", records))
     errors = result.metric("shadowErrors")
-    assert errors.classification == FAIL and errors.estimate == pytest.approx(0.05)
-    assert errors.ci_low < 0.05 < errors.ci_high
+    assert errors.classification == FAIL and errors.estimate == pytest.approx(0.08)
+    assert 0.01 < errors.ci_low < 0.08 < errors.ci_high  # the confidence sequence, above the budget
     assert result.metric("dimensionMismatch").classification == FAIL
-    assert result.metric("latencyMs").n_target == 95  # the failed shadow calls are not timed
+    assert result.metric("latencyMs").n_target == 92  # the failed shadow calls are not timed
     assert result.verdict == NO_GO
-    # inside a 10 % budget the errors pass; the mismatch still fails on its own
-    relaxed = judge_log(tmp_path / "log.jsonl", Thresholds(max_error_rate=0.10))
+    # 8 of 100 proven within a 25 % budget, the errors pass; the mismatch still fails on its own
+    relaxed = judge_log(tmp_path / "log.jsonl", Thresholds(max_error_rate=0.25))
     assert relaxed.metric("shadowErrors").classification == PASS and relaxed.verdict == NO_GO
+    # 2 of 100 against 1 %: past the budget, not proven either way -- not a GO, not yet a NO-GO
+    for r in records[2:8]:
+        r["shadow"].update(ok=True, latencyMs=20.0)
+    few = judge_log(write_log(tmp_path / "two.jsonl", records)).metric("shadowErrors")
+    assert few.classification == MARGINAL and "not enough data yet (n=100" in few.detail
 
 
 def test_too_few_comparisons_is_inconclusive(tmp_path):
@@ -326,7 +332,7 @@ def test_bad_thresholds_and_missing_log_are_usage_errors(tmp_path):
 
 def test_cli_exit_codes_and_json(tmp_path):
     runner = CliRunner()
-    go = log_of(tmp_path, latencies(100, 1), latencies(100, 2))
+    go = log_of(tmp_path, latencies(400, 1), latencies(400, 2))
     out = runner.invoke(main, ["canary", "judge", "--log", str(go), "--json", "--approver", "ops"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)

@@ -86,31 +86,31 @@ def test_dup_lines_ok_repeats_count_once_and_are_reported(tmp_path):
 
 def test_mostly_damaged_is_inconclusive_naming_the_damage(tmp_path):
     rnd = random.Random(2)
-    good = [rec(i, 10 + rnd.random(), 10 + rnd.random()) for i in range(100)]
+    good = [rec(i, 10 + rnd.random(), 10 + rnd.random()) for i in range(400)]  # enough for a GO
     torn = '{"ts": "2026-01-01", "requestId": "x", "shadow": {"ok": fal'
-    log = write(tmp_path / "damaged.jsonl", good, [torn] * 300)
+    log = write(tmp_path / "damaged.jsonl", good, [torn] * 1200)
     clean = judge_log(write(tmp_path / "clean.jsonl", good))
-    assert clean.verdict == GO  # the same comparisons without the damage
+    assert clean.verdict == GO, clean.reasons  # the same comparisons without the damage
     result = judge_log(log)
     assert result.verdict == INCONCLUSIVE
     quality = result.metric("logQuality")
-    assert quality.classification == NODATA and quality.estimate == pytest.approx(300 / 400)
-    assert result.reasons[0].startswith("logQuality: NODATA (400 lines: 100 comparisons, 300 damaged")
-    assert "damaged.jsonl:101: not JSON" in result.reasons[0]
+    assert quality.classification == NODATA and quality.estimate == pytest.approx(1200 / 1600)
+    assert result.reasons[0].startswith("logQuality: NODATA (1600 lines: 400 comparisons, 1200 damaged")
+    assert "damaged.jsonl:401: not JSON" in result.reasons[0]
     # the share is configurable: 75 % allowed lets the same log through
     assert judge_log(log, Thresholds(max_damaged_share=0.75)).verdict == GO
 
 
 def test_one_torn_line_within_the_default_share_does_not_block(tmp_path):
     rnd = random.Random(3)
-    good = [rec(i, 10 + rnd.random(), 10 + rnd.random()) for i in range(200)]
+    good = [rec(i, 10 + rnd.random(), 10 + rnd.random()) for i in range(400)]
     result = judge_log(write(tmp_path / "log.jsonl", good, ['{"ts": "2026-01-01T00:00:00+00:00", "req']))
-    assert result.log["damaged"] == 1 and result.verdict == GO  # 1 of 201: under 1 %
+    assert result.log["damaged"] == 1 and result.verdict == GO  # 1 of 401: under 1 %
 
 
 def test_mixed_backends_are_judged_apart_never_pooled(tmp_path):
     rnd = random.Random(4)
-    mixed = [rec(i, 10 + rnd.random(), 10 + rnd.random()) for i in range(200)]
+    mixed = [rec(i, 10 + rnd.random(), 10 + rnd.random()) for i in range(400)]  # enough for a GO
     mixed += [rec(1000 + i, 10 + rnd.random(), 100 + rnd.random(), s_backend="qdrant") for i in range(40)]
     rnd.shuffle(mixed)
     log = write(tmp_path / "mixed.jsonl", mixed)
@@ -118,14 +118,14 @@ def test_mixed_backends_are_judged_apart_never_pooled(tmp_path):
     assert result.verdict == NO_GO
     assert result.reasons[0].startswith(f"latencyMs ({PRIMARY} -> qdrant): significant increase")
     assert [(p.shadow, p.records, p.verdict) for p in result.pairs] == [
-        ("pgvector", 200, GO),
+        ("pgvector", 400, GO),
         ("qdrant", 40, NO_GO),
     ]
     assert [p["shadow"] for p in result.signoff["pairs"]] == ["pgvector", "qdrant"]  # the sign-off names both
-    assert result.metric("latencyMs", f"{PRIMARY} -> pgvector").n_baseline == 200  # never 240
+    assert result.metric("latencyMs", f"{PRIMARY} -> pgvector").n_baseline == 400  # never 440
     # selecting the pair to sign off judges it alone and names the other as not judged
     chosen = judge_log(log, shadow_backend="pgvector")
-    assert chosen.verdict == GO and [p.records for p in chosen.pairs] == [200]
+    assert chosen.verdict == GO and [p.records for p in chosen.pairs] == [400]
     assert chosen.backends == {"primary": PRIMARY, "shadow": "pgvector"}
     assert chosen.signoff["pairs_not_judged"] == [{"primary": PRIMARY, "shadow": "qdrant", "records": 40}]
     with pytest.raises(UsageError, match="shadow_backend='weaviate': no comparison of that backend"):
@@ -136,7 +136,7 @@ def test_two_good_pairs_are_never_go_until_one_is_selected(tmp_path):
     rnd = random.Random(5)
     both = [
         rec(i, 10 + rnd.random(), 10 + rnd.random(), s_backend=["pgvector", "qdrant"][i % 2])
-        for i in range(400)
+        for i in range(800)  # 400 a pair: enough for a GO each
     ]
     result = judge_log(write(tmp_path / "two.jsonl", both))
     assert [p.verdict for p in result.pairs] == [GO, GO]
@@ -177,7 +177,9 @@ def test_tail20_a_slow_fifth_is_no_go(tmp_path):
     assert result.metric("latencyMs").classification == PASS  # the centre did not move ...
     assert result.metric("latencyP95").classification == FAIL  # ... the tail did
     assert result.verdict == NO_GO and any(r.startswith("latencyP95: p95 ") for r in result.reasons)
-    assert any(r.startswith("sloP95: shadow p95 500.") for r in result.reasons)  # past the 250 ms SLO too
+    assert any(
+        r.startswith("sloP95: 20 of 100 shadow answers over 250 ms") for r in result.reasons
+    )  # SLO too
 
 
 def test_ok_as_string_is_damage_never_an_answer(tmp_path):

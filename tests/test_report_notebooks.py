@@ -359,7 +359,7 @@ def _section(page: str, heading: str) -> str:
 
 
 def test_canary_judge_go_with_the_metric_table_and_both_latency_distributions(tmp_path):
-    log = _judged_log(tmp_path)
+    log = _judged_log(tmp_path, n=400)  # a GO proves the 1 % budgets: ~374 clean comparisons (issue 18)
     given = {"comparison_log": str(log), "approver": "ops@example.com", **WAIVED}
     run = run_report("canary_signoff", given, tmp_path)
     assert run.verdict == "GO" and run.exit_code == 0, run.summary.get("reasons")

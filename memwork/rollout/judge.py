@@ -35,8 +35,13 @@ overlapAtK, rbo,    decreases    one sample: the mean against the ideal 1.0 less
 top1Agree                        seeded bootstrap CI. Wholly at or above: PASS; wholly below:
                                  FAIL; straddling: MARGINAL.
 crossUser           any          critical: one memory of another user in either answer fails the
-dimensionMismatch   any          run; so does one dimension mismatch, and a shadow error rate
-shadowErrors        > budget     above ``max_error_rate`` (Wilson CI shown).
+dimensionMismatch   any          run; so does one dimension mismatch.
+shadowErrors,       > budget     critical rates (errors, underfill, answers past the p95 / p99
+underfill,                       SLO): an anytime-valid confidence sequence (:mod:`.sequential`).
+sloP95, sloP99                   PASS only when its upper bound is below the budget, FAIL when its
+                                 lower bound is above; else "not enough data yet (n=..., needs
+                                 about ...)": 0 errors in 80 is not "within 1 %" (about 380 are
+                                 needed), however often the growing log is judged.
 ==================  ===========  ==============================================================
 
 Comparisons of different primary/shadow backend pairs are never pooled: each pair is judged on its
@@ -429,10 +434,33 @@ def judge_flag(name: str, total: int, flagged: int, what: str) -> MetricResult:
     return result
 
 
-def judge_error_rate(records: Sequence[Comparison], th: Thresholds) -> MetricResult:
-    """The shadow's error rate against the budget (critical), with its Wilson CI."""
-    from scipy.stats import binomtest
+def judge_rate(result: MetricResult, hits: int, n: int, budget: float, th: Thresholds, seen: str) -> None:
+    """Classify a safety rate anytime-validly (:func:`memwork.rollout.sequential.judge_rate`): PASS
+    only when the upper bound of its confidence sequence is below ``budget``, FAIL only when the lower
+    bound is above it, else MARGINAL (the rate seen is past the budget, not proven) or NODATA (not
+    enough data yet, with about how many comparisons a GO needs). The point estimate stays shown; the
+    interval is the confidence sequence, valid however often the growing log is judged."""
+    call = sequential.judge_rate(hits, n, budget, th.alpha)
+    result.target = result.estimate = call.rate
+    result.ci_low, result.ci_high = call.low, call.high
+    cs = f"{th.confidence:.0%} confidence sequence {call.low:.2%}-{call.high:.2%}"
+    if call.decision == sequential.NO_GO:
+        result.classification = FAIL
+        result.detail = f"{seen}; proven above the budget at any look ({cs})"
+    elif call.decision == sequential.GO and n >= th.min_samples:
+        result.classification = PASS
+        result.detail = f"{seen}; proven within the budget at any look ({cs})"
+    elif call.rate > budget:
+        result.classification = MARGINAL
+        result.detail = f"{seen}; past the budget, not proven ({cs}): {call.waiting()}"
+    else:
+        result.classification = NODATA
+        result.detail = f"{seen}; {call.waiting()} ({cs})"
 
+
+def judge_error_rate(records: Sequence[Comparison], th: Thresholds) -> MetricResult:
+    """The shadow's error rate against the budget (critical), by its confidence sequence
+    (:func:`judge_rate`): 0 errors in 80 is not yet "within 1 %"."""
     errors = sum(not r.shadow.ok for r in records)
     result = MetricResult("shadowErrors", "critical", INCREASE_IS_BAD, NODATA, len(records), len(records))
     result.baseline = result.threshold = th.max_error_rate
@@ -440,16 +468,8 @@ def judge_error_rate(records: Sequence[Comparison], th: Thresholds) -> MetricRes
         result.detail = "no comparisons"
         return result
     rate = errors / len(records)
-    ci = binomtest(errors, len(records)).proportion_ci(th.confidence, method="wilson")
-    result.target = result.estimate = rate
-    result.ci_low, result.ci_high = float(ci.low), float(ci.high)
-    detail = f"{errors} of {len(records)} shadow calls failed ({rate:.2%}; budget {th.max_error_rate:.2%})"
-    if rate > th.max_error_rate:
-        result.classification, result.detail = FAIL, detail
-    elif len(records) < th.min_samples:
-        result.detail = f"{detail}; fewer than {th.min_samples} comparisons"
-    else:
-        result.classification, result.detail = PASS, detail
+    seen = f"{errors} of {len(records)} shadow calls failed ({rate:.2%}; budget {th.max_error_rate:.2%})"
+    judge_rate(result, errors, len(records), th.max_error_rate, th, seen)
     return result
 
 
@@ -484,10 +504,8 @@ def _count(side: Side) -> float:
 
 def judge_underfill(records: Sequence[Comparison], th: Thresholds) -> MetricResult:
     """The share of answers in which the shadow answered (ok) but returned fewer items than the
-    baseline could -- ``min(k, primary count)`` -- against ``max_underfill_rate`` (critical): an
-    empty answer is not a fast answer."""
-    from scipy.stats import binomtest
-
+    baseline could -- ``min(k, primary count)`` -- against ``max_underfill_rate`` (critical, by its
+    confidence sequence: :func:`judge_rate`): an empty answer is not a fast answer."""
     both = [r for r in records if r.both_ok]
     short = sum(r.shadow.count < min(r.k, r.primary.count) for r in both)
     empty = sum(r.shadow.count == 0 < r.primary.count for r in both)
@@ -497,25 +515,19 @@ def judge_underfill(records: Sequence[Comparison], th: Thresholds) -> MetricResu
         result.detail = "no answer of both sides"
         return result
     rate = short / len(both)
-    ci = binomtest(short, len(both)).proportion_ci(th.confidence, method="wilson")
-    result.target = result.estimate = rate
-    result.ci_low, result.ci_high = float(ci.low), float(ci.high)
-    detail = (
+    seen = (
         f"{short} of {len(both)} shadow answers had fewer items than the baseline's ({empty} empty; "
         f"{rate:.2%}; budget {th.max_underfill_rate:.2%})"
     )
-    if rate > th.max_underfill_rate:
-        result.classification, result.detail = FAIL, detail
-    elif len(both) < th.min_samples:
-        result.detail = f"{detail}; fewer than {th.min_samples} answers"
-    else:
-        result.classification, result.detail = PASS, detail
+    judge_rate(result, short, len(both), th.max_underfill_rate, th, seen)
     return result
 
 
 def judge_slo(target: list[float], q: float, limit_ms: float, th: Thresholds) -> MetricResult:
-    """The shadow's ``q``-quantile latency against an absolute SLO in ms, by exact order-statistic
-    bounds: the upper bound within the SLO passes, the lower bound past it fails."""
+    """The shadow's ``q``-quantile latency against an absolute SLO in ms. "p95 within the SLO" is "at
+    most 5 % of answers slower than the SLO": that rate is decided by its confidence sequence
+    (:func:`judge_rate`, valid at any look); the quantile and its exact order-statistic bounds are
+    shown."""
     label = f"p{q * 100:g}"
     result = MetricResult(f"sloP{round(q * 100)}", "slo", INCREASE_IS_BAD, NODATA, 0, len(target))
     result.unit = "ms"
@@ -525,23 +537,21 @@ def judge_slo(target: list[float], q: float, limit_ms: float, th: Thresholds) ->
         result.detail = f"no {label} SLO set (max_{label}_ms 0)"
         return result
     result.threshold = result.baseline = float(limit_ms)
-    needed = max(int(th.min_samples), stats.smallest_bounded_size(q, th.alpha))
-    if len(target) < needed:
-        result.detail = f"{len(target)} shadow answers: at least {needed} needed to bound {label}"
+    if not target:
+        result.detail = "no shadow answers"
         return result
-    low, high = stats.quantile_bounds(target, q, th.alpha)
-    point = stats.sample_quantile(target, q)
-    result.target = result.estimate = point
+    over = sum(ms > limit_ms for ms in target)
+    budget = round(1 - q, 10)
+    seen = f"{over} of {len(target)} shadow answers over {limit_ms:g} ms ({label} SLO: {budget:.0%} may be)"
+    low = high = None
+    if len(target) >= stats.smallest_bounded_size(q, th.alpha):
+        low, high = stats.quantile_bounds(target, q, th.alpha)
+        seen += (f"; shadow {label} {stats.sample_quantile(target, q):.1f} ms (fixed-horizon bounds "
+                 f"{low or 0:.1f}-{high or 0:.1f} ms)")  # fmt: skip
+    judge_rate(result, over, len(target), budget, th, seen)
+    # the table shows the quantile in ms and its bounds; the rate's sequence is in the detail
+    result.target = result.estimate = stats.sample_quantile(target, q)
     result.ci_low, result.ci_high = low, high
-    shown = f"shadow {label} {point:.1f} ms (bounds {low or 0:.1f}-{high or 0:.1f} ms), SLO {limit_ms:g} ms"
-    if high is not None and high <= limit_ms:
-        result.classification, result.detail = PASS, f"{shown}: within"
-    elif low is not None and low > limit_ms:
-        result.classification, result.detail = FAIL, f"{shown}: proven past the SLO"
-    elif point > limit_ms:
-        result.classification, result.detail = MARGINAL, f"{shown}: past the SLO, not proven"
-    else:
-        result.classification, result.detail = MARGINAL, f"{shown}: within, but the bound reaches past it"
     return result
 
 
