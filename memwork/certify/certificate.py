@@ -44,9 +44,10 @@ from memwork.certify.failures import store_failures, write_summary
 from memwork.certify.listing import ListingSide, RecordListing
 from memwork.certify.preserved import PreservationReport, Query, read_queries
 from memwork.certify.retrieval import RetrievalReport, measure_retrieval
-from memwork.certify.rows import CRITICAL_KINDS, RowsReport, compare_rows
+from memwork.certify.rows import CRITICAL_KINDS, ROW_KINDS, RowsReport, compare_rows
 from memwork.certify.sides import CHECKSUM_MODES, SOURCE_TABLE, DestSide, RowSource, SourceSide
 from memwork.certify.vectors import (
+    VECTOR_KINDS,
     VectorReport,
     check_embeddings,
     check_index,
@@ -80,6 +81,8 @@ from memwork.pgvector.schema import EMBEDDINGS_TABLE, table_dimensions
 from memwork.redaction import redact_url
 
 MAX_LISTED = 50
+#: the kinds a tolerance (``max_<kind>``, ``--max KIND=N``) may name: bad rows' and bad vectors'
+TOLERABLE_KINDS = ROW_KINDS + VECTOR_KINDS
 
 
 @dataclass
@@ -174,10 +177,19 @@ class CertifyOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise UsageError(name, value, "must be a non-negative integer")
+        self._check_tolerances()
+
+    def _check_tolerances(self) -> None:
+        """A tolerance must name a kind the gates count (a misspelt kind would silently tolerate
+        nothing), be a count, and never cover a critical kind."""
+        if not isinstance(self.tolerances, Mapping):
+            raise UsageError("tolerances", self.tolerances, "must be a mapping of kind to rows allowed")
         for kind, allowed in self.tolerances.items():
+            if kind not in TOLERABLE_KINDS:
+                raise UsageError("max", kind, f"is not a kind; one of {', '.join(TOLERABLE_KINDS)}")
             if kind in CRITICAL_KINDS and allowed:
                 raise UsageError(f"max_{kind}", allowed, "a row served to another user is never tolerated")
-            if not isinstance(allowed, int) or allowed < 0:
+            if isinstance(allowed, bool) or not isinstance(allowed, int) or allowed < 0:
                 raise UsageError(f"max_{kind}", allowed, "must be a non-negative integer")
 
     def _check_partitions(self) -> None:
@@ -227,6 +239,8 @@ class Certificate:
     vectors: VectorReport
     retrieval: RetrievalReport | None
     gates: dict[str, list[str]] = field(default_factory=dict)
+    #: per gate, the problems within their tolerance: shown, but the gate passes
+    warnings: dict[str, list[str]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     source: str = LEGACY_SOURCE
     source_key: str = LEGACY_SOURCE
@@ -243,6 +257,15 @@ class Certificate:
     @property
     def verdict(self) -> str:
         return "FAIL" if any(self.gates.values()) else "PASS"
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict as shown: a PASS with tolerated problems says so (they are not silent)."""
+        return "PASS with warnings" if self.verdict == "PASS" and self.warned() else self.verdict
+
+    def warned(self) -> list[str]:
+        """Every warning (a problem within its tolerance), prefixed by its gate."""
+        return [f"{gate}: {w}" for gate, found in self.warnings.items() for w in found]
 
     def failures(self) -> list[dict[str, Any]]:
         """Every named failure: rows, vectors, index (key = the index name)."""
@@ -263,6 +286,12 @@ class Certificate:
 
     def claim(self) -> str:
         r = self.rows
+        if self.verdict == "PASS" and self.warned():
+            return (
+                f"Certified with warnings: {len(self.warned())} problem(s) within their tolerances "
+                f"({'; '.join(self.warned())[:300]}); every other check of the {r.source_rows:,} active "
+                f"{self.source} rows of {len(r.users):,} users passed."
+            )
         if self.verdict == "PASS":
             return (
                 f"All {r.source_rows:,} active {self.source} rows of {len(r.users):,} users are in "
@@ -358,10 +387,15 @@ class Certificate:
             "source": self.source,
             "source_key": self.source_key,
             "verdict": self.verdict,
+            "verdict_text": self.verdict_text,
             "reasons": self.reasons(),
+            "warnings": self.warned(),
             "claim": self.claim(),
             "repair": self.repair_command(),
-            "gates": [g | {"reasons": self.gates.get(g["name"], [])} for g in self.gate_strip()],
+            "gates": [
+                g | {"reasons": self.gates.get(g["name"], []), "warnings": self.warnings.get(g["name"], [])}
+                for g in self.gate_strip()
+            ],
             "notes": self.notes,
             "rows": {
                 "source": r.source_rows,
@@ -805,38 +839,67 @@ def _sample_keys(conn: Any, table: str, n: int, seed: int, owner: str) -> list[s
 
 
 def _gates(cert: Certificate, options: CertifyOptions) -> dict[str, list[str]]:
-    rows_reasons: list[str] = []
-    for kind, n in sorted(cert.rows.by_kind().items(), key=lambda kv: (kv[0] not in CRITICAL_KINDS, kv[0])):
-        allowed = 0 if kind in CRITICAL_KINDS else cert.thresholds["allowed"].get(kind, 0)
-        if n > allowed:
-            ids = ", ".join(b.key for b in cert.rows.bad if b.kind == kind)[:200]
-            critical = "CRITICAL " if kind in CRITICAL_KINDS else ""
-            rows_reasons.append(f"{critical}{kind}: {n} row(s) (allowed {allowed}), e.g. {ids}")
-        elif kind == "quarantined":
-            cert.notes.append(f"quarantined: {n} row(s) the migration could not write, tolerated")
-    if cert.rows.dest_unkeyed:
-        rows_reasons.append(f"extra: {cert.rows.dest_unkeyed} destination row(s) without a source id")
-    vector_reasons: list[str] = []
-    if "declared_mismatch" in cert.thresholds:
-        declared, expected = cert.thresholds.pop("declared_mismatch")
-        vector_reasons.append(f"dimensions: column is vector({declared}), expected {expected}")
-    kinds: dict[str, list[str]] = {}
-    for f in cert.vectors.findings:
-        kinds.setdefault(f.kind, []).append(f.key)
-    for kind, keys in sorted(kinds.items()):
-        vector_reasons.append(f"{kind}: {len(keys)} vector(s), e.g. {', '.join(keys[:5])}")
-    real = {m: n for m, n in cert.vectors.models.items() if m != "(none)"}
-    if len(real) > 1 and cert.vectors_mode != "keep":  # re-embedded: one model for the whole copy
-        counts = ", ".join(f"{m}: {n} row(s)" for m, n in sorted(real.items()))
-        vector_reasons.append(f"models: {len(real)} model ids in one re-embedded copy ({counts})")
-    if cert.vectors.mixed_model_users:
-        vector_reasons.append(
-            f"mixed-models: {len(cert.vectors.mixed_model_users)} user(s) with two model ids, "
-            f"e.g. {', '.join(cert.vectors.mixed_model_users[:5])}"
-        )
+    """Each gate's failing reasons; a kind over zero but within its tolerance goes to
+    ``cert.warnings`` instead, so a tolerated problem is shown, never passed silently."""
+    allowed: dict[str, int] = cert.thresholds["allowed"]
+    cert.warnings = {"rows": [], "vectors": []}
+    rows_reasons = _rows_reasons(cert, allowed)
+    vector_reasons = _vector_reasons(cert, allowed)
     gates = {"rows": rows_reasons, "vectors": vector_reasons, "index": list(cert.vectors.index_problems)}
     if cert.retrieval is not None:
         gates["retrieval"] = list(cert.retrieval.problems)
     if cert.preserved is not None:
         gates["preserved"] = list(cert.preserved.problems)
+    cert.warnings = {g: w for g, w in cert.warnings.items() if w}
     return gates
+
+
+def _judge(cert: Certificate, gate: str, reason: str, n: int, allowed: int, into: list[str]) -> None:
+    """``reason`` fails the gate when ``n`` is above ``allowed``, else (``n`` > 0) is a warning."""
+    if n > allowed:
+        into.append(reason)
+    elif n > 0:
+        cert.warnings[gate].append(f"{reason} -- tolerated")
+
+
+def _rows_reasons(cert: Certificate, allowed: Mapping[str, int]) -> list[str]:
+    """The rows gate: bad rows per kind against ``max_<kind>`` (a critical kind allows none)."""
+    out: list[str] = []
+    for kind, n in sorted(cert.rows.by_kind().items(), key=lambda kv: (kv[0] not in CRITICAL_KINDS, kv[0])):
+        limit = 0 if kind in CRITICAL_KINDS else allowed.get(kind, 0)
+        ids = ", ".join(b.key for b in cert.rows.bad if b.kind == kind)[:200]
+        critical = "CRITICAL " if kind in CRITICAL_KINDS else ""
+        _judge(cert, "rows", f"{critical}{kind}: {n} row(s) (allowed {limit}), e.g. {ids}", n, limit, out)
+    if cert.rows.dest_unkeyed:
+        out.append(f"extra: {cert.rows.dest_unkeyed} destination row(s) without a source id")
+    return out
+
+
+def _vector_reasons(cert: Certificate, allowed: Mapping[str, int]) -> list[str]:
+    """The vectors gate: bad vectors per kind against ``max_<kind>``. A re-embedded copy holding
+    two model ids, and users with two, are the other-model rows seen per table and per user: they
+    are tolerated with those rows (or, per user, by ``max_mixed-models``)."""
+    out: list[str] = []
+    if "declared_mismatch" in cert.thresholds:
+        declared, expected = cert.thresholds.pop("declared_mismatch")
+        out.append(f"dimensions: column is vector({declared}), expected {expected}")
+    kinds: dict[str, list[str]] = {}
+    for f in cert.vectors.findings:
+        kinds.setdefault(f.kind, []).append(f.key)
+    for kind, keys in sorted(kinds.items()):
+        limit = allowed.get(kind, 0)
+        reason = f"{kind}: {len(keys)} vector(s) (allowed {limit}), e.g. {', '.join(keys[:5])}"
+        _judge(cert, "vectors", reason, len(keys), limit, out)
+    others = len(kinds.get("other-model", []))
+    tolerated = 0 < others <= allowed.get("other-model", 0)
+    real = {m: n for m, n in cert.vectors.models.items() if m != "(none)"}
+    if len(real) > 1 and cert.vectors_mode != "keep":  # re-embedded: one model for the whole copy
+        counts = ", ".join(f"{m}: {n} row(s)" for m, n in sorted(real.items()))
+        reason = f"models: {len(real)} model ids in one re-embedded copy ({counts})"
+        _judge(cert, "vectors", reason, 1, 1 if tolerated else 0, out)
+    mixed = cert.vectors.mixed_model_users
+    if mixed:
+        limit = max(allowed.get("mixed-models", 0), len(mixed) if tolerated else 0)
+        reason = f"mixed-models: {len(mixed)} user(s) with two model ids, e.g. {', '.join(mixed[:5])}"
+        _judge(cert, "vectors", reason, len(mixed), limit, out)
+    return out

@@ -34,6 +34,8 @@ T = TypeVar("T")
 U = TypeVar("U")
 DEFAULT_LEAF = 256  #: a bucket this small (both sides) is compared row hash by row hash
 CRITICAL_KINDS = ("user-changed",)
+#: every kind a bad row can have (a tolerance ``max_<kind>`` must name one of them)
+ROW_KINDS = ("missing", "quarantined", "extra", "status", "changed", "user-changed")
 
 
 @dataclass

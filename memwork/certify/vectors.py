@@ -38,6 +38,19 @@ RESOLVE_OPERATOR = "<=>"  #: memwork.backends.pgvector orders by cosine distance
 COSINE_OPCLASSES = ("vector_cosine_ops", "halfvec_cosine_ops")
 MIN_ITERATIVE_SCAN = (0, 8, 0)  #: the hnsw search path sets hnsw.iterative_scan (pgvector 0.8)
 MAX_LISTED = 1000
+#: every kind a bad vector can have, and ``mixed-models`` (users with two model ids): the names a
+#: tolerance (``max_<kind>``) may use for the vectors gate
+VECTOR_KINDS = (
+    "wrong-dimension",
+    "other-model",
+    "null-vector",
+    "zero-vector",
+    "nan-vector",
+    "source-vector",
+    "swapped",
+    "stale",
+    "mixed-models",
+)
 
 
 @dataclass

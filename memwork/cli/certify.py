@@ -17,12 +17,17 @@ SOURCE_URL_ENV = "MEMORY_BACKFILL_MYSQL_URL"
 
 
 def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
-    """``--max missing=3`` -> ``{"missing": 3}``."""
+    """``--max missing=3`` -> ``{"missing": 3}``; a kind the gates do not count is bad input (it would
+    tolerate nothing, silently)."""
+    from memwork.certify.certificate import TOLERABLE_KINDS
+
     out: dict[str, int] = {}
     for value in values:
         kind, sep, number = value.partition("=")
         if not sep or not number.strip().isdigit():
             raise UsageError("max", value, "must be KIND=N, e.g. missing=3")
+        if kind.strip() not in TOLERABLE_KINDS:
+            raise UsageError("max", value, f"names no kind; one of {', '.join(TOLERABLE_KINDS)}")
         out[kind.strip()] = int(number)
     return out
 
@@ -62,7 +67,12 @@ def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("--users-per-bucket", type=int, default=20, show_default=True, help="Users sampled per bucket.")
 @click.option("--min-recall", type=float, default=0.95, show_default=True, help="FAIL below, per bucket.")
 @click.option("--max-underfill", type=float, default=0.0, show_default=True, help="FAIL above, per bucket.")
-@click.option("--max", "tolerances", multiple=True, help="Rows of a kind tolerated, e.g. --max missing=3.")
+@click.option(
+    "--max",
+    "tolerances",
+    multiple=True,
+    help="Rows or vectors of a kind tolerated (a warning, not a FAIL), e.g. --max missing=3, --max stale=1.",
+)
 @click.option("--allow-quarantined", is_flag=True, help="Quarantined rows are listed but not a FAIL.")
 @click.option(
     "--leaf",
@@ -242,15 +252,18 @@ def verify_command(
         cert.notes.append("min-self-retrieval: covered by the vectors and retrieval gates (ignored)")
     summary = cert.summary()
     lines = [
-        f"verdict: {cert.verdict}  run: {cert.run_id}  source: {cert.source_key}  table: {cert.table}",
+        f"verdict: {cert.verdict_text}  run: {cert.run_id}  source: {cert.source_key}  table: {cert.table}",
         cert.claim(),
     ]
     ranges, executor = cert.execution["ranges"], cert.execution["executor"]
     if ranges:
         lines.append(f"rows: checksummed as {len(ranges)} key range(s) of users on {executor}")
     for gate, reasons in cert.gates.items():
-        lines.append(f"{gate}: {'FAIL' if reasons else 'PASS'}")
+        warned = cert.warnings.get(gate, [])
+        state = "FAIL" if reasons else ("PASS with warnings" if warned else "PASS")
+        lines.append(f"{gate}: {state}")
         lines += [f"  {reason}" for reason in reasons]
+        lines += [f"  warning: {warning}" for warning in warned]
     for bad in cert.failures()[:20]:
         fields = ", ".join(bad["fields"]) if bad["fields"] else ""
         lines.append(f"  {bad['kind']:<16} {bad['key']}  user {bad['user']}  {fields}")
