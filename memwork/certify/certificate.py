@@ -113,7 +113,9 @@ class CertifyOptions:
     queries_per_user: int = 3
     search: str = "auto"
     ef_search: int | None = None
-    min_recall: float = 0.95
+    min_recall: float = 0.95  #: every size bucket's recall@k bar, unless set in min_recall_by_bucket
+    #: a bucket's own bar (``1-10``, ``11-100``, ``101-1,000``, ``1,001+``), e.g. {"1-10": 0.99}
+    min_recall_by_bucket: dict[str, float] = field(default_factory=dict)
     max_underfill: float = 0.0
     tolerances: dict[str, int] = field(default_factory=dict)  #: kind -> rows allowed (default 0)
     allow_quarantined: bool = False  #: quarantined rows are listed either way; True: not a failure
@@ -172,12 +174,29 @@ class CertifyOptions:
             dimension("expected_dimensions", self.expected_dimensions)
         self._check_partitions()
         unit("min_recall", self.min_recall)
+        self._check_buckets()
         unit("max_underfill", self.max_underfill)
         for name in ("users_per_bucket", "queries_per_user"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise UsageError(name, value, "must be a non-negative integer")
         self._check_tolerances()
+
+    def _check_buckets(self) -> None:
+        """Each per-bucket bar names a size bucket (written ``101-1000`` or ``101-1,000``) and is a
+        share; the names are normalised to the report's."""
+        from memwork.certify.retrieval import BUCKET_NAMES, parse_bucket
+
+        normalised: dict[str, float] = {}
+        for name, bar in self.min_recall_by_bucket.items():
+            bucket = parse_bucket(str(name))
+            if bucket is None:
+                raise UsageError(
+                    "min_recall", name, f"is not a size bucket; one of {', '.join(BUCKET_NAMES)}"
+                )
+            unit(f"min_recall[{bucket}]", bar)
+            normalised[bucket] = bar
+        self.min_recall_by_bucket = normalised
 
     def _check_tolerances(self) -> None:
         """A tolerance must name a kind the gates count (a misspelt kind would silently tolerate
@@ -347,9 +366,11 @@ class Certificate:
                 recalls = [b.recall for b in (self.retrieval.buckets.values() if self.retrieval else [])]
                 known = [x for x in recalls if x is not None]
                 worst = round(min(known), 4) if known else None
+                own = t.get("min_recall_by_bucket", {})
+                bars = "".join(f"; bucket {b} recall >= {v}" for b, v in own.items())
                 gate = _gate(
                     name, state, worst, t.get("min_recall"), ">=", _origin(t, "min_recall"),
-                    "worst bucket recall@k", f"{why}; underfill <= {t.get('max_underfill', 0)}",
+                    "worst bucket recall@k", f"{why}; underfill <= {t.get('max_underfill', 0)}{bars}",
                 )  # fmt: skip
             out.append(gate)
         return out
@@ -667,6 +688,7 @@ def _certify(
                 ef_search=options.ef_search,
                 min_recall=options.min_recall,
                 max_underfill=options.max_underfill,
+                min_recall_by_bucket=options.min_recall_by_bucket,
                 queries=_recall_queries(queries, embedder),
             )
             timings["retrieval"] = round(time.perf_counter() - started, 3)
@@ -765,11 +787,13 @@ def _thresholds(options: CertifyOptions) -> dict[str, Any]:
     if options.allow_quarantined:
         tolerances["quarantined"] = max(tolerances.get("quarantined", 0), 10**9)
     defaults = CertifyOptions()
-    changed = [n for n in ("min_recall", "max_underfill") if getattr(options, n) != getattr(defaults, n)]
+    names = ("min_recall", "min_recall_by_bucket", "max_underfill")
+    changed = [n for n in names if getattr(options, n) != getattr(defaults, n)]
     return {
         "tolerances": options.tolerances,
         "allowed": tolerances,
         "min_recall": options.min_recall,
+        "min_recall_by_bucket": dict(options.min_recall_by_bucket),
         "max_underfill": options.max_underfill,
         "set": changed + (["tolerances"] if options.tolerances or options.allow_quarantined else []),
     }

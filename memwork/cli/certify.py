@@ -32,6 +32,23 @@ def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
+def _recall_bars(values: tuple[str, ...]) -> tuple[float, dict[str, float]]:
+    """``--min-recall 0.9 --min-recall 1-10=0.99`` -> ``(0.9, {"1-10": 0.99})``: one bar for every
+    size bucket and each bucket's own (the bucket names are checked by :class:`CertifyOptions`)."""
+    default, by_bucket = 0.95, {}
+    for value in values:
+        bucket, sep, number = value.rpartition("=")
+        try:
+            bar = float(number)
+        except ValueError:
+            raise UsageError("min_recall", value, "must be R or BUCKET=R, e.g. 0.95 or 1-10=0.99") from None
+        if sep:
+            by_bucket[bucket.strip()] = bar
+        else:
+            default = bar
+    return default, by_bucket
+
+
 @click.command("verify")
 @click.option(
     "--from",
@@ -65,7 +82,14 @@ def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("-k", "k", type=int, default=10, show_default=True, help="Results per retrieval query.")
 @click.option("--no-retrieval", is_flag=True, help="Skip the per-bucket recall and underfill measurement.")
 @click.option("--users-per-bucket", type=int, default=20, show_default=True, help="Users sampled per bucket.")
-@click.option("--min-recall", type=float, default=0.95, show_default=True, help="FAIL below, per bucket.")
+@click.option(
+    "--min-recall",
+    "min_recall",
+    multiple=True,
+    metavar="[BUCKET=]R",
+    help="FAIL below, per size bucket (default 0.95 for each): R for every bucket, BUCKET=R for one "
+    "(1-10, 11-100, 101-1000, 1001+), repeatable, e.g. --min-recall 0.9 --min-recall 1-10=0.99.",
+)
 @click.option("--max-underfill", type=float, default=0.0, show_default=True, help="FAIL above, per bucket.")
 @click.option(
     "--max",
@@ -163,7 +187,7 @@ def verify_command(
     k: int,
     no_retrieval: bool,
     users_per_bucket: int,
-    min_recall: float,
+    min_recall: tuple[str, ...],
     max_underfill: float,
     tolerances: tuple[str, ...],
     allow_quarantined: bool,
@@ -225,7 +249,8 @@ def verify_command(
         k=k,
         retrieval=not no_retrieval,
         users_per_bucket=users_per_bucket,
-        min_recall=min_recall,
+        min_recall=_recall_bars(min_recall)[0],
+        min_recall_by_bucket=_recall_bars(min_recall)[1],
         max_underfill=max_underfill,
         tolerances=_tolerances(tolerances),
         allow_quarantined=allow_quarantined,
