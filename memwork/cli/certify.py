@@ -292,7 +292,7 @@ def verify_command(
     for bad in cert.failures()[:20]:
         fields = ", ".join(bad["fields"]) if bad["fields"] else ""
         lines.append(f"  {bad['kind']:<16} {bad['key']}  user {bad['user']}  {fields}")
-    lines += [f"note: {note}" for note in cert.notes]
+    lines += [f"note: {note}" for note in cert.notes + cert.rows.notes[:20]]
     if cert.preserved is not None:
         lines.append(f"preserved: {cert.preserved.claim()}")
         lines += [f"  note: {note}" for note in cert.preserved.notes]
