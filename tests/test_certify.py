@@ -382,3 +382,36 @@ def test_an_nfc_only_difference_is_a_note_end_to_end(migration, tmp_path):
     shown = CliRunner().invoke(main, [*args, "--no-retrieval", "--vector-sample", "0"])
     assert shown.exit_code == 0, shown.output
     assert f"note: {note}" in shown.output
+
+
+def test_the_per_user_table_has_both_checksums_and_users_with_only_a_bad_vector(migration, tmp_path):
+    with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
+        users = [r[0] for r in conn.execute("SELECT DISTINCT user_id FROM memory_embeddings ORDER BY 1")]
+        row_user, vector_user = users[0], users[1]
+        row_key = conn.execute(
+            "SELECT min(source_memory_id) FROM memory_embeddings WHERE user_id = %s", (row_user,)
+        ).fetchone()[0]
+        vector_key = conn.execute(
+            "SELECT min(source_memory_id) FROM memory_embeddings WHERE user_id = %s", (vector_user,)
+        ).fetchone()[0]
+        conn.execute(
+            "UPDATE memory_embeddings SET content = content || '!' WHERE source_memory_id = %s", (row_key,)
+        )
+        # the vector of another content (same dimension and model id): only the vectors gate sees it
+        conn.execute(
+            "UPDATE memory_embeddings SET embedding = (SELECT embedding FROM memory_embeddings "
+            "WHERE user_id <> %s ORDER BY source_memory_id LIMIT 1) WHERE source_memory_id = %s",
+            (vector_user, vector_key),
+        )
+    cert = certify(_options(migration, retrieval=False, vector_sample=None, output_dir=tmp_path))
+    assert cert.verdict == "FAIL"
+    users = json.loads((tmp_path / "summary.json").read_text())["users"]
+    row = users[row_user]
+    assert row["changed"] == [row_key] and row["checksums_match"] is False
+    assert row["source_checksum"][0] == row["dest_checksum"][0] == row["source"]  # same rows, other sums
+    assert row["source_checksum"] != row["dest_checksum"] and len(row["source_checksum"]) == 3
+    only_vector = users[vector_user]
+    assert only_vector["checksums_match"] is True and only_vector["changed"] == []
+    assert only_vector["source_checksum"] == only_vector["dest_checksum"]
+    assert [v["key"] for v in only_vector["vectors"]] == [vector_key]
+    assert only_vector["vectors"][0]["kind"] in ("swapped", "stale", "other-model")

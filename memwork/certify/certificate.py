@@ -379,6 +379,33 @@ class Certificate:
         """Every failed gate's reasons, each prefixed by its gate (what a rollout's judge names)."""
         return [f"{gate}: {reason}" for gate, found in self.gates.items() for reason in found]
 
+    def user_table(self) -> dict[str, dict[str, Any]]:
+        """Every user with a problem -- bad rows, or only a bad vector (its rows all match, so the
+        row pass alone would not list it) -- with both sides' row counts and checksums, so a reader
+        can see which side differs without running anything."""
+        bad_vectors: dict[str, list[dict[str, str]]] = {}
+        for f in self.vectors.findings:
+            if f.user is not None:
+                bad_vectors.setdefault(str(f.user), []).append({"key": f.key, "kind": f.kind})
+        users = {u for u, t in self.rows.users.items() if not t.ok} | set(bad_vectors)
+        return {u: self._user_row(u, bad_vectors.get(u, [])) for u in sorted(users)}
+
+    def _user_row(self, user: str, vectors: list[dict[str, str]]) -> dict[str, Any]:
+        from memwork.certify.rows import UserTally
+
+        t = self.rows.users.get(user) or UserTally()
+        return {
+            "source": t.source,
+            "dest": t.dest,
+            "source_checksum": None if t.source_checksum is None else list(t.source_checksum),
+            "dest_checksum": None if t.dest_checksum is None else list(t.dest_checksum),
+            "checksums_match": t.checksum_ok,
+            "missing": t.missing,
+            "extra": t.extra,
+            "changed": t.changed,
+            "vectors": vectors[:MAX_LISTED],
+        }
+
     def input_fingerprint(self) -> dict[str, Any]:
         """What this verification read, for comparing it with a later one: the source, the table,
         each side's row count and table checksum (a run on other rows is not comparable)."""
@@ -436,17 +463,7 @@ class Certificate:
                 "notes": r.notes[:MAX_LISTED],
                 "quarantined": self.quarantined[:MAX_LISTED],
             },
-            "users": {
-                u: {
-                    "source": t.source,
-                    "dest": t.dest,
-                    "missing": t.missing,
-                    "extra": t.extra,
-                    "changed": t.changed,
-                }
-                for u, t in list(r.users.items())
-                if not t.ok
-            },
+            "users": self.user_table(),
             "vectors": {
                 "mode": self.vectors_mode,
                 "declared_dimensions": self.declared_dimensions,
