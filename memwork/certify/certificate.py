@@ -8,17 +8,21 @@ The source side: the legacy table (``legacy-mysql``) through SQL checksums in it
 (:class:`~memwork.certify.listing.RecordListing`). The destination side is the rows that source owns
 (:func:`memwork.migrate.ownership.owner_of`), so other sources sharing the table are never "extra".
 
-Gates (each PASS or FAIL, with its reasons):
+Gates (each PASS or FAIL, with its reasons). A kind of bad row or vector within its tolerance
+(``max_<kind>``, any of :data:`TOLERABLE_KINDS`) but above zero is a *warning*: the gate passes, and
+the warning is in the certificate (``warnings``), ``summary.json`` and the CLI -- the verdict reads
+"PASS with warnings", so a tolerated problem is never passed silently.
 
 * ``rows`` -- bad rows per kind against the tolerances (``max_<kind>``, default 0; ``allow_quarantined``
   tolerates every quarantined row); a ``user-changed`` row is critical whatever the tolerance;
 * ``vectors`` -- the declared dimension against ``expected_dimensions``; wrong-dimension / null / zero /
   NaN vectors; vectors not their model's embedding of their content (other-model / swapped / stale),
   or, when the migration kept the source's vectors, not the source's (source-vector / other-model);
-  users with two model ids;
+  users with two model ids (tolerated with the other-model rows they come from, or ``max_mixed-models``);
 * ``index`` -- pgvector version, ANN index operator class vs the resolve query's distance, HNSW settings;
 * ``retrieval`` -- per size bucket recall@k of the production search path against exact search within
-  the user, and underfill (skipped when ``retrieval=False``);
+  the user (each bucket against ``min_recall``, or its own bar in ``min_recall_by_bucket``), and
+  underfill (skipped when ``retrieval=False``);
 * ``preserved`` -- for a source that can search (a Source with a ``search`` method): the same queries
   on both sides per sampled user, overlap@k and RBO, and the claim (:mod:`memwork.certify.preserved`).
 
@@ -83,6 +87,7 @@ from memwork.redaction import redact_url
 MAX_LISTED = 50
 #: the kinds a tolerance (``max_<kind>``, ``--max KIND=N``) may name: bad rows' and bad vectors'
 TOLERABLE_KINDS = ROW_KINDS + VECTOR_KINDS
+ALL_ROWS = 10**9  #: the tolerance ``allow_quarantined`` sets: every quarantined row
 
 
 @dataclass
@@ -802,7 +807,7 @@ def _dest_model(conn: Any, table: str, owner: str) -> str | None:
 def _thresholds(options: CertifyOptions) -> dict[str, Any]:
     tolerances = dict(options.tolerances)
     if options.allow_quarantined:
-        tolerances["quarantined"] = max(tolerances.get("quarantined", 0), 10**9)
+        tolerances["quarantined"] = max(tolerances.get("quarantined", 0), ALL_ROWS)
     defaults = CertifyOptions()
     names = ("min_recall", "min_recall_by_bucket", "max_underfill")
     changed = [n for n in names if getattr(options, n) != getattr(defaults, n)]
@@ -910,7 +915,10 @@ def _rows_reasons(cert: Certificate, allowed: Mapping[str, int]) -> list[str]:
         limit = 0 if kind in CRITICAL_KINDS else allowed.get(kind, 0)
         ids = ", ".join(b.key for b in cert.rows.bad if b.kind == kind)[:200]
         critical = "CRITICAL " if kind in CRITICAL_KINDS else ""
-        _judge(cert, "rows", f"{critical}{kind}: {n} row(s) (allowed {limit}), e.g. {ids}", n, limit, out)
+        shown = "all" if limit >= ALL_ROWS else limit
+        _judge(cert, "rows", f"{critical}{kind}: {n} row(s) (allowed {shown}), e.g. {ids}", n, limit, out)
+        if kind == "quarantined" and n <= limit:  # why they are missing, beside the warning
+            cert.notes.append(f"quarantined: {n} row(s) the migration could not write, tolerated")
     if cert.rows.dest_unkeyed:
         out.append(f"extra: {cert.rows.dest_unkeyed} destination row(s) without a source id")
     return out
