@@ -322,3 +322,96 @@ def test_the_input_fingerprint_tells_a_run_on_other_rows_apart(migration):
     assert damaged["input_fingerprint"]["source_checksum"] == inputs["source_checksum"]
     why = differences(damaged_fp, first_fp)
     assert len(why) == 1 and why[0].startswith("input dest_checksum: "), why
+
+
+def test_rows_changed_after_the_mark_that_a_resume_would_not_pick_up_are_flagged(migration):
+    """An edit stamped after the high-water mark but not after the migration's cursor (a source
+    writing an older updated_at than the copy already passed): reported apart, and a ``--resume``
+    would NOT re-read it (``resume_picks_up`` False), so it needs a repair."""
+    source = SourceSide(migration.source_url)
+    mark = source.high_water_mark()
+    with get_engine(migration.source_url).begin() as sconn:
+        key = sconn.execute(
+            text("SELECT id FROM h5_user_memory_items WHERE status = 'active' LIMIT 1")
+        ).scalar()
+        sconn.execute(
+            text("UPDATE h5_user_memory_items SET content = 'edited live', updated_at = :t WHERE id = :k"),
+            {"t": datetime(2030, 1, 1), "k": key},
+        )
+    with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
+        report = compare_rows(
+            source,
+            DestSide(conn, migration.table),
+            high_water_mark=mark,
+            checkpoint_cursor="2031-01-01 00:00:00.000000",
+        )
+    assert report.bad == [] and [(b.key, b.kind) for b in report.after_boundary] == [(key, "changed")]
+    assert report.resume_picks_up is False
+
+
+def test_an_nfc_only_difference_is_a_note_end_to_end(migration, tmp_path):
+    """The source holds ``café`` composed (NFC), the copy decomposed (NFD): the checksums differ, the
+    drill-down finds only an encoding difference -- a note in the certificate, summary.json and the
+    CLI, never a bad row."""
+    import unicodedata
+
+    composed = "caf\u00e9 au lait, NFC"
+    decomposed = unicodedata.normalize("NFD", composed)
+    assert composed != decomposed
+    with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
+        key = conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1 LIMIT 1").fetchone()[0]
+        conn.execute(
+            "UPDATE memory_embeddings SET content = %s WHERE source_memory_id = %s", (decomposed, key)
+        )
+    with get_engine(migration.source_url).begin() as sconn:
+        sconn.execute(
+            text("UPDATE h5_user_memory_items SET content = :c WHERE id = :k"), {"c": composed, "k": key}
+        )
+    cert = certify(_options(migration, retrieval=False, vector_sample=0, output_dir=tmp_path))
+    assert cert.rows.bad == [] and cert.gates["rows"] == []
+    note = f"encoding: {key} differs only in encoding (Unicode NFC or JSON escapes)"
+    assert note in cert.rows.notes
+    assert cert.rows.buckets_compared > 0  # the checksums differed: found by the drill-down
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert note in summary["rows"]["notes"]
+    from click.testing import CliRunner
+
+    from memwork.cli import main
+
+    args = ["verify", "--source-url", migration.source_url, "--database-url", migration.dest_url]
+    shown = CliRunner().invoke(main, [*args, "--no-retrieval", "--vector-sample", "0"])
+    assert shown.exit_code == 0, shown.output
+    assert f"note: {note}" in shown.output
+
+
+def test_the_per_user_table_has_both_checksums_and_users_with_only_a_bad_vector(migration, tmp_path):
+    with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
+        users = [r[0] for r in conn.execute("SELECT DISTINCT user_id FROM memory_embeddings ORDER BY 1")]
+        row_user, vector_user = users[0], users[1]
+        row_key = conn.execute(
+            "SELECT min(source_memory_id) FROM memory_embeddings WHERE user_id = %s", (row_user,)
+        ).fetchone()[0]
+        vector_key = conn.execute(
+            "SELECT min(source_memory_id) FROM memory_embeddings WHERE user_id = %s", (vector_user,)
+        ).fetchone()[0]
+        conn.execute(
+            "UPDATE memory_embeddings SET content = content || '!' WHERE source_memory_id = %s", (row_key,)
+        )
+        # the vector of another content (same dimension and model id): only the vectors gate sees it
+        conn.execute(
+            "UPDATE memory_embeddings SET embedding = (SELECT embedding FROM memory_embeddings "
+            "WHERE user_id <> %s ORDER BY source_memory_id LIMIT 1) WHERE source_memory_id = %s",
+            (vector_user, vector_key),
+        )
+    cert = certify(_options(migration, retrieval=False, vector_sample=None, output_dir=tmp_path))
+    assert cert.verdict == "FAIL"
+    users = json.loads((tmp_path / "summary.json").read_text())["users"]
+    row = users[row_user]
+    assert row["changed"] == [row_key] and row["checksums_match"] is False
+    assert row["source_checksum"][0] == row["dest_checksum"][0] == row["source"]  # same rows, other sums
+    assert row["source_checksum"] != row["dest_checksum"] and len(row["source_checksum"]) == 3
+    only_vector = users[vector_user]
+    assert only_vector["checksums_match"] is True and only_vector["changed"] == []
+    assert only_vector["source_checksum"] == only_vector["dest_checksum"]
+    assert [v["key"] for v in only_vector["vectors"]] == [vector_key]
+    assert only_vector["vectors"][0]["kind"] in ("swapped", "stale", "other-model")

@@ -110,3 +110,31 @@ def test_sqlite_functions_give_the_python_text():
     (got,) = conn.execute(f"SELECT mw_md5({source_row_text('sqlite')}) FROM h").fetchone()
     assert got == row_hash(row)
     assert hash_parts(got)[0] < 2**32
+
+
+def test_the_design_doc_names_the_same_rules_and_constants_as_the_code():
+    """docs/design.md's "Canonical serialisation" states each constant with the code's value and the
+    fields in the code's order (a change to one without the other fails here)."""
+    import re
+    from pathlib import Path
+
+    from memwork.certify import canonical
+    from memwork.certify.vectors import STALE_COSINE
+
+    doc = (Path(__file__).parents[1] / "docs" / "design.md").read_text()
+    section = doc.split("### Canonical serialisation", 1)[1].split("\n### ", 1)[0]
+    stated = dict(re.findall(r"`([A-Z_]+)` =\s+`([^`]+)`", section))
+    assert stated["NULL_MARKER"] == canonical.NULL_MARKER
+    assert stated["TIMESTAMP_FORMAT"] == canonical.TIMESTAMP_FORMAT
+    assert stated["OWNER_KEY"] == canonical.OWNER_KEY
+    for name, value in {
+        "VECTOR_ATOL": canonical.VECTOR_ATOL,
+        "EXACT_COSINE": canonical.EXACT_COSINE,
+        "MODEL_COSINE": canonical.MODEL_COSINE,
+        "STALE_COSINE": STALE_COSINE,
+    }.items():
+        assert float(stated[name]) == value, name
+    fields = section.split("**Fields, in order**:", 1)[1].split("(`FIELDS`)", 1)[0]
+    assert tuple(re.findall(r"`([a-z_]+)`", fields)) == canonical.FIELDS
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert "(docs/design.md#canonical-serialisation)" in readme

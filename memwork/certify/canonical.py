@@ -5,7 +5,8 @@ A row of ``h5_user_memory_items`` (source) and of ``memory_embeddings`` (destina
 PostgreSQL in SQL (so checksums are computed where the data lives) and by :func:`canonical_row` in
 Python (so a drilled-down row is compared field by field with exactly the same rules).
 
-Rules (written here once):
+Rules (the same, with these constants, in ``docs/design.md`` -- "Canonical serialisation" -- which a
+test keeps in step with this module):
 
 * **fields**, in order: key (source id = ``source_memory_id``), user, content, type, source session
   pointer, source message pointer, created_at, updated_at, metadata. Each field is written as

@@ -8,17 +8,21 @@ The source side: the legacy table (``legacy-mysql``) through SQL checksums in it
 (:class:`~memwork.certify.listing.RecordListing`). The destination side is the rows that source owns
 (:func:`memwork.migrate.ownership.owner_of`), so other sources sharing the table are never "extra".
 
-Gates (each PASS or FAIL, with its reasons):
+Gates (each PASS or FAIL, with its reasons). A kind of bad row or vector within its tolerance
+(``max_<kind>``, any of :data:`TOLERABLE_KINDS`) but above zero is a *warning*: the gate passes, and
+the warning is in the certificate (``warnings``), ``summary.json`` and the CLI -- the verdict reads
+"PASS with warnings", so a tolerated problem is never passed silently.
 
 * ``rows`` -- bad rows per kind against the tolerances (``max_<kind>``, default 0; ``allow_quarantined``
   tolerates every quarantined row); a ``user-changed`` row is critical whatever the tolerance;
 * ``vectors`` -- the declared dimension against ``expected_dimensions``; wrong-dimension / null / zero /
   NaN vectors; vectors not their model's embedding of their content (other-model / swapped / stale),
   or, when the migration kept the source's vectors, not the source's (source-vector / other-model);
-  users with two model ids;
+  users with two model ids (tolerated with the other-model rows they come from, or ``max_mixed-models``);
 * ``index`` -- pgvector version, ANN index operator class vs the resolve query's distance, HNSW settings;
 * ``retrieval`` -- per size bucket recall@k of the production search path against exact search within
-  the user, and underfill (skipped when ``retrieval=False``);
+  the user (each bucket against ``min_recall``, or its own bar in ``min_recall_by_bucket``), and
+  underfill (skipped when ``retrieval=False``);
 * ``preserved`` -- for a source that can search (a Source with a ``search`` method): the same queries
   on both sides per sampled user, overlap@k and RBO, and the claim (:mod:`memwork.certify.preserved`).
 
@@ -44,9 +48,10 @@ from memwork.certify.failures import store_failures, write_summary
 from memwork.certify.listing import ListingSide, RecordListing
 from memwork.certify.preserved import PreservationReport, Query, read_queries
 from memwork.certify.retrieval import RetrievalReport, measure_retrieval
-from memwork.certify.rows import CRITICAL_KINDS, RowsReport, compare_rows
+from memwork.certify.rows import CRITICAL_KINDS, ROW_KINDS, RowsReport, compare_rows
 from memwork.certify.sides import CHECKSUM_MODES, SOURCE_TABLE, DestSide, RowSource, SourceSide
 from memwork.certify.vectors import (
+    VECTOR_KINDS,
     VectorReport,
     check_embeddings,
     check_index,
@@ -80,6 +85,9 @@ from memwork.pgvector.schema import EMBEDDINGS_TABLE, table_dimensions
 from memwork.redaction import redact_url
 
 MAX_LISTED = 50
+#: the kinds a tolerance (``max_<kind>``, ``--max KIND=N``) may name: bad rows' and bad vectors'
+TOLERABLE_KINDS = ROW_KINDS + VECTOR_KINDS
+ALL_ROWS = 10**9  #: the tolerance ``allow_quarantined`` sets: every quarantined row
 
 
 @dataclass
@@ -110,7 +118,9 @@ class CertifyOptions:
     queries_per_user: int = 3
     search: str = "auto"
     ef_search: int | None = None
-    min_recall: float = 0.95
+    min_recall: float = 0.95  #: every size bucket's recall@k bar, unless set in min_recall_by_bucket
+    #: a bucket's own bar (``1-10``, ``11-100``, ``101-1,000``, ``1,001+``), e.g. {"1-10": 0.99}
+    min_recall_by_bucket: dict[str, float] = field(default_factory=dict)
     max_underfill: float = 0.0
     tolerances: dict[str, int] = field(default_factory=dict)  #: kind -> rows allowed (default 0)
     allow_quarantined: bool = False  #: quarantined rows are listed either way; True: not a failure
@@ -169,15 +179,41 @@ class CertifyOptions:
             dimension("expected_dimensions", self.expected_dimensions)
         self._check_partitions()
         unit("min_recall", self.min_recall)
+        self._check_buckets()
         unit("max_underfill", self.max_underfill)
         for name in ("users_per_bucket", "queries_per_user"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise UsageError(name, value, "must be a non-negative integer")
+        self._check_tolerances()
+
+    def _check_buckets(self) -> None:
+        """Each per-bucket bar names a size bucket (written ``101-1000`` or ``101-1,000``) and is a
+        share; the names are normalised to the report's."""
+        from memwork.certify.retrieval import BUCKET_NAMES, parse_bucket
+
+        normalised: dict[str, float] = {}
+        for name, bar in self.min_recall_by_bucket.items():
+            bucket = parse_bucket(str(name))
+            if bucket is None:
+                raise UsageError(
+                    "min_recall", name, f"is not a size bucket; one of {', '.join(BUCKET_NAMES)}"
+                )
+            unit(f"min_recall[{bucket}]", bar)
+            normalised[bucket] = bar
+        self.min_recall_by_bucket = normalised
+
+    def _check_tolerances(self) -> None:
+        """A tolerance must name a kind the gates count (a misspelt kind would silently tolerate
+        nothing), be a count, and never cover a critical kind."""
+        if not isinstance(self.tolerances, Mapping):
+            raise UsageError("tolerances", self.tolerances, "must be a mapping of kind to rows allowed")
         for kind, allowed in self.tolerances.items():
+            if kind not in TOLERABLE_KINDS:
+                raise UsageError("max", kind, f"is not a kind; one of {', '.join(TOLERABLE_KINDS)}")
             if kind in CRITICAL_KINDS and allowed:
                 raise UsageError(f"max_{kind}", allowed, "a row served to another user is never tolerated")
-            if not isinstance(allowed, int) or allowed < 0:
+            if isinstance(allowed, bool) or not isinstance(allowed, int) or allowed < 0:
                 raise UsageError(f"max_{kind}", allowed, "must be a non-negative integer")
 
     def _check_partitions(self) -> None:
@@ -227,6 +263,8 @@ class Certificate:
     vectors: VectorReport
     retrieval: RetrievalReport | None
     gates: dict[str, list[str]] = field(default_factory=dict)
+    #: per gate, the problems within their tolerance: shown, but the gate passes
+    warnings: dict[str, list[str]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     source: str = LEGACY_SOURCE
     source_key: str = LEGACY_SOURCE
@@ -243,6 +281,15 @@ class Certificate:
     @property
     def verdict(self) -> str:
         return "FAIL" if any(self.gates.values()) else "PASS"
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict as shown: a PASS with tolerated problems says so (they are not silent)."""
+        return "PASS with warnings" if self.verdict == "PASS" and self.warned() else self.verdict
+
+    def warned(self) -> list[str]:
+        """Every warning (a problem within its tolerance), prefixed by its gate."""
+        return [f"{gate}: {w}" for gate, found in self.warnings.items() for w in found]
 
     def failures(self) -> list[dict[str, Any]]:
         """Every named failure: rows, vectors, index (key = the index name)."""
@@ -263,6 +310,12 @@ class Certificate:
 
     def claim(self) -> str:
         r = self.rows
+        if self.verdict == "PASS" and self.warned():
+            return (
+                f"Certified with warnings: {len(self.warned())} problem(s) within their tolerances "
+                f"({'; '.join(self.warned())[:300]}); every other check of the {r.source_rows:,} active "
+                f"{self.source} rows of {len(r.users):,} users passed."
+            )
         if self.verdict == "PASS":
             return (
                 f"All {r.source_rows:,} active {self.source} rows of {len(r.users):,} users are in "
@@ -318,9 +371,11 @@ class Certificate:
                 recalls = [b.recall for b in (self.retrieval.buckets.values() if self.retrieval else [])]
                 known = [x for x in recalls if x is not None]
                 worst = round(min(known), 4) if known else None
+                own = t.get("min_recall_by_bucket", {})
+                bars = "".join(f"; bucket {b} recall >= {v}" for b, v in own.items())
                 gate = _gate(
                     name, state, worst, t.get("min_recall"), ">=", _origin(t, "min_recall"),
-                    "worst bucket recall@k", f"{why}; underfill <= {t.get('max_underfill', 0)}",
+                    "worst bucket recall@k", f"{why}; underfill <= {t.get('max_underfill', 0)}{bars}",
                 )  # fmt: skip
             out.append(gate)
         return out
@@ -328,6 +383,33 @@ class Certificate:
     def reasons(self) -> list[str]:
         """Every failed gate's reasons, each prefixed by its gate (what a rollout's judge names)."""
         return [f"{gate}: {reason}" for gate, found in self.gates.items() for reason in found]
+
+    def user_table(self) -> dict[str, dict[str, Any]]:
+        """Every user with a problem -- bad rows, or only a bad vector (its rows all match, so the
+        row pass alone would not list it) -- with both sides' row counts and checksums, so a reader
+        can see which side differs without running anything."""
+        bad_vectors: dict[str, list[dict[str, str]]] = {}
+        for f in self.vectors.findings:
+            if f.user is not None:
+                bad_vectors.setdefault(str(f.user), []).append({"key": f.key, "kind": f.kind})
+        users = {u for u, t in self.rows.users.items() if not t.ok} | set(bad_vectors)
+        return {u: self._user_row(u, bad_vectors.get(u, [])) for u in sorted(users)}
+
+    def _user_row(self, user: str, vectors: list[dict[str, str]]) -> dict[str, Any]:
+        from memwork.certify.rows import UserTally
+
+        t = self.rows.users.get(user) or UserTally()
+        return {
+            "source": t.source,
+            "dest": t.dest,
+            "source_checksum": None if t.source_checksum is None else list(t.source_checksum),
+            "dest_checksum": None if t.dest_checksum is None else list(t.dest_checksum),
+            "checksums_match": t.checksum_ok,
+            "missing": t.missing,
+            "extra": t.extra,
+            "changed": t.changed,
+            "vectors": vectors[:MAX_LISTED],
+        }
 
     def input_fingerprint(self) -> dict[str, Any]:
         """What this verification read, for comparing it with a later one: the source, the table,
@@ -358,10 +440,15 @@ class Certificate:
             "source": self.source,
             "source_key": self.source_key,
             "verdict": self.verdict,
+            "verdict_text": self.verdict_text,
             "reasons": self.reasons(),
+            "warnings": self.warned(),
             "claim": self.claim(),
             "repair": self.repair_command(),
-            "gates": [g | {"reasons": self.gates.get(g["name"], [])} for g in self.gate_strip()],
+            "gates": [
+                g | {"reasons": self.gates.get(g["name"], []), "warnings": self.warnings.get(g["name"], [])}
+                for g in self.gate_strip()
+            ],
             "notes": self.notes,
             "rows": {
                 "source": r.source_rows,
@@ -381,17 +468,7 @@ class Certificate:
                 "notes": r.notes[:MAX_LISTED],
                 "quarantined": self.quarantined[:MAX_LISTED],
             },
-            "users": {
-                u: {
-                    "source": t.source,
-                    "dest": t.dest,
-                    "missing": t.missing,
-                    "extra": t.extra,
-                    "changed": t.changed,
-                }
-                for u, t in list(r.users.items())
-                if not t.ok
-            },
+            "users": self.user_table(),
             "vectors": {
                 "mode": self.vectors_mode,
                 "declared_dimensions": self.declared_dimensions,
@@ -633,6 +710,7 @@ def _certify(
                 ef_search=options.ef_search,
                 min_recall=options.min_recall,
                 max_underfill=options.max_underfill,
+                min_recall_by_bucket=options.min_recall_by_bucket,
                 queries=_recall_queries(queries, embedder),
             )
             timings["retrieval"] = round(time.perf_counter() - started, 3)
@@ -729,13 +807,15 @@ def _dest_model(conn: Any, table: str, owner: str) -> str | None:
 def _thresholds(options: CertifyOptions) -> dict[str, Any]:
     tolerances = dict(options.tolerances)
     if options.allow_quarantined:
-        tolerances["quarantined"] = max(tolerances.get("quarantined", 0), 10**9)
+        tolerances["quarantined"] = max(tolerances.get("quarantined", 0), ALL_ROWS)
     defaults = CertifyOptions()
-    changed = [n for n in ("min_recall", "max_underfill") if getattr(options, n) != getattr(defaults, n)]
+    names = ("min_recall", "min_recall_by_bucket", "max_underfill")
+    changed = [n for n in names if getattr(options, n) != getattr(defaults, n)]
     return {
         "tolerances": options.tolerances,
         "allowed": tolerances,
         "min_recall": options.min_recall,
+        "min_recall_by_bucket": dict(options.min_recall_by_bucket),
         "max_underfill": options.max_underfill,
         "set": changed + (["tolerances"] if options.tolerances or options.allow_quarantined else []),
     }
@@ -805,38 +885,70 @@ def _sample_keys(conn: Any, table: str, n: int, seed: int, owner: str) -> list[s
 
 
 def _gates(cert: Certificate, options: CertifyOptions) -> dict[str, list[str]]:
-    rows_reasons: list[str] = []
-    for kind, n in sorted(cert.rows.by_kind().items(), key=lambda kv: (kv[0] not in CRITICAL_KINDS, kv[0])):
-        allowed = 0 if kind in CRITICAL_KINDS else cert.thresholds["allowed"].get(kind, 0)
-        if n > allowed:
-            ids = ", ".join(b.key for b in cert.rows.bad if b.kind == kind)[:200]
-            critical = "CRITICAL " if kind in CRITICAL_KINDS else ""
-            rows_reasons.append(f"{critical}{kind}: {n} row(s) (allowed {allowed}), e.g. {ids}")
-        elif kind == "quarantined":
-            cert.notes.append(f"quarantined: {n} row(s) the migration could not write, tolerated")
-    if cert.rows.dest_unkeyed:
-        rows_reasons.append(f"extra: {cert.rows.dest_unkeyed} destination row(s) without a source id")
-    vector_reasons: list[str] = []
-    if "declared_mismatch" in cert.thresholds:
-        declared, expected = cert.thresholds.pop("declared_mismatch")
-        vector_reasons.append(f"dimensions: column is vector({declared}), expected {expected}")
-    kinds: dict[str, list[str]] = {}
-    for f in cert.vectors.findings:
-        kinds.setdefault(f.kind, []).append(f.key)
-    for kind, keys in sorted(kinds.items()):
-        vector_reasons.append(f"{kind}: {len(keys)} vector(s), e.g. {', '.join(keys[:5])}")
-    real = {m: n for m, n in cert.vectors.models.items() if m != "(none)"}
-    if len(real) > 1 and cert.vectors_mode != "keep":  # re-embedded: one model for the whole copy
-        counts = ", ".join(f"{m}: {n} row(s)" for m, n in sorted(real.items()))
-        vector_reasons.append(f"models: {len(real)} model ids in one re-embedded copy ({counts})")
-    if cert.vectors.mixed_model_users:
-        vector_reasons.append(
-            f"mixed-models: {len(cert.vectors.mixed_model_users)} user(s) with two model ids, "
-            f"e.g. {', '.join(cert.vectors.mixed_model_users[:5])}"
-        )
+    """Each gate's failing reasons; a kind over zero but within its tolerance goes to
+    ``cert.warnings`` instead, so a tolerated problem is shown, never passed silently."""
+    allowed: dict[str, int] = cert.thresholds["allowed"]
+    cert.warnings = {"rows": [], "vectors": []}
+    rows_reasons = _rows_reasons(cert, allowed)
+    vector_reasons = _vector_reasons(cert, allowed)
     gates = {"rows": rows_reasons, "vectors": vector_reasons, "index": list(cert.vectors.index_problems)}
     if cert.retrieval is not None:
         gates["retrieval"] = list(cert.retrieval.problems)
     if cert.preserved is not None:
         gates["preserved"] = list(cert.preserved.problems)
+    cert.warnings = {g: w for g, w in cert.warnings.items() if w}
     return gates
+
+
+def _judge(cert: Certificate, gate: str, reason: str, n: int, allowed: int, into: list[str]) -> None:
+    """``reason`` fails the gate when ``n`` is above ``allowed``, else (``n`` > 0) is a warning."""
+    if n > allowed:
+        into.append(reason)
+    elif n > 0:
+        cert.warnings[gate].append(f"{reason} -- tolerated")
+
+
+def _rows_reasons(cert: Certificate, allowed: Mapping[str, int]) -> list[str]:
+    """The rows gate: bad rows per kind against ``max_<kind>`` (a critical kind allows none)."""
+    out: list[str] = []
+    for kind, n in sorted(cert.rows.by_kind().items(), key=lambda kv: (kv[0] not in CRITICAL_KINDS, kv[0])):
+        limit = 0 if kind in CRITICAL_KINDS else allowed.get(kind, 0)
+        ids = ", ".join(b.key for b in cert.rows.bad if b.kind == kind)[:200]
+        critical = "CRITICAL " if kind in CRITICAL_KINDS else ""
+        shown = "all" if limit >= ALL_ROWS else limit
+        _judge(cert, "rows", f"{critical}{kind}: {n} row(s) (allowed {shown}), e.g. {ids}", n, limit, out)
+        if kind == "quarantined" and n <= limit:  # why they are missing, beside the warning
+            cert.notes.append(f"quarantined: {n} row(s) the migration could not write, tolerated")
+    if cert.rows.dest_unkeyed:
+        out.append(f"extra: {cert.rows.dest_unkeyed} destination row(s) without a source id")
+    return out
+
+
+def _vector_reasons(cert: Certificate, allowed: Mapping[str, int]) -> list[str]:
+    """The vectors gate: bad vectors per kind against ``max_<kind>``. A re-embedded copy holding
+    two model ids, and users with two, are the other-model rows seen per table and per user: they
+    are tolerated with those rows (or, per user, by ``max_mixed-models``)."""
+    out: list[str] = []
+    if "declared_mismatch" in cert.thresholds:
+        declared, expected = cert.thresholds.pop("declared_mismatch")
+        out.append(f"dimensions: column is vector({declared}), expected {expected}")
+    kinds: dict[str, list[str]] = {}
+    for f in cert.vectors.findings:
+        kinds.setdefault(f.kind, []).append(f.key)
+    for kind, keys in sorted(kinds.items()):
+        limit = allowed.get(kind, 0)
+        reason = f"{kind}: {len(keys)} vector(s) (allowed {limit}), e.g. {', '.join(keys[:5])}"
+        _judge(cert, "vectors", reason, len(keys), limit, out)
+    others = len(kinds.get("other-model", []))
+    tolerated = 0 < others <= allowed.get("other-model", 0)
+    real = {m: n for m, n in cert.vectors.models.items() if m != "(none)"}
+    if len(real) > 1 and cert.vectors_mode != "keep":  # re-embedded: one model for the whole copy
+        counts = ", ".join(f"{m}: {n} row(s)" for m, n in sorted(real.items()))
+        reason = f"models: {len(real)} model ids in one re-embedded copy ({counts})"
+        _judge(cert, "vectors", reason, 1, 1 if tolerated else 0, out)
+    mixed = cert.vectors.mixed_model_users
+    if mixed:
+        limit = max(allowed.get("mixed-models", 0), len(mixed) if tolerated else 0)
+        reason = f"mixed-models: {len(mixed)} user(s) with two model ids, e.g. {', '.join(mixed[:5])}"
+        _judge(cert, "vectors", reason, len(mixed), limit, out)
+    return out

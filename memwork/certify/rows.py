@@ -34,6 +34,8 @@ T = TypeVar("T")
 U = TypeVar("U")
 DEFAULT_LEAF = 256  #: a bucket this small (both sides) is compared row hash by row hash
 CRITICAL_KINDS = ("user-changed",)
+#: every kind a bad row can have (a tolerance ``max_<kind>`` must name one of them)
+ROW_KINDS = ("missing", "quarantined", "extra", "status", "changed", "user-changed")
 
 
 @dataclass
@@ -57,6 +59,9 @@ class UserTally:
     source: int = 0
     dest: int = 0
     checksum_ok: bool = True
+    #: each side's checksum of the user's rows (rows, sum of hash bits 0-31, 32-63); None: no rows
+    source_checksum: Checksum | None = None
+    dest_checksum: Checksum | None = None
     missing: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
@@ -236,7 +241,13 @@ def compare_rows(
     report.buckets_compared = scanned.buckets_compared
     for user in sorted(s_users.keys() | d_users.keys()):
         a, b = s_users.get(user), d_users.get(user)
-        report.users[user] = UserTally(source=a[0] if a else 0, dest=b[0] if b else 0, checksum_ok=a == b)
+        report.users[user] = UserTally(
+            source=a[0] if a else 0,
+            dest=b[0] if b else 0,
+            checksum_ok=a == b,
+            source_checksum=a,
+            dest_checksum=b,
+        )
     _classify(report, source, dest, scanned.missing, scanned.extra, scanned.changed, rejects or set())
     _set_boundary_apart(report, source, dest, checkpoint_cursor)
     for row in report.bad + report.after_boundary:

@@ -38,6 +38,19 @@ RESOLVE_OPERATOR = "<=>"  #: memwork.backends.pgvector orders by cosine distance
 COSINE_OPCLASSES = ("vector_cosine_ops", "halfvec_cosine_ops")
 MIN_ITERATIVE_SCAN = (0, 8, 0)  #: the hnsw search path sets hnsw.iterative_scan (pgvector 0.8)
 MAX_LISTED = 1000
+#: every kind a bad vector can have, and ``mixed-models`` (users with two model ids): the names a
+#: tolerance (``max_<kind>``) may use for the vectors gate
+VECTOR_KINDS = (
+    "wrong-dimension",
+    "other-model",
+    "null-vector",
+    "zero-vector",
+    "nan-vector",
+    "source-vector",
+    "swapped",
+    "stale",
+    "mixed-models",
+)
 
 
 @dataclass
@@ -288,6 +301,14 @@ def check_index(
     conn: psycopg.Connection[Any], table: str, k: int, ef_search: int, report: VectorReport
 ) -> None:
     """Extension version, ANN index type/opclass vs the resolve query's distance, HNSW settings."""
+    version, indexes = read_index_catalog(conn, table)
+    report.index = judge_index(version, indexes, k, ef_search, report)
+
+
+def read_index_catalog(conn: psycopg.Connection[Any], table: str) -> tuple[str | None, list[tuple[Any, ...]]]:
+    """pgvector's installed version and ``table``'s ANN indexes (name, method, opclass, options) as
+    the catalog holds them -- read apart from :func:`judge_index` so a recorded catalog (another
+    server's, an older pgvector's) can be judged the same way."""
     version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
     indexes = conn.execute(
         "SELECT i.relname, am.amname, opc.opcname, coalesce(i.reloptions, '{}') FROM pg_index x "
@@ -296,8 +317,16 @@ def check_index(
         "WHERE x.indrelid = to_regclass(%s) AND am.amname IN ('hnsw', 'ivfflat') ORDER BY 1",
         (quote_identifier(table),),
     ).fetchall()
+    return (None if version is None else str(version[0])), [tuple(i) for i in indexes]
+
+
+def judge_index(
+    version: str | None, indexes: list[tuple[Any, ...]], k: int, ef_search: int, report: VectorReport
+) -> dict[str, Any]:
+    """The index problems of a catalog (:func:`read_index_catalog`) into ``report``; returns what
+    was read, for the certificate."""
     info: dict[str, Any] = {
-        "pgvector": version[0] if version else None,
+        "pgvector": version,
         "resolve_operator": RESOLVE_OPERATOR,
         "ef_search": ef_search,
         "indexes": [],
@@ -319,12 +348,12 @@ def check_index(
         if method == "hnsw":
             if ef_search < k:
                 report.index_problems.append(f"hnsw: ef_search {ef_search} below k {k}: answers underfill")
-            if version and _version(version[0]) < MIN_ITERATIVE_SCAN:
+            if version and _version(version) < MIN_ITERATIVE_SCAN:
                 report.index_problems.append(
-                    f"pgvector: version {version[0]} has no iterative scan (the hnsw search path needs 0.8)"
+                    f"pgvector: version {version} has no iterative scan (the hnsw search path needs 0.8)"
                 )
     if version is None:
         report.index_problems.append("pgvector: the vector extension is not installed")
     if not indexes:
         report.notes.append("index: no ANN index; every search is exact")
-    report.index = info
+    return info

@@ -17,14 +17,36 @@ SOURCE_URL_ENV = "MEMORY_BACKFILL_MYSQL_URL"
 
 
 def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
-    """``--max missing=3`` -> ``{"missing": 3}``."""
+    """``--max missing=3`` -> ``{"missing": 3}``; a kind the gates do not count is bad input (it would
+    tolerate nothing, silently)."""
+    from memwork.certify.certificate import TOLERABLE_KINDS
+
     out: dict[str, int] = {}
     for value in values:
         kind, sep, number = value.partition("=")
         if not sep or not number.strip().isdigit():
             raise UsageError("max", value, "must be KIND=N, e.g. missing=3")
+        if kind.strip() not in TOLERABLE_KINDS:
+            raise UsageError("max", value, f"names no kind; one of {', '.join(TOLERABLE_KINDS)}")
         out[kind.strip()] = int(number)
     return out
+
+
+def _recall_bars(values: tuple[str, ...]) -> tuple[float, dict[str, float]]:
+    """``--min-recall 0.9 --min-recall 1-10=0.99`` -> ``(0.9, {"1-10": 0.99})``: one bar for every
+    size bucket and each bucket's own (the bucket names are checked by :class:`CertifyOptions`)."""
+    default, by_bucket = 0.95, {}
+    for value in values:
+        bucket, sep, number = value.rpartition("=")
+        try:
+            bar = float(number)
+        except ValueError:
+            raise UsageError("min_recall", value, "must be R or BUCKET=R, e.g. 0.95 or 1-10=0.99") from None
+        if sep:
+            by_bucket[bucket.strip()] = bar
+        else:
+            default = bar
+    return default, by_bucket
 
 
 @click.command("verify")
@@ -60,9 +82,21 @@ def _tolerances(values: tuple[str, ...]) -> dict[str, int]:
 @click.option("-k", "k", type=int, default=10, show_default=True, help="Results per retrieval query.")
 @click.option("--no-retrieval", is_flag=True, help="Skip the per-bucket recall and underfill measurement.")
 @click.option("--users-per-bucket", type=int, default=20, show_default=True, help="Users sampled per bucket.")
-@click.option("--min-recall", type=float, default=0.95, show_default=True, help="FAIL below, per bucket.")
+@click.option(
+    "--min-recall",
+    "min_recall",
+    multiple=True,
+    metavar="[BUCKET=]R",
+    help="FAIL below, per size bucket (default 0.95 for each): R for every bucket, BUCKET=R for one "
+    "(1-10, 11-100, 101-1000, 1001+), repeatable, e.g. --min-recall 0.9 --min-recall 1-10=0.99.",
+)
 @click.option("--max-underfill", type=float, default=0.0, show_default=True, help="FAIL above, per bucket.")
-@click.option("--max", "tolerances", multiple=True, help="Rows of a kind tolerated, e.g. --max missing=3.")
+@click.option(
+    "--max",
+    "tolerances",
+    multiple=True,
+    help="Rows or vectors of a kind tolerated (a warning, not a FAIL), e.g. --max missing=3, --max stale=1.",
+)
 @click.option("--allow-quarantined", is_flag=True, help="Quarantined rows are listed but not a FAIL.")
 @click.option(
     "--leaf",
@@ -153,7 +187,7 @@ def verify_command(
     k: int,
     no_retrieval: bool,
     users_per_bucket: int,
-    min_recall: float,
+    min_recall: tuple[str, ...],
     max_underfill: float,
     tolerances: tuple[str, ...],
     allow_quarantined: bool,
@@ -215,7 +249,8 @@ def verify_command(
         k=k,
         retrieval=not no_retrieval,
         users_per_bucket=users_per_bucket,
-        min_recall=min_recall,
+        min_recall=_recall_bars(min_recall)[0],
+        min_recall_by_bucket=_recall_bars(min_recall)[1],
         max_underfill=max_underfill,
         tolerances=_tolerances(tolerances),
         allow_quarantined=allow_quarantined,
@@ -242,19 +277,22 @@ def verify_command(
         cert.notes.append("min-self-retrieval: covered by the vectors and retrieval gates (ignored)")
     summary = cert.summary()
     lines = [
-        f"verdict: {cert.verdict}  run: {cert.run_id}  source: {cert.source_key}  table: {cert.table}",
+        f"verdict: {cert.verdict_text}  run: {cert.run_id}  source: {cert.source_key}  table: {cert.table}",
         cert.claim(),
     ]
     ranges, executor = cert.execution["ranges"], cert.execution["executor"]
     if ranges:
         lines.append(f"rows: checksummed as {len(ranges)} key range(s) of users on {executor}")
     for gate, reasons in cert.gates.items():
-        lines.append(f"{gate}: {'FAIL' if reasons else 'PASS'}")
+        warned = cert.warnings.get(gate, [])
+        state = "FAIL" if reasons else ("PASS with warnings" if warned else "PASS")
+        lines.append(f"{gate}: {state}")
         lines += [f"  {reason}" for reason in reasons]
+        lines += [f"  warning: {warning}" for warning in warned]
     for bad in cert.failures()[:20]:
         fields = ", ".join(bad["fields"]) if bad["fields"] else ""
         lines.append(f"  {bad['kind']:<16} {bad['key']}  user {bad['user']}  {fields}")
-    lines += [f"note: {note}" for note in cert.notes]
+    lines += [f"note: {note}" for note in cert.notes + cert.rows.notes[:20]]
     if cert.preserved is not None:
         lines.append(f"preserved: {cert.preserved.claim()}")
         lines += [f"  note: {note}" for note in cert.preserved.notes]
