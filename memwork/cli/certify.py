@@ -180,10 +180,11 @@ def verify_command(
     legacy-mysql is checksummed in both databases per user; any other source through its records,
     mapped as the importer writes them. Bad buckets are bisected to single rows; only the rows this
     source owns are compared. Recall@k and underfill are measured per user size; a source that can
-    search (qdrant) is also queried like the destination per sampled user (overlap@k, RBO, a claim).
-    Failures go to the destination's ``memwork_certify_failures`` table and ``summary.json``; exit 1
-    on FAIL, with the repair command. --executor / --workers (legacy-mysql) run the row checksums as
-    key ranges of users in worker processes or on a Dask cluster; everything else runs once, here.
+    search (qdrant, weaviate; letta, sent the query's text) is also queried like the destination per
+    sampled user (overlap@k, RBO, a claim). Failures go to the destination's
+    ``memwork_certify_failures`` table and ``summary.json``; exit 1 on FAIL, with the repair command.
+    --executor / --workers (legacy-mysql) run the row checksums as key ranges of users in worker
+    processes or on a Dask cluster; everything else runs once, here.
 
     \b
     Example:
