@@ -41,7 +41,7 @@ def _texts(seed: int, n: int) -> list[str]:
 
 def _cli(*args: str) -> tuple[int, dict]:
     result = CliRunner().invoke(main, list(args))
-    assert result.exit_code in (0, 1), result.output
+    assert result.exit_code in (0, 1) and result.stdout.startswith("{"), result.output
     return result.exit_code, json.loads(result.stdout)
 
 
@@ -62,7 +62,7 @@ def _verify(name: str, pg_url: str, settings: dict[str, str], *extra: str) -> tu
     )  # fmt: skip
 
 
-def _scramble(pg_url: str, users: tuple[str, ...]) -> None:
+def _scramble(pg_url: str, users: tuple[str, ...], table: str = "memory_embeddings") -> None:
     """Swap the vectors of neighbouring rows (by source id) within each of ``users``: every row's
     fields unchanged, the users' nearest neighbours no longer the source's."""
     from memwork.db.embedded import ensure
@@ -70,8 +70,8 @@ def _scramble(pg_url: str, users: tuple[str, ...]) -> None:
     with psycopg.connect(ensure(pg_url, create=True).libpq, autocommit=True) as conn:
         conn.execute(
             "WITH r AS (SELECT id, user_id, embedding, row_number() OVER (PARTITION BY user_id "
-            "ORDER BY source_memory_id) AS n FROM memory_embeddings WHERE user_id = ANY(%s)) "
-            "UPDATE memory_embeddings AS d SET embedding = s.embedding FROM r AS a JOIN r AS s "
+            f"ORDER BY source_memory_id) AS n FROM {table} WHERE user_id = ANY(%s)) "
+            f"UPDATE {table} AS d SET embedding = s.embedding FROM r AS a JOIN r AS s "
             "ON s.user_id = a.user_id AND s.n = CASE WHEN a.n %% 2 = 0 THEN a.n - 1 ELSE a.n + 1 END "
             "WHERE d.id = a.id",
             (list(users),),
@@ -232,3 +232,52 @@ def test_a_text_query_reaches_a_text_source_as_text(takes):
     assert isinstance(_inputs(Query("u", None, (1.0, 0.0)), side, Side(lambda u, q, k: [])), str) == (
         takes == "text"
     )
+
+
+# ---- pgvector -> pgvector (a re-embedding) -------------------------------------------------------
+def test_pgvector_reembedding_is_verified_against_the_old_tables_search(sqlite_url, pg_url):
+    """``memwork import --from pgvector`` copies one table into a new one re-embedded; ``verify --from
+    pgvector`` embeds each sampled memory's text by each side's model and queries both tables' own
+    search: the same model agrees fully, scrambled vectors fail naming the users, another model is
+    measured (each user's overlap in [0, 1], the gate failing exactly when a user is below)."""
+    from memwork.db.embedded import ensure
+    from memwork.samples.migration import build_migration
+
+    build_migration(sqlite_url, pg_url, n_users=6, items_per_user=12, dimensions=16, table="mem_old")
+    with psycopg.connect(ensure(pg_url, create=True).libpq) as conn:
+        rows = conn.execute("SELECT count(*) FROM mem_old").fetchone()[0]
+    settings = {"MEMORY_PGVECTOR_SOURCE_URL": pg_url, "MEMORY_PGVECTOR_SOURCE_TABLE": "mem_old"}
+    sets = [f"--set={k}={v}" for k, v in settings.items()]
+
+    def copy(table: str, embedder: str) -> None:
+        code, report = _cli(
+            "import", "--from", "pgvector", "--to", pg_url, "--table", table, *sets, "--vectors", "reembed",
+            "--embedder", embedder, "--apply", "--create-schema", "--json",
+        )  # fmt: skip
+        assert code == 0 and report["rowsWritten"] == rows > 0, report
+
+    def verify(table: str, *extra: str) -> tuple[int, dict]:
+        return _cli(
+            "verify", "--from", "pgvector", "--to", pg_url, "--table", table, *sets, "--json", "-k", "5",
+            "--leaf", "4", "--preserved-users", "6", "--source-embedder", "hash:16", *extra,
+        )  # fmt: skip
+
+    copy("mem_same", "hash:16")
+    code, summary = verify("mem_same")
+    assert code == 0 and summary["verdict"] == "PASS", summary["reasons"]
+    assert _gate(summary, "preserved")["state"] == "pass"
+    assert len(summary["preserved"]["users"]) == 6
+    assert all(u["overlap"] == 1.0 for u in summary["preserved"]["users"])
+    _scramble(pg_url, ("user-000000", "user-000002"), "mem_same")
+    code, summary = verify("mem_same", "--vector-sample", "0")
+    assert code == 1 and _gate(summary, "rows")["reasons"] == []
+    failed = {u["user"] for u in summary["preserved"]["users"] if not u["passed"]}
+    assert failed == {"user-000000", "user-000002"}
+    assert all(user in _gate(summary, "preserved")["reasons"][0] for user in failed)
+
+    copy("mem_wide", "hash:32")
+    code, summary = verify("mem_wide", "--min-overlap", "1.0")
+    users = summary["preserved"]["users"]
+    assert len(users) == 6 and all(0.0 <= u["overlap"] <= 1.0 for u in users)
+    below = {u["user"] for u in users if u["overlap"] < 1.0}
+    assert (code == 1) == bool(below) and {u["user"] for u in users if not u["passed"]} == below

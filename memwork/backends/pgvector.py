@@ -653,11 +653,9 @@ class PgvectorSource:
     def key(self) -> str:
         from memwork.redaction import redact_url
 
-        return f"{SOURCE_NAME}:{redact_url(self.url)}/{self.table}"
+        return f"{SOURCE_NAME}:{redact_url(self.url)}#{self.table}"
 
     def read_page(self, cursor: str | None, size: int) -> Any:
-        from pgvector.psycopg import register_vector
-
         from memwork.contracts import record_page
         from memwork.db import pg_connect
 
@@ -667,10 +665,9 @@ class PgvectorSource:
             raise UsageError("cursor", cursor, "is not a pgvector cursor (a row id)")
         t = quote_identifier(self.table)
         with pg_connect(self.url, autocommit=True) as conn:
-            register_vector(conn)
             rows = conn.execute(
                 "SELECT id, coalesce(source_memory_id, id::text), user_id, content, type, "
-                "source_session_id, source_message_id, metadata, created_at, updated_at, embedding, "
+                "source_session_id, source_message_id, metadata, created_at, updated_at, embedding::real[], "
                 f"embedding_model FROM {t} WHERE id > %s ORDER BY id LIMIT %s",
                 (int(cursor or 0), size),
             ).fetchall()
