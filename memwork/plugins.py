@@ -66,6 +66,7 @@ BUILTIN_SOURCES: tuple[EntryPoint, ...] = (
     EntryPoint("letta", "memwork.backends.letta:source_from_env", SOURCES),
     EntryPoint("langgraph", "memwork.backends.langgraph:source_from_env", SOURCES),
     EntryPoint("redis-streams", "memwork.backends.redis_streams:source_from_env", SOURCES),
+    EntryPoint("pgvector", "memwork.backends.pgvector:source_from_env", SOURCES),
 )
 
 BUILTINS: dict[str, tuple[EntryPoint, ...]] = {BACKENDS: BUILTIN_BACKENDS, SOURCES: BUILTIN_SOURCES}

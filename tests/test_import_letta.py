@@ -1,7 +1,9 @@
 """End to end: the fake Letta agent with 1,111 archival passages over 16 users (look-alikes and the agent's
 own untagged passage included) -> ``memwork import --from letta --apply`` in a subprocess SIGKILLed
 mid-run -> ``--resume`` -> ``import-verify`` PASS, Letta's vectors (zero padding removed) kept with
-``embedding_config.embedding_model``; a damaged copy -> FAIL naming the ids. The subprocess pages
+``embedding_config.embedding_model``, and the preserved gate measured (the fake's archival search, sent
+each sampled memory's text, ranks by the cosine of its model's embedding, as Letta does, so a faithful
+copy answers alike); a damaged copy -> FAIL naming the ids. The subprocess pages
 ``GET /v1/agents/{agent_id}/archival-memory?ascending=true&limit=..&after=<last id>`` over loopback."""
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections import Counter
 from datetime import datetime
 
 import psycopg
-from fakes.letta import EMBEDDING_MODEL, FakeLetta
+from fakes.letta import FakeLetta, SeededEmbedder
 from fakes.server import serve
 from import_harness import damage_and_verify, kill_resume_verify
 
@@ -23,7 +25,7 @@ def _user(passage: dict, agent: str) -> str:
 
 
 def test_letta_import_killed_resumed_verified_then_damage_detected(pg_url):
-    fake = FakeLetta(dim=8, pad_to=32).seed(users=12, per_user=90)
+    fake = FakeLetta(pad_to=32, embedder=SeededEmbedder(8)).seed(users=12, per_user=90)
     for user in LOOK_ALIKES:
         for n in range(10):
             fake.insert(f"user: {user!r} passage {n}", [f"memwork-user:{user}", "memwork-session:look"])
@@ -39,6 +41,9 @@ def test_letta_import_killed_resumed_verified_then_damage_detected(pg_url):
         assert len(ids) == 1111
         run = kill_resume_verify(env, "letta", pg_url, expected_ids=ids, kill_after_rows=300, page_size=50)
         assert run.verification["verdict"] == "PASS"
+        preserved = run.verification["preserved"]
+        assert preserved["source_input"] == "text" and len(preserved["users"]) == 15  # the agent's: no tag
+        assert all(u["passed"] for u in preserved["users"])
         assert run.source_key == f"letta:{url}/agents/{fake.agent_id}"
         with psycopg.connect(pg_url) as conn:
             per_user = dict(
@@ -54,7 +59,7 @@ def test_letta_import_killed_resumed_verified_then_damage_detected(pg_url):
                 (stored["id"],),
             ).fetchone()
         assert per_user == dict(Counter(_user(p, fake.agent_id) for p in passages)) and len(per_user) == 16
-        assert models == [(EMBEDDING_MODEL, 8)]
+        assert models == [("seeded-8", 8)]
         assert row[:3] == ("tenantx ", stored["text"], "look")
         assert row[3] == datetime.fromisoformat(stored["created_at"])
         vector = [float(x) for x in row[4].strip("[]").split(",")]

@@ -1,6 +1,7 @@
 """End to end: the fake Weaviate with 1,235 objects over 13 users (look-alikes included) -> ``memwork import
 --from weaviate --apply`` in a subprocess SIGKILLed mid-run -> ``--resume`` -> ``import-verify`` PASS, the
-vectors and their model kept; a damaged copy -> FAIL naming the ids. The subprocess pages the fake's
+vectors and their model kept, the preserved gate measured against the fake's own nearVector search;
+a damaged copy -> FAIL naming the ids. The subprocess pages the fake's
 REST cursor API (``GET /v1/objects?class=..&after=<uuid>&include=vector``) over loopback."""
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ def test_weaviate_import_killed_resumed_verified_then_damage_detected(pg_url):
         ids = sorted(fake.objects)
         run = kill_resume_verify(env, "weaviate", pg_url, expected_ids=ids, kill_after_rows=300, page_size=50)
         assert run.verification["verdict"] == "PASS"
+        preserved = run.verification["preserved"]  # the fake's nearVector search against the copy's
+        assert preserved["source_input"] == "vector" and len(preserved["users"]) == 13
+        assert all(u["passed"] for u in preserved["users"])
+        # hash-8 vectors tie often: a tie broken otherwise by the two searches is one answer, said so
+        assert any("answered with a tie" in note for note in preserved["notes"]), preserved["notes"]
         assert run.source_key == f"weaviate:{url}/MemindMemory"
         with psycopg.connect(pg_url) as conn:
             per_user = dict(

@@ -97,8 +97,8 @@ def test_a_missing_module_fails_the_gate_for_both_groups_alike(site):
 def test_a_working_source_plugin_passes_the_gate_and_is_imported_from(site):
     run = _memwork(site, "check", "contracts")
     assert run.returncode == 0, run.stdout + run.stderr
-    # 7 built-in sources (legacy-mysql among them) and the plugin's
-    assert "10 backends and 8 sources checked" in run.stdout and "0 violations" in run.stdout
+    # 8 built-in sources (legacy-mysql and pgvector among them) and the plugin's
+    assert "10 backends and 9 sources checked" in run.stdout and "0 violations" in run.stdout
     listed = _memwork(site, "import", "--from", "toy", "--json")
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert json.loads(listed.stdout)["rowsRead"] == 25

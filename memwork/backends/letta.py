@@ -34,7 +34,9 @@ The source lists the agent's passages (``GET /v1/agents/{agent_id}/archival-memo
 ``limit``, cursor ``after`` = the last passage id) to the end: user from the ``memwork-user:`` tag (a
 passage without one belongs to the agent: userId = agent id), tags and Letta's metadata -> metadata,
 ``embedding`` (Letta pads stored vectors to 4,096 with zeros; cut back to
-``embedding_config.embedding_dim``) with ``embedding_config.embedding_model`` as its model.
+``embedding_config.embedding_dim``) with ``embedding_config.embedding_model`` as its model. Its
+``search`` (for the certificate's ``preserved`` gate) is the resolve search (``MEMORY_LETTA_RESOLVE_PATH``,
+the same user tag and guard) and takes the query's *text*: Letta embeds it with the agent's model.
 """
 
 from __future__ import annotations
@@ -181,6 +183,16 @@ def _search_results(response: Any) -> list[Mapping[str, Any]]:
     return [r for r in response["results"] if isinstance(r, Mapping)]
 
 
+def archival_search(
+    client: JsonHttpClient, path: str, query: str, tags: list[str], top_k: int
+) -> list[Mapping[str, Any]]:
+    """``GET path`` (the archival search of one agent) for ``query``, restricted to the passages
+    carrying every tag in ``tags``, most relevant first in Letta's own ranking: the one search of the
+    backend (resolve, compact, purge) and the source's ``search``."""
+    params = {"query": query, "tags": tags, "tag_match_mode": "all", "top_k": top_k}
+    return _search_results(client.get_json(path, params))
+
+
 def _passage_ids(response: Any) -> list[str]:
     """Ids of the passages an insert created (Letta answers with a list of passages)."""
     if not isinstance(response, list):
@@ -320,8 +332,7 @@ class LettaBackend(BaseBackend):
         self, client: JsonHttpClient, query: str, tags: list[str], top_k: int
     ) -> list[Mapping[str, Any]]:
         """Letta's archival search restricted to passages carrying every tag in ``tags`` (a read)."""
-        params = {"query": query, "tags": tags, "tag_match_mode": "all", "top_k": top_k}
-        return _search_results(client.get_json(self._at(self.resolve_path), params))
+        return archival_search(client, self._at(self.resolve_path), query, tags, top_k)
 
     def purge_user(self, user_id: str) -> dict[str, int]:
         """Delete the user's passages (found by the exact user tag, deleted one by one: ``DELETE
@@ -395,11 +406,21 @@ class LettaSource:
     """Every archival passage of one agent, oldest first, paged by Letta's ``after`` cursor."""
 
     name = NAME
+    #: Letta's archival search takes the query's text (Letta embeds it with the agent's own model)
+    search_input = "text"
 
-    def __init__(self, client: JsonHttpClient, base_url: str, agent_id: str) -> None:
+    def __init__(
+        self,
+        client: JsonHttpClient,
+        base_url: str,
+        agent_id: str,
+        *,
+        resolve_path: str = DEFAULT_RESOLVE_PATH,
+    ) -> None:
         self.client = client
         self.base_url = base_url
         self.agent_id = agent_id
+        self.resolve_path = resolve_path
 
     @property
     def key(self) -> str:
@@ -416,6 +437,19 @@ class LettaSource:
         passages = [p for p in response if isinstance(p, Mapping) and p.get("id")]
         more = len(response) >= size and bool(passages)
         return record_page([self._fields(p) for p in passages], str(passages[-1]["id"]) if more else None)
+
+    def search(self, user_id: str, text: str, k: int) -> list[str] | None:
+        """The ids of the user's ``k`` most relevant passages for the query ``text``, in Letta's own
+        ranking: the backend's archival search filtered by the exact ``memwork-user:<id>`` tag, then
+        only the passages whose user tag is exactly ``user_id``. None for the agent's own passages
+        (those without a user tag, listed as the agent id's): no tag filter selects them apart from
+        every user's, so they cannot be searched on their own."""
+        if user_id == self.agent_id:
+            return None
+        path = self.resolve_path.replace("{agent_id}", quote(self.agent_id, safe=""))
+        found = archival_search(self.client, path, text, [user_tag(user_id)], int(k))
+        mine = only_user([_item(r) for r in found], user_id, backend=NAME)
+        return [str(item["id"]) for item in mine[:k]]
 
     def close(self) -> None:
         self.client.close()
@@ -466,5 +500,8 @@ def source_from_env(env: Mapping[str, str]) -> LettaSource:
     base_url = _base_url(env, problems)
     if problems:
         raise UsageError(BASE_URL_VAR, redact_url(env.get(BASE_URL_VAR)), "must be an http(s) URL")
+    resolve_path = _path(env, RESOLVE_PATH_VAR, DEFAULT_RESOLVE_PATH, problems)
+    if problems:
+        raise UsageError(RESOLVE_PATH_VAR, env.get(RESOLVE_PATH_VAR), "must be an absolute path")
     client = _client_from_env(env, base_url, api_key, timeout_s=SOURCE_TIMEOUT_S, connect_timeout_s=5.0)
-    return LettaSource(client, base_url, agent_id)
+    return LettaSource(client, base_url, agent_id, resolve_path=resolve_path)

@@ -625,3 +625,82 @@ def from_env(env: Mapping[str, str]) -> PgvectorBackend:
         unavailable=problems,
         model=model,
     )
+
+
+# ---- the migration source --------------------------------------------------------------------------
+SOURCE_NAME = "pgvector"
+SOURCE_URL_VAR = "MEMORY_PGVECTOR_SOURCE_URL"
+SOURCE_TABLE_VAR = "MEMORY_PGVECTOR_SOURCE_TABLE"
+
+
+class PgvectorSource:
+    """Every row of a pgvector memory table (another database's, or another table: a re-embedding
+    into a new model or dimension), by id order from the cursor to the end, and its production
+    search (:class:`PgvectorBackend`'s ``resolve``) for the certificate's ``preserved`` gate.
+
+    A record's id is the one that search answers with -- ``source_memory_id``, else the row id -- so
+    both sides of the gate name a memory alike; the vector and its ``embedding_model`` are kept.
+    """
+
+    name = SOURCE_NAME
+
+    def __init__(self, url: str, *, table: str = EMBEDDINGS_TABLE) -> None:
+        self.url = url
+        self.table = check_identifier(table, field=SOURCE_TABLE_VAR)
+        self._backend: PgvectorBackend | None = None
+
+    @property
+    def key(self) -> str:
+        from memwork.redaction import redact_url
+
+        return f"{SOURCE_NAME}:{redact_url(self.url)}#{self.table}"
+
+    def read_page(self, cursor: str | None, size: int) -> Any:
+        from memwork.contracts import record_page
+        from memwork.db import pg_connect
+
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise UsageError("page_size", size, "must be a positive integer")
+        if cursor is not None and not cursor.isdigit():
+            raise UsageError("cursor", cursor, "is not a pgvector cursor (a row id)")
+        t = quote_identifier(self.table)
+        with pg_connect(self.url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT id, coalesce(source_memory_id, id::text), user_id, content, type, "
+                "source_session_id, source_message_id, metadata, created_at, updated_at, embedding::real[], "
+                f"embedding_model FROM {t} WHERE id > %s ORDER BY id LIMIT %s",
+                (int(cursor or 0), size),
+            ).fetchall()
+        fields = [
+            {
+                "id": key, "user_id": user, "content": content, "type": kind or "fact",
+                "metadata": dict(meta or {}), "created_at": created, "updated_at": updated,
+                "session_id": session, "message_id": message,
+                "vector": None if vector is None else [float(x) for x in vector], "model": model,
+            }
+            for _, key, user, content, kind, session, message, meta, created, updated, vector, model in rows
+        ]  # fmt: skip
+        return record_page(fields, str(rows[-1][0]) if len(rows) >= size else None)
+
+    def search(self, user_id: str, vector: Any, k: int) -> list[str]:
+        """The ids of the user's ``k`` nearest rows by the table's production search path."""
+        if self._backend is None:
+            self._backend = PgvectorBackend(self.url, table=self.table)
+        embedding = [float(x) for x in np.asarray(vector, dtype=float).ravel()]
+        answer = self._backend.resolve({"userId": user_id, "embedding": embedding, "limit": int(k)})
+        return [str(m["id"]) for m in answer["semanticMemories"]]
+
+    def close(self) -> None:
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            backend.close()
+
+
+def source_from_env(env: Mapping[str, str]) -> PgvectorSource:
+    """``MEMORY_PGVECTOR_SOURCE_URL`` (required: the database read from, ``pg://embedded`` too) and
+    ``MEMORY_PGVECTOR_SOURCE_TABLE`` (default ``memory_embeddings``)."""
+    from memwork.contracts import require
+
+    url = require(env, SOURCE_URL_VAR)
+    table = (env.get(SOURCE_TABLE_VAR) or "").strip() or EMBEDDINGS_TABLE
+    return PgvectorSource(url, table=table)

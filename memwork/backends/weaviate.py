@@ -21,7 +21,8 @@ apart (or create the user property with ``tokenization: field``).
 
 The source (:class:`WeaviateSource`) lists a class with the REST cursor API
 ``GET /v1/objects?class=C&limit=N&after=<uuid>&include=vector`` to the end, keeping each object's
-uuid, properties, timestamps and vector.
+uuid, properties, timestamps and vector; its ``search`` is the backend's near-vector query
+(:func:`near_vector_search`, the same guard), for the certificate's ``preserved`` gate.
 """
 
 from __future__ import annotations
@@ -179,15 +180,10 @@ class WeaviateBackend(BaseBackend):
         user_id = user_id_of(request)
         limit = _limit(request.get("limit"))
         vector = self._query_vector(request)
-        query = near_vector_query(
-            self.collection, vector, user_id, limit, user_property=self.user_property,
+        hits = near_vector_search(
+            self.client, self.collection, vector, user_id, limit, user_property=self.user_property,
             content_property=self.content_property,
         )  # fmt: skip
-        answer = self.client.post_json("/v1/graphql", {"query": query}, idempotent=True)
-        try:
-            hits = graphql_hits(answer, self.collection)
-        except BackendError as exc:  # a message from the server may echo a secret back
-            raise BackendError(self.client.scrub(str(exc))) from None
         items = [self._memory(hit) for hit in hits]
         return {"semanticMemories": only_user(items, user_id, backend=NAME)}
 
@@ -254,6 +250,30 @@ def near_vector_query(
         f"{{ Get {{ {collection}(nearVector: {{vector: {vector_literal}}}, where: {where}, "
         f"limit: {int(limit)}) {{ {fields} _additional {{ {_ADDITIONAL} }} }} }} }}"
     )
+
+
+def near_vector_search(
+    client: JsonHttpClient,
+    collection: str,
+    vector: Sequence[float],
+    user_id: str,
+    limit: int,
+    *,
+    user_property: str = DEFAULT_USER_PROPERTY,
+    content_property: str = DEFAULT_CONTENT_PROPERTY,
+) -> list[Mapping[str, Any]]:
+    """The user's nearest objects, nearest first: :func:`near_vector_query` sent to ``POST
+    /v1/graphql``, its hits read by :func:`graphql_hits` (an error message scrubbed of secrets).
+    The one search of the backend's ``resolve`` and the source's ``search``; the caller still keeps
+    only the user's own (the ``where`` filter follows the property's tokenization)."""
+    query = near_vector_query(
+        collection, vector, user_id, limit, user_property=user_property, content_property=content_property
+    )
+    answer = client.post_json("/v1/graphql", {"query": query}, idempotent=True)
+    try:
+        return graphql_hits(answer, collection)
+    except BackendError as exc:  # a message from the server may echo a secret back
+        raise BackendError(client.scrub(str(exc))) from None
 
 
 def graphql_hits(answer: object, collection: str) -> list[Mapping[str, Any]]:
@@ -411,6 +431,28 @@ class WeaviateSource:
         fields = [self._fields(obj) for obj in objects]
         next_cursor = fields[-1]["id"] if fields and len(fields) >= size else None
         return record_page(fields, next_cursor)
+
+    def search(self, user_id: str, vector: Sequence[float], k: int) -> list[str]:
+        """The ids of the user's ``k`` nearest objects (the class's own metric), nearest first: the
+        backend's near-vector GraphQL search, then only the objects whose user property is exactly
+        ``user_id``. A ``word``-tokenized property lets look-alike users (``TenantX`` for
+        ``tenantx``) through the ``where`` filter, so while the guard leaves fewer than ``k`` of a full
+        answer the search asks again for four times as many (up to :data:`MAX_LIMIT`): the user's own
+        top ``k``, what a certificate compares the destination's answers with."""
+        limit = max(int(k), 1)
+        while True:
+            hits = near_vector_search(
+                self.client, self.collection, _finite_vector(vector, "vector"), user_id, limit,
+                user_property=self.user_property, content_property=self.content_property,
+            )  # fmt: skip
+            items = [
+                {"id": str(_mapping(h.get("_additional")).get("id")), "userId": h.get(self.user_property)}
+                for h in hits
+            ]
+            mine = only_user(items, user_id, backend=NAME)
+            if len(mine) >= k or len(hits) < limit or limit >= MAX_LIMIT:
+                return [item["id"] for item in mine[:k]]
+            limit = min(limit * 4, MAX_LIMIT)
 
     def close(self) -> None:
         self.client.close()

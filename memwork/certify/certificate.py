@@ -23,8 +23,10 @@ the warning is in the certificate (``warnings``), ``summary.json`` and the CLI -
 * ``retrieval`` -- per size bucket recall@k of the production search path against exact search within
   the user (each bucket against ``min_recall``, or its own bar in ``min_recall_by_bucket``), and
   underfill (skipped when ``retrieval=False``);
-* ``preserved`` -- for a source that can search (a Source with a ``search`` method): the same queries
-  on both sides per sampled user, overlap@k and RBO, and the claim (:mod:`memwork.certify.preserved`).
+* ``preserved`` -- for a source that can search (a Source with a ``search`` method: qdrant, weaviate,
+  pgvector, letta -- Letta's search takes the query's text, ``search_input = "text"``, and the claim
+  says so): the same queries on both sides per sampled user, overlap@k and RBO, and the claim
+  (:mod:`memwork.certify.preserved`).
 
 What the verification before the certificate measured is covered: ANN recall@k on a global sample is the
 ``retrieval`` gate, measured per user the way users query; self-retrieval (a memory's own text, embedded
@@ -768,7 +770,9 @@ def _preserved(
         return measure_preservation(
             conn,
             options.table,
-            Side(opened.search, source_model, _source_model(opened)),
+            Side(
+                opened.search, source_model, _source_model(opened), getattr(opened, "search_input", "vector")
+            ),
             Side(pgvector_search(backend), embedder, _dest_model(conn, options.table, owner)),
             k=options.k,
             users=options.preserved_users,

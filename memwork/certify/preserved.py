@@ -4,7 +4,9 @@ destination's, per sampled user, with a claim a person can sign.
 For each sampled user (a random sample by size, plus the smallest, the median and the largest user
 always) each query is run on both sides; the answers' ids are compared by overlap@k and rank-biased
 overlap (:func:`memwork.service.shadow.overlap_at_k` and :func:`~memwork.service.shadow.rbo`, the
-shadow traffic's own measures). Per user: the mean of each over its queries with a bootstrap
+shadow traffic's own measures), two memories at the same distance from the query in the
+destination counting as one answer (a tie either side may break either way; :func:`_twins`). Per
+user: the mean of each over its queries with a bootstrap
 interval (percentile, over the user's queries), and PASS when the mean overlap@k reaches
 ``min_overlap``. Over users: the share that passed and its one-sided Clopper-Pearson lower bound,
 stated as one sentence -- "overlap@10 >= 0.95 for >= 86.1 % of users (20 of 20 sampled passed), at
@@ -18,8 +20,15 @@ model; a vector is sent to both sides as it is (it must be of both models: a mig
 the vectors).
 
 A side is any ``search(user, vector, k) -> ids nearest first``: a source with a ``search`` method
-(:class:`memwork.backends.qdrant.QdrantSource`), or :func:`pgvector_search` (a pgvector table as the
-source, or the destination).
+(:class:`~memwork.backends.qdrant_points.QdrantSource`,
+:class:`~memwork.backends.weaviate.WeaviateSource`), or :func:`pgvector_search` (a pgvector table as
+the source, or the destination). A side whose search takes the query's *text* (``takes="text"``:
+:class:`~memwork.backends.letta.LettaSource`, whose service embeds it with its own model) is sent
+each query's text as it is; the other side gets that text embedded by its model, or, for a query
+sampled from the destination's content, that row's stored vector (its model's embedding of the same
+text). The report says so (``source_input``), and so does its claim. A search may answer None for a
+user it cannot scope a search to (Letta's own untagged passages): that user's queries are not run,
+with a note.
 """
 
 from __future__ import annotations
@@ -43,8 +52,11 @@ if TYPE_CHECKING:
 
     from memwork.backends.pgvector import PgvectorBackend
 
-#: ids of a user's nearest memories to a vector, nearest first
-Search = Callable[[str, np.ndarray, int], list[str]]
+#: ids of a user's nearest memories to a vector (or, for a text-searching side, to a text), nearest
+#: first; None: this side cannot search this user on their own
+Search = Callable[[str, Any, int], list[str] | None]
+#: what a side's search takes: a vector (embedded here) or the query's text (embedded by the service)
+INPUTS = ("vector", "text")
 BOOTSTRAP_RESAMPLES = 1000
 CONFIDENCE = 0.95
 WORST_LISTED = 5
@@ -152,6 +164,7 @@ class PreservationReport:
     min_overlap: float
     min_share: float | None
     query_source: str  #: "file" or "content"
+    source_input: str = "vector"  #: what the source's search was sent: "vector" or the query "text"
     users: list[UserAgreement] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -172,9 +185,10 @@ class PreservationReport:
         n, bound = len(self.users), self.share_lower_bound
         if not n or bound is None:
             return "Retrieval preservation not measured: no sampled user had a query on both sides."
+        sent = " (each query sent to the source's search as text)" if self.source_input == "text" else ""
         return (
             f"overlap@{self.k} >= {self.min_overlap:g} for >= {bound:.1%} of users "
-            f"({self.passed_users} of {n} sampled passed), at {CONFIDENCE:.0%} confidence"
+            f"({self.passed_users} of {n} sampled passed), at {CONFIDENCE:.0%} confidence{sent}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,6 +198,7 @@ class PreservationReport:
             "min_overlap": self.min_overlap,
             "min_share": self.min_share,
             "query_source": self.query_source,
+            "source_input": self.source_input,
             "sampled_users": len(self.users),
             "passed_users": self.passed_users,
             "share_lower_bound": self.share_lower_bound,
@@ -242,11 +257,16 @@ def sample_users(sizes: dict[str, int], n: int, seed: int) -> list[str]:
 class Side:
     """One side's search, the model its query text is embedded with (None: vectors only), and the
     model id of its stored vectors (None: unknown) -- a vector query of one model is never sent to a
-    side of another."""
+    side of another. ``takes="text"``: the search is sent the query's text (the service embeds it)."""
 
     search: Search
     embedder: Embedder | None = None
     model: str | None = None
+    takes: str = "vector"
+
+    def __post_init__(self) -> None:
+        if self.takes not in INPUTS:
+            raise UsageError("takes", self.takes, f"must be one of {', '.join(INPUTS)}")
 
 
 def measure_preservation(
@@ -270,7 +290,17 @@ def measure_preservation(
     statistics and the gate."""
     from memwork.service.shadow import overlap_at_k, rbo
 
-    report = PreservationReport(k, min_overlap, min_share, "file" if queries else "content")
+    if dest.takes != "vector":
+        raise UsageError("dest", dest.takes, "the destination's search takes a vector")
+    report = PreservationReport(
+        k, min_overlap, min_share, "file" if queries else "content", source_input=source.takes
+    )
+    if source.takes == "text":
+        report.notes.append(
+            "the source searches by text: each query's text was sent to it as it is (ranked by the "
+            "source's own model and ranking); the destination got it embedded by the table's model "
+            "(a sampled row: its stored vector)"
+        )
     sizes = _sizes(conn, table, owner)
     plan = (
         list(queries)
@@ -279,20 +309,34 @@ def measure_preservation(
     )
     by_user: dict[str, list[tuple[float, float, float | None]]] = {}
     skipped: dict[str, int] = {}
+    tied = 0
     for query in plan:
-        vectors = _vectors(query, source, dest)
-        if isinstance(vectors, str):
-            skipped[vectors] = skipped.get(vectors, 0) + 1
+        inputs = _inputs(query, source, dest)
+        if isinstance(inputs, str):
+            skipped[inputs] = skipped.get(inputs, 0) + 1
             continue
-        theirs = source.search(query.user, vectors[0], k)
-        ours = dest.search(query.user, vectors[1], k)
-        overlap = overlap_at_k(theirs, ours, k)
-        if overlap is None:  # both empty: nothing to compare
+        theirs = source.search(query.user, inputs[0], k)
+        ours = dest.search(query.user, inputs[1], k)
+        if theirs is None or ours is None:
+            side = "source" if theirs is None else "destination"
+            why = f"{query.user}: the {side} cannot search this user alone"
+            skipped[why] = skipped.get(why, 0) + 1
             continue
         hit = len(set(query.expected) & set(ours[:k])) / len(query.expected) if query.expected else None
-        by_user.setdefault(query.user, []).append((overlap, rbo(theirs, ours) or 0.0, hit))
+        same = _twins(conn, table, query.user, inputs[1], [*theirs[:k], *ours[:k]], owner)
+        left, right = _as_twins(theirs[:k], same), _as_twins(ours[:k], same)
+        overlap = overlap_at_k(left, right, k)
+        if overlap is None:  # both empty: nothing to compare
+            continue
+        tied += overlap != overlap_at_k(theirs, ours, k)
+        by_user.setdefault(query.user, []).append((overlap, rbo(left, right) or 0.0, hit))
     for reason, n in sorted(skipped.items()):
         report.notes.append(f"{n} quer(ies) not run: {reason}")
+    if tied:
+        report.notes.append(
+            f"{tied} quer(ies) answered with a tie: memories at the same distance from the query in "
+            "the destination are one answer (either may be returned)"
+        )
     for user, results in sorted(by_user.items(), key=lambda kv: (sizes.get(kv[0], 0), kv[0])):
         overlaps, rbos = [r[0] for r in results], [r[1] for r in results]
         found = [r[2] for r in results if r[2] is not None]
@@ -341,6 +385,21 @@ def _named(users: list[UserAgreement]) -> str:
     return ", ".join(f"{u.user} ({u.overlap:.2f})" for u in worst)
 
 
+def _inputs(query: Query, source: Side, dest: Side) -> tuple[Any, np.ndarray] | str:
+    """What each side is sent: a text-searching source the query's text, and the destination that
+    text embedded by its model (else the query's vector: a sampled row's own); otherwise
+    :func:`_vectors`. Or why the query cannot be run."""
+    if source.takes != "text":
+        return _vectors(query, source, dest)
+    if query.text is None:
+        return "the source searches by text and the query has none (a queries.jsonl line with a vector only)"
+    if dest.embedder is not None:
+        return query.text, dest.embedder.embed([query.text])[0]
+    if query.vector is not None:
+        return query.text, np.asarray(query.vector, dtype=np.float32)
+    return "a text query needs the destination's model to embed it (--embedder)"
+
+
 def _vectors(query: Query, source: Side, dest: Side) -> tuple[np.ndarray, np.ndarray] | str:
     """The query's vector for each side -- its text embedded by each side's model when both have
     one, else its vector as it is on both -- or why it cannot be run."""
@@ -355,6 +414,49 @@ def _vectors(query: Query, source: Side, dest: Side) -> tuple[np.ndarray, np.nda
         vector = np.asarray(query.vector, dtype=np.float32)
         return vector, vector
     return "a text query needs an embedder for each side (--embedder, --source-embedder)"
+
+
+#: decimals of the cosine distance two answers tie at
+TIE_DECIMALS = 6
+
+
+def _twins(
+    conn: psycopg.Connection[Any],
+    table: str,
+    user: str,
+    vector: np.ndarray,
+    ids: Sequence[str],
+    owner: str | None,
+) -> dict[str, str]:
+    """Each of ``ids`` the destination holds for ``user`` -> its cosine distance from the query
+    ``vector`` there (the production path's distance), to :data:`TIE_DECIMALS`: two memories at the
+    same distance are tied, and either one is the same answer. Only the destination's ties count: a
+    memory the destination ranks farther (a drifted vector) never stands in for the source's."""
+    t = quote_identifier(table)
+    key = "coalesce(d.source_memory_id, d.id::text)"
+    literal = "[" + ",".join(repr(float(x)) for x in np.asarray(vector, dtype=float).ravel()) + "]"
+    rows = conn.execute(
+        f"SELECT {key}, round((d.embedding <=> %(q)s::vector)::numeric, {TIE_DECIMALS})::text "
+        f"FROM {t} AS d WHERE d.user_id = %(user)s AND {key} = ANY(%(ids)s){_owned(owner)}",
+        {"user": user, "ids": list(dict.fromkeys(ids)), "owner": owner, "q": literal},
+    ).fetchall()
+    return {str(k): str(distance) for k, distance in rows if distance is not None}
+
+
+def _as_twins(ids: Sequence[str], digests: dict[str, str]) -> list[str]:
+    """``ids`` with each one tied with another answered id named by their distance and its
+    occurrence (``tie:<distance>#2``): tied answers compare equal, as a multiset."""
+    shared = {d for d in digests.values() if sum(v == d for v in digests.values()) > 1}
+    seen: dict[str, int] = {}
+    out = []
+    for key in ids:
+        digest = digests.get(key)
+        if digest in shared:
+            seen[digest] = seen.get(digest, 0) + 1
+            out.append(f"tie:{digest}#{seen[digest]}")
+        else:
+            out.append(key)
+    return out
 
 
 def _owned(owner: str | None) -> str:

@@ -55,7 +55,8 @@ def _recall_bars(values: tuple[str, ...]) -> tuple[float, dict[str, float]]:
     "source",
     default="legacy-mysql",
     show_default=True,
-    help="Source: legacy-mysql, qdrant, weaviate, mem0, letta, langgraph, redis-streams (or module:PATH).",
+    help="Source: legacy-mysql, qdrant, weaviate, mem0, letta, langgraph, redis-streams, pgvector "
+    "(or module:PATH).",
 )
 @click.option(
     "--source-url",
@@ -214,10 +215,11 @@ def verify_command(
     legacy-mysql is checksummed in both databases per user; any other source through its records,
     mapped as the importer writes them. Bad buckets are bisected to single rows; only the rows this
     source owns are compared. Recall@k and underfill are measured per user size; a source that can
-    search (qdrant) is also queried like the destination per sampled user (overlap@k, RBO, a claim).
-    Failures go to the destination's ``memwork_certify_failures`` table and ``summary.json``; exit 1
-    on FAIL, with the repair command. --executor / --workers (legacy-mysql) run the row checksums as
-    key ranges of users in worker processes or on a Dask cluster; everything else runs once, here.
+    search (qdrant, weaviate, pgvector; letta, sent the query's text) is also queried like the
+    destination per sampled user (overlap@k, RBO, a claim). Failures go to the destination's
+    ``memwork_certify_failures`` table and ``summary.json``; exit 1 on FAIL, with the repair command.
+    --executor / --workers (legacy-mysql) run the row checksums as key ranges of users in worker
+    processes or on a Dask cluster; everything else runs once, here.
 
     \b
     Example:
@@ -228,6 +230,8 @@ def verify_command(
             --executor dask://scheduler:8786 --workers 16
         memwork verify --from qdrant --set MEMORY_QDRANT_URL=local:/data/q --to pg://embedded \\
             --queries queries.jsonl
+        memwork verify --from pgvector --set MEMORY_PGVECTOR_SOURCE_URL=postgresql://old/db \\
+            --table memories_v2 --source-embedder hash:384
     """
     from memwork.certify import CertifyOptions, certify
     from memwork.migrate.run import environment

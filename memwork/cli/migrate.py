@@ -18,8 +18,8 @@ def _from_option(f: F) -> F:
         "--from",
         "source",
         required=True,
-        help="Source: legacy-mysql, qdrant, weaviate, mem0, letta, langgraph, redis-streams "
-        "(or module:PATH).",
+        help="Source: legacy-mysql, qdrant, weaviate, mem0, letta, langgraph, redis-streams, "
+        "pgvector (or module:PATH).",
     )(f)
 
 
@@ -158,6 +158,9 @@ def import_command(
         memwork import --from legacy-mysql --set MEMORY_BACKFILL_MYSQL_URL=mysql://... \\
             --apply --embedder minilm
         memwork import --from legacy-mysql --apply --embedder hash:384 --workers 2 --resume
+        memwork import --from pgvector --set MEMORY_PGVECTOR_SOURCE_URL=postgresql://old/db \
+            --set MEMORY_PGVECTOR_SOURCE_TABLE=memory_embeddings --table memories_v2 \
+            --vectors reembed --embedder minilm --create-schema --apply
 
     --workers N (legacy-mysql only) splits the table into N disjoint key ranges, each with its own
     checkpoint, run by --executor (local processes, or dask://HOST:8786); --resume reuses the

@@ -22,18 +22,27 @@ Shapes from Letta's API reference -- https://docs.letta.com/api-reference/agents
 * ``GET /v1/agents/{agent_id}/archival-memory/search`` query ``query`` (required, 422 without),
   ``tags`` (repeated), ``tag_match_mode`` (``any`` default | ``all``), ``top_k`` (default 5),
   ``start_datetime``, ``end_datetime``. Answer ``{"results": [{"id", "timestamp", "content", "tags"}],
-  "count"}``, most relevant first (this fake: word overlap, then oldest). Tags match exactly.
+  "count"}``, most relevant first. Tags match exactly. Letta embeds the query with the agent's
+  ``embedding_config`` model and ranks by vector similarity (on its native Postgres/pgvector store,
+  cosine distance; Letta Cloud's Turbopuffer store fuses it with full-text rank by RRF). This fake's
+  rule: with an ``embedder`` (``FakeLetta(embedder=SeededEmbedder(32))`` or a ``HashEmbedder``:
+  passages are stored with that model's embedding of their text and its model id), cosine
+  similarity of the embedded query with each stored (unpadded) embedding, highest first, ties
+  oldest then id; without one (the stored
+  vectors are arbitrary), word overlap with the query, then oldest.
 
 ``misbehave = True`` makes the search ignore the tag filter (a broken service), for the tenant-guard test.
 """
 
 from __future__ import annotations
 
+import math
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fakes.server import FakeService, Request, Response
+from memwork.embed import HashEmbedder
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 EMBEDDING_MODEL = "text-embedding-3-small"
@@ -43,14 +52,40 @@ def _words(text: str) -> set[str]:
     return {w.strip(".,!?;:-").lower() for w in text.split() if w.strip(".,!?;:-")}
 
 
+class SeededEmbedder:
+    """A stand-in embedding model without ties: each text's vector is drawn from N(0, 1) seeded by the
+    SHA-256 of the text (the same text, the same vector). Word-hashing vectors are sums of +-1 and
+    tie often among short texts, which would make two correct rankings differ at the k-th place."""
+
+    def __init__(self, dimension: int = 32) -> None:
+        self.dimension = dimension
+        self.model_id = f"seeded-{dimension}"
+
+    def embed_one(self, text: str) -> list[float]:
+        import hashlib
+        import random
+
+        rng = random.Random(hashlib.sha256(text.encode("utf-8")).digest())
+        return [rng.gauss(0.0, 1.0) for _ in range(self.dimension)]
+
+
 class FakeLetta(FakeService):
     """One or more agents' archival memory with Letta's listing, insert and search."""
 
     def __init__(
-        self, api_key: str = "letta-test-key", agent_id: str = "agent-memwork", dim: int = 8, pad_to: int = 16
+        self,
+        api_key: str = "letta-test-key",
+        agent_id: str = "agent-memwork",
+        dim: int = 8,
+        pad_to: int = 16,
+        *,
+        embedder: HashEmbedder | SeededEmbedder | None = None,
     ) -> None:
         super().__init__()
         self.api_key = api_key
+        self.embedder = embedder
+        if embedder is not None:
+            dim = embedder.dimension
         self.dim = dim
         self.pad_to = pad_to
         self.agents: dict[str, list[dict[str, Any]]] = {agent_id: []}
@@ -86,6 +121,8 @@ class FakeLetta(FakeService):
             stamp = created_at or (EPOCH + timedelta(seconds=self._clock)).isoformat()
             # never all zeros (a real embedding has a direction; a zero vector is quarantined as hostile)
             vector = [round(((self._clock * (k + 3)) % 97 + 1) / 98.0, 6) for k in range(self.dim)]
+            if self.embedder is not None:
+                vector = [float(x) for x in self.embedder.embed_one(text)]
             passage = {
                 "id": f"passage-{uuid.UUID(int=self._clock)}",
                 "text": text,
@@ -94,7 +131,7 @@ class FakeLetta(FakeService):
                 "embedding": vector + [0.0] * max(0, self.pad_to - self.dim),
                 "embedding_config": {
                     "embedding_endpoint_type": "openai",
-                    "embedding_model": EMBEDDING_MODEL,
+                    "embedding_model": self.embedder.model_id if self.embedder else EMBEDDING_MODEL,
                     "embedding_dim": self.dim,
                     "embedding_chunk_size": 300,
                 },
@@ -189,13 +226,26 @@ class FakeLetta(FakeService):
         if tags and not self.misbehave:
             match = all if mode == "all" else any
             candidates = [p for p in passages if match(t in p["tags"] for t in tags)]
-        wanted = _words(query)
-        ranked = sorted(
-            candidates, key=lambda p: (-len(wanted & _words(p["text"])), p["created_at"], p["id"])
-        )
+        if self.embedder is not None:
+            near = self.embedder.embed_one(query)
+            ranked = sorted(
+                candidates,
+                key=lambda p: (-_cosine(near, p["embedding"][: self.dim]), p["created_at"], p["id"]),
+            )
+        else:
+            wanted = _words(query)
+            ranked = sorted(
+                candidates, key=lambda p: (-len(wanted & _words(p["text"])), p["created_at"], p["id"])
+            )
         top_k = int(request.arg("top_k") or 5)
         results = [
             {"id": p["id"], "timestamp": p["created_at"], "content": p["text"], "tags": p["tags"]}
             for p in ranked[:top_k]
         ]
         return Response(200, {"results": results, "count": len(results)})
+
+
+def _cosine(a: Any, b: list[float]) -> float:
+    dot = sum(float(x) * y for x, y in zip(a, b, strict=True))
+    norm = math.sqrt(sum(float(x) ** 2 for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norm if norm else 0.0
