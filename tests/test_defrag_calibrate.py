@@ -315,3 +315,38 @@ def test_a_pair_scores_the_same_alone_and_among_many(rows):
     together = policy.scores(text, semantic)
     alone = [policy.scores(text[i : i + 1], semantic[i : i + 1])[0] for i in range(rows)]
     assert together.tolist() == alone
+
+
+def separable_labels(path: Path, rows: int = 80) -> Path:
+    """A label file whose duplicates all score above every distinct pair (no labelled pair disagrees
+    with the rule), in two strata of unequal weight, as a queue writes them."""
+    rng = np.random.default_rng(4)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["scope", "path_a", "path_b", "text_similarity", "semantic_similarity",
+                         "similarity", "stratum", "weight", "decision", "embedding_model"])  # fmt: skip
+        for k in range(rows):
+            duplicate = k % 2 == 0
+            score = float(rng.uniform(0.9, 1.0) if duplicate else rng.uniform(0.5, 0.7))
+            stratum, weight = ("both_high", 1.0) if duplicate else ("below:0.50-0.60", 40.0)
+            writer.writerow(["s", f"a{k}", f"b{k}", score, score, score, stratum, weight,
+                             "duplicate" if duplicate else "distinct", "hash-384"])  # fmt: skip
+    return path
+
+
+def test_separable_labels_never_give_a_collapsed_interval(tmp_path: Path) -> None:
+    """Every labelled pair agrees with the rule: the point estimates are 1.0, but 40 labels are not
+    certainty -- the interval's lower bound stays below 1 (a bootstrap alone gives [1, 1])."""
+    result = calibrate(separable_labels(tmp_path / "labels.csv"), target_precision=0.9, samples=100)
+    for name in ("similarity", "combined"):
+        at = result.policy.report["estimates"][name]["review"]
+        assert at["precision"] == 1.0 and at["recall"] == 1.0
+        for metric in ("precision", "recall", "f1"):
+            low, high = at[f"{metric}_ci"]
+            assert low < 1.0 and high == 1.0, (name, metric, at)
+    from memwork.defrag.calibrate import wilson_interval
+
+    low, high = wilson_interval(1.0, 40)
+    assert 0.9 < low < 1.0 and high == 1.0
+    assert wilson_interval(0.0, 40)[0] == 0.0 < wilson_interval(0.0, 40)[1]
+    assert wilson_interval(0.5, 0) == (0.0, 1.0)
