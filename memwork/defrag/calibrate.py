@@ -569,12 +569,15 @@ def calibrate(
     seed: int = 0,
     samples: int = BOOTSTRAP_SAMPLES,
     entries: Sequence[Entry] | None = None,
+    pair_sample: int | None = None,
 ) -> Calibration:
     """Weighted precision / recall / F1 curves and a two-threshold policy from a label file.
 
     With the labelled store's ``entries`` the report also holds the label-free estimate at the
     queue's floor (``label_free``, :func:`memwork.defrag.label_free.estimate_without_labels`), so the
-    two can be compared on the same population."""
+    two can be compared on the same population; with ``pair_sample`` that estimate stands on an exact
+    band and a uniform pair sample (for a store past ``MEMWORK_MAX_PAIRS`` at the floor; stated in
+    its ``population``)."""
     target = unit("target_precision", target_precision)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UsageError("seed", seed, "must be a whole number >= 0")
@@ -624,18 +627,21 @@ def calibrate(
             "bootstrap": {"samples": samples, "seed": seed, "interval": 0.95},
             "intervals": "hull of percentile bootstrap and Wilson on the Kish effective labels",
         }
-        | _label_free(entries, queue_floor(labels), seed),
+        | _label_free(entries, queue_floor(labels), seed, pair_sample),
     )
     return Calibration(policy, curves, labels.counts(), unlabelled)
 
 
-def _label_free(entries: Sequence[Entry] | None, floor: float, seed: int) -> dict[str, Any]:
+def _label_free(
+    entries: Sequence[Entry] | None, floor: float, seed: int, pair_sample: int | None = None
+) -> dict[str, Any]:
     """The ``label_free`` section of a policy report (empty without entries)."""
     if entries is None:
         return {}
     from memwork.defrag.label_free import estimate_without_labels
 
-    return {"label_free": estimate_without_labels(entries, floor=floor, seed=seed).to_dict()}
+    estimate = estimate_without_labels(entries, floor=floor, seed=seed, pair_sample=pair_sample)
+    return {"label_free": estimate.to_dict()}
 
 
 def write_policy(calibration: Calibration, path: str | Path) -> Path:
