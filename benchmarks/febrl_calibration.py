@@ -151,6 +151,7 @@ def merge_plan(
     duplicates (false flags), by kind."""
     from collections import Counter
 
+    from memwork.defrag.contradictions import detect
     from memwork.defrag.planners import _UnionFind, cluster_contradictions, plan_merge_duplicates
 
     planned = plan_merge_duplicates(entries, policy=policy)
@@ -163,8 +164,12 @@ def merge_plan(
     finders: dict[str, Any] = {}
     for scope, a, b in links:
         finders.setdefault(scope, _UnionFind()).union(a, b)
-    flags = cluster_contradictions(finders, links, {e.key: e for e in entries if not e.is_stub})
+    index = {e.key: e for e in entries if not e.is_stub}
+    flags = cluster_contradictions(finders, links, index)
     false = {k: f for k, f in flags.items() if _key(k[1], k[2]) in truth}
+    on_links = [k for k in flags if k in {(s, *_key(a, b)) for s, a, b in links}]
+    text = {e.path: e.content for e in entries}
+    truth_flags = Counter(f.kind for a, b in truth if (f := detect(text[a], text[b])) is not None)
     return {
         "true": prf(merged, truth),
         "flags": len(flags),
@@ -172,6 +177,12 @@ def merge_plan(
         "false_flag_rate": len(false) / len(flags) if flags else math.nan,
         "false_flags_by_kind": dict(Counter(f.kind for f in false.values())),
         "flags_by_kind": dict(Counter(f.kind for f in flags.values())),
+        # the pairs the policy itself would auto-merge that the rule blocks, and how many are duplicates
+        "flags_on_auto_merge_pairs": len(on_links),
+        "of_them_true_duplicates": sum(1 for k in on_links if _key(k[1], k[2]) in truth),
+        # the rule on every true pair: the share of the truth it would keep apart, whatever the policy
+        "true_pairs_flagged": sum(truth_flags.values()),
+        "true_pairs_flagged_by_kind": dict(truth_flags),
     }
 
 
@@ -303,6 +314,11 @@ def print_set(row: dict[str, Any]) -> None:
         f"flags {plan['flags']:,} ({plan['flags_by_kind']}), on true duplicates "
         f"{plan['flags_on_true_duplicates']:,} "
         f"(false-flag rate {_f(plan['false_flag_rate'])}; {plan['false_flags_by_kind']})"
+    )
+    print(
+        f"    of the policy's own auto-merge pairs the rule blocks {plan['flags_on_auto_merge_pairs']:,}, "
+        f"{plan['of_them_true_duplicates']:,} of them true duplicates; on every true pair it flags "
+        f"{plan['true_pairs_flagged']:,} of {row['true_pairs']:,} ({plan['true_pairs_flagged_by_kind']})"
     )
     g = row["default_estimate"]
     print(
