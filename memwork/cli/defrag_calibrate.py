@@ -227,8 +227,8 @@ def _label_free(
         return
     estimated = "an estimated " if sample_pairs is not None else ""
     click.echo(
-        f"Wrote {output}: label-free estimate over {estimated}{estimate.pairs:,} candidate pairs from {floor} "
-        f"({estimate.population})."
+        f"Wrote {output}: label-free estimate over {estimated}{estimate.pairs:,} candidate pairs from "
+        f"{floor} ({estimate.population})."
     )
     for name, cls in estimate.classes.items():
         click.echo(
