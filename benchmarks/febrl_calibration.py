@@ -340,8 +340,11 @@ def print_set(row: dict[str, Any]) -> None:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     """One line per set and seed: the figures the targets are about."""
-    print(f"\n| set | seed | default F1 | calibrated F1 review / auto_merge | est P vs true | "
-          f"est R vs true (>= floor) | label-free P vs true | targets |\n|{' --- |' * 8}")  # fmt: skip
+    header = (
+        "| set | seed | default F1 | calibrated F1 review / auto_merge | merge plan P / R / F1 | "
+        "est P vs true | est R vs true (>= floor) | label-free P vs true | targets |"
+    )
+    print(f"\n{header}\n|" + " --- |" * 9)
     for row in rows:
         rev, auto = row["calibrated"]["review"], row["calibrated"]["auto_merge"]
         e, t = rev["estimated"], rev["true"]
@@ -352,6 +355,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             str(row["seed"]),
             _f(row["default"]["f1"]),
             f"{_f(t['f1'])} (at {rev['threshold']}) / {_f(auto['true']['f1'])} (at {auto['threshold']})",
+            "{} / {} / {}".format(*(_f(row["merge_plan"]["true"][k]) for k in ("precision", "recall", "f1"))),
             f"{_f(e['precision'])} vs {_f(t['precision'])}",
             f"{_f(e['recall'])} vs {_f(t['recall_above_floor'])}",
             f"{_f(free)} vs {_f(row['label_free']['true_precision'])}",
