@@ -19,6 +19,10 @@ sentence per record, one scope (:mod:`memwork.samples.febrl`), embedded with mem
   operating point) and at ``auto_merge`` against the truth, and the estimates from the 200 labels
   against the true values (recall there is of the duplicates at or above the floor, as calibrate
   estimates it; the overall recall is printed too);
+- (c) what ``merge-duplicates --policy`` would actually merge: the plan's merged clusters (every pair
+  inside one) against the truth, after the contradiction rule (:mod:`memwork.defrag.contradictions`)
+  kept apart the pairs it flags, and that rule's false-flag rate on FEBRL (flags on true duplicates:
+  a typo'd postcode or ID digit reads as a changed number);
 - the label-free estimate of precision at 0.85 (Fellegi-Sunter EM; exact population at the floor
   when it fits the pair budget, else the exact band plus a 50,000-pair sample) against the truth.
 
@@ -139,6 +143,49 @@ def label_free_precision(entries: list[Entry], seed: int) -> tuple[dict[str, Any
     return estimate.at(DEFAULT), f"exact from {cutoff} + {SAMPLE:,}-pair sample"
 
 
+def merge_plan(
+    entries: list[Entry], kept: list[Any], policy: Any, truth: set[tuple[str, str]]
+) -> dict[str, Any]:
+    """(c) The merge plan of ``merge-duplicates --policy`` (after contradiction flags) against the truth,
+    and the contradiction rule's flags on the policy's auto-merge clusters: how many, how many on true
+    duplicates (false flags), by kind."""
+    from collections import Counter
+
+    from memwork.defrag.contradictions import detect
+    from memwork.defrag.planners import _UnionFind, cluster_contradictions, plan_merge_duplicates
+
+    planned = plan_merge_duplicates(entries, policy=policy)
+    merged: set[tuple[str, str]] = set()
+    for cluster in planned.clusters:
+        if cluster.get("survivor"):
+            group = [str(cluster["survivor"]), *(str(m) for m in cluster["merged"])]  # type: ignore[attr-defined]
+            merged |= {_key(a, b) for k, a in enumerate(group) for b in group[k + 1 :]}
+    links = [(p.scope, p.path_a, p.path_b) for p in kept if p.decision == "merge"]
+    finders: dict[str, Any] = {}
+    for scope, a, b in links:
+        finders.setdefault(scope, _UnionFind()).union(a, b)
+    index = {e.key: e for e in entries if not e.is_stub}
+    flags = cluster_contradictions(finders, links, index)
+    false = {k: f for k, f in flags.items() if _key(k[1], k[2]) in truth}
+    on_links = [k for k in flags if k in {(s, *_key(a, b)) for s, a, b in links}]
+    text = {e.path: e.content for e in entries}
+    truth_flags = Counter(f.kind for a, b in truth if (f := detect(text[a], text[b])) is not None)
+    return {
+        "true": prf(merged, truth),
+        "flags": len(flags),
+        "flags_on_true_duplicates": len(false),
+        "false_flag_rate": len(false) / len(flags) if flags else math.nan,
+        "false_flags_by_kind": dict(Counter(f.kind for f in false.values())),
+        "flags_by_kind": dict(Counter(f.kind for f in flags.values())),
+        # the pairs the policy itself would auto-merge that the rule blocks, and how many are duplicates
+        "flags_on_auto_merge_pairs": len(on_links),
+        "of_them_true_duplicates": sum(1 for k in on_links if _key(k[1], k[2]) in truth),
+        # the rule on every true pair: the share of the truth it would keep apart, whatever the policy
+        "true_pairs_flagged": sum(truth_flags.values()),
+        "true_pairs_flagged_by_kind": dict(truth_flags),
+    }
+
+
 def run_set(name: str, seed: int, data: FebrlSet | None = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     if data is None:
@@ -176,6 +223,7 @@ def run_set(name: str, seed: int, data: FebrlSet | None = None) -> dict[str, Any
         "estimated": {k: guide.get(k) for k in ("precision", "precision_ci", "recall", "recall_ci")},
         "true": {"precision": default["precision"], "recall_above_floor": floor_default},
     }
+    plan = merge_plan(entries, kept, policy, truth)
     free, free_how = label_free_precision(entries, seed)
     return {
         "set": name,
@@ -195,6 +243,7 @@ def run_set(name: str, seed: int, data: FebrlSet | None = None) -> dict[str, Any
             "auto_merge": policy.auto_merge,
         },
         "calibrated": points,
+        "merge_plan": plan,
         "default_estimate": default_estimate,
         "label_free": {"how": free_how, "estimate": free, "true_precision": default["precision"]},
     }
@@ -257,6 +306,20 @@ def print_set(row: dict[str, Any]) -> None:
             f"        estimated from the labels: P {_f(e['precision'])}{_ci(e['precision_ci'])} "
             f"R {_f(e['recall'])}{_ci(e['recall_ci'])} F1 {_f(e['f1'])}"
         )
+    plan = row["merge_plan"]
+    mp = plan["true"]
+    print(
+        f"(c) merge plan (merge-duplicates --policy, after contradiction flags): P {_f(mp['precision'])} "
+        f"R {_f(mp['recall'])} F1 {_f(mp['f1'])} ({mp['pairs']:,} pairs merged together); contradiction "
+        f"flags {plan['flags']:,} ({plan['flags_by_kind']}), on true duplicates "
+        f"{plan['flags_on_true_duplicates']:,} "
+        f"(false-flag rate {_f(plan['false_flag_rate'])}; {plan['false_flags_by_kind']})"
+    )
+    print(
+        f"    of the policy's own auto-merge pairs the rule blocks {plan['flags_on_auto_merge_pairs']:,}, "
+        f"{plan['of_them_true_duplicates']:,} of them true duplicates; on every true pair it flags "
+        f"{plan['true_pairs_flagged']:,} of {row['true_pairs']:,} ({plan['true_pairs_flagged_by_kind']})"
+    )
     g = row["default_estimate"]
     print(
         f"(a) estimated from the same labels: P {_f(g['estimated']['precision'])}"
@@ -277,8 +340,11 @@ def print_set(row: dict[str, Any]) -> None:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     """One line per set and seed: the figures the targets are about."""
-    print(f"\n| set | seed | default F1 | calibrated F1 review / auto_merge | est P vs true | "
-          f"est R vs true (>= floor) | label-free P vs true | targets |\n|{' --- |' * 8}")  # fmt: skip
+    header = (
+        "| set | seed | default F1 | calibrated F1 review / auto_merge | merge plan P / R / F1 | "
+        "est P vs true | est R vs true (>= floor) | label-free P vs true | targets |"
+    )
+    print(f"\n{header}\n|" + " --- |" * 9)
     for row in rows:
         rev, auto = row["calibrated"]["review"], row["calibrated"]["auto_merge"]
         e, t = rev["estimated"], rev["true"]
@@ -289,6 +355,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             str(row["seed"]),
             _f(row["default"]["f1"]),
             f"{_f(t['f1'])} (at {rev['threshold']}) / {_f(auto['true']['f1'])} (at {auto['threshold']})",
+            "{} / {} / {}".format(*(_f(row["merge_plan"]["true"][k]) for k in ("precision", "recall", "f1"))),
             f"{_f(e['precision'])} vs {_f(t['precision'])}",
             f"{_f(e['recall'])} vs {_f(t['recall_above_floor'])}",
             f"{_f(free)} vs {_f(row['label_free']['true_precision'])}",

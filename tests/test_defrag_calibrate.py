@@ -315,3 +315,173 @@ def test_a_pair_scores_the_same_alone_and_among_many(rows):
     together = policy.scores(text, semantic)
     alone = [policy.scores(text[i : i + 1], semantic[i : i + 1])[0] for i in range(rows)]
     assert together.tolist() == alone
+
+
+def separable_labels(path: Path, rows: int = 80) -> Path:
+    """A label file whose duplicates all score above every distinct pair (no labelled pair disagrees
+    with the rule), in two strata of unequal weight, as a queue writes them."""
+    rng = np.random.default_rng(4)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["scope", "path_a", "path_b", "text_similarity", "semantic_similarity",
+                         "similarity", "stratum", "weight", "decision", "embedding_model"])  # fmt: skip
+        for k in range(rows):
+            duplicate = k % 2 == 0
+            score = float(rng.uniform(0.9, 1.0) if duplicate else rng.uniform(0.5, 0.7))
+            stratum, weight = ("both_high", 1.0) if duplicate else ("below:0.50-0.60", 40.0)
+            writer.writerow(["s", f"a{k}", f"b{k}", score, score, score, stratum, weight,
+                             "duplicate" if duplicate else "distinct", "hash-384"])  # fmt: skip
+    return path
+
+
+def test_separable_labels_never_give_a_collapsed_interval(tmp_path: Path) -> None:
+    """Every labelled pair agrees with the rule: the point estimates are 1.0, but 40 labels are not
+    certainty -- the interval's lower bound stays below 1 (a bootstrap alone gives [1, 1])."""
+    result = calibrate(separable_labels(tmp_path / "labels.csv"), target_precision=0.9, samples=100)
+    for name in ("similarity", "combined"):
+        at = result.policy.report["estimates"][name]["review"]
+        assert at["precision"] == 1.0 and at["recall"] == 1.0
+        for metric in ("precision", "recall", "f1"):
+            low, high = at[f"{metric}_ci"]
+            assert low < 1.0 and high == 1.0, (name, metric, at)
+    from memwork.defrag.calibrate import wilson_interval
+
+    low, high = wilson_interval(1.0, 40)
+    assert 0.9 < low < 1.0 and high == 1.0
+    assert wilson_interval(0.0, 40)[0] == 0.0 < wilson_interval(0.0, 40)[1]
+    assert wilson_interval(0.5, 0) == (0.0, 1.0)
+
+
+# ---- the policy beside a reviewer's file, chained clusters, the queue's order, the label digest -------
+_WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo",
+          "lima", "mike", "november", "oscar", "papa"]  # fmt: skip
+
+
+def _note(*words: str) -> str:
+    return "Notes on " + " ".join(words) + "."
+
+
+def _word_policy(tmp_path: Path, auto_merge: float, review: float) -> str:
+    """A policy on the text signal alone, sigmoid(10 * text - 5), for a store without vectors."""
+    from memwork.defrag.calibrate import Policy
+
+    policy = Policy("none", (10.0, 0.0), -5.0, auto_merge=auto_merge, review=review, floor=0.3,
+                    target_precision=0.99, labels_sha256="0" * 64)  # fmt: skip
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(policy.to_dict()), encoding="utf-8")
+    return str(path)
+
+
+def _merged_groups(result: dict) -> list[set[str]]:
+    return [{c["survivor"], *c["merged"]} for c in result["summary"]["clusters"] if c.get("survivor")]
+
+
+def test_policy_with_approved_merges_the_approved_pair_only(sqlite_url: str, tmp_path: Path) -> None:
+    """--policy and --approved together: the policy's auto-merge pair merges, a reviewer's approved pair
+    below auto_merge merges too, and an unapproved pair in the review band does not."""
+    w = list(_WORDS)
+    entries = [
+        Entry(path="x1.md", content=_note(*w[0:6], "uniform", "victor")),  # text 0.82: merge
+        Entry(path="x2.md", content=_note(*w[0:6], "uniform", "whiskey")),
+        Entry(path="y1.md", content=_note(*w[6:11], "xray", "yankee")),  # 0.64: review band
+        Entry(path="y2.md", content=_note(*w[6:11], "zulu", "amber")),
+        Entry(path="z1.md", content=_note(*w[11:16], "basil", "cedar")),  # 0.64: review band
+        Entry(path="z2.md", content=_note(*w[11:16], "dune", "ember")),
+    ]
+    with open_store(sqlite_url, create=True) as s:
+        s.put_many(entries)
+    policy = _word_policy(tmp_path, auto_merge=0.9, review=0.5)
+    approved = tmp_path / "approved.csv"
+    approved.write_text("scope,path_a,path_b,similarity,decision\ndefault,y1.md,y2.md,0.64,approve\n")
+    args = ["defrag", "merge-duplicates", "--store", sqlite_url, "--policy", policy, "--json"]
+    alone = json.loads(run(*args).output)
+    decisions = {(p["path_a"], p["path_b"]): p["decision"] for p in alone["pairs"]}
+    assert decisions == {
+        ("x1.md", "x2.md"): "merge",
+        ("y1.md", "y2.md"): "review",
+        ("z1.md", "z2.md"): "review",
+    }
+    assert _merged_groups(alone) == [{"x1.md", "x2.md"}]
+    both = json.loads(run(*args, "--approved", str(approved)).output)
+    groups = sorted(_merged_groups(both), key=sorted)
+    assert groups == [{"x1.md", "x2.md"}, {"y1.md", "y2.md"}]
+    merged = {op["path"] for op in both["operations"] if op["op"] == "merge"}
+    assert not merged & {"z1.md", "z2.md"}
+
+
+def test_chained_cluster_is_never_auto_merged_under_a_policy(sqlite_url: str, tmp_path: Path) -> None:
+    """a ~ b and b ~ c both above auto_merge, a and c below review: one chained cluster (density 2/3),
+    listed for review, nothing merged -- a policy's auto_merge does not override it."""
+    s6 = list(_WORDS[:6])
+    entries = [
+        Entry(path="a.md", content=_note(*s6, "amber", "basil", "cedar", "dune")),
+        Entry(path="b.md", content=_note(*s6, "amber", "basil", "ember", "fern")),
+        Entry(path="c.md", content=_note(*s6, "ember", "fern", "grove", "heath")),
+    ]
+    with open_store(sqlite_url, create=True) as s:
+        s.put_many(entries)
+    policy = _word_policy(tmp_path, auto_merge=0.85, review=0.6)
+    done = run("defrag", "merge-duplicates", "--store", sqlite_url, "--policy", policy, "--json")
+    result = json.loads(done.output)
+    links = {(p["path_a"], p["path_b"]) for p in result["pairs"]}
+    assert links == {("a.md", "b.md"), ("b.md", "c.md")}
+    assert not [op for op in result["operations"] if op["op"] == "merge"]
+    held = [c for c in result["summary"]["clusters"] if c.get("review")]
+    assert (
+        len(held) == 1 and held[0]["survivor"] is None and set(held[0]["chained"]) == {"a.md", "b.md", "c.md"}
+    )
+    assert {p["decision"] for p in result["pairs"]} == {"review"}
+    applied = run(
+        "defrag", "merge-duplicates", "--store", sqlite_url, "--policy", policy, "--apply", "--json"
+    )
+    assert applied.exit_code == 0, applied.output
+    with open_store(sqlite_url) as s:
+        assert not [e for e in s.all_entries() if e.is_stub]
+
+
+def test_review_queue_is_most_uncertain_first(entries: list[Entry], tmp_path: Path) -> None:
+    """Rows are written closest to the threshold first, in the file as in the returned queue."""
+    queue = build_review_queue(entries, tmp_path / "review.csv", size=120, threshold=0.85, seed=4)
+    distances = [abs(row.pair.similarity - 0.85) for row in queue.rows]
+    assert distances == sorted(distances) and len(set(distances)) > 10
+    with queue.output.open(newline="", encoding="utf-8") as fh:
+        written = [abs(float(row["similarity"]) - 0.85) for row in csv.DictReader(fh)]
+    assert written == pytest.approx(distances, abs=1e-4)
+
+
+def test_exact_duplicates_are_found_first_when_vectors_exist_too() -> None:
+    """The exact pass runs before the similarity join even with embeddings: identical and
+    case/whitespace-different copies come first, kind exact / normalised, whatever their vectors say."""
+    embedder = HashEmbedder(384)
+    texts = {
+        "a.md": "The deploy key rotates every Monday at noon.",
+        "b.md": "The deploy key rotates every Monday at noon.",
+        "c.md": "the DEPLOY key   rotates every monday at noon.",
+        "d.md": "The deploy key rotates every Monday at noon, said ops.",
+    }
+    entries = [Entry(path=p, content=t, embedding=embedder.embed(t)) for p, t in texts.items()]
+    # the exact copy's vector is another text's: the exact pass must not depend on it
+    entries[1] = Entry(path="b.md", content=texts["b.md"], embedding=embedder.embed("unrelated words here"))
+    pairs = find_duplicates(entries, 0.5)
+    kinds = [p.kind for p in pairs]
+    exact = {(p.path_a, p.path_b): p.kind for p in pairs if p.kind != "similar"}
+    assert exact == {
+        ("a.md", "b.md"): "exact",
+        ("a.md", "c.md"): "normalised",
+        ("b.md", "c.md"): "normalised",
+    }
+    assert kinds[: len(exact)] == [exact[(p.path_a, p.path_b)] for p in pairs[: len(exact)]]
+    assert "similar" in kinds and kinds.index("similar") == len(exact)
+
+
+def test_policy_records_the_label_files_sha256(tmp_path: Path) -> None:
+    import hashlib
+
+    path = separable_labels(tmp_path / "labels.csv")
+    policy = calibrate(path, target_precision=0.9, samples=20).policy
+    assert policy.labels_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    written = tmp_path / "policy.json"
+    from memwork.defrag.calibrate import write_policy
+
+    write_policy(calibrate(path, target_precision=0.9, samples=20), written)
+    assert load_policy(written).labels_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()

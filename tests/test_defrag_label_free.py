@@ -113,3 +113,56 @@ def test_label_free_beside_labels(tmp_path: Path) -> None:
     assert policy["label_free"]["floor"] == policy["floor"]
     assert policy["label_free"]["classes"]["all"]["pairs"] > 0
     assert "label_free" not in calibrate(labelled, samples=50).to_dict()
+
+
+def _labelled(review: Path, out: Path) -> Path:
+    with review.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    for row in rows:
+        same = row["path_a"].rsplit("-", 1)[0] == row["path_b"].rsplit("-", 1)[0]
+        row["decision"] = "duplicate" if same else "distinct"
+    with out.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return out
+
+
+def test_past_the_pair_budget_review_and_calibrate_take_a_stated_sample(
+    sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store whose pairs at the floor pass MEMWORK_MAX_PAIRS (as 5,000 FEBRL3 records do): review
+    and calibrate --store refuse it naming --sample-pairs, writing nothing; with it they run on the
+    exact band plus a uniform pair sample and say so."""
+    entries = generate_entries(300, scopes=("a",), seed=2, now=NOW, embedder=HashEmbedder(384))
+    at_floor, in_band = len(find_duplicates(entries, 0.5)), len(find_duplicates(entries, 0.7))
+    assert in_band < at_floor
+    monkeypatch.setenv("MEMWORK_MAX_PAIRS", str((in_band + at_floor) // 2))
+    with open_store(sqlite_url, create=True) as store:
+        store.put_many(entries)
+    run = CliRunner().invoke
+    free, review, policy = tmp_path / "free.json", tmp_path / "review.csv", tmp_path / "policy.json"
+    for args in (["calibrate", "-o", str(free)], ["review", "--size", "60", "-o", str(review)]):
+        refused = run(main, ["defrag", *args, "--store", sqlite_url])
+        assert refused.exit_code == 2 and "--sample-pairs" in refused.output, refused.output
+    assert not free.exists() and not review.exists()
+
+    done = run(main, ["defrag", "calibrate", "--store", sqlite_url, "--sample-pairs", "2000",
+                      "-o", str(free)])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert "uniform random sample of 2,000" in done.output
+    data = json.loads(free.read_text())
+    assert "uniform random sample of 2,000" in data["population"] and data["classes"]["all"]["pairs"] > 0
+
+    done = run(main, ["defrag", "review", "--store", sqlite_url, "--size", "60", "--sample-pairs", "2000",
+                      "-o", str(review)])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    labels = str(_labelled(review, tmp_path / "labels.csv"))
+    refused = run(main, ["defrag", "calibrate", "--labels", labels, "--store", sqlite_url, "-o", str(policy)])
+    assert refused.exit_code == 2 and "--sample-pairs" in refused.output and not policy.exists()
+    done = run(main, ["defrag", "calibrate", "--labels", labels, "--store", sqlite_url, "--sample-pairs",
+                      "2000", "-o", str(policy)])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert "uniform random sample of 2,000" in json.loads(policy.read_text())["label_free"]["population"]
+    bad = run(main, ["defrag", "calibrate", "--labels", labels, "--sample-pairs", "2000"])
+    assert bad.exit_code == 2 and "sample_pairs" in bad.output

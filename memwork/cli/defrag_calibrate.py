@@ -112,6 +112,14 @@ def review_command(
     "--floor", type=float, default=0.5, show_default=True, help="Without labels: lowest similarity."
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the bootstrap intervals.")
+@click.option(
+    "--sample-pairs",
+    type=int,
+    default=None,
+    help="With --store: know the pairs below the threshold through a uniform random sample of this many "
+    "pairs instead of finding every pair from the floor (for a store whose pairs pass MEMWORK_MAX_PAIRS); "
+    "the output states it.",
+)
 @json_option
 def calibrate_command(
     labels: str | None,
@@ -121,6 +129,7 @@ def calibrate_command(
     target_precision: float,
     floor: float,
     seed: int,
+    sample_pairs: int | None,
     as_json: bool,
 ) -> None:
     """Learn a two-threshold duplicate policy from a labelled review file, or estimate without labels.
@@ -128,31 +137,38 @@ def calibrate_command(
     Precision, recall and F1 against threshold for each signal and a learned combination of text,
     semantic and character similarity (of text and semantic for a review file without the
     char_similarity column), weighted by the sampling weights (estimates of the whole store) with
-    bootstrap intervals; the policy merges from `auto_merge` (estimated precision >= target) and
-    sends pairs from `review` up to a person. Use it with --policy on find-duplicates,
-    merge-duplicates and full.
+    95 % intervals (bootstrap widened to a Wilson interval on the effective labels, never [1, 1]); the
+    policy merges from `auto_merge` (estimated precision >= target) and sends pairs from `review` up
+    to a person. Use it with --policy on find-duplicates, merge-duplicates and full.
 
     Without --labels, --store gives a label-free estimate: a two-component Fellegi-Sunter mixture
     fitted by EM over the candidate pairs' (Jaccard, cosine) levels, estimated precision and recall
     per threshold and scope size class, with bootstrap intervals. With both, the policy gains a
-    `label_free` section. Only reads the store.
+    `label_free` section. A store whose pairs at the floor pass MEMWORK_MAX_PAIRS is refused (exit 2)
+    unless --sample-pairs N: then the pairs below the threshold are a uniform sample (stated in the
+    output). Only reads the store.
 
     \b
     Examples:
         memwork defrag calibrate --labels review.csv -o policy.json --target-precision 0.99
         memwork defrag calibrate --store ./memory
+        memwork defrag calibrate --store ./febrl3 --sample-pairs 50000
     """
     if labels is None and store_spec is None:
         raise UsageError("labels", None, "give --labels FILE, --store STORE or both")
+    if sample_pairs is not None and (store_spec is None or sample_pairs < 1):
+        raise UsageError("sample_pairs", sample_pairs, "needs --store and a whole number >= 1")
     entries = _entries(store_spec, scope, as_json) if store_spec is not None else None
     if labels is None:
         assert entries is not None
-        _label_free(entries, output or "label-free.json", floor, seed, as_json)
+        _label_free(entries, output or "label-free.json", floor, seed, as_json, sample_pairs)
         return
     from memwork.defrag.calibrate import calibrate, write_policy
 
     output = output or "policy.json"
-    result = calibrate(labels, target_precision=target_precision, seed=seed, entries=entries)
+    result = calibrate(
+        labels, target_precision=target_precision, seed=seed, entries=entries, pair_sample=sample_pairs
+    )
     write_policy(result, output)
     if as_json:
         emit_json(result.to_dict() | {"output": output})
@@ -177,7 +193,10 @@ def calibrate_command(
             (r for r in free["classes"].get("all", {}).get("thresholds", []) if r["threshold"] == 0.85), None
         )
         if row:
-            click.echo(f"  label-free at 0.85: precision {row['precision']} {row['precision_ci']}")
+            click.echo(
+                f"  label-free at 0.85: precision {row['precision']} {row['precision_ci']} "
+                f"(pairs: {free['population']})"
+            )
     if result.unlabelled_strata:
         click.echo(f"Warning: no labels in {', '.join(result.unlabelled_strata)}; not estimated.", err=True)
 
@@ -196,15 +215,21 @@ def _entries(store_spec: str, scope: str | None, quiet: bool) -> list[Entry]:
 _SHOWN = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
 
 
-def _label_free(entries: list[Entry], output: str, floor: float, seed: int, as_json: bool) -> None:
+def _label_free(
+    entries: list[Entry], output: str, floor: float, seed: int, as_json: bool, sample_pairs: int | None
+) -> None:
     from memwork.defrag.label_free import estimate_without_labels, write_estimate
 
-    estimate = estimate_without_labels(entries, floor=floor, seed=seed)
+    estimate = estimate_without_labels(entries, floor=floor, seed=seed, pair_sample=sample_pairs)
     write_estimate(estimate, output)
     if as_json:
         emit_json(estimate.to_dict() | {"output": output})
         return
-    click.echo(f"Wrote {output}: label-free estimate over {estimate.pairs} candidate pairs from {floor}.")
+    estimated = "an estimated " if sample_pairs is not None else ""
+    click.echo(
+        f"Wrote {output}: label-free estimate over {estimated}{estimate.pairs:,} candidate pairs from "
+        f"{floor} ({estimate.population})."
+    )
     for name, cls in estimate.classes.items():
         click.echo(
             f"  {name} ({cls['scopes']} scopes, {cls['pairs']} pairs, duplicate share {cls['lambda']}):"

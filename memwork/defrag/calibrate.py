@@ -8,8 +8,13 @@ learned combination of them (a weighted logistic regression; a file written befo
 the two-signal model), every figure **weighted by the sampling weights**, so it estimates the whole
 population of candidate pairs (every same-scope pair at or above the queue's floor), not the
 sample. Within a stratum the labelled rows stand for the unlabelled and ``unsure`` ones (weights
-scaled by sampled / labelled). Intervals: 95 % percentile bootstrap, resampling labelled pairs
-within each stratum (the combination's coefficients are held fixed).
+scaled by sampled / labelled). Intervals (95 %): the hull of a percentile bootstrap (labelled pairs
+resampled within each stratum, the combination's coefficients held fixed) and a Wilson interval on
+the labels' effective (Kish) number behind the figure -- the labelled pairs at or above the threshold
+for precision, the labelled duplicates for recall; F1's from those two. The bootstrap alone collapses
+to ``[1, 1]`` when no labelled pair disagrees (separable labels: FEBRL3's precision 1.0 [1, 1] while
+the truth was 0.964); the Wilson interval of a proportion seen ``n`` times never reaches 1 from below
+(its lower bound is ``n / (n + z^2)`` at 1.0).
 
 Recall is of the duplicates at or above the floor: pairs below it were never candidates.
 
@@ -61,6 +66,7 @@ GRID = np.round(np.linspace(0.0, 1.0, 101), 2)
 #: asks of 200 labels), besides the point estimate >= target
 AUTO_MERGE_SLACK = 0.05
 _Z_ONE_SIDED_95 = 1.6449
+_Z_TWO_SIDED_95 = 1.9600
 SIGNALS = ("text", "semantic", "similarity", "char", "combined")
 #: the columns a label file must have (``note``, ``embedding_model``, ``contradiction`` and
 #: ``char_similarity`` are optional: files written before them still read)
@@ -475,16 +481,53 @@ def _review(f1: np.ndarray, auto_merge: float | None) -> float | None:
     return best if auto_merge is None else min(best, auto_merge)
 
 
-def _at(curves: dict[str, np.ndarray], boot: dict[str, np.ndarray], t: float | None) -> dict[str, Any] | None:
-    """Point estimates and 95 % intervals at threshold ``t``."""
+def wilson_interval(p: float, n: float, z: float = _Z_TWO_SIDED_95) -> tuple[float, float]:
+    """The two-sided Wilson interval of a proportion ``p`` seen in ``n`` (effective) trials; ``(0, 1)``
+    without trials. Never ``[1, 1]`` nor ``[0, 0]``: at ``p`` 1 its lower bound is ``n / (n + z^2)``."""
+    if n <= 0 or math.isnan(p):
+        return 0.0, 1.0
+    z2 = z * z
+    centre = p + z2 / (2 * n)
+    spread = z * math.sqrt(max(p * (1 - p), 0.0) / n + z2 / (4 * n * n))
+    return max(0.0, (centre - spread) / (1 + z2 / n)), min(1.0, (centre + spread) / (1 + z2 / n))
+
+
+def kish(weight: np.ndarray) -> float:
+    """Kish's effective number of a set of weights: ``(sum w)^2 / sum w^2`` (0 when empty)."""
+    second = float((weight * weight).sum())
+    return float(weight.sum()) ** 2 / second if second > 0 else 0.0
+
+
+def _f1(p: float, r: float) -> float:
+    return 2 * p * r / (p + r) if p + r > 0 else 0.0
+
+
+def _at(
+    curves: dict[str, np.ndarray],
+    boot: dict[str, np.ndarray],
+    t: float | None,
+    support: tuple[np.ndarray, float] | None = None,
+) -> dict[str, Any] | None:
+    """Point estimates and 95 % intervals at threshold ``t``: the bootstrap's percentile interval,
+    widened to the Wilson interval on the effective labels ``support`` gives (per threshold for
+    precision, one number for recall; module docstring), so separable labels never give ``[1, 1]``."""
     if t is None:
         return None
     k = int(np.argmin(np.abs(GRID - t)))
     out: dict[str, Any] = {"threshold": t}
+    bounds: dict[str, tuple[float, float]] = {}
     for name in ("precision", "recall", "f1"):
         value = curves[name][k]
         low, high = (np.nanpercentile(boot[name][k], [2.5, 97.5]) if np.isfinite(boot[name][k]).any()
                      else (math.nan, math.nan))  # fmt: skip
+        if support is not None and name != "f1" and math.isfinite(value):
+            n = float(support[0][k]) if name == "precision" else support[1]
+            w_low, w_high = wilson_interval(float(value), n)
+            low, high = np.nanmin([low, w_low]), np.nanmax([high, w_high])
+        elif support is not None and name == "f1" and {"precision", "recall"} <= bounds.keys():
+            (p_low, p_high), (r_low, r_high) = bounds["precision"], bounds["recall"]
+            low, high = np.nanmin([low, _f1(p_low, r_low)]), np.nanmax([high, _f1(p_high, r_high)])
+        bounds[name] = (float(low), float(high))
         out[name] = _round(value)
         out[f"{name}_ci"] = [_round(low), _round(high)]
     return out
@@ -526,12 +569,15 @@ def calibrate(
     seed: int = 0,
     samples: int = BOOTSTRAP_SAMPLES,
     entries: Sequence[Entry] | None = None,
+    pair_sample: int | None = None,
 ) -> Calibration:
     """Weighted precision / recall / F1 curves and a two-threshold policy from a label file.
 
     With the labelled store's ``entries`` the report also holds the label-free estimate at the
     queue's floor (``label_free``, :func:`memwork.defrag.label_free.estimate_without_labels`), so the
-    two can be compared on the same population."""
+    two can be compared on the same population; with ``pair_sample`` that estimate stands on an exact
+    band and a uniform pair sample (for a store past ``MEMWORK_MAX_PAIRS`` at the floor; stated in
+    its ``population``)."""
     target = unit("target_precision", target_precision)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UsageError("seed", seed, "must be a whole number >= 0")
@@ -548,16 +594,18 @@ def calibrate(
     boot_w = bootstrap_weights(labels, weight, samples, seed)
     curves: dict[str, dict[str, list[float | None]]] = {"threshold": {"grid": [float(t) for t in GRID]}}
     signals: dict[str, Any] = {}
+    n_duplicates = kish(weight[labels.y == 1])
     for name, score in scores.items():
         point, boot = curve(score, labels.y, weight), curve(score, labels.y, boot_w)
         curves[name] = {k: [_round(v) for v in point[k]] for k in ("precision", "recall", "f1")}
         n_eff = effective_labels(score, labels, weight)
+        support = (n_eff, n_duplicates)
         auto = _auto_merge(point["precision"], target, n_eff)
         signals[name] = {
-            "auto_merge": _with_support(_at(point, boot, auto), n_eff),
-            "review": _at(point, boot, _review(point["f1"], auto)),
-            "best_f1": _at(point, boot, _review(point["f1"], None)),
-            "default_0.85": _at(point, boot, 0.85) if name == "similarity" else None,
+            "auto_merge": _with_support(_at(point, boot, auto, support), n_eff),
+            "review": _at(point, boot, _review(point["f1"], auto), support),
+            "best_f1": _at(point, boot, _review(point["f1"], None), support),
+            "default_0.85": _at(point, boot, 0.85, support) if name == "similarity" else None,
         }
     strata_all = set(labels.strata)
     unlabelled = sorted(strata_all - {s for s, y in zip(labels.strata, labels.y, strict=True) if y >= 0})
@@ -577,19 +625,23 @@ def calibrate(
             "unlabelled_strata": unlabelled,
             "estimates": signals,
             "bootstrap": {"samples": samples, "seed": seed, "interval": 0.95},
+            "intervals": "hull of percentile bootstrap and Wilson on the Kish effective labels",
         }
-        | _label_free(entries, queue_floor(labels), seed),
+        | _label_free(entries, queue_floor(labels), seed, pair_sample),
     )
     return Calibration(policy, curves, labels.counts(), unlabelled)
 
 
-def _label_free(entries: Sequence[Entry] | None, floor: float, seed: int) -> dict[str, Any]:
+def _label_free(
+    entries: Sequence[Entry] | None, floor: float, seed: int, pair_sample: int | None = None
+) -> dict[str, Any]:
     """The ``label_free`` section of a policy report (empty without entries)."""
     if entries is None:
         return {}
     from memwork.defrag.label_free import estimate_without_labels
 
-    return {"label_free": estimate_without_labels(entries, floor=floor, seed=seed).to_dict()}
+    estimate = estimate_without_labels(entries, floor=floor, seed=seed, pair_sample=pair_sample)
+    return {"label_free": estimate.to_dict()}
 
 
 def write_policy(calibration: Calibration, path: str | Path) -> Path:

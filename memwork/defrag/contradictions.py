@@ -31,6 +31,12 @@ flag can be checked by a person against these rules.
    changed one; nor is a spelling fix (the spans' letters alike).
 6. Words only one side has (inserted or deleted spans) are **added detail**, never a contradiction.
 
+A one-digit edit or transposition in an identifier (``PIN 1234`` / ``PIN 1243``, a postcode typed
+wrong) is a changed number like any other, on purpose: the rule cannot tell a typo from a real change,
+and in an agent's memory the change may be real. A false flag costs a merge (the pair stays listed, for
+``supersede`` or a person); a false merge hides a fact. On record-like data full of typo'd numbers
+(FEBRL) most flags are therefore false ones (``benchmarks/README.md`` states the rate).
+
 Measured on ``tests/data/contradictions.csv`` (written alongside these rules, see its README line)
 by ``tests/test_contradictions.py``.
 """

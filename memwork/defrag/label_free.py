@@ -29,6 +29,7 @@ import numpy as np
 
 from memwork.checks import unit
 from memwork.defrag.findings import Pair, by_scope, find_duplicates
+from memwork.defrag.pair_sample import over_budget, sample_scope_pairs, with_sample_hint
 from memwork.entry import Entry
 from memwork.errors import UsageError
 from memwork.progress import Progress
@@ -203,12 +204,15 @@ class LabelFreeEstimate:
     model: Mixture | None
     classes: dict[str, dict[str, Any]]
     bootstrap: dict[str, Any]
+    #: what the pairs are: every candidate pair, or an exact band plus a stated pair sample
+    population: str = "every candidate pair (exact)"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "method": "fellegi-sunter-em",
             "floor": self.floor,
             "pairs": self.pairs,
+            "population": self.population,
             "model": None if self.model is None else self.model.to_dict(),
             "classes": self.classes,
             "size_classes": {name: fewest for name, fewest in SIZE_CLASSES},
@@ -299,17 +303,67 @@ def estimate_without_labels(
     seed: int = 0,
     samples: int = DEFAULT_SAMPLES,
     progress: Progress | None = None,
+    pair_sample: int | None = None,
 ) -> LabelFreeEstimate:
     """Estimated precision and recall of the duplicate rule at every threshold from ``floor`` up,
-    per scope size class, without labels (module docstring). Only reads ``entries``."""
+    per scope size class, without labels (module docstring). Only reads ``entries``.
+
+    The candidate pairs at the floor may pass ``MEMWORK_MAX_PAIRS`` (5,000 FEBRL records embedded
+    with MiniLM: millions of pairs at 0.5): then the refusal names ``pair_sample`` (``--sample-pairs``),
+    and with it the pairs are those of ``defrag review --sample-pairs``: exact from the rule's
+    threshold (or :data:`~memwork.defrag.review_queue.EXACT_REACH` below it, within the budget) and a
+    seeded uniform sample of ``pair_sample`` pairs below, weighted (:func:`estimate_weighted`: class
+    ``all`` only); ``population`` states it. Not chosen silently: a sample's figure is not an exact
+    one, and whoever runs it should know which they got."""
     floor = unit("floor", floor)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UsageError("seed", seed, "must be a whole number >= 0")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise UsageError("samples", samples, "must be a whole number >= 1")
-    pairs = find_duplicates(entries, floor, progress=progress)
+    if pair_sample is not None:
+        return _sampled_estimate(entries, floor, seed, samples, progress, pair_sample)
+    try:
+        pairs = find_duplicates(entries, floor, progress=progress)
+    except UsageError as exc:
+        if over_budget(exc):
+            raise with_sample_hint(exc) from None
+        raise
     sizes = {scope: len(members) for scope, members in by_scope(entries).items()}
     return estimate_pairs(pairs, sizes, floor=floor, seed=seed, samples=samples)
+
+
+def _sampled_estimate(
+    entries: Sequence[Entry],
+    floor: float,
+    seed: int,
+    samples: int,
+    progress: Progress | None,
+    pair_sample: int,
+) -> LabelFreeEstimate:
+    """The estimate over the exact band and a uniform pair sample below it (see
+    :func:`estimate_without_labels`)."""
+    from memwork.defrag.review_queue import DEFAULT_THRESHOLD, exact_band, weighted_population
+
+    if isinstance(pair_sample, bool) or not isinstance(pair_sample, int) or pair_sample < 1:
+        raise UsageError("sample_pairs", pair_sample, "must be a whole number >= 1")
+    threshold = max(floor, DEFAULT_THRESHOLD)
+    band, cutoff = exact_band(entries, threshold, floor, progress=progress)
+    sample = sample_scope_pairs(entries, pair_sample, seed=seed, check_from=floor)
+    population = weighted_population(band, sample, cutoff)
+    estimate = estimate_weighted(
+        [p for p, _, _ in population],
+        np.array([w for _, w, _ in population]),
+        floor=floor,
+        seed=seed,
+        samples=samples,
+    )
+    if sample.complete:
+        estimate.population = f"every candidate pair ({sample.describe()})"
+    else:
+        estimate.population = (
+            f"every pair from {cutoff} up (exact), below it {sample.describe()}; class 'all' only"
+        )
+    return estimate
 
 
 def write_estimate(estimate: LabelFreeEstimate, path: str | Path) -> Path:

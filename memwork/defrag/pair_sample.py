@@ -61,6 +61,21 @@ class PairSample:
         )
 
 
+def over_budget(exc: UsageError) -> bool:
+    """``exc`` is the pair budget's refusal (``MEMWORK_MAX_PAIRS`` passed)."""
+    return similarity.MAX_PAIRS_ENV in str(exc)
+
+
+def with_sample_hint(exc: UsageError) -> UsageError:
+    """The pair budget's refusal naming the way out a review or an estimate has: a pair sample."""
+    return UsageError(
+        exc.field,
+        exc.value,
+        f"{exc.problem}; or pass --sample-pairs {DEFAULT_SAMPLE_PAIRS} (pair_sample) to know the pairs "
+        "below the threshold through a uniform random sample of that many pairs (stated in the output)",
+    )
+
+
 def triangle_pairs(n: int, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The ``k``-th pairs ``(i, j)``, ``i < j``, of ``n`` items in row order (0,1), (0,2), ..., (1,2), ..."""
     k = np.asarray(k, dtype=np.int64)

@@ -38,7 +38,13 @@ from memwork.checks import unit
 from memwork.coverage import MARK_KEYS, out_of_range
 from memwork.defrag.char_similarity import char_join, char_similarities
 from memwork.defrag.findings import Pair, by_scope, find_duplicates, flag_contradictions
-from memwork.defrag.pair_sample import PairSample, _scored, sample_scope_pairs
+from memwork.defrag.pair_sample import (
+    PairSample,
+    _scored,
+    over_budget,
+    sample_scope_pairs,
+    with_sample_hint,
+)
 from memwork.entry import Entry
 from memwork.errors import UsageError
 from memwork.progress import Progress
@@ -407,7 +413,12 @@ def build_review_queue(
         if since is not None:
             raise UsageError("since", since.isoformat(), "cannot be combined with --sample-pairs")
         return _sampled_queue(entries, output, size, floor, threshold, seed, progress, pair_sample)
-    population = find_duplicates(entries, floor, progress=progress, since=since)
+    try:
+        population = find_duplicates(entries, floor, progress=progress, since=since)
+    except UsageError as exc:
+        if over_budget(exc):
+            raise with_sample_hint(exc) from None
+        raise
     chars = pair_chars(population, entries)
     rows = _flagged(
         sample_pairs(population, size=size, floor=floor, threshold=threshold, seed=seed, chars=chars), entries
