@@ -66,6 +66,32 @@ token_option = click.option(
     show_default=True,
     help="Required 95 % upper bound on the cross-user leak rate (with --probes).",
 )
+@click.option(
+    "--plant-pgvector",
+    "plant_pgvector",
+    default="",
+    metavar="URL",
+    help="Plant the probe users' memories straight into this pgvector database (the one the service's "
+    "MEMORY_BACKEND=pgvector resolves from) instead of the service's write path, and delete them after. "
+    "Writes and removes only synthetic memory-v2-canary-* users' rows; the result records planted and "
+    "removed counts (a mismatch fails).",
+)
+@click.option(
+    "--plant-table",
+    default="",
+    help="Table to plant in (default: $MEMORY_PGVECTOR_TABLE, else memory_embeddings).",
+)
+@click.option(
+    "--plant-embedding-module",
+    default="",
+    help="The service's query module (default: $MEMORY_PGVECTOR_EMBEDDING_MODULE): the probe rows are "
+    "embedded with it.",
+)
+@click.option(
+    "--plant-model",
+    default="",
+    help="embedding_model of the planted rows (default: $MEMORY_PGVECTOR_MODEL, else the module's MODEL_ID).",
+)
 @json_option
 def app(
     base_url: str,
@@ -78,6 +104,10 @@ def app(
     probe_seed: int,
     max_uninformative: float,
     max_leak_rate: float,
+    plant_pgvector: str,
+    plant_table: str,
+    plant_embedding_module: str,
+    plant_model: str,
     as_json: bool,
 ) -> None:
     """Status expectations, then remember-recent -> sync -> resolve for a synthetic user, then forget it.
@@ -85,6 +115,9 @@ def app(
     (0 leaks in N: about 3/N) against ``--max-leak-rate``. A probe counts only when its answer holds
     the asker's own memory; more than ``--max-uninformative`` probes without it (or failed) is
     INCONCLUSIVE. ``--json`` output is the probe result file the canary_signoff report reads.
+    The probe users are written through the service, which writes to legacy only: to bound an instance
+    that resolves from pgvector, ``--plant-pgvector URL`` writes them into its table instead (only
+    ``memory-v2-canary-*`` rows, removed afterwards even when a probe failed).
 
     Exit 1 listing every failed expectation or any leak; exit 3 when the probes were too few, or too
     many uninformative, to reach the required bound (INCONCLUSIVE).
@@ -95,7 +128,7 @@ def app(
             --require-target-healthy --expect-backend pgvector --expect-selected-backend pgvector
     """
     from memwork.errors import UsageError
-    from memwork.rollout.app_canary import run_app_canary, run_leak_probes
+    from memwork.rollout.app_canary import PgvectorPlanter, run_app_canary, run_leak_probes
 
     if probes < 0:
         raise UsageError("probes", probes, "must be 0 (no probes) or more")
@@ -103,6 +136,16 @@ def app(
         raise UsageError("max_leak_rate", max_leak_rate, "must be between 0 and 1 (0.001 = 0.1 %)")
     if not 0 <= max_uninformative < 1:
         raise UsageError("max_uninformative", max_uninformative, "must be from 0 to below 1 (0.05 = 5 %)")
+    planter = None
+    if plant_pgvector:
+        if not probes:
+            raise UsageError("plant_pgvector", "<url>", "plants probe users: give --probes N")
+        planter = PgvectorPlanter(
+            plant_pgvector, table=plant_table, embedding_module=plant_embedding_module, model=plant_model
+        )
+        planter.check()  # a missing table or another dimension: refused before the service is called
+    elif plant_table or plant_embedding_module or plant_model:
+        raise UsageError("plant_pgvector", "", "--plant-table/--plant-embedding-module/--plant-model need it")
     report = run_app_canary(
         base_url,
         token=token,
@@ -126,12 +169,15 @@ def app(
             max_leak_rate_origin="default" if origin == click.core.ParameterSource.DEFAULT else "set",
             max_uninformative=max_uninformative,
             seed=probe_seed,
+            planter=planter,
         )
         payload["leakProbes"] = leak.to_dict()
         lines.append(
             f"{ {'GO': 'ok  ', 'NO-GO': 'FAIL'}.get(leak.verdict, 'INCONCLUSIVE') } isolation: "
             + leak.sentence()
         )
+        if leak.cleanup:
+            lines.append(f"{'FAIL' if leak.cleanup_failed else 'ok  '} cleanup: {leak.cleanup}")
         if leak.verdict == "NO-GO":
             failures.append(f"isolation: {leak.sentence()}")
     failure = f"app canary failed: {'; '.join(failures)}" if failures else None
