@@ -437,7 +437,7 @@ def test_probes_planted_in_pgvector_bound_the_pgvector_serving_instance(pg_url, 
         cli = CliRunner().invoke(
             main,
             ["canary", "app", "--base-url", base_url, "--token", TOKEN, "--probes", "40",
-             "--max-leak-rate", "0.1", "--plant-pgvector", pg_url, "--json"],
+             "--max-leak-rate", "0.1", "--plant-pgvector", pg_url, "--apply", "--json"],
             env={"MEMORY_PGVECTOR_EMBEDDING_MODULE": module},
         )  # fmt: skip
     assert probes.answered == 400 and probes.errors == 0, probes.sentence()
@@ -496,6 +496,27 @@ def test_planting_refuses_a_table_of_another_dimension_before_writing(pg_url, le
     assert pg_rows(pg_url, "memory_embeddings") == []
     out = CliRunner().invoke(main, [*args[:4], "--plant-table", "t"])
     assert out.exit_code == 2 and "plant_pgvector" in out.output
+
+
+def test_planting_without_apply_is_a_dry_run_that_writes_and_calls_nothing(pg_url, tmp_path):
+    from fakes.server import refused_url
+
+    from memwork.pgvector.local_hash import write_module
+    from memwork.pgvector.schema import ensure_schema
+
+    ensure_schema(pg_url, "memory_embeddings", 8)
+    out = CliRunner().invoke(
+        main,
+        ["canary", "app", "--base-url", refused_url(), "--probes", "7", "--plant-pgvector", pg_url,
+         "--plant-embedding-module", write_module(8, tmp_path), "--json"],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output  # the service (refused) was never called
+    plan = json.loads(out.output)
+    assert (
+        plan["dryRun"] is True and plan["wouldPlant"] == 8 and "table memory_embeddings" in plan["plantedIn"]
+    )
+    assert "leakProbes" not in plan
+    assert pg_rows(pg_url, "memory_embeddings") == []
 
 
 def test_planted_rows_are_removed_when_every_probe_failed_and_a_mismatch_is_no_go(pg_url, tmp_path):

@@ -92,6 +92,13 @@ token_option = click.option(
     default="",
     help="embedding_model of the planted rows (default: $MEMORY_PGVECTOR_MODEL, else the module's MODEL_ID).",
 )
+@click.option(
+    "--apply",
+    "apply",
+    is_flag=True,
+    help="With --plant-pgvector: really plant (and remove) the probe rows; without it a dry run checks "
+    "the table and module and says what would be written, calling nothing.",
+)
 @json_option
 def app(
     base_url: str,
@@ -108,6 +115,7 @@ def app(
     plant_table: str,
     plant_embedding_module: str,
     plant_model: str,
+    apply: bool,
     as_json: bool,
 ) -> None:
     """Status expectations, then remember-recent -> sync -> resolve for a synthetic user, then forget it.
@@ -117,7 +125,8 @@ def app(
     INCONCLUSIVE. ``--json`` output is the probe result file the canary_signoff report reads.
     The probe users are written through the service, which writes to legacy only: to bound an instance
     that resolves from pgvector, ``--plant-pgvector URL`` writes them into its table instead (only
-    ``memory-v2-canary-*`` rows, removed afterwards even when a probe failed).
+    ``memory-v2-canary-*`` rows, removed afterwards even when a probe failed); a dry run unless
+    ``--apply``.
 
     Exit 1 listing every failed expectation or any leak; exit 3 when the probes were too few, or too
     many uninformative, to reach the required bound (INCONCLUSIVE).
@@ -128,7 +137,13 @@ def app(
             --require-target-healthy --expect-backend pgvector --expect-selected-backend pgvector
     """
     from memwork.errors import UsageError
-    from memwork.rollout.app_canary import PgvectorPlanter, run_app_canary, run_leak_probes
+    from memwork.rollout.app_canary import (
+        CANARY_USER_PREFIX,
+        PROBE_OWNER,
+        PgvectorPlanter,
+        run_app_canary,
+        run_leak_probes,
+    )
 
     if probes < 0:
         raise UsageError("probes", probes, "must be 0 (no probes) or more")
@@ -143,9 +158,20 @@ def app(
         planter = PgvectorPlanter(
             plant_pgvector, table=plant_table, embedding_module=plant_embedding_module, model=plant_model
         )
-        planter.check()  # a missing table or another dimension: refused before the service is called
-    elif plant_table or plant_embedding_module or plant_model:
-        raise UsageError("plant_pgvector", "", "--plant-table/--plant-embedding-module/--plant-model need it")
+        dimensions = planter.check()  # a missing table or another dimension: refused before anything
+        if not apply:
+            rows = (probes + 1) // 2 * 2
+            plan = {"dryRun": True, "wouldPlant": rows, "plantedIn": planter.where, "dimensions": dimensions,
+                    "users": f"{CANARY_USER_PREFIX}<run>-p<i><a|b>", "owner": PROBE_OWNER}  # fmt: skip
+            line = f"dry run: would plant {rows} rows of synthetic {CANARY_USER_PREFIX}* users in "
+            line += f"{planter.where} (vector({dimensions})), probe, then remove them; add --apply"
+            lines = [line]
+            emit_verdict(plan, as_json, lines, None)
+            return
+    elif plant_table or plant_embedding_module or plant_model or apply:
+        raise UsageError(
+            "plant_pgvector", "", "--plant-table/--plant-embedding-module/--plant-model/--apply need it"
+        )
     report = run_app_canary(
         base_url,
         token=token,
