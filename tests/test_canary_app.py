@@ -376,3 +376,165 @@ def test_a_leaking_backend_is_no_go_naming_the_leak():
     assert "other user(s)" in probes.reason
     assert cli.exit_code == 1 and "FAIL isolation: " in cli.output and "cross-user leak(s)" in cli.output
     assert registry.get("shared-index").rows == []
+
+
+def pg_rows(pg_url: str, table: str, where: str = "true") -> list[tuple]:
+    import psycopg
+
+    from memwork.db.embedded import ensure
+
+    with psycopg.connect(ensure(pg_url, create=False).text) as conn:
+        return conn.execute(
+            f"SELECT user_id, source_memory_id, metadata FROM {table} WHERE {where}"
+        ).fetchall()
+
+
+def insert_other_user(pg_url: str, table: str, user: str, content: str, module: str) -> None:
+    """A real user's row (another source's), embedded with the same module: it must survive the probes."""
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from memwork.db.embedded import ensure
+    from memwork.embed import QueryModuleEmbedder
+
+    vector = QueryModuleEmbedder(module).embed_query(content)
+    with psycopg.connect(ensure(pg_url, create=False).text, autocommit=True) as conn:
+        register_vector(conn)
+        conn.execute(
+            f"INSERT INTO {table} (user_id, content, embedding, embedding_model, source_memory_id) "
+            "VALUES (%s, %s, %s, 'hash-8', %s)",
+            (user, content, vector, f"{user}-row"),
+        )
+
+
+def test_probes_planted_in_pgvector_bound_the_pgvector_serving_instance(pg_url, legacy_url, tmp_path):
+    """Issue 18 after the flip: the probe users planted straight into the table the served backend
+    reads (embedded by the service's own query module) make every probe evidence: 0 leaks in 400, GO at
+    1 %; exactly the planted rows are removed, another table and a real user's rows are untouched."""
+    from memwork.pgvector.local_hash import write_module
+    from memwork.pgvector.schema import ensure_schema
+    from memwork.rollout.app_canary import PROBE_OWNER, PgvectorPlanter, run_leak_probes
+    from memwork.service.app import create_app, running
+
+    module = write_module(8, tmp_path)
+    ensure_schema(pg_url, "memory_embeddings", 8)
+    ensure_schema(pg_url, "other_embeddings", 8)
+    real = "memory-v2-canaryish-real-user"  # near the prefix, not a canary user
+    text = "I am responsible for the on-call rotation; my code word is amber-0badc0de."
+    insert_other_user(pg_url, "memory_embeddings", real, text, module)
+    insert_other_user(pg_url, "other_embeddings", "memory-v2-canary-elsewhere", text, module)
+    env = service_env(
+        legacy_url,
+        MEMORY_BACKEND="pgvector",
+        MEMORY_VECTOR_ENABLED="1",
+        MEMORY_PGVECTOR_DATABASE_URL=pg_url,
+        MEMORY_PGVECTOR_EMBEDDING_MODULE=module,
+        MEMORY_BACKEND_TIMEOUT_MS="10000",
+    )
+    planter = PgvectorPlanter(pg_url, embedding_module=module, env={})
+    with running(create_app(env)) as base_url:
+        probes = run_leak_probes(base_url, 400, token=TOKEN, max_leak_rate=0.01, planter=planter)
+        cli = CliRunner().invoke(
+            main,
+            ["canary", "app", "--base-url", base_url, "--token", TOKEN, "--probes", "40",
+             "--max-leak-rate", "0.1", "--plant-pgvector", pg_url, "--apply", "--json"],
+            env={"MEMORY_PGVECTOR_EMBEDDING_MODULE": module},
+        )  # fmt: skip
+    assert probes.answered == 400 and probes.errors == 0, probes.sentence()
+    assert probes.informative == 400 and probes.uninformative == 0 and probes.leaks == 0
+    assert probes.upper_bound < 0.01 and probes.verdict == "GO", probes.sentence()
+    assert probes.planted == probes.removed == 400 and probes.left == 0 and not probes.cleanup_failed
+    assert probes.planted_in.startswith("pgvector ") and "table memory_embeddings model hash_query_8" in (
+        probes.planted_in
+    )
+    assert "planted 400 probe rows in pgvector" in probes.sentence()
+    assert cli.exit_code == 0, cli.output
+    data = json.loads(cli.output)["leakProbes"]
+    assert data["verdict"] == "GO" and data["planted"] == data["removed"] == 40
+    assert data["planted_in"] == planter.where and data["cleanup_failed"] is False
+    # no canary row left; the real user's row and the other table's row untouched
+    assert pg_rows(pg_url, "memory_embeddings", f"user_id LIKE '{CANARY_USER_PREFIX}%'") == []
+    assert [r[:2] for r in pg_rows(pg_url, "memory_embeddings")] == [(real, f"{real}-row")]
+    assert [r[0] for r in pg_rows(pg_url, "other_embeddings")] == ["memory-v2-canary-elsewhere"]
+    assert PROBE_OWNER not in json.dumps([r[2] for r in pg_rows(pg_url, "other_embeddings")])
+
+
+def test_the_planter_deletes_only_canary_users_rows_it_planted(pg_url, tmp_path):
+    """The delete guard: a user without the canary prefix is refused before any SQL runs, and a
+    canary user's row another source owns is not deleted either."""
+    from memwork.pgvector.local_hash import write_module
+    from memwork.pgvector.schema import ensure_schema
+    from memwork.rollout.app_canary import PgvectorPlanter, PlantRefused, ProbeUser
+
+    module = write_module(8, tmp_path)
+    ensure_schema(pg_url, "memory_embeddings", 8)
+    insert_other_user(pg_url, "memory_embeddings", "alice", "alice's memory", module)
+    # another source's row under a canary-looking user and the id a probe would use
+    insert_other_user(pg_url, "memory_embeddings", "memory-v2-canary-x-p0a", "not ours", module)
+    planter = PgvectorPlanter(pg_url, embedding_module=module, env={})
+    for users in (["alice"], [CANARY_USER_PREFIX], ["memory-v2-canary-ok", "Memory-v2-canary-x"]):
+        with pytest.raises(PlantRefused, match="is not a synthetic memory-v2-canary-"):
+            planter.remove(users)
+    with pytest.raises(PlantRefused):
+        planter.plant([ProbeUser("alice", "text", "amber-00000000")])
+    assert planter.remove(["memory-v2-canary-x-p0a"]) == (0, 1)  # its id is not -m0, nor ours
+    ours = ProbeUser("memory-v2-canary-y-p0a", "my code word is teal-00000001", "teal-00000001")
+    assert planter.plant([ours]) == 1
+    assert planter.remove([ours.user, "memory-v2-canary-x-p0a"]) == (1, 1)
+    assert sorted(r[0] for r in pg_rows(pg_url, "memory_embeddings")) == ["alice", "memory-v2-canary-x-p0a"]
+
+
+def test_planting_refuses_a_table_of_another_dimension_before_writing(pg_url, legacy_url, tmp_path):
+    from memwork.pgvector.local_hash import write_module
+    from memwork.pgvector.schema import ensure_schema
+
+    ensure_schema(pg_url, "memory_embeddings", 4)
+    args = ["canary", "app", "--base-url", "http://127.0.0.1:1", "--probes", "4", "--plant-pgvector", pg_url,
+            "--plant-embedding-module", write_module(8, tmp_path)]  # fmt: skip
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 2 and "embedding_module=" in out.output and "vector(4)" in out.output, out.output
+    assert pg_rows(pg_url, "memory_embeddings") == []
+    out = CliRunner().invoke(main, [*args[:4], "--plant-table", "t"])
+    assert out.exit_code == 2 and "plant_pgvector" in out.output
+
+
+def test_planting_without_apply_is_a_dry_run_that_writes_and_calls_nothing(pg_url, tmp_path):
+    from fakes.server import refused_url
+
+    from memwork.pgvector.local_hash import write_module
+    from memwork.pgvector.schema import ensure_schema
+
+    ensure_schema(pg_url, "memory_embeddings", 8)
+    out = CliRunner().invoke(
+        main,
+        ["canary", "app", "--base-url", refused_url(), "--probes", "7", "--plant-pgvector", pg_url,
+         "--plant-embedding-module", write_module(8, tmp_path), "--json"],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output  # the service (refused) was never called
+    plan = json.loads(out.output)
+    assert (
+        plan["dryRun"] is True and plan["wouldPlant"] == 8 and "table memory_embeddings" in plan["plantedIn"]
+    )
+    assert "leakProbes" not in plan
+    assert pg_rows(pg_url, "memory_embeddings") == []
+
+
+def test_planted_rows_are_removed_when_every_probe_failed_and_a_mismatch_is_no_go(pg_url, tmp_path):
+    from fakes.server import refused_url
+
+    from memwork.pgvector.local_hash import write_module
+    from memwork.pgvector.schema import ensure_schema
+    from memwork.rollout.app_canary import LeakProbes, PgvectorPlanter, run_leak_probes
+
+    module = write_module(8, tmp_path)
+    ensure_schema(pg_url, "memory_embeddings", 8)
+    planter = PgvectorPlanter(pg_url, embedding_module=module, env={})
+    probes = run_leak_probes(refused_url(), 10, token=TOKEN, planter=planter)
+    assert probes.errors == 10 and probes.planted == probes.removed == 10 and probes.left == 0
+    assert probes.verdict == "INCONCLUSIVE"
+    assert pg_rows(pg_url, "memory_embeddings") == []
+    where = planter.where
+    short = LeakProbes(10, answered=10, informative=10, planted_in=where, planted=10, removed=9)
+    assert short.verdict == "NO-GO" and short.reason.startswith("cleanup mismatch: planted 10 probe rows")
+    assert LeakProbes(10, answered=10, informative=10, max_leak_rate=0.5, planted_in=where, planted=10,
+                      removed=10).verdict == "GO"  # fmt: skip

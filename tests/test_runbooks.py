@@ -315,7 +315,11 @@ def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, w
 
     with psycopg.connect(pg_url) as conn:
         ids = {r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings")}
-    assert ids == active  # the backfill copied exactly the active items
+    assert ids == active  # the backfill copied exactly the active items (no probe row left)
+    # step 7's probes were planted in the table the pgvector canary instance reads: evidence, removed
+    probes = json.loads((ops / "probes.json").read_text())["leakProbes"]
+    assert probes["verdict"] == "GO" and probes["informative"] == 400, probes["sentence"]
+    assert probes["planted_in"].startswith("pgvector ") and probes["planted"] == probes["removed"] == 400
     first, second = (json.loads((ops / f"backfill-{n}.json").read_text()) for n in (1, 2))
     assert first["rowsWritten"] == 200 and second["resumed"] and second["rowsWritten"] == len(active) - 200
     ten = json.loads((ops / "judge-10pct.json").read_text())

@@ -66,6 +66,39 @@ token_option = click.option(
     show_default=True,
     help="Required 95 % upper bound on the cross-user leak rate (with --probes).",
 )
+@click.option(
+    "--plant-pgvector",
+    "plant_pgvector",
+    default="",
+    metavar="URL",
+    help="Plant the probe users' memories straight into this pgvector database (the one the service's "
+    "MEMORY_BACKEND=pgvector resolves from) instead of the service's write path, and delete them after. "
+    "Writes and removes only synthetic memory-v2-canary-* users' rows; the result records planted and "
+    "removed counts (a mismatch fails).",
+)
+@click.option(
+    "--plant-table",
+    default="",
+    help="Table to plant in (default: $MEMORY_PGVECTOR_TABLE, else memory_embeddings).",
+)
+@click.option(
+    "--plant-embedding-module",
+    default="",
+    help="The service's query module (default: $MEMORY_PGVECTOR_EMBEDDING_MODULE): the probe rows are "
+    "embedded with it.",
+)
+@click.option(
+    "--plant-model",
+    default="",
+    help="embedding_model of the planted rows (default: $MEMORY_PGVECTOR_MODEL, else the module's MODEL_ID).",
+)
+@click.option(
+    "--apply",
+    "apply",
+    is_flag=True,
+    help="With --plant-pgvector: really plant (and remove) the probe rows; without it a dry run checks "
+    "the table and module and says what would be written, calling nothing.",
+)
 @json_option
 def app(
     base_url: str,
@@ -78,6 +111,11 @@ def app(
     probe_seed: int,
     max_uninformative: float,
     max_leak_rate: float,
+    plant_pgvector: str,
+    plant_table: str,
+    plant_embedding_module: str,
+    plant_model: str,
+    apply: bool,
     as_json: bool,
 ) -> None:
     """Status expectations, then remember-recent -> sync -> resolve for a synthetic user, then forget it.
@@ -85,6 +123,10 @@ def app(
     (0 leaks in N: about 3/N) against ``--max-leak-rate``. A probe counts only when its answer holds
     the asker's own memory; more than ``--max-uninformative`` probes without it (or failed) is
     INCONCLUSIVE. ``--json`` output is the probe result file the canary_signoff report reads.
+    The probe users are written through the service, which writes to legacy only: to bound an instance
+    that resolves from pgvector, ``--plant-pgvector URL`` writes them into its table instead (only
+    ``memory-v2-canary-*`` rows, removed afterwards even when a probe failed); a dry run unless
+    ``--apply``.
 
     Exit 1 listing every failed expectation or any leak; exit 3 when the probes were too few, or too
     many uninformative, to reach the required bound (INCONCLUSIVE).
@@ -95,7 +137,13 @@ def app(
             --require-target-healthy --expect-backend pgvector --expect-selected-backend pgvector
     """
     from memwork.errors import UsageError
-    from memwork.rollout.app_canary import run_app_canary, run_leak_probes
+    from memwork.rollout.app_canary import (
+        CANARY_USER_PREFIX,
+        PROBE_OWNER,
+        PgvectorPlanter,
+        run_app_canary,
+        run_leak_probes,
+    )
 
     if probes < 0:
         raise UsageError("probes", probes, "must be 0 (no probes) or more")
@@ -103,6 +151,27 @@ def app(
         raise UsageError("max_leak_rate", max_leak_rate, "must be between 0 and 1 (0.001 = 0.1 %)")
     if not 0 <= max_uninformative < 1:
         raise UsageError("max_uninformative", max_uninformative, "must be from 0 to below 1 (0.05 = 5 %)")
+    planter = None
+    if plant_pgvector:
+        if not probes:
+            raise UsageError("plant_pgvector", "<url>", "plants probe users: give --probes N")
+        planter = PgvectorPlanter(
+            plant_pgvector, table=plant_table, embedding_module=plant_embedding_module, model=plant_model
+        )
+        dimensions = planter.check()  # a missing table or another dimension: refused before anything
+        if not apply:
+            rows = (probes + 1) // 2 * 2
+            plan = {"dryRun": True, "wouldPlant": rows, "plantedIn": planter.where, "dimensions": dimensions,
+                    "users": f"{CANARY_USER_PREFIX}<run>-p<i><a|b>", "owner": PROBE_OWNER}  # fmt: skip
+            line = f"dry run: would plant {rows} rows of synthetic {CANARY_USER_PREFIX}* users in "
+            line += f"{planter.where} (vector({dimensions})), probe, then remove them; add --apply"
+            lines = [line]
+            emit_verdict(plan, as_json, lines, None)
+            return
+    elif plant_table or plant_embedding_module or plant_model or apply:
+        raise UsageError(
+            "plant_pgvector", "", "--plant-table/--plant-embedding-module/--plant-model/--apply need it"
+        )
     report = run_app_canary(
         base_url,
         token=token,
@@ -126,12 +195,15 @@ def app(
             max_leak_rate_origin="default" if origin == click.core.ParameterSource.DEFAULT else "set",
             max_uninformative=max_uninformative,
             seed=probe_seed,
+            planter=planter,
         )
         payload["leakProbes"] = leak.to_dict()
         lines.append(
             f"{ {'GO': 'ok  ', 'NO-GO': 'FAIL'}.get(leak.verdict, 'INCONCLUSIVE') } isolation: "
             + leak.sentence()
         )
+        if leak.cleanup:
+            lines.append(f"{'FAIL' if leak.cleanup_failed else 'ok  '} cleanup: {leak.cleanup}")
         if leak.verdict == "NO-GO":
             failures.append(f"isolation: {leak.sentence()}")
     failure = f"app canary failed: {'; '.join(failures)}" if failures else None

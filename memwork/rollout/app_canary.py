@@ -411,6 +411,30 @@ class LeakProbes:
     confidence: float = 0.95
     examples: list[str] = field(default_factory=list)
     purge_failures: int = 0
+    #: where the probe users' memories were planted: "service" (its write path, remember-recent) or the
+    #: pgvector table (:class:`PgvectorPlanter`); with a table, the rows planted and removed, and the
+    #: rows of probe users left (-1: unknown) -- the audit line: planted != removed is a failure
+    planted_in: str = "service"
+    planted: int = 0
+    removed: int = 0
+    left: int = 0
+    cleanup_error: str = ""
+
+    @property
+    def cleanup_failed(self) -> bool:
+        """Planted in a table and not exactly removed again (or the removal failed)."""
+        if self.planted_in == "service":
+            return False
+        return bool(self.cleanup_error) or self.planted != self.removed or self.left != 0
+
+    @property
+    def cleanup(self) -> str:
+        """The audit line of a planted run ("" for the service write path)."""
+        if self.planted_in == "service":
+            return ""
+        head = f"planted {self.planted} probe rows in {self.planted_in}, removed {self.removed}"
+        head += f", {self.left} left"
+        return head + (f" (removal failed: {self.cleanup_error})" if self.cleanup_error else "")
 
     @property
     def upper_bound(self) -> float:
@@ -427,9 +451,9 @@ class LeakProbes:
 
     @property
     def verdict(self) -> str:
-        """NO-GO on any leak; INCONCLUSIVE when too many probes are no evidence or the bound is above
-        the required rate; else GO."""
-        if self.leaks:
+        """NO-GO on any leak, or planted rows not removed exactly; INCONCLUSIVE when too many probes are
+        no evidence or the bound is above the required rate; else GO."""
+        if self.leaks or self.cleanup_failed:
             return "NO-GO"
         if self.too_uninformative or not self.informative:
             return "INCONCLUSIVE"
@@ -440,12 +464,15 @@ class LeakProbes:
         """Why the verdict is not GO ("" for GO)."""
         if self.leaks:
             return f"{self.leaks} cross-user leak(s): " + "; ".join(self.examples[:3])
+        if self.cleanup_failed:
+            return f"cleanup mismatch: {self.cleanup}"
         if self.too_uninformative or not self.informative:
             return (
                 f"{self.uninformative} answers held none of the asker's own memories and {self.errors} "
                 f"probes failed, of {self.probes} (at most {self.max_uninformative:.0%} allowed): the "
                 "service did not read the probe users' memories (a read-only target does not hold what "
-                "the probes wrote), so its answers are no evidence of isolation"
+                "the probes wrote: plant them there, --plant-pgvector), so its answers are no evidence of "
+                "isolation"
             )
         if self.verdict == "INCONCLUSIVE":
             needed = probes_needed(self.max_leak_rate, self.confidence)
@@ -459,12 +486,13 @@ class LeakProbes:
             f"{self.errors} failed): {self.confidence:.0%} upper bound on the leak rate "
             f"{self.upper_bound:.3%}, required < {self.max_leak_rate:.3%} ({self.max_leak_rate_origin})"
         )
+        head += f"; {self.cleanup}" if self.cleanup else ""
         return f"{head}: {self.reason}" if self.reason else head
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "upper_bound": self.upper_bound, "verdict": self.verdict,
                 "reason": self.reason, "probes_needed": probes_needed(self.max_leak_rate, self.confidence),
-                "sentence": self.sentence()}  # fmt: skip
+                "cleanup_failed": self.cleanup_failed, "sentence": self.sentence()}  # fmt: skip
 
 
 def probe_pairs(run: str, pairs: int, seed: int = 0) -> list[tuple[ProbeUser, ProbeUser]]:
@@ -537,13 +565,19 @@ def run_leak_probes(
     limit: int = 10,
     seed: int = 0,
     concurrency: int = DEFAULT_CONCURRENCY,
+    planter: PgvectorPlanter | None = None,
 ) -> LeakProbes:
     """``probes`` resolves through the running service over ``ceil(probes / 2)`` distinct user pairs,
     each pair asked once per direction: one user asks with the other's near-identical sentence (the
     other's secret word in it); an item of anyone but the asker, or the other's secret, is a leak. A
     probe counts toward the bound only when the answer holds the asker's own secret (see
     :class:`LeakProbes`). The synthetic users are forgotten afterwards (``/forget``); ``concurrency``
-    calls are in flight at once."""
+    calls are in flight at once.
+
+    With a ``planter`` (:class:`PgvectorPlanter`) the probe users' memories are written straight into
+    the pgvector table a pgvector-serving instance resolves from, not through the service's write path
+    (which lands in legacy only); they are removed from the table afterwards even when asking failed,
+    and the result records where they were planted, the rows planted and removed (a mismatch: NO-GO)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from memwork.errors import UsageError
@@ -568,6 +602,9 @@ def run_leak_probes(
     asked = [(pairs[i // 2] if i % 2 == 0 else pairs[i // 2][::-1]) for i in range(result.probes)]
     users = [u for pair in pairs for u in pair]
     owners = {u.secret: u.user for u in users}
+    if planter is not None:
+        planter.check()  # a missing table or another dimension: refused before anything is written
+        result.planted_in = planter.where
     http = client(base_url, token)
 
     def probe(pair: tuple[ProbeUser, ProbeUser]) -> tuple[str, list[str], bool]:
@@ -592,7 +629,10 @@ def run_leak_probes(
 
     try:
         with ThreadPoolExecutor(int(concurrency), thread_name_prefix="memwork-probe") as pool:
-            list(pool.map(lambda u: _write_probe_memory(http, u.user, u.text), users))
+            if planter is not None:
+                result.planted = planter.plant(users)
+            else:
+                list(pool.map(lambda u: _write_probe_memory(http, u.user, u.text), users))
             for i, (state, others, useful) in enumerate(pool.map(probe, asked)):
                 if state == "error":
                     result.errors += 1
@@ -613,8 +653,157 @@ def run_leak_probes(
                     result.uninformative += 1
     finally:
         try:
-            with ThreadPoolExecutor(int(concurrency), thread_name_prefix="memwork-probe") as pool:
-                result.purge_failures = sum(1 for ok in pool.map(purge, users) if not ok)
+            if planter is not None:
+                try:
+                    result.removed, result.left = planter.remove([u.user for u in users])
+                except Exception as exc:
+                    result.cleanup_error, result.left = describe_error(exc), -1
+            else:
+                with ThreadPoolExecutor(int(concurrency), thread_name_prefix="memwork-probe") as pool:
+                    result.purge_failures = sum(1 for ok in pool.map(purge, users) if not ok)
         finally:
             http.close()
     return result
+
+
+# ---- planting the probe users where a pgvector-serving instance reads them -----------------------
+
+#: the owner stamped into the metadata of every planted probe row (``_memworkSource``): no migration
+#: source can claim these rows, and the removal deletes only rows this owner holds
+PROBE_OWNER = "memwork-canary-probe"
+
+
+class PlantRefused(ValueError):
+    """The planter was asked to write or delete a row of a user that is not a synthetic canary user."""
+
+
+def check_canary_users(users: list[str]) -> list[str]:
+    """``users``, or :class:`PlantRefused` naming the first that is not a ``memory-v2-canary-*`` user:
+    the planter writes and deletes those users' rows only."""
+    for user in users:
+        if not isinstance(user, str) or not user.startswith(CANARY_USER_PREFIX) or user == CANARY_USER_PREFIX:
+            raise PlantRefused(f"refused: user {user!r} is not a synthetic {CANARY_USER_PREFIX}* user")
+    return users
+
+
+class PgvectorPlanter:
+    """Plants the probe users' memories straight into the pgvector table the served backend reads, and
+    removes exactly those rows afterwards.
+
+    A row has the migration's shape (``user_id``, ``content``, ``embedding``, ``embedding_model``,
+    ``type`` fact, ``source_memory_id`` ``<user>-m0``, ``source_session_id`` ``<user>-session``,
+    metadata stamped with :data:`PROBE_OWNER`), its vector made by the SAME query module the service's
+    pgvector backend embeds queries with (``MEMORY_PGVECTOR_EMBEDDING_MODULE``), recorded under the model
+    the backend answers from (``MEMORY_PGVECTOR_MODEL``, else the module's ``MODEL_ID``). Only
+    ``memory-v2-canary-*`` users are written or deleted (:func:`check_canary_users`); a row another
+    source owns is never overwritten nor deleted. Refuses (usage error) a missing table or one whose
+    dimension is not the module's, before writing anything."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        table: str | None = None,
+        embedding_module: str | None = None,
+        model: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        from memwork.embed import QueryModuleEmbedder
+        from memwork.errors import UsageError
+        from memwork.identifiers import check_identifier
+        from memwork.pgvector.schema import EMBEDDINGS_TABLE
+
+        env = os.environ if env is None else env
+        if not (url or "").strip():
+            raise UsageError("plant_pgvector", url, "needs the pgvector database URL the service reads")
+        self.url = url.strip()
+        self.table = check_identifier(
+            (table or env.get("MEMORY_PGVECTOR_TABLE") or "").strip() or EMBEDDINGS_TABLE, field="table"
+        )
+        spec = (embedding_module or env.get("MEMORY_PGVECTOR_EMBEDDING_MODULE") or "").strip()
+        if not spec:
+            raise UsageError(
+                "embedding_module", "", "set it (or MEMORY_PGVECTOR_EMBEDDING_MODULE) to the service's module"
+            )
+        self.embedder = QueryModuleEmbedder(spec, field="embedding_module")
+        self.model = (model or env.get("MEMORY_PGVECTOR_MODEL") or "").strip() or self.embedder.model_id
+        self._resolved: str | None = None
+
+    @property
+    def where(self) -> str:
+        """Where the probes are planted, for the result file (the URL's password redacted)."""
+        return f"pgvector {redact_url(self.url) or self.url} table {self.table} model {self.model}"
+
+    def _connect(self) -> Any:
+        from memwork.db import pg_connect
+        from memwork.db.embedded import ensure
+
+        if self._resolved is None:
+            self._resolved = ensure(self.url, create=False).text
+        return pg_connect(self._resolved, autocommit=True)
+
+    def check(self) -> int:
+        """The table's dimension, once it is known to match the module's vectors (usage error if not)."""
+        from memwork.errors import UsageError
+        from memwork.pgvector.schema import table_dimensions
+
+        size = int(self.embedder.embed_query(f"{CANARY_USER_PREFIX}dimension check").size)
+        with self._connect() as conn:
+            existing = table_dimensions(conn, self.table)
+        if existing is None:
+            raise UsageError("table", self.table, "does not exist in the pgvector database")
+        if existing != size:
+            raise UsageError(
+                "embedding_module",
+                self.embedder.spec,
+                f"makes vector({size}); {self.table} has vector({existing})",
+            )
+        return existing
+
+    def plant(self, users: list[ProbeUser]) -> int:
+        """Write one row per probe user in one transaction; the rows written (one owned elsewhere: not)."""
+        from pgvector.psycopg import register_vector
+
+        from memwork.migrate.ownership import stamped_metadata_sql, upsert_sql
+
+        check_canary_users([u.user for u in users])
+        vectors = [self.embedder.embed_query(u.text) for u in users]
+        metadata, params = stamped_metadata_sql("'{\"canaryProbe\": true}'::jsonb", PROBE_OWNER)
+        columns = ("user_id", "content", "embedding", "embedding_model", "type", "source_memory_id",
+                   "source_session_id", "metadata")  # fmt: skip
+        sql = upsert_sql(self.table, columns, f"SELECT %s, %s, %s::vector, %s, 'fact', %s, %s, {metadata}")
+        written = 0
+        with self._connect() as conn:
+            register_vector(conn)
+            with conn.transaction():
+                for user, vector in zip(users, vectors, strict=True):
+                    args = (
+                        user.user,
+                        user.text,
+                        vector,
+                        self.model,
+                        f"{user.user}-m0",
+                        f"{user.user}-session",
+                    )
+                    written += conn.execute(sql, (*args, *params)).rowcount
+        return written
+
+    def remove(self, users: list[str]) -> tuple[int, int]:
+        """Delete the probe rows of ``users`` (canary users only, rows :data:`PROBE_OWNER` owns only):
+        (rows deleted, rows of those users left in the table)."""
+        from memwork.identifiers import quote_identifier
+        from memwork.migrate.ownership import owner_sql
+
+        check_canary_users(users)
+        if not users:
+            return 0, 0
+        target = quote_identifier(self.table)
+        ids = [f"{u}-m0" for u in users]
+        with self._connect() as conn, conn.transaction():
+            deleted = conn.execute(
+                f"DELETE FROM {target} AS d WHERE d.source_memory_id = ANY(%s) AND d.user_id = ANY(%s) "
+                f"AND d.user_id LIKE %s AND {owner_sql('d')} = %s",
+                (ids, users, CANARY_USER_PREFIX + "%", PROBE_OWNER),
+            ).rowcount
+            left = conn.execute(f"SELECT count(*) FROM {target} WHERE user_id = ANY(%s)", (users,)).fetchone()
+        return int(deleted), int(left[0] if left else 0)
