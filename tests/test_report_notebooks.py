@@ -86,6 +86,31 @@ def test_one_call_notebook_parameters_are_checked_by_the_library(tmp_path):
     assert info.value.ename == "UsageError" and info.value.exit_code == 2 and "k=0" in info.value.evalue
 
 
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ("1-10", "must be BUCKET=R"),
+        ("1-10=high", "must be BUCKET=R"),
+        ("5-7=0.9", "5-7 is not a size bucket"),
+        ("1-10=0.9, 1,001+=1.5", "1.5 must be a number from 0 to 1"),
+    ],
+)
+def test_a_bad_per_bucket_recall_bar_is_a_usage_error_naming_the_field(tmp_path, value, problem):
+    with pytest.raises(UsageError) as info:
+        verify.certify_options(verify.VerifyParameters(min_recall_by_bucket=value))
+    assert info.value.field == "min_recall_by_bucket" and problem in str(info.value)
+    if value == "5-7=0.9":  # in the notebook: exit 2, nothing run
+        with pytest.raises(ReportInputRefused) as refused:
+            run_report("backfill_verification", {"min_recall_by_bucket": value}, tmp_path)
+        assert refused.value.exit_code == 2 and "min_recall_by_bucket='5-7=0.9'" in refused.value.evalue
+
+
+def test_per_bucket_recall_bars_reach_the_certificate_as_the_cli_gives_them():
+    options = verify.certify_options(verify.VerifyParameters(min_recall_by_bucket="1-10:0.99; 101-1000=0.9"))
+    assert options.min_recall_by_bucket == {"1-10": 0.99, "101-1,000": 0.9}
+    assert verify.certify_options(verify.VerifyParameters()).min_recall_by_bucket == {}
+
+
 @pytest.fixture
 def store(tmp_path):
     return sample_store(250, seed=5)
@@ -293,7 +318,7 @@ def test_backfill_verification_of_a_qdrant_copy_pass_then_fail_naming_the_bad_ro
     tmp_path,
 ):
     qdrant_import(storage, pg_url, vectors="keep")
-    intact = _qdrant_verification(storage, pg_url, tmp_path)
+    intact = _qdrant_verification(storage, pg_url, tmp_path, min_recall_by_bucket="1-10:0.99, 1001+:0.9")
     assert intact.verdict == "PASS" and intact.exit_code == 0, intact.summary["reasons"]
     gates = {g["name"]: g for g in intact.summary["gates"]}
     assert [g["state"] for g in gates.values()] == ["pass"] * 5  # Qdrant can search: the preserved gate ran
@@ -304,8 +329,14 @@ def test_backfill_verification_of_a_qdrant_copy_pass_then_fail_naming_the_bad_ro
     )
     page = intact.html_path.read_text(encoding="utf-8")
     assert claim in _text(_section(page, "The claim"))  # the claim in one sentence
-    gate_table = _text(_section(page, "Gates"))
+    gate_table = _text(_section(page, 'id="Gates"'))  # the notebook's table (the header's strip first)
     assert "preserved PASS" in gate_table and "overlap" in gate_table
+    # each size bucket's own recall bar on the gate strip, as set
+    assert ">= 0.95; bucket 1-10 >= 0.99; bucket 1,001+ >= 0.9 (set)" in gate_table
+    assert gates["retrieval"]["why"].endswith("; bucket 1-10 recall >= 0.99; bucket 1,001+ recall >= 0.9")
+    assert gates["retrieval"]["origin"] == "set" and gates["rows"]["origin"] == "default"
+    strip = _text(page[: page.index("</section>")])  # the header's gate strip says so too
+    assert re.search(r"retrieval PASS \S+ worst bucket recall@k >= 0\.95 worst bucket recall@k set", strip)
     assert_readable(intact)
     assert_bucket_table(intact)
     assert {"1-10", "11-100"} <= set(intact.summary["recall_per_bucket"])
