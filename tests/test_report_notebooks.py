@@ -12,6 +12,10 @@ import re
 import nbformat
 import papermill
 import pytest
+from test_certify_qdrant import _env as qdrant_env
+from test_certify_qdrant import _import as qdrant_import
+from test_certify_qdrant import _pg as qdrant_pg
+from test_certify_qdrant import storage  # noqa: F401  (the Qdrant local collection, a fixture)
 
 from memwork.certify import parameters as verify
 from memwork.db import pg_connect
@@ -80,6 +84,31 @@ def test_one_call_notebook_parameters_are_checked_by_the_library(tmp_path):
     with pytest.raises(ReportInputRefused) as info:  # the same check, in the notebook: exit 2
         run_report("backfill_verification", {"k": 0}, tmp_path)
     assert info.value.ename == "UsageError" and info.value.exit_code == 2 and "k=0" in info.value.evalue
+
+
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ("1-10", "must be BUCKET=R"),
+        ("1-10=high", "must be BUCKET=R"),
+        ("5-7=0.9", "5-7 is not a size bucket"),
+        ("1-10=0.9, 1,001+=1.5", "1.5 must be a number from 0 to 1"),
+    ],
+)
+def test_a_bad_per_bucket_recall_bar_is_a_usage_error_naming_the_field(tmp_path, value, problem):
+    with pytest.raises(UsageError) as info:
+        verify.certify_options(verify.VerifyParameters(min_recall_by_bucket=value))
+    assert info.value.field == "min_recall_by_bucket" and problem in str(info.value)
+    if value == "5-7=0.9":  # in the notebook: exit 2, nothing run
+        with pytest.raises(ReportInputRefused) as refused:
+            run_report("backfill_verification", {"min_recall_by_bucket": value}, tmp_path)
+        assert refused.value.exit_code == 2 and "min_recall_by_bucket='5-7=0.9'" in refused.value.evalue
+
+
+def test_per_bucket_recall_bars_reach_the_certificate_as_the_cli_gives_them():
+    options = verify.certify_options(verify.VerifyParameters(min_recall_by_bucket="1-10:0.99; 101-1000=0.9"))
+    assert options.min_recall_by_bucket == {"1-10": 0.99, "101-1,000": 0.9}
+    assert verify.certify_options(verify.VerifyParameters()).min_recall_by_bucket == {}
 
 
 @pytest.fixture
@@ -190,6 +219,34 @@ def _verification(migration, tmp_path):
     return run_report("backfill_verification", params, tmp_path)
 
 
+def _text(html_part: str) -> str:
+    joined = re.sub(r"<wbr\s*/?>", "", html_part)  # the break hints inside long ids
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", joined)).split())
+
+
+def assert_bucket_table(run):
+    """The per-bucket table: each measured bucket's label beside its recall figure."""
+    section = _section(run.html_path.read_text(encoding="utf-8"), "Retrieval per user-size bucket")
+    recalls = dict(run.summary["recall_per_bucket"])
+    assert recalls and f"recall@{run.parameters['k']}" in section
+    for row in re.findall(r"<tr.*?</tr>", section, flags=re.DOTALL)[1:]:
+        cells = [_text(c) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, flags=re.DOTALL)]
+        label = next(c for c in cells if c in recalls)
+        assert f"{recalls.pop(label):g}" in cells, (label, cells)
+    assert recalls == {}  # every bucket of summary.json is a row of the table
+
+
+def user_table_rows(run) -> dict[str, str]:
+    """The per-user table of the HTML: user -> the row's text."""
+    section = _section(run.html_path.read_text(encoding="utf-8"), "Per user")
+    rows = {}
+    for row in re.findall(r"<tr.*?</tr>", section, flags=re.DOTALL):
+        cells = [_text(c) for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, flags=re.DOTALL)]
+        if len(cells) >= 10 and "user" not in cells[:2]:  # the table's rows, not the counts above it
+            rows[next(c for c in cells if c)] = " | ".join(cells)
+    return rows
+
+
 def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
     intact = _verification(migration, tmp_path)
     assert intact.verdict == "PASS" and intact.exit_code == 0
@@ -198,6 +255,8 @@ def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
     assert intact.summary["claim"].startswith(f"All {migration.active} active legacy-mysql rows")
     assert not (intact.run_dir / "bad_rows.csv").exists() and intact.summary["repair"] is None
     assert_readable(intact)
+    assert_bucket_table(intact)
+    assert user_table_rows(intact) == {} and "every user's rows agree" in intact.html_path.read_text()
     with pg_connect(migration.dest_url, autocommit=True) as conn:
         ids = [r[0] for r in conn.execute("SELECT source_memory_id FROM memory_embeddings ORDER BY 1")]
         conn.execute("DELETE FROM memory_embeddings WHERE source_memory_id = %s", (ids[0],))
@@ -232,6 +291,92 @@ def test_backfill_verification_pass_then_fail_on_damage(tmp_path, migration):
     page = damaged.html_path.read_text(encoding="utf-8")
     assert "bad_rows.csv" in page and damaged.summary["repair"] in page
     assert_readable(damaged)  # every reason in the HTML header
+    # the per-user table: each user with a bad row, its counts on both sides and the ids named
+    users = user_table_rows(damaged)
+    owner = {b["key"]: b["user"] for b in damaged.summary["rows"]["first_bad"]}
+    assert set(users) >= {owner[ids[0]], owner[ids[10]]}
+    assert ids[0] in users[owner[ids[0]]] and ids[10] in users[owner[ids[10]]]
+
+
+def _qdrant_verification(storage, pg_url, tmp_path, **extra):  # noqa: F811
+    params = {
+        "source": "qdrant",
+        "source_url": f"local:{storage}",
+        "pgvector_url": pg_url,
+        "settings": "; ".join(f"{k}={v}" for k, v in qdrant_env(storage).items() if k != "MEMORY_QDRANT_URL"),
+        "expected_dimensions": 8,
+        "k": 5,
+        "range_size": 4,
+        "users_per_bucket": 5,
+    }
+    return run_report("backfill_verification", params | extra, tmp_path)
+
+
+def test_backfill_verification_of_a_qdrant_copy_pass_then_fail_naming_the_bad_rows(
+    storage,  # noqa: F811
+    pg_url,
+    tmp_path,
+):
+    qdrant_import(storage, pg_url, vectors="keep")
+    intact = _qdrant_verification(storage, pg_url, tmp_path, min_recall_by_bucket="1-10:0.99, 1001+:0.9")
+    assert intact.verdict == "PASS" and intact.exit_code == 0, intact.summary["reasons"]
+    gates = {g["name"]: g for g in intact.summary["gates"]}
+    assert [g["state"] for g in gates.values()] == ["pass"] * 5  # Qdrant can search: the preserved gate ran
+    claim = intact.summary["claim"]
+    assert (
+        claim.startswith("All 95 active qdrant rows of 6 users")
+        and "Against the source's own search" in claim
+    )
+    page = intact.html_path.read_text(encoding="utf-8")
+    assert claim in _text(_section(page, "The claim"))  # the claim in one sentence
+    gate_table = _text(_section(page, 'id="Gates"'))  # the notebook's table (the header's strip first)
+    assert "preserved PASS" in gate_table and "overlap" in gate_table
+    # each size bucket's own recall bar on the gate strip, as set
+    assert ">= 0.95; bucket 1-10 >= 0.99; bucket 1,001+ >= 0.9 (set)" in gate_table
+    assert gates["retrieval"]["why"].endswith("; bucket 1-10 recall >= 0.99; bucket 1,001+ recall >= 0.9")
+    assert gates["retrieval"]["origin"] == "set" and gates["rows"]["origin"] == "default"
+    strip = _text(page[: page.index("</section>")])  # the header's gate strip says so too
+    assert re.search(r"retrieval PASS \S+ worst bucket recall@k >= 0\.95 worst bucket recall@k set", strip)
+    assert_readable(intact)
+    assert_bucket_table(intact)
+    assert {"1-10", "11-100"} <= set(intact.summary["recall_per_bucket"])
+    assert user_table_rows(intact) == {}
+
+    with qdrant_pg(pg_url) as conn:
+        first = {
+            user: conn.execute(
+                "SELECT min(source_memory_id::int)::text FROM memory_embeddings WHERE user_id = %s", (user,)
+            ).fetchone()[0]
+            for user in ("u-big", "u-25", "u-small")
+        }
+        conn.execute("DELETE FROM memory_embeddings WHERE source_memory_id = %s", (first["u-big"],))
+        conn.execute(
+            "UPDATE memory_embeddings SET content = content || '!' WHERE source_memory_id = %s",
+            (first["u-25"],),
+        )
+        # u-small: its rows all match; only one vector is not the source's
+        conn.execute(
+            "UPDATE memory_embeddings SET embedding = '[1,0,0,0,0,0,0,1]' WHERE source_memory_id = %s",
+            (first["u-small"],),
+        )
+    damaged = _qdrant_verification(storage, pg_url, tmp_path)
+    assert damaged.verdict == "FAIL" and damaged.exit_code == 1
+    named = {(b["key"], b["kind"]) for b in damaged.summary["rows"]["first_bad"]}
+    assert named == {(first["u-big"], "missing"), (first["u-25"], "changed")}
+    run_id = damaged.summary["run_id"]
+    assert damaged.summary["repair"] == f"memwork import --from qdrant --repair {run_id}"
+    page = damaged.html_path.read_text(encoding="utf-8")
+    assert damaged.summary["repair"] in _text(_section(page, "Repair"))
+    diffs = (damaged.run_dir / "bad_rows.csv").read_text(encoding="utf-8")
+    assert f"{first['u-big']},missing,u-big" in diffs and f"{first['u-25']},changed,u-25,content" in diffs
+    assert_readable(damaged)
+    assert_bucket_table(damaged)
+    # the per-user table: both bad-row users, and u-small whose only problem is a vector
+    users = user_table_rows(damaged)
+    assert set(users) == {"u-big", "u-25", "u-small"}
+    assert first["u-big"] in users["u-big"] and first["u-25"] in users["u-25"]
+    assert "u-small" not in damaged.summary["rows"]["bad_users"]
+    assert first["u-small"] in users["u-small"] and damaged.summary["users"]["u-small"]["vectors"]
 
 
 def test_canary_go_then_no_go(tmp_path, migration):

@@ -345,3 +345,66 @@ def test_an_input_report_is_compared_by_what_it_found_not_by_its_folder(tmp_path
     assert differences(fp("b", 2), fp("a", 1)) == []  # a new run folder and port, the same finding
     [why] = differences(fp("c", 1), fp("a", 1))
     assert why.startswith("input health_summary:") and "83" in why and "70" in why
+
+
+def _verification_run(root: Path, day: int, by_kind: dict, recall: dict, numbers_of_the_time=None) -> None:
+    """A backfill_verification run folder as the runner leaves it: summary.json with rows by kind and
+    recall per bucket (``numbers_of_the_time``: the key numbers an older memwork recorded)."""
+    params = {"source": "qdrant", "source_url": "local:/data/q", "pgvector_url": "pg://embedded"}
+    report = "backfill_verification"
+    summary = {
+        "report": report,
+        "verdict": "FAIL" if by_kind else "PASS",
+        "rows": {"source": 95, "bad": sum(by_kind.values()), "by_kind": by_kind},
+        "vectors": {"bad": 0},
+        "recall_per_bucket": recall,
+        "input_fingerprint": {"source": "qdrant", "source_rows": 95},
+    }
+    fp = fingerprint(report, params, summary, "0.1.0")
+    numbers = key_numbers(report, summary) if numbers_of_the_time is None else numbers_of_the_time
+    folder = root / f"2026010{day}T000000000Z-{report}"
+    folder.mkdir(parents=True)
+    summary.update(fingerprint=fp, group=group_of(params), key_numbers=numbers, comparison={})
+    (folder / "summary.json").write_text(json.dumps(summary))
+    (folder / f"{report}.html").write_text("<html></html>")
+
+
+def test_the_index_follows_a_verification_by_bad_row_kind_and_recall_per_bucket(tmp_path):
+    found = key_numbers(
+        "backfill_verification",
+        {
+            "rows": {"source": 95, "bad": 3, "by_kind": {"missing": 2, "user-changed": 1}},
+            "vectors": {"bad": 0},
+        },
+    )
+    # missing and changed always (0 when none, so the trend is drawn), any other kind the run found
+    assert found == {
+        "source rows": 95,
+        "bad rows": 3,
+        "missing rows": 2,
+        "changed rows": 0,
+        "bad vectors": 0,
+        "user-changed rows": 1,
+    }
+    recall = {"1-10": 1.0, "1,001+": 0.9}
+    # the first run recorded only the numbers followed then: the index reads the rest from summary.json
+    _verification_run(tmp_path, 1, {"missing": 4, "changed": 1}, recall, {"source rows": 95, "bad rows": 5})
+    _verification_run(tmp_path, 2, {"missing": 2}, {"1-10": 1.0, "1,001+": 0.95})
+    _verification_run(tmp_path, 3, {}, {"1-10": 1.0, "1,001+": 0.97})
+    rows, _ = scan_runs(tmp_path)
+    assert rows[-1]["key_numbers"]["missing rows"] == 4 and rows[-1]["key_numbers"]["recall 1,001+"] == 0.9
+    page = build_index(tmp_path).read_text()
+    assert page.count("<section class='group'>") == 1 and "on source_url=local:/data/q" in page
+    trend = page[page.index("<table class='trend'>") : page.index("</table>")]
+    for label, latest, line in (
+        ("missing rows", "0", "4 → 2 → 0"),
+        ("changed rows", "0", "1 → 0 → 0"),
+        ("recall 1-10", "1", "1 → 1 → 1"),
+        ("recall 1,001+", "0.97", "0.9 → 0.95 → 0.97"),
+    ):
+        row = re.search(
+            rf"<tr><td>{re.escape(label)}</td><td class='num'>([^<]*)</td><td>(.*?)</td></tr>", trend
+        )
+        assert row is not None, label
+        assert row.group(1) == latest and f"aria-label='{line}'" in row.group(2), (label, row.group(2))
+    assert "missing rows 2; changed rows 0" in page  # each run's own numbers in its row

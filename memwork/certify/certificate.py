@@ -375,8 +375,9 @@ class Certificate:
                 worst = round(min(known), 4) if known else None
                 own = t.get("min_recall_by_bucket", {})
                 bars = "".join(f"; bucket {b} recall >= {v}" for b, v in own.items())
+                given = set(t.get("set", ())) & {"min_recall", "min_recall_by_bucket", "max_underfill"}
                 gate = _gate(
-                    name, state, worst, t.get("min_recall"), ">=", _origin(t, "min_recall"),
+                    name, state, worst, t.get("min_recall"), ">=", "set" if given else "default",
                     "worst bucket recall@k", f"{why}; underfill <= {t.get('max_underfill', 0)}{bars}",
                 )  # fmt: skip
             out.append(gate)

@@ -8,6 +8,7 @@ source.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,9 +38,25 @@ class VerifyParameters:
     retrieval: bool = True
     users_per_bucket: int = 20
     min_recall: float = 0.95
+    min_recall_by_bucket: str = ""
     max_underfill: float = 0.0
     tolerances: str = ""
     allow_quarantined: bool = False
+    settings: str = ""
+
+
+#: the variable each built-in source reads its location from: ``source_url`` sets it (the legacy
+#: table's is ``MEMORY_BACKFILL_MYSQL_URL``); a source's other variables go in ``settings``
+SOURCE_URL_VARIABLES = {
+    LEGACY_SOURCE: MYSQL_URL_ENV,
+    "qdrant": "MEMORY_QDRANT_URL",
+    "weaviate": "MEMORY_WEAVIATE_URL",
+    "letta": "MEMORY_LETTA_BASE_URL",
+    "mem0": "MEMORY_MEM0_BASE_URL",
+    "langgraph": "MEMORY_LANGGRAPH_URL",
+    "redis-streams": "MEMORY_REDIS_STREAMS_URL",
+    "pgvector": "MEMORY_PGVECTOR_SOURCE_URL",
+}
 
 
 #: builds a sample legacy migration: ``() -> object`` with ``source_url``, ``dest_url``, ``table``, ``active``
@@ -60,11 +77,66 @@ def parse_tolerances(text: str) -> dict[str, int]:
     return out
 
 
+#: one ``BUCKET=R`` (or ``BUCKET:R``) of ``min_recall_by_bucket`` and the comma or semicolon after it
+_BAR = re.compile(r"\s*([^=:,;][^=:]*?)\s*[=:]\s*([0-9.eE+-]+)\s*(?:[,;]|$)")
+
+
+def parse_recall_bars(text: str) -> dict[str, float]:
+    """``"1-10=0.99, 1001+=0.9"`` (or ``1-10:0.99``) -> ``{"1-10": 0.99, "1001+": 0.9}``: each size
+    bucket's own recall bar (empty: every bucket has ``min_recall``). The bucket names are checked by
+    :class:`CertifyOptions`; ``101-1,000`` may be written with or without its comma."""
+    out: dict[str, float] = {}
+    position, text = 0, text.strip()
+    while position < len(text):
+        found = _BAR.match(text, position)
+        bar = _number(found.group(2)) if found else None
+        if found is None or bar is None:
+            raise UsageError("min_recall_by_bucket", text, "must be BUCKET=R[, BUCKET=R ...], e.g. 1-10=0.99")
+        out[found.group(1).strip()] = bar
+        position = found.end()
+    return out
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_settings(text: str) -> dict[str, str]:
+    """``"MEMORY_QDRANT_COLLECTION=notes; MEMORY_QDRANT_EMBEDDING_MODEL=m"`` -> the source's variables
+    (``;`` or a new line between them: a value may hold a comma)."""
+    out: dict[str, str] = {}
+    for part in (p.strip() for p in text.replace("\n", ";").split(";")):
+        if not part:
+            continue
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise UsageError("settings", text, "must be VAR=VALUE[; VAR=VALUE ...]")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def source_overrides(p: VerifyParameters) -> dict[str, str]:
+    """The source's variables: ``settings``, then ``source_url`` as the source's own URL variable."""
+    overrides = parse_settings(p.settings)
+    if p.source_url:
+        variable = SOURCE_URL_VARIABLES.get(p.source)
+        if variable is None:
+            raise UsageError(
+                "source_url", p.source_url, f"{p.source} has no known URL variable; set it in settings"
+            )
+        overrides[variable] = p.source_url
+    return overrides
+
+
 def certify_options(p: VerifyParameters) -> CertifyOptions:
     """The parameters as :class:`CertifyOptions`, checked (a :class:`UsageError` names a bad one)."""
     both_or_neither("source_url", p.source_url, "pgvector_url", p.pgvector_url)
     legacy = p.source == LEGACY_SOURCE
-    overrides = {MYSQL_URL_ENV: p.source_url} if p.source_url and legacy else {}
+    overrides = source_overrides(p)
+    bars = parse_recall_bars(p.min_recall_by_bucket)
     options = CertifyOptions(
         p.source_url if legacy and p.source_url else None,
         p.pgvector_url or None,
@@ -80,6 +152,7 @@ def certify_options(p: VerifyParameters) -> CertifyOptions:
         retrieval=p.retrieval,
         users_per_bucket=p.users_per_bucket,
         min_recall=p.min_recall,
+        min_recall_by_bucket=dict(bars),
         max_underfill=p.max_underfill,
         tolerances=parse_tolerances(p.tolerances),
         allow_quarantined=p.allow_quarantined,
@@ -90,6 +163,10 @@ def certify_options(p: VerifyParameters) -> CertifyOptions:
         renamed = {"leaf": "range_size", "vector_sample": "sample_size"}
         if exc.field in renamed:
             raise UsageError(renamed[exc.field], exc.value, exc.problem) from None
+        if exc.field.startswith("min_recall[") or (exc.field == "min_recall" and exc.value in bars):
+            raise UsageError(
+                "min_recall_by_bucket", p.min_recall_by_bucket, f"{exc.value} {exc.problem}"
+            ) from None
         raise
     return options
 
@@ -98,7 +175,8 @@ def verify_from_parameters(
     parameters: VerifyParameters, *, sample_migration: SampleMigration | None = None
 ) -> Certificate:
     """The certificate of the notebook's parameters. ``source_url`` is the legacy table's database
-    for ``legacy-mysql``; any other source reads its variables from the environment. With neither URL,
+    for ``legacy-mysql``, any other built-in source's URL variable (``local:/path`` or a server for
+    ``qdrant``); the source's other variables come from ``settings``, then the environment. With neither URL,
     ``sample_migration`` (the samples' builder, handed in by the notebook) builds one first, and the
     certificate's notes say so. Giving only one URL is a usage error."""
     options = certify_options(parameters)

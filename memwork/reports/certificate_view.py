@@ -26,14 +26,29 @@ def _rounded(value: Any) -> Any:
     return round(value, 4) if isinstance(value, float) else value
 
 
+def _threshold(cert: Certificate, gate: dict[str, Any]) -> str:
+    """A gate's threshold as set: the retrieval gate with each size bucket's own recall bar, and
+    ``(set)`` after a threshold the run was given (not the documented default)."""
+    if gate["threshold"] is None:
+        return ""
+    text = f"{gate['comparison']} {_rounded(gate['threshold'])}"
+    given = set(cert.thresholds.get("set", ()))
+    if gate["name"] == "retrieval":
+        bars = cert.thresholds.get("min_recall_by_bucket") or {}
+        text += "".join(f"; bucket {b} >= {_rounded(v)}" for b, v in bars.items())
+        if given & {"min_recall", "min_recall_by_bucket", "max_underfill"}:
+            return text + " (set)"
+    return text + (" (set)" if gate["origin"] == "set" else "")
+
+
 def gate_rows(cert: Certificate) -> list[dict[str, Any]]:
-    """One row per gate: its state, observed value against its threshold, and every reason."""
+    """One row per gate: its state, observed value against its threshold (as set), and every reason."""
     return [
         {
             "gate": g["name"],
             "state": g["state"].upper(),
             "observed": _rounded(g["observed"]),
-            "threshold": "" if g["threshold"] is None else f"{g['comparison']} {_rounded(g['threshold'])}",
+            "threshold": _threshold(cert, g),
             "unit": g["unit"],
             "why it failed, or what it checks": "; ".join(cert.gates.get(g["name"], [])) or g["why"],
         }
@@ -41,27 +56,46 @@ def gate_rows(cert: Certificate) -> list[dict[str, Any]]:
     ]
 
 
+def _checksum(value: Any) -> str:
+    return "" if value is None else " / ".join(str(part) for part in value)
+
+
 def user_rows(cert: Certificate) -> list[dict[str, Any]]:
-    """Every user whose rows disagree (counts on both sides, the ids that went wrong), worst first."""
+    """Every user with a problem (:meth:`Certificate.user_table`: bad rows, or only a bad vector), worst
+    first: both sides' row counts and checksums, the ids missing, extra or changed, the bad vectors."""
     rows = [
         {
             "user": user,
-            "source rows": t.source,
-            "destination rows": t.dest,
-            "missing": t.missing,
-            "extra": t.extra,
-            "changed": t.changed,
+            "source rows": t["source"],
+            "destination rows": t["dest"],
+            "source checksum": _checksum(t["source_checksum"]),
+            "destination checksum": _checksum(t["dest_checksum"]),
+            "checksums match": "yes" if t["checksums_match"] else "no",
+            "missing": ", ".join(t["missing"]),
+            "extra": ", ".join(t["extra"]),
+            "changed": ", ".join(t["changed"]),
+            "bad vectors": ", ".join(f"{v['key']} ({v['kind']})" for v in t["vectors"]),
+            "_problems": len(t["missing"]) + len(t["extra"]) + len(t["changed"]) + len(t["vectors"]),
         }
-        for user, t in cert.rows.users.items()
-        if not t.ok
+        for user, t in cert.user_table().items()
     ]
-    return sorted(rows, key=lambda r: (-(len(r["missing"]) + len(r["extra"]) + len(r["changed"])), r["user"]))
+    rows.sort(key=lambda r: (-r["_problems"], r["user"]))
+    return [{k: v for k, v in r.items() if k != "_problems"} for r in rows]
 
 
 def users_fields(cert: Certificate) -> dict[str, Any]:
-    """How many users were compared and how many disagree."""
-    bad = len(cert.rows.bad_users)
-    return {"users compared": len(cert.rows.users), "users with a discrepancy": bad}
+    """How many users were compared, how many disagree, how many have only a bad vector."""
+    table = cert.user_table()
+    only_vectors = sum(
+        1
+        for t in table.values()
+        if t["vectors"] and t["checksums_match"] and not (t["missing"] or t["extra"] or t["changed"])
+    )
+    return {
+        "users compared": len(cert.rows.users),
+        "users with a row discrepancy": len(cert.rows.bad_users),
+        "users with only a bad vector": only_vectors,
+    }
 
 
 def bucket_rows(cert: Certificate) -> list[dict[str, Any]]:

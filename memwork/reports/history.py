@@ -42,6 +42,8 @@ KEY_NUMBERS: dict[str, tuple[tuple[str, str], ...]] = {
     "backfill_verification": (
         ("source rows", "rows.source"),
         ("bad rows", "rows.bad"),
+        ("missing rows", "rows.by_kind.missing"),
+        ("changed rows", "rows.by_kind.changed"),
         ("bad vectors", "vectors.bad"),
     ),
     "canary_signoff": (("records judged", "records"), ("failed gates", "_failed_gates")),
@@ -68,8 +70,17 @@ def key_numbers(report: str, summary: Mapping[str, Any]) -> dict[str, float]:
                 found[label] = sum(1 for g in gates_of(summary) if g["state"] == "fail")
             continue
         value = _dig(summary, path)
+        if (
+            value is None
+            and path.startswith("rows.by_kind.")
+            and isinstance(_dig(summary, "rows.by_kind"), Mapping)
+        ):
+            value = 0  # a kind the run found none of: 0, so its trend is drawn
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             found[label] = value
+    for kind, count in (_dig(summary, "rows.by_kind") or {}).items():  # every other bad-row kind found
+        if f"{kind} rows" not in found and isinstance(count, int) and not isinstance(count, bool):
+            found[f"{kind} rows"] = count
     for label, value in (summary.get("recall_per_bucket") or {}).items():
         if isinstance(value, (int, float)):
             found[f"recall {label}"] = value

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from memwork.errors import DamagedRun
+from memwork.reports.history import key_numbers
 from memwork.reports.runner import MANIFEST_FILE, reports_dir
 from memwork.reports.summary import SUMMARY_FILE
 
@@ -47,6 +48,9 @@ def _run_row(run_dir: Path) -> dict[str, Any] | None:
     reasons = summary.get("reasons") or ([summary["error"]] if summary.get("error") else [])
     duration = manifest.get("duration_s")
     numbers = summary.get("key_numbers")
+    report = _text(manifest.get("report") or summary.get("report") or run_dir.name)
+    if isinstance(numbers, dict):  # and those read from summary.json a run recorded before they were followed
+        numbers = key_numbers(report, summary) | numbers
     return {
         "run_id": run_dir.name,
         "group": str(summary.get("group") or "ungrouped (run before groups were recorded)"),
@@ -54,7 +58,7 @@ def _run_row(run_dir: Path) -> dict[str, Any] | None:
         "key_numbers": numbers if isinstance(numbers, dict) else {},
         "fingerprint": summary.get("fingerprint") if isinstance(summary.get("fingerprint"), dict) else None,
         "comparison": summary.get("comparison") if isinstance(summary.get("comparison"), dict) else {},
-        "report": _text(manifest.get("report") or summary.get("report") or run_dir.name),
+        "report": report,
         "verdict": _text(summary.get("verdict") or manifest.get("verdict") or "UNKNOWN"),
         "started_at": _text(manifest.get("started_at", "")),
         "duration_s": duration if isinstance(duration, (int, float)) else None,
