@@ -344,6 +344,10 @@ def test_pgvector_rollout_runbook(mysql_url: str, pg_url: str, tmp_path: Path, w
     health = strip["health_summary"]
     assert health["state"] == "off" and "not a memwork entry store" in health["why"], health
     assert strip["verification_summary"]["state"] == "pass"
+    # the isolation gate signs the probes that went through the pgvector canary, with where they were
+    assert strip["isolation"]["state"] == "pass" and strip["isolation"]["threshold"] == 0.01
+    isolation = signed["signoff"]["isolation"]
+    assert isolation["planted_in"].startswith("pgvector ") and isolation["planted"] == isolation["removed"]
     html = (signoff_dir / "canary_signoff.html").read_text()
     assert "A/A over " in html.replace("<wbr/>", "")  # the sign-off says the noise floor was measured
     assert "runbook-walk@example.com" in html and "crossUser" in html  # approver and the per-metric table

@@ -87,6 +87,11 @@ def evidence(value: str, read: tuple[LeakProbes, str] | None) -> dict[str, Any]:
         "required_origin": probes.max_leak_rate_origin,
         "verdict": probes.verdict,
         "sentence": probes.sentence(),
+        # where the probe users' memories were (the served backend must read them to be bounded)
+        "planted_in": probes.planted_in,
+        "planted": probes.planted,
+        "removed": probes.removed,
+        "left": probes.left,
     }
 
 
