@@ -90,3 +90,17 @@ def replace_text(path: Path, text: str) -> Path:
         Path(scratch).unlink(missing_ok=True)
         raise
     return path
+
+
+def read_json_input(field_name: str, value: str, path: Path, missing: str) -> Any:
+    """The JSON a parameter ``field_name`` (given as ``value``) names at ``path``: a file that is not
+    there (``missing`` says what was expected) or not JSON is a :class:`~memwork.errors.UsageError`
+    naming the field and the value, read before anything is judged."""
+    from memwork.errors import UsageError
+
+    if not path.is_file():
+        raise UsageError(field_name, value, missing)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UsageError(field_name, value, f"not JSON ({exc})") from exc

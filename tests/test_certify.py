@@ -154,10 +154,9 @@ def test_source_checksums_auto_takes_sql_where_the_engine_can_and_refuses_nonsen
         certify(_options(migration, source_checksums="fast"))
 
 
-def test_rows_changed_after_the_high_water_mark_are_reported_apart(migration):
-    source = SourceSide(migration.source_url)
-    mark = source.high_water_mark()
-    with get_engine(migration.source_url).begin() as sconn:
+def _edit_one_row_live(source_url: str):
+    """A live source edits an active row after the run's high-water mark (stamped 2030); its id."""
+    with get_engine(source_url).begin() as sconn:
         key = sconn.execute(
             text("SELECT id FROM h5_user_memory_items WHERE status = 'active' LIMIT 1")
         ).scalar()
@@ -165,6 +164,13 @@ def test_rows_changed_after_the_high_water_mark_are_reported_apart(migration):
             text("UPDATE h5_user_memory_items SET content = 'edited live', updated_at = :t WHERE id = :k"),
             {"t": datetime(2030, 1, 1), "k": key},
         )
+    return key
+
+
+def test_rows_changed_after_the_high_water_mark_are_reported_apart(migration):
+    source = SourceSide(migration.source_url)
+    mark = source.high_water_mark()
+    key = _edit_one_row_live(migration.source_url)
     with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
         report = compare_rows(
             source, DestSide(conn, migration.table), high_water_mark=mark, checkpoint_cursor=mark
@@ -330,14 +336,7 @@ def test_rows_changed_after_the_mark_that_a_resume_would_not_pick_up_are_flagged
     would NOT re-read it (``resume_picks_up`` False), so it needs a repair."""
     source = SourceSide(migration.source_url)
     mark = source.high_water_mark()
-    with get_engine(migration.source_url).begin() as sconn:
-        key = sconn.execute(
-            text("SELECT id FROM h5_user_memory_items WHERE status = 'active' LIMIT 1")
-        ).scalar()
-        sconn.execute(
-            text("UPDATE h5_user_memory_items SET content = 'edited live', updated_at = :t WHERE id = :k"),
-            {"t": datetime(2030, 1, 1), "k": key},
-        )
+    key = _edit_one_row_live(migration.source_url)
     with psycopg.connect(_libpq(migration.dest_url), autocommit=True) as conn:
         report = compare_rows(
             source,

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from memwork.errors import UsageError
-from memwork.workspace import sha256_file
+from memwork.workspace import read_json_input, sha256_file
 
 #: the verdicts of a certificate that let a rollout pass
 PASSING = ("PASS", "GO", "CERTIFIED")
@@ -171,12 +171,7 @@ def read_certificate(
         return None
     path = Path(value)
     path = path / "summary.json" if path.is_dir() else path
-    if not path.is_file():
-        raise UsageError(field_name, value, "no such summary.json")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(field_name, value, f"not a JSON summary ({exc})") from exc
+    data = read_json_input(field_name, value, path, "no such summary.json")
     if not isinstance(data, dict) or not isinstance(data.get("verdict"), str):
         raise UsageError(field_name, value, "has no verdict")
     found = data.get("run")

@@ -13,14 +13,13 @@ names ``leak_probes`` with a reason (``memwork canary judge``, which judges a lo
 
 from __future__ import annotations
 
-import json
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from memwork.errors import UsageError
 from memwork.rollout.app_canary import LeakProbes
-from memwork.workspace import sha256_file
+from memwork.workspace import read_json_input, sha256_file
 
 FIELD = "leak_probes"
 GATE = "isolation"
@@ -36,12 +35,8 @@ def read_leak_probes(value: str, field_name: str = FIELD) -> tuple[LeakProbes, s
     if not value:
         return None
     path = Path(value)
-    if not path.is_file():
-        raise UsageError(field_name, value, "no such file (the --json output of memwork canary app --probes)")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(field_name, value, f"not JSON ({exc})") from exc
+    missing = "no such file (the --json output of memwork canary app --probes)"
+    data = read_json_input(field_name, value, path, missing)
     found = data.get("leakProbes", data) if isinstance(data, dict) else None
     if not isinstance(found, dict) or not all(k in found for k in _COUNTS):
         raise UsageError(
