@@ -132,9 +132,46 @@ def redact_value(name: str, value: str | None) -> str | None:
         return value
     if is_secret_name(name):
         return REDACTED
+    if _ASSIGNMENT_RE.match(value):  # a VAR=VALUE list (a URL starts with its scheme, never VAR=)
+        return redact_assignments(value)
     if "://" in value:
         return redact_url(value)
     return value
+
+
+_ASSIGNMENT_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)$", re.S)
+
+
+def _assignments(text: str) -> list[tuple[str, str, str]]:
+    """The ``VAR=VALUE`` parts of a ``;``- or newline-separated list: (part, name, value) each."""
+    found = []
+    for part in re.split(r"[;\n]", text):
+        match = _ASSIGNMENT_RE.match(part)
+        if match:
+            found.append((part, match.group(1), match.group(2).strip()))
+    return found
+
+
+def redact_assignments(text: str) -> str:
+    """A ``VAR=VALUE; VAR=VALUE`` list (a source's settings) as it may be shown: each value redacted by
+    its variable's name (:func:`redact_value`), so an API key or a URL password in one never shows."""
+    for part, name, value in _assignments(text):
+        shown = redact_value(name, value)
+        if shown != value:
+            text = text.replace(part, part.replace(value, str(shown)), 1)
+    return text
+
+
+def assignment_secrets(text: str) -> list[str]:
+    """The secret values inside a ``VAR=VALUE`` list: each secret-named variable's value and each URL
+    password (what a scrubber must hide wherever it appears on its own)."""
+    found: list[str] = []
+    for _, name, value in _assignments(text):
+        if value and is_secret_name(name):
+            found.append(value)
+        elif "://" in value:
+            found.extend(url_secrets(value))
+    return found
 
 
 MAX_REASON_CHARS = 300  #: the longest error line :func:`describe_error` returns

@@ -184,3 +184,21 @@ def test_what_the_kernel_prints_is_scrubbed_before_it_is_written(tmp_path, fail)
     assert summary.get("url", "postgresql://u:***@db:5432/x") == "postgresql://u:***@db:5432/x"
     if fail:
         assert "cannot use postgresql://u:***@db:5432/x" in payload["error"]
+
+
+def test_a_secret_inside_the_source_settings_reaches_no_artifact(tmp_path, migration):
+    """``settings`` is a ``VAR=VALUE`` list: a secret-named variable's value (an API key) is hidden in
+    every artifact, run or refused, though the parameter's own name is not a secret's."""
+    built, source_url = migration
+    params = {"source_url": source_url, "pgvector_url": built.dest_url, "sample_size": 10, "k": 5}
+    given = {**params, "settings": f"MEMORY_QDRANT_API_KEY={PASSWORD}"}
+    code, output, payload = run_cli(tmp_path / "ok", "backfill_verification", given)
+    assert code == 0 and payload["verdict"] == "PASS", output
+    assert_no_secret(tmp_path / "ok", output)
+    refused = {**params, "settings": f"MEMORY_QDRANT_API_KEY={PASSWORD}; not an assignment"}
+    code, output, _ = run_cli(tmp_path / "bad", "backfill_verification", refused)
+    assert code == 2 and "settings=" in output, output
+    assert PASSWORD not in output
+    assert not [
+        p for p in (tmp_path / "bad").rglob("*") if p.is_file() and PASSWORD.encode() in p.read_bytes()
+    ]

@@ -19,6 +19,7 @@ from memwork.errors import UsageError
 from memwork.migrate.legacy_mysql import MYSQL_URL_ENV
 from memwork.migrate.legacy_mysql import SOURCE_NAME as LEGACY_SOURCE
 from memwork.migrate.run import environment
+from memwork.redaction import redact_assignments
 
 
 @dataclass
@@ -113,7 +114,7 @@ def parse_settings(text: str) -> dict[str, str]:
             continue
         name, sep, value = part.partition("=")
         if not sep or not name.strip().isidentifier():
-            raise UsageError("settings", text, "must be VAR=VALUE[; VAR=VALUE ...]")
+            raise UsageError("settings", redact_assignments(text), "must be VAR=VALUE[; VAR=VALUE ...]")
         out[name.strip()] = value.strip()
     return out
 

@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memwork.redaction import REDACTED, redact_text, redact_value, url_secrets
+from memwork.redaction import REDACTED, assignment_secrets, redact_text, redact_value, url_secrets
 
 if TYPE_CHECKING:  # nbformat only where notebooks are written: a report's kernel never needs it
     import nbformat
@@ -95,7 +95,7 @@ class Scrubber:
         for name, real in (secrets or {}).items():
             if "://" in real or len(real) >= MIN_FRAGMENT_CHARS:
                 pairs[real] = str(shown_value(name, real))
-            for part in url_secrets(real):
+            for part in [*url_secrets(real), *assignment_secrets(real)]:
                 if len(part) >= MIN_FRAGMENT_CHARS:
                     pairs.setdefault(part, REDACTED)
         # longest first: the whole URL before the password inside it
