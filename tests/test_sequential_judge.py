@@ -7,6 +7,7 @@ The judge's own rows are judged (:func:`memwork.rollout.judge.judge_error_rate`,
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -109,6 +110,9 @@ def test_a_a_reaches_go_with_enough_data_and_says_how_much_it_lacks_before():
     late = judge_comparisons(ComparisonLog(clean[:1000], [], ""), TH)
     assert late.verdict == GO, late.reasons
     assert late.metric("shadowErrors").classification == PASS
+    # a budget proven on fewer comparisons than the judge's min_samples waits, and says that
+    strict = judge_error_rate(clean[:1000], replace(TH, min_samples=2000))
+    assert strict.classification == NODATA and "below min_samples 2000" in strict.detail
 
 
 def test_the_full_judge_looked_at_every_stage_never_goes_on_a_regression():

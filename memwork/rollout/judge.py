@@ -450,6 +450,9 @@ def judge_rate(result: MetricResult, hits: int, n: int, budget: float, th: Thres
     elif call.decision == sequential.GO and n >= th.min_samples:
         result.classification = PASS
         result.detail = f"{seen}; proven within the budget at any look ({cs})"
+    elif call.decision == sequential.GO:  # proven, but the judge reads no fewer than min_samples
+        result.classification = NODATA
+        result.detail = f"{seen}; proven within the budget, but n={n} is below min_samples {th.min_samples}"
     elif call.rate > budget:
         result.classification = MARGINAL
         result.detail = f"{seen}; past the budget, not proven ({cs}): {call.waiting()}"

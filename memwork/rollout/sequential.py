@@ -70,34 +70,6 @@ def log_mixture(
     return betaln(a + s, b + m - s) - betaln(a, b) - s * math.log(p) - (m - s) * math.log1p(-p)
 
 
-def confidence_sequence(
-    successes: int, n: int, alpha: float, prior: tuple[float, float]
-) -> tuple[float, float]:
-    """The rates still compatible with ``successes`` in ``n`` at level ``alpha``, at any look."""
-    if n == 0:
-        return 0.0, 1.0
-    limit = math.log(1 / alpha)
-    centre = successes / n
-
-    def inside(p: float) -> bool:
-        return float(log_mixture(successes, n, p, prior)) < limit
-
-    def edge(out: float, inn: float) -> float:
-        for _ in range(60):
-            mid = (out + inn) / 2
-            out, inn = (out, mid) if inside(mid) else (mid, inn)
-        return inn
-
-    low = 0.0 if inside(0.0) else edge(0.0, centre)
-    high = 1.0 if inside(1.0) else edge(1.0, centre)
-    return low, high
-
-
-def decide_rate(successes: int, n: int, budget: float, alpha: float) -> str:
-    """GO when the rate is proven below ``budget``, NO-GO when proven above, else CONTINUE."""
-    return judge_rate(successes, n, budget, alpha).decision
-
-
 #: the mixtures of the one-sided tests, as multiples of 1 / budget: Beta(1, 3 / budget) on rates below
 #: the budget (where a passing rollout lives: a GO needs ~380 clean comparisons for 1 %, the fixed
 #: horizon's floor is 299), Beta(1, 1 / budget) on rates above it (a 3x breach of 1 % is proven after
