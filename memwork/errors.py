@@ -37,6 +37,11 @@ class UsageError(MemworkError):
         super().__init__(f"{field}={value!r}: {problem}")
 
 
+class PairBudgetExceeded(UsageError):
+    """A pair search past its budget (``MEMWORK_MAX_PAIRS``): callers that can fall back to a stated
+    sample, or to a narrower search, catch this and nothing else."""
+
+
 class InvalidPath(UsageError):
     """An entry path that is absolute, empty, escapes with ``..`` or holds a forbidden character."""
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from memwork.checks import unit
-from memwork.errors import ConfigError, UsageError
+from memwork.errors import ConfigError, PairBudgetExceeded, UsageError
 from memwork.progress import Progress
 
 if TYPE_CHECKING:  # scipy and threadpoolctl load on the first join, not with the module (a report's
@@ -165,7 +165,7 @@ class PairBudget:
         """Count ``pairs`` more; past the limit, a usage error naming the parameter and the count."""
         self.found += int(pairs)
         if self.found > self.limit:
-            raise UsageError(
+            raise PairBudgetExceeded(
                 field,
                 value,
                 f"matches more than {self.limit:,} pairs ({self.found:,} found so far); "

@@ -447,3 +447,20 @@ def test_no_float64_copy_of_every_vector():
     assert not any(
         isinstance(v, np.ndarray) and v.dtype == np.float64 and v.ndim == 2 for v in vars(vectors).values()
     )
+
+
+def test_only_the_pair_budget_is_over_budget(monkeypatch):
+    """A search past ``MEMWORK_MAX_PAIRS`` raises :class:`PairBudgetExceeded`, the one refusal the
+    sampling fallbacks catch; a malformed ``MEMWORK_MAX_PAIRS`` is a configuration error, never it."""
+    from memwork.defrag.pair_sample import over_budget
+    from memwork.errors import ConfigError, PairBudgetExceeded
+
+    texts = ["same words here"] * 6
+    monkeypatch.setenv(similarity.MAX_PAIRS_ENV, "3")
+    with pytest.raises(PairBudgetExceeded) as refused:
+        similarity.find_duplicate_pairs(texts, [None] * 6, 0.5)
+    assert over_budget(refused.value)
+    monkeypatch.setenv(similarity.MAX_PAIRS_ENV, "many")
+    with pytest.raises(ConfigError) as broken:
+        similarity.find_duplicate_pairs(texts, [None] * 6, 0.5)
+    assert not over_budget(broken.value)

@@ -49,7 +49,7 @@ from memwork.defrag.char_similarity import CHAR_FEATURE, CHAR_VERSION, char_join
 from memwork.defrag.findings import Pair, find_duplicates
 from memwork.defrag.review_queue import LABELS, REVIEW_COLUMNS, store_embedding_model
 from memwork.entry import Entry
-from memwork.errors import UsageError
+from memwork.errors import PairBudgetExceeded, UsageError
 from memwork.progress import Progress
 from memwork.workspace import sha256_file, write_json_file
 
@@ -696,15 +696,13 @@ def _policy_candidates(entries: Sequence[Entry], policy: Policy, progress: Progr
     join from :meth:`Policy.char_floor`, its pairs then scored as ``find_duplicates`` scores them and
     kept from the floor up. The character join is tried first when it bounds anything; past the pair
     budget, the similarity join."""
-    from memwork.similarity import MAX_PAIRS_ENV
 
     char_floor = policy.char_floor()
     if char_floor is not None and char_floor > 0:
         try:
             return _char_candidates(entries, policy, char_floor)
-        except UsageError as exc:
-            if MAX_PAIRS_ENV not in str(exc):
-                raise
+        except PairBudgetExceeded:
+            pass
     return find_duplicates(entries, policy.search_floor(), progress=progress, keep=policy.keeps)
 
 

@@ -23,7 +23,7 @@ from memwork.coverage import out_of_range, pairs_readable
 from memwork.defrag.findings import Pair, _comparable_embeddings, by_scope
 from memwork.embed import coverage_for_model
 from memwork.entry import Entry
-from memwork.errors import UsageError
+from memwork.errors import PairBudgetExceeded, UsageError
 
 #: pairs a report samples by default: enough for smooth histograms and a stable EM fit, a second or two
 DEFAULT_SAMPLE_PAIRS = 50_000
@@ -63,7 +63,7 @@ class PairSample:
 
 def over_budget(exc: UsageError) -> bool:
     """``exc`` is the pair budget's refusal (``MEMWORK_MAX_PAIRS`` passed)."""
-    return similarity.MAX_PAIRS_ENV in str(exc)
+    return isinstance(exc, PairBudgetExceeded)
 
 
 def with_sample_hint(exc: UsageError) -> UsageError:

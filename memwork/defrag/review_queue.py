@@ -46,7 +46,7 @@ from memwork.defrag.pair_sample import (
     with_sample_hint,
 )
 from memwork.entry import Entry
-from memwork.errors import UsageError
+from memwork.errors import PairBudgetExceeded, UsageError
 from memwork.progress import Progress
 
 #: the review file's columns; ``decision`` and ``note`` are the reviewer's
@@ -221,15 +221,13 @@ def exact_band(
     """The exact pairs from ``max(floor, threshold - EXACT_REACH)`` up when they fit the pair budget,
     else from ``threshold`` up; and where they start. Below that, a population is known through a
     pair sample (:func:`weighted_population`)."""
-    from memwork.similarity import MAX_PAIRS_ENV
 
     deeper = round(max(floor, threshold - EXACT_REACH), 6)
     if deeper < threshold:
         try:
             return find_duplicates(entries, deeper, progress=progress), deeper
-        except UsageError as exc:
-            if MAX_PAIRS_ENV not in str(exc):
-                raise
+        except PairBudgetExceeded:
+            pass
     return find_duplicates(entries, threshold, progress=progress), threshold
 
 
